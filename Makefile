@@ -1,0 +1,138 @@
+# xfer — top-level build. Each folder contributes a module.mk fragment that
+# appends to the variables below; nothing here names individual sources.
+#
+#   make            build library, xferd, xferctl, tests, benches
+#   make test       deps + build + every test (ends "N passed, N failed, N skipped")
+#   make test SAN=1 the same under AddressSanitizer/UBSan (build-san/)
+#   make demo       deps + build + local redis + two workers + named transfers
+#   make bench      benchmarks (see README)
+#   make deps       install missing Debian packages (root), quick when present
+#   make install PREFIX=/usr/local
+#   make clean
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+SAN ?= 0
+ifeq ($(SAN),1)
+B ?= build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT ?= -O1 -g
+else
+B ?= build
+SANFLAGS :=
+OPT ?= -O2 -g
+endif
+
+PREFIX ?= /usr/local
+CC ?= cc
+CPPFLAGS += -D_GNU_SOURCE -I. -Iengine -Iproto -Iregistry -Ikernels -Iservice -I$(B)/gen
+CFLAGS += -std=c11 -Wall -Wextra -Werror $(OPT) -fPIC -pthread -MMD -MP $(SANFLAGS)
+LDFLAGS += -pthread $(SANFLAGS)
+VERBS_LIBS ?= -libverbs -lrdmacm
+EXT_LIBS := -lhiredis -levent -levent_pthreads -lprotobuf-c -lcrypto -lm -ldl -lrt
+
+# CUDA: on when nvcc is found (XFER_WITH_CUDA=0 forces it off).
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+ifneq ($(strip $(NVCC)),)
+XFER_WITH_CUDA ?= 1
+else
+XFER_WITH_CUDA := 0
+endif
+ifeq ($(XFER_WITH_CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CPPFLAGS += -DXFER_WITH_CUDA=1 -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static
+NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC,-Wall,-Werror -I. -Iengine -Ikernels \
+             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+endif
+
+LIB_SRCS :=
+CU_SRCS :=
+PROGS :=          # name:main.c pairs become $(B)/bin/name
+TEST_PROGS :=     # helper programs for integration tests, $(B)/tests/name
+BENCH_PROGS :=    # $(B)/bench/name
+PROTOS :=
+GEN_SRCS :=
+
+include $(sort $(wildcard */module.mk))
+
+UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(UNIT_SRCS))
+
+LIB_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(LIB_SRCS)) $(patsubst %.c,%.o,$(GEN_SRCS))
+ifeq ($(XFER_WITH_CUDA),1)
+LIB_OBJS += $(patsubst %.cu,$(B)/obj/%.cu.o,$(CU_SRCS))
+endif
+LIBXFER := $(B)/lib/libxfer.a
+LINK_LIBS = $(LIBXFER) $(EXT_LIBS) $(VERBS_LIBS) $(CUDA_LIBS)
+
+prog_name = $(word 1,$(subst :, ,$(1)))
+prog_main = $(word 2,$(subst :, ,$(1)))
+BIN_TARGETS := $(foreach p,$(PROGS),$(B)/bin/$(call prog_name,$(p)))
+TEST_TARGETS := $(foreach p,$(TEST_PROGS),$(B)/tests/$(call prog_name,$(p)))
+BENCH_TARGETS := $(foreach p,$(BENCH_PROGS),$(B)/bench/$(call prog_name,$(p)))
+
+all: $(LIBXFER) $(BIN_TARGETS) $(TEST_TARGETS) $(BENCH_TARGETS) $(UNIT_BINS)
+
+# Generated protobuf-c sources must exist before anything includes them.
+$(LIB_OBJS): | $(GEN_SRCS)
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(B)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(filter -D%,$(CPPFLAGS)) -c $< -o $@
+
+$(LIBXFER): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+define prog_rule
+$(2)/$(call prog_name,$(1)): $(B)/obj/$(call prog_main,$(1)) $(LIBXFER)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) $$< -o $$@ $$(LINK_LIBS)
+endef
+$(foreach p,$(PROGS),$(eval $(call prog_rule,$(patsubst %.c,%.o,$(p)),$(B)/bin)))
+$(foreach p,$(TEST_PROGS),$(eval $(call prog_rule,$(patsubst %.c,%.o,$(p)),$(B)/tests)))
+$(foreach p,$(BENCH_PROGS),$(eval $(call prog_rule,$(patsubst %.c,%.o,$(p)),$(B)/bench)))
+
+$(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(LIBXFER)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< -o $@ $(LINK_LIBS) -lcmocka
+
+deps:
+	@bash mk/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@B=$(B) bash tests/run.sh
+
+test-unit: all
+	@B=$(B) bash tests/run.sh unit
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@B=$(B) bash mk/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@B=$(B) bash bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/xfer
+	install -m 755 $(BIN_TARGETS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(LIBXFER) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 engine/xfer.h $(wildcard registry/xfer_registry.h) $(DESTDIR)$(PREFIX)/include/xfer/
+
+format:
+	clang-format -i $(shell git ls-files '*.c' '*.h' '*.cu')
+
+clean:
+	rm -rf build build-san dist
+
+.PHONY: all deps test test-unit demo bench install format clean
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,1 @@
+LIB_SRCS += $(wildcard engine/*.c engine/*/*.c)

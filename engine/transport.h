@@ -1,0 +1,122 @@
+/*
+ * Internal contract between the engine core and its transports.
+ *
+ * Each transport is one file (or folder) exporting one ops table,
+ * `const struct xfer_transport_ops xfer_<name>_transport_ops`, listed in
+ * engine/transport_table.c. Its private state embeds struct xfer_transport
+ * (and struct xfer_conn for connections) and is reached with container_of.
+ * Differences between transports are capability bits, never name tests in
+ * the core.
+ */
+#ifndef XFER_TRANSPORT_H
+#define XFER_TRANSPORT_H
+
+#include "xfer.h"
+
+#include <stddef.h>
+
+#ifndef container_of
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#endif
+
+struct xfer_transport;
+struct xfer_conn;
+
+enum xfer_transport_cap {
+    XFER_CAP_HOST_MEM = 1u << 0,  /* can move host memory */
+    XFER_CAP_CUDA_MEM = 1u << 1,  /* can move CUDA device memory */
+    XFER_CAP_SAME_HOST = 1u << 2, /* only reaches peers with the same host_id */
+    XFER_CAP_NEEDS_REG = 1u << 3, /* regions must be registered with reg_mem */
+};
+
+struct xfer_transport_ops {
+    const char *name; /* "tcp", "ipc", ... */
+    unsigned bit;     /* XFER_TRANSPORT_* */
+    unsigned caps;    /* XFER_CAP_* */
+    int preference;   /* lower is tried first when several reach a peer */
+
+    /* 0 if usable on this machine; else a negative code and a reason in why
+     * (e.g. "no RDMA device"). Must not crash where hardware is absent. */
+    int (*probe)(xfer_engine *e, char *why, size_t why_len);
+    /* Creates the transport, starts its listener and progress threads. */
+    int (*open)(xfer_engine *e, struct xfer_transport **out);
+    /* Stops threads, closes every connection, frees the transport. */
+    void (*close)(struct xfer_transport *t);
+    /* Can this transport reach that peer (host id, NICs, ...)? */
+    bool (*reaches)(struct xfer_transport *t, const struct xfer_peer_desc *peer);
+    /* Sets up connection(s) to a peer within timeout_ms; runs off the data
+     * path (from xfer_peer_add/xfer_peer_connect). */
+    int (*connect)(struct xfer_transport *t, xfer_peer *peer, int timeout_ms,
+                   struct xfer_conn **out);
+    /* Fails the connection's in-flight chunks with -XFER_ECONN, frees it. */
+    void (*disconnect)(struct xfer_conn *c);
+    /* Optional (XFER_CAP_NEEDS_REG): make a local region usable / forget it. */
+    int (*reg_mem)(struct xfer_transport *t, xfer_region *r);
+    void (*dereg_mem)(struct xfer_transport *t, xfer_region *r);
+    /* Starts items idx[0..n) of b over c. Completion is reported with
+     * xfer_batch_chunk_done(), possibly before this returns. A negative return
+     * means none of the n items was started. */
+    int (*post)(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
+    /* Optional: drive completions for transports without their own thread. */
+    int (*progress)(struct xfer_transport *t);
+};
+
+struct xfer_transport {
+    const struct xfer_transport_ops *ops;
+    xfer_engine *engine;
+};
+
+struct xfer_conn {
+    struct xfer_transport *transport;
+    xfer_peer *peer;
+};
+
+/* NULL-terminated, in preference order (engine/transport_table.c). */
+extern const struct xfer_transport_ops *const xfer_transport_table[];
+
+/* ---- engine services for transports ------------------------------------ */
+
+const struct xfer_engine_config *xfer_engine_config_get(const xfer_engine *e);
+void xfer_engine_set_error(xfer_engine *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Target side: looks a local region up by id and pins it against
+ * deregistration. Checks generation, access (XFER_ACCESS_R for READ,
+ * XFER_ACCESS_W for WRITE) and bounds; on failure returns NULL and the code
+ * in *err (-XFER_ENOENT, -XFER_ESTALE, -XFER_EACCES, -XFER_ERANGE). */
+xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,
+                                 uint64_t off, uint64_t len, int *err);
+void xfer_region_release(xfer_region *r);
+uint32_t xfer_region_id(const xfer_region *r);
+uint32_t xfer_region_gen(const xfer_region *r);
+enum xfer_mem_kind xfer_region_kind(const xfer_region *r);
+int xfer_region_device(const xfer_region *r);
+/* Per-transport private data slot for a region (e.g. an MR), indexed by the
+ * transport's bit position. */
+void *xfer_region_transport_data(const xfer_region *r, unsigned bit);
+void xfer_region_set_transport_data(xfer_region *r, unsigned bit, void *data);
+/* Target-side accounting. */
+void xfer_engine_count_served(xfer_engine *e, unsigned transport_bit, uint64_t bytes, int status);
+
+/* Initiator side: the item and the peer's cached remote region. */
+const struct xfer_item *xfer_batch_item(const xfer_batch *b, size_t i);
+const struct xfer_peer_desc *xfer_peer_desc_get(const xfer_peer *p);
+/* Copies the cached descriptor of remote region id; -XFER_ENOENT if unknown. */
+int xfer_peer_region_get(xfer_peer *p, uint32_t id, struct xfer_region_desc *out);
+struct xfer_conn *xfer_peer_conn(xfer_peer *p);
+
+/* Before touching the local memory of item i, a transport calls
+ * xfer_batch_io_begin(); false means the item is no longer live (cancelled,
+ * timed out or failed) and its memory must not be touched. Every true is
+ * paired with xfer_batch_io_end(). Cancellation waits for these pairs. */
+bool xfer_batch_io_begin(xfer_batch *b, size_t i);
+void xfer_batch_io_end(xfer_batch *b, size_t i);
+/* True while item i may still complete (cheap check, no pinning). */
+bool xfer_batch_item_live(const xfer_batch *b, size_t i);
+/* Reports `bytes` of item i as finished with status (0 or -XFER_E*) and an
+ * optional reason. The item completes when all its bytes are reported or on
+ * the first error. Safe from any thread. */
+void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status,
+                           const char *why);
+
+#endif /* XFER_TRANSPORT_H */

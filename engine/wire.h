@@ -1,0 +1,54 @@
+/*
+ * Data-plane frame header of the tcp transport: fixed size, little-endian,
+ * independent of host byte order and struct padding.
+ *
+ *  off size field
+ *    0   4  magic      0x58464552 ("XFER" read as LE bytes 'R','E','F','X')
+ *    4   1  version    XFER_PROTO_VERSION
+ *    5   1  op         enum xfer_wire_op
+ *    6   2  flags      0 (reserved)
+ *    8   8  req_id     initiator's chunk id, echoed in the response
+ *   16   4  region_id  target region
+ *   20   4  gen        target region generation
+ *   24   8  offset     byte offset in the target region
+ *   32   8  length     bytes requested (WRITE_REQ: payload follows)
+ *   40   4  status     0 or -XFER_E* (responses)
+ *   44   4  payload    bytes of payload following this header
+ */
+#ifndef XFER_WIRE_H
+#define XFER_WIRE_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#define XFER_WIRE_MAGIC   0x58464552u
+#define XFER_WIRE_HDR_LEN 48
+
+enum xfer_wire_op {
+    XFER_WIRE_WRITE_REQ = 1,  /* payload = data to write */
+    XFER_WIRE_WRITE_RESP = 2, /* no payload */
+    XFER_WIRE_READ_REQ = 3,   /* no payload */
+    XFER_WIRE_READ_RESP = 4,  /* payload = data read, when status == 0 */
+    XFER_WIRE_OP_MAX
+};
+
+struct xfer_wire_hdr {
+    uint8_t version;
+    uint8_t op;
+    uint16_t flags;
+    uint64_t req_id;
+    uint32_t region_id;
+    uint32_t gen;
+    uint64_t offset;
+    uint64_t length;
+    int32_t status;
+    uint32_t payload;
+};
+
+void xfer_wire_encode(const struct xfer_wire_hdr *h, uint8_t out[XFER_WIRE_HDR_LEN]);
+/* Validates magic, version, op, flags, the payload/op/status agreement and
+ * payload <= max_payload; returns 0 or -XFER_EPROTO. */
+int xfer_wire_decode(const uint8_t in[XFER_WIRE_HDR_LEN], uint32_t max_payload,
+                     struct xfer_wire_hdr *h);
+
+#endif

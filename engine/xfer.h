@@ -1,0 +1,317 @@
+/*
+ * xfer engine — public API.
+ *
+ * An engine is one node: it owns registered memory regions, listens for peers
+ * on its transports and executes one-sided READ/WRITE batches against remote
+ * regions. It knows nothing of Redis: peers and their regions are plain
+ * descriptor structs filled in by the caller (the registry layer does this).
+ *
+ * Conventions: actions return 0 or a negative XFER_E* code; constructors
+ * return NULL and store the code in *err when err is not NULL; _free()
+ * accepts NULL. The last error of a handle is readable with *_last_error();
+ * that string stays valid until the next call on the same handle.
+ */
+#ifndef XFER_H
+#define XFER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XFER_VERSION_STRING "0.1.0"
+#define XFER_PROTO_VERSION  1u
+
+#define XFER_NAME_MAX    64  /* node ids, region names, incl. NUL */
+#define XFER_ADDR_MAX    64  /* textual IPv4/IPv6 address, incl. NUL */
+#define XFER_HOSTID_MAX  64  /* kernel boot id, incl. NUL */
+#define XFER_DTYPE_MAX   16
+#define XFER_TAG_MAX     128
+#define XFER_BLOB_MAX    256 /* transport-specific opaque data per region */
+
+/* ---- errors ------------------------------------------------------------ */
+enum xfer_err {
+    XFER_OK = 0,
+    XFER_EINVAL = 1,   /* bad argument */
+    XFER_ENOMEM,       /* out of memory */
+    XFER_ENOENT,       /* unknown node, region or item */
+    XFER_EACCES,       /* access mode forbids the operation */
+    XFER_ERANGE,       /* offset/length outside the region */
+    XFER_ESTALE,       /* generation or incarnation no longer current */
+    XFER_ETIMEDOUT,    /* deadline passed */
+    XFER_ECANCELED,    /* cancelled by the caller */
+    XFER_ECONN,        /* connection failed or lost */
+    XFER_EPROTO,       /* malformed or unexpected message */
+    XFER_EAUTH,        /* handshake authentication failed */
+    XFER_EIO,          /* local I/O or device error */
+    XFER_ENOTSUP,      /* operation or transport not supported here */
+    XFER_EINPROGRESS,  /* not finished yet */
+    XFER_ENODEV,       /* no such device (e.g. no CUDA device) */
+    XFER_EEXIST,       /* name already in use */
+    XFER_EBUSY,        /* resource in use */
+    XFER_EMISMATCH,    /* layouts of the two sides disagree */
+    XFER_ENOSPC,       /* a fixed capacity is exhausted */
+    XFER_EUNAVAIL,     /* service (e.g. Redis) unreachable */
+    XFER_ERR_MAX
+};
+
+/* Static string for a code; accepts the negative or positive form. */
+const char *xfer_strerror(int err);
+
+/* ---- logging ----------------------------------------------------------- */
+enum xfer_log_level { XFER_LOG_ERROR = 0, XFER_LOG_WARN, XFER_LOG_INFO, XFER_LOG_DEBUG };
+
+typedef void (*xfer_log_fn)(enum xfer_log_level lvl, const char *msg, void *arg);
+
+/* Level from XFER_LOG_LEVEL (error|warn|info|debug) unless set here. */
+void xfer_log_set_level(enum xfer_log_level lvl);
+enum xfer_log_level xfer_log_get_level(void);
+/* Route log lines to fn (NULL restores stderr). */
+void xfer_log_set_handler(xfer_log_fn fn, void *arg);
+void xfer_log_write(enum xfer_log_level lvl, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The level test happens before the arguments are evaluated. */
+#define xfer_log(lvl, ...)                                                                         \
+    do {                                                                                           \
+        if ((lvl) <= xfer_log_get_level())                                                         \
+            xfer_log_write((lvl), __FILE__, __LINE__, __VA_ARGS__);                                \
+    } while (0)
+#define xfer_err(...)   xfer_log(XFER_LOG_ERROR, __VA_ARGS__)
+#define xfer_warn(...)  xfer_log(XFER_LOG_WARN, __VA_ARGS__)
+#define xfer_info(...)  xfer_log(XFER_LOG_INFO, __VA_ARGS__)
+#define xfer_debug(...) xfer_log(XFER_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- transports and memory kinds ---------------------------------------- */
+enum xfer_transport_bit {
+    XFER_TRANSPORT_TCP = 1u << 0,
+    XFER_TRANSPORT_IPC = 1u << 1,
+    XFER_TRANSPORT_RDMA = 1u << 2,
+    XFER_TRANSPORT_TCPX = 1u << 3,
+    XFER_TRANSPORT_ALL = 0xfu,
+};
+
+/* "tcp,ipc" -> mask; unknown names give -XFER_EINVAL. */
+int xfer_transports_parse(const char *list, unsigned *mask);
+/* mask -> "ipc,tcp" (preference order), written to buf. */
+int xfer_transports_format(unsigned mask, char *buf, size_t len);
+
+enum xfer_mem_kind { XFER_MEM_HOST = 0, XFER_MEM_CUDA = 1 };
+
+enum xfer_access {
+    XFER_ACCESS_R = 1u << 0, /* peers may READ */
+    XFER_ACCESS_W = 1u << 1, /* peers may WRITE */
+    XFER_ACCESS_RW = XFER_ACCESS_R | XFER_ACCESS_W,
+};
+/* "r", "w", "rw" <-> mask. */
+int xfer_access_parse(const char *s, unsigned *mask);
+const char *xfer_access_str(unsigned mask);
+
+/* ---- descriptors (plain data, as published to the registry) ------------ */
+
+/* Optional typed layout of a region (KV cache pools). All zero = untyped. */
+struct xfer_layout {
+    char dtype[XFER_DTYPE_MAX]; /* e.g. "bf16" */
+    uint64_t block_bytes;       /* bytes of one block in one layer */
+    uint64_t num_blocks;
+    uint32_t layers;
+    char tag[XFER_TAG_MAX]; /* free form, e.g. model id */
+};
+
+struct xfer_region_desc {
+    char name[XFER_NAME_MAX];
+    uint32_t id;  /* unique within a node while registered */
+    uint32_t gen; /* bumped each time a name is registered again */
+    enum xfer_mem_kind kind;
+    int device; /* CUDA ordinal for XFER_MEM_CUDA, else -1 */
+    uint64_t addr;
+    uint64_t len;
+    unsigned access; /* XFER_ACCESS_* */
+    struct xfer_layout layout;
+    /* Transport data published with the region, as text (hex/fields):
+     * ipc = memfd/CUDA IPC handle, rkeys = one rkey per NIC. */
+    char ipc[XFER_BLOB_MAX];
+    char rkeys[XFER_BLOB_MAX];
+};
+
+struct xfer_peer_desc {
+    char node_id[XFER_NAME_MAX];
+    char addr[XFER_ADDR_MAX]; /* data-plane address */
+    uint16_t data_port;
+    char host_id[XFER_HOSTID_MAX]; /* same host_id => same kernel */
+    unsigned transports;           /* XFER_TRANSPORT_* the peer offers */
+    uint64_t incarnation;          /* fresh random value per process start */
+    char nics[XFER_BLOB_MAX];      /* RDMA NICs, as published */
+};
+
+/* ---- engine ------------------------------------------------------------ */
+typedef struct xfer_engine xfer_engine;
+typedef struct xfer_region xfer_region;
+typedef struct xfer_peer xfer_peer;
+typedef struct xfer_batch xfer_batch;
+
+struct xfer_engine_config {
+    const char *node_id;      /* required */
+    const char *listen_addr;  /* default "127.0.0.1" */
+    uint16_t data_port;       /* 0 = ephemeral */
+    const void *secret;       /* cluster secret; NULL = no authentication */
+    size_t secret_len;
+    const char *host_id;      /* NULL = kernel boot id */
+    unsigned transports;      /* allowed; 0 = XFER_TRANSPORTS env or all */
+    int sockets_per_peer;     /* tcp sockets per peer, default 4 */
+    size_t chunk_bytes;       /* split items above this, default 1 MiB */
+    int progress_threads;     /* default 1 */
+    int connect_timeout_ms;   /* default 5000 */
+    int io_timeout_ms;        /* no progress for this long = peer dead, default 10000 */
+    int default_deadline_ms;  /* submit without deadline gets this, default 60000 */
+};
+
+/* Fills defaults; call before setting fields. */
+void xfer_engine_config_init(struct xfer_engine_config *cfg);
+
+/* Starts the node: opens every allowed transport that probes usable and
+ * starts its listener and progress threads. The config's strings are copied. */
+xfer_engine *xfer_engine_new(const struct xfer_engine_config *cfg, int *err);
+/* Cancels in-flight batches, closes connections, joins threads. */
+void xfer_engine_free(xfer_engine *e);
+const char *xfer_engine_last_error(const xfer_engine *e);
+
+/* This node as peers should see it (addr, port, host id, transports, ...). */
+void xfer_engine_describe(const xfer_engine *e, struct xfer_peer_desc *out);
+uint16_t xfer_engine_data_port(const xfer_engine *e);
+
+/* ---- regions ----------------------------------------------------------- */
+
+/* Registers caller memory [ptr, ptr+len) under name. The memory must stay
+ * valid until xfer_region_deregister(). kind/device say where it lives. */
+int xfer_region_register(xfer_engine *e, const char *name, void *ptr, size_t len,
+                         enum xfer_mem_kind kind, int device, unsigned access,
+                         xfer_region **out);
+/* Allocates len bytes of host memory from a memfd (shareable with same-host
+ * peers) and registers it; the engine frees it on deregistration. */
+int xfer_region_alloc(xfer_engine *e, const char *name, size_t len, unsigned access,
+                      xfer_region **out);
+/* Registers an existing memfd (e.g. received over a unix socket) of len
+ * bytes; the engine maps it and takes ownership of fd. */
+int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len,
+                            unsigned access, xfer_region **out);
+/* Removes the region; peers holding its id/gen get -XFER_ESTALE/-XFER_ENOENT.
+ * Waits for in-progress target-side accesses to finish. */
+int xfer_region_deregister(xfer_engine *e, xfer_region *r);
+
+int xfer_region_set_layout(xfer_region *r, const struct xfer_layout *layout);
+xfer_region *xfer_region_find(xfer_engine *e, const char *name);
+void *xfer_region_ptr(const xfer_region *r);
+size_t xfer_region_len(const xfer_region *r);
+/* memfd backing the region, or -1; borrowed, owned by the region. */
+int xfer_region_memfd(const xfer_region *r);
+void xfer_region_describe(const xfer_region *r, struct xfer_region_desc *out);
+/* Calls fn for every registered region (table locked during the walk). */
+void xfer_region_foreach(xfer_engine *e, void (*fn)(const struct xfer_region_desc *, void *),
+                         void *arg);
+
+/* ---- peers ------------------------------------------------------------- */
+
+/* Adds or updates a peer. If one with the same node id exists and the
+ * incarnation differs, its connections and cached regions are dropped.
+ * Connections are set up here (bounded by connect_timeout_ms), never on the
+ * data path; a failure leaves the peer registered but unconnected and the next
+ * xfer_peer_add/xfer_peer_connect retries. The returned handle is owned by the
+ * engine and valid until xfer_peer_remove() or xfer_engine_free(). */
+int xfer_peer_add(xfer_engine *e, const struct xfer_peer_desc *desc, xfer_peer **out);
+int xfer_peer_connect(xfer_peer *p);
+xfer_peer *xfer_peer_find(xfer_engine *e, const char *node_id);
+/* Fails the peer's in-flight work with -XFER_ECONN and forgets it. */
+int xfer_peer_remove(xfer_engine *e, xfer_peer *p);
+/* Caches the descriptor of a remote region (replaces one of the same id). */
+int xfer_peer_region_add(xfer_peer *p, const struct xfer_region_desc *d);
+int xfer_peer_region_remove(xfer_peer *p, uint32_t id);
+/* Copies a cached remote region found by name into out. */
+int xfer_peer_region_lookup(xfer_peer *p, const char *name, struct xfer_region_desc *out);
+void xfer_peer_describe(const xfer_peer *p, struct xfer_peer_desc *out);
+/* Transport in use for this peer (XFER_TRANSPORT_* bit), 0 if unconnected. */
+unsigned xfer_peer_transport(const xfer_peer *p);
+
+/* ---- batches ----------------------------------------------------------- */
+enum xfer_op { XFER_OP_READ = 1, XFER_OP_WRITE = 2 };
+
+struct xfer_item {
+    enum xfer_op op; /* READ: remote -> local; WRITE: local -> remote */
+    xfer_region *local;
+    uint64_t local_off;
+    xfer_peer *peer;
+    uint32_t remote_id;
+    uint32_t remote_gen;
+    uint64_t remote_off;
+    uint64_t len;
+};
+
+xfer_batch *xfer_batch_new(xfer_engine *e, int *err);
+/* Cancels and waits if still in flight, then frees. */
+void xfer_batch_free(xfer_batch *b);
+/* Appends an item; returns its index (>= 0) or a negative code. Local bounds
+ * and access are checked here. Only before submit (or after reset). */
+int xfer_batch_add(xfer_batch *b, const struct xfer_item *it);
+size_t xfer_batch_count(const xfer_batch *b);
+/* Starts the batch. deadline_ms > 0: cancelled and reported -XFER_ETIMEDOUT
+ * past it; 0: the engine's default deadline. */
+int xfer_batch_submit(xfer_batch *b, int deadline_ms);
+/* 0 when all items succeeded, -XFER_EINPROGRESS while running, else the
+ * first failing item's code. */
+int xfer_batch_poll(xfer_batch *b);
+/* Like poll but waits up to timeout_ms (-1 = until the deadline). */
+int xfer_batch_wait(xfer_batch *b, int timeout_ms);
+/* Items not yet done end with -XFER_ECANCELED; returns once no transport
+ * touches the batch's local memory any more. */
+int xfer_batch_cancel(xfer_batch *b);
+/* eventfd readable once the batch is finished (borrowed, lives with b). */
+int xfer_batch_fd(const xfer_batch *b);
+/* Status of item i (0, -XFER_EINPROGRESS or an error) and its reason. */
+int xfer_batch_item_status(const xfer_batch *b, size_t i);
+const char *xfer_batch_item_error(const xfer_batch *b, size_t i);
+/* Clears items so the batch can be filled again (not while in flight). */
+int xfer_batch_reset(xfer_batch *b);
+
+/* ---- statistics -------------------------------------------------------- */
+#define XFER_LAT_BUCKETS 16 /* bucket i counts ops taking < 2^i * 8 us; last = the rest */
+
+struct xfer_stats {
+    uint64_t ops_read, ops_write;       /* items completed as initiator */
+    uint64_t bytes_read, bytes_written; /* bytes moved by those items */
+    uint64_t errors;                    /* items failed */
+    uint64_t served_ops, served_bytes;  /* requests served as target */
+    uint64_t served_errors;             /* requests refused as target */
+    uint64_t lat_us_sum;                /* sum of item latencies */
+    uint64_t lat_hist[XFER_LAT_BUCKETS];
+};
+
+/* Totals of the node, per peer, per transport (bit = XFER_TRANSPORT_*). */
+void xfer_engine_stats(xfer_engine *e, struct xfer_stats *out);
+void xfer_peer_stats(xfer_peer *p, struct xfer_stats *out);
+void xfer_transport_stats(xfer_engine *e, unsigned transport_bit, struct xfer_stats *out);
+/* Calls fn for every known peer (peer table locked during the walk). */
+void xfer_peer_foreach(xfer_engine *e, void (*fn)(xfer_peer *, void *), void *arg);
+
+/* ---- convenience ------------------------------------------------------- */
+/* One item, submitted and waited for. */
+int xfer_read(xfer_engine *e, xfer_region *local, uint64_t local_off, xfer_peer *p,
+              uint32_t remote_id, uint32_t remote_gen, uint64_t remote_off, uint64_t len,
+              int deadline_ms);
+int xfer_write(xfer_engine *e, xfer_region *local, uint64_t local_off, xfer_peer *p,
+               uint32_t remote_id, uint32_t remote_gen, uint64_t remote_off, uint64_t len,
+               int deadline_ms);
+
+/* Overflow-safe: true when [off, off+len) lies inside [0, size). len 0 is
+ * in range for off <= size. */
+static inline bool xfer_range_ok(uint64_t off, uint64_t len, uint64_t size)
+{
+    return off <= size && len <= size - off;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_H */
