@@ -48,7 +48,8 @@ static int copy_proof(const ProtobufCBinaryData *src, uint8_t *dst, size_t *len)
 {
     if (src->len != 0 && src->len != XFER_HS_PROOF_LEN)
         return -XFER_EPROTO;
-    memcpy(dst, src->data, src->len);
+    if (src->len)
+        memcpy(dst, src->data, src->len);
     *len = src->len;
     return 0;
 }
