@@ -21,6 +21,7 @@ until [[ -e $ready ]]; do
     sleep 0.05
 done
 kill -9 "$PID_victim"
+wait "$PID_victim" 2>/dev/null
 t0=$(date +%s%N)
 while core_alive "$pump" && (( ($(date +%s%N) - t0) / 1000000 < 5000 )); do sleep 0.02; done
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -32,4 +33,5 @@ echo "pump noticed the dead peer within ${ms} ms"
 # the other node still serves (correct secret)
 "$CORE_BIN/xfer_node" auth --peer "$CORE_TMP/locked.node" --secret wrong >/dev/null || core_fail "locked node gone"
 core_alive "$PID_locked" || core_fail "locked node died"
+core_stop locked
 echo "PASS"

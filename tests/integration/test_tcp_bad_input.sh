@@ -32,4 +32,5 @@ core_alive "$PID_target" || core_fail "target died"
 grep -E "closing connection|refused connection" "$CORE_TMP/target.log" | sed 's/^/target log: /' | head -20
 grep -q "malformed request header" "$CORE_TMP/target.log" || core_fail "no log line for garbage"
 grep -q "peer stalled" "$CORE_TMP/target.log" || core_fail "no log line for the stall"
+core_stop target
 echo "PASS"

@@ -39,3 +39,20 @@ core_alive() { kill -0 "$1" 2>/dev/null; }
 
 # Fails the test with a message.
 core_fail() { echo "FAIL: $*"; exit 1; }
+
+# core_stop NAME: SIGTERM, wait (bounded), and fail on a bad exit or any
+# sanitizer report in its log (leaks included: the node frees everything).
+core_stop() {
+    local name=$1 var="PID_${1//-/_}" rc
+    local pid=${!var}
+    kill -TERM "$pid" 2>/dev/null
+    local deadline=$((SECONDS + 15))
+    while core_alive "$pid" && ((SECONDS < deadline)); do sleep 0.05; done
+    core_alive "$pid" && core_fail "node $name did not stop within 15 s"
+    wait "$pid"; rc=$?
+    if ((rc != 0)) || grep -qE "Sanitizer|runtime error" "$CORE_TMP/$name.log"; then
+        tail -40 "$CORE_TMP/$name.log"
+        core_fail "node $name exited with $rc or reported errors"
+    fi
+    grep "served_ops" "$CORE_TMP/$name.log"
+}
