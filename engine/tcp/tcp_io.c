@@ -182,6 +182,13 @@ static bool has_work(struct tcp_sock *s)
 void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms)
 {
     int limit = xfer_engine_config_get(s->tt->engine)->io_timeout_ms;
+    if (!s->target && s->fd >= 0) { /* belt and braces: queued work is never left behind */
+        pthread_mutex_lock(&s->qmu);
+        bool queued = s->q_head != NULL;
+        pthread_mutex_unlock(&s->qmu);
+        if (queued)
+            tcp_sock_writable(s);
+    }
     if (s->fd < 0 || !has_work(s) || now_ms - s->last_progress_ms <= limit)
         return;
     char why[96];
