@@ -4,8 +4,8 @@
  * one of the peer's sockets; the target's progress thread receives WRITE
  * payload straight into the region and answers READ from it.
  *
- * Threads: one acceptor (accept + handshake, then hands the socket over) and
- * progress_threads epoll loops. Each socket belongs to exactly one progress
+ * Threads: one acceptor, a short-lived thread per inbound handshake (which
+ * then hands the socket over), and progress_threads epoll loops. Each socket belongs to exactly one progress
  * thread, which alone does its I/O; other threads only append to its shared
  * send queue (qmu) and kick the owner through an eventfd.
  */
@@ -22,6 +22,7 @@
 #define TCP_RXBUF 8192              /* header read-ahead buffer */
 #define TCP_IOV_MAX 64              /* frames gathered into one sendmsg */
 #define TCP_TXQ_HIGH 4096           /* target stops reading above this backlog */
+#define TCP_HANDSHAKES_MAX 64       /* concurrent inbound handshakes */
 
 struct tcp_transport;
 struct tcp_thread;
@@ -106,6 +107,9 @@ struct tcp_transport {
     int listen_fd, accept_wakefd;
     pthread_t acceptor;
     bool acceptor_started;
+    pthread_mutex_t hs_mu;
+    pthread_cond_t hs_cv;
+    int hs_running; /* handshake threads alive; hs_mu */
     volatile bool stop;
     int n_threads;
     struct tcp_thread *threads;

@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static int tcp_probe(xfer_engine *e, char *why, size_t why_len)
@@ -276,6 +277,74 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
     tcp_thread_adopt(tt, s);
 }
 
+/* Each handshake runs in its own short-lived thread, so a peer that
+ * connects and then says nothing delays no one else. */
+struct hs_job {
+    struct tcp_transport *tt;
+    int fd;
+    char from[80];
+};
+
+static void *handshake_main(void *arg)
+{
+    struct hs_job *job = arg;
+    struct tcp_transport *tt = job->tt;
+    accept_one(tt, job->fd, job->from);
+    free(job);
+    pthread_mutex_lock(&tt->hs_mu);
+    tt->hs_running--;
+    pthread_cond_broadcast(&tt->hs_cv);
+    pthread_mutex_unlock(&tt->hs_mu);
+    return NULL;
+}
+
+static void start_handshake(struct tcp_transport *tt, int fd, const char *from)
+{
+    struct hs_job *job = malloc(sizeof(*job));
+    pthread_mutex_lock(&tt->hs_mu);
+    bool room = job && tt->hs_running < TCP_HANDSHAKES_MAX;
+    if (room)
+        tt->hs_running++;
+    pthread_mutex_unlock(&tt->hs_mu);
+    if (!room) {
+        xfer_warn("tcp: refused connection from %s: too many handshakes in progress", from);
+        free(job);
+        close(fd);
+        return;
+    }
+    *job = (struct hs_job){tt, fd, ""};
+    snprintf(job->from, sizeof(job->from), "%s", from);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    if (pthread_create(&t, &attr, handshake_main, job) != 0) {
+        xfer_warn("tcp: refused connection from %s: cannot start a thread", from);
+        free(job);
+        close(fd);
+        pthread_mutex_lock(&tt->hs_mu);
+        tt->hs_running--;
+        pthread_mutex_unlock(&tt->hs_mu);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* Handshakes are bounded by connect_timeout_ms; wait that long at most. */
+static void wait_handshakes(struct tcp_transport *tt)
+{
+    int ms = xfer_engine_config_get(tt->engine)->connect_timeout_ms + 2000;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    pthread_mutex_lock(&tt->hs_mu);
+    while (tt->hs_running > 0)
+        if (pthread_cond_timedwait(&tt->hs_cv, &tt->hs_mu, &ts) == ETIMEDOUT)
+            break;
+    if (tt->hs_running > 0)
+        xfer_err("tcp: %d handshakes still running at close", tt->hs_running);
+    pthread_mutex_unlock(&tt->hs_mu);
+}
+
 static void *acceptor_main(void *arg)
 {
     struct tcp_transport *tt = arg;
@@ -293,7 +362,7 @@ static void *acceptor_main(void *arg)
         }
         char from[80];
         addr_text(&ss, from, sizeof(from));
-        accept_one(tt, fd, from);
+        start_handshake(tt, fd, from);
     }
     return NULL;
 }
@@ -308,6 +377,7 @@ static void tcp_close(struct xfer_transport *t)
         wake(tt->accept_wakefd);
         pthread_join(tt->acceptor, NULL);
     }
+    wait_handshakes(tt); /* they hand sockets to the progress threads */
     for (int i = 0; i < tt->n_threads; i++) {
         struct tcp_thread *th = &tt->threads[i];
         if (th->thread) {
@@ -334,6 +404,8 @@ static void tcp_close(struct xfer_transport *t)
     if (tt->accept_wakefd >= 0)
         close(tt->accept_wakefd);
     free(tt->threads);
+    pthread_cond_destroy(&tt->hs_cv);
+    pthread_mutex_destroy(&tt->hs_mu);
     free(tt);
 }
 
@@ -347,6 +419,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->base.engine = e;
     tt->engine = e;
     tt->listen_fd = -1;
+    pthread_mutex_init(&tt->hs_mu, NULL);
+    pthread_cond_init(&tt->hs_cv, NULL);
     const char *sb = getenv("XFER_TCP_SOCKBUF");
     tt->sockbuf = sb ? atoi(sb) : 0;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -371,6 +445,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     return 0;
 fail:
     if (!tt->threads) {
+        pthread_cond_destroy(&tt->hs_cv);
+        pthread_mutex_destroy(&tt->hs_mu);
         free(tt);
         return rc;
     }

@@ -19,6 +19,15 @@ for c in trunc-hdr trunc-payload; do
     "$CORE_BIN/xfer_raw" --peer "$node" --case $c || core_fail "raw $c"
 done
 
+# A client that connects and never handshakes delays no one: while it
+# holds its socket, another client connects and is served.
+"$CORE_BIN/xfer_raw" --peer "$node" --case hs-stall --within-ms 4000 >/dev/null 2>&1 &
+hs=$!
+CORE_PIDS+=("$hs")
+"$CORE_BIN/xfer_node" bad --peer "$node" --node third-client >/dev/null ||
+    core_fail "a silent connection blocked others"
+wait "$hs"
+
 # A stalled client is cut after io_timeout (1 s); meanwhile others are served.
 "$CORE_BIN/xfer_raw" --peer "$node" --case stall --within-ms 4000 >"$CORE_TMP/stall.out" 2>&1 &
 stall=$!

@@ -14,6 +14,8 @@
  *        stall        WRITE_REQ of 1 MiB, 1000 bytes, then silence: the
  *                     server must cut us after its io_timeout
  *        pre-hs       garbage before any handshake
+ *        hs-stall     connect and say nothing for --within-ms (others must
+ *                     still be able to connect meanwhile)
  */
 #include "node_common.h"
 #include "frame.h"
@@ -92,6 +94,12 @@ int main(int argc, char **argv)
     int fd = d ? dial(nf.peer.data_port) : -1;
     if (fd < 0)
         return 1;
+    if (!strcmp(cs, "hs-stall")) { /* connect, say nothing, hold the socket */
+        wait_closed(fd, within);
+        close(fd);
+        printf("raw hs-stall: held the connection for up to %d ms\n", within);
+        return 0;
+    }
     if (strcmp(cs, "pre-hs")) {
         struct xfer_hs_self self = {"raw-client", 12345, NULL, 0, 0};
         struct xfer_hs_peer hp;
