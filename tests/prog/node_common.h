@@ -141,6 +141,8 @@ static inline xfer_engine *client_engine(const char *node_id, const struct node_
     }
     cfg.connect_timeout_ms = 3000;
     cfg.io_timeout_ms = 3000;
+    if (getenv("XFER_TEST_PROGRESS_THREADS")) /* exercise several progress threads */
+        cfg.progress_threads = atoi(getenv("XFER_TEST_PROGRESS_THREADS"));
     int rc;
     xfer_engine *e = xfer_engine_new(&cfg, &rc);
     if (!e) {

@@ -90,6 +90,8 @@ static int run_serve(const struct opts *o)
     }
     if (o->io_timeout)
         cfg.io_timeout_ms = o->io_timeout;
+    if (getenv("XFER_TEST_PROGRESS_THREADS"))
+        cfg.progress_threads = atoi(getenv("XFER_TEST_PROGRESS_THREADS"));
     int rc;
     xfer_engine *e = xfer_engine_new(&cfg, &rc);
     if (!e) {
