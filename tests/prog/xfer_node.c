@@ -205,6 +205,21 @@ static int run_bad(const struct opts *o)
     /* exact end, rewriting the protected bytes with the same content */
     pattern_fill(lp, 100, PROTECTED_SEED, n - 100);
     expect_op(e, XFER_OP_WRITE, l, p, rw->id, rw->gen, n - 100, 100, 0, "write ending exactly at the end");
+    /* descriptors that no longer match the node are refused at connect */
+    struct xfer_peer_desc d = nf.peer;
+    d.incarnation ^= 1;
+    xfer_peer *p2;
+    rc = xfer_peer_add(e, &d, &p2);
+    CHECK(rc == -XFER_ESTALE, "peer with an old incarnation: %s", xfer_strerror(rc));
+    snprintf(d.node_id, sizeof(d.node_id), "not-%.40s", nf.peer.node_id);
+    d.incarnation = nf.peer.incarnation;
+    rc = xfer_peer_add(e, &d, &p2);
+    CHECK(rc == -XFER_ESTALE, "other node at that address: %s", xfer_strerror(rc));
+    printf("  %-44s -> %s\n", "peer descriptors that do not match the node", "refused");
+    rc = xfer_peer_add(e, &nf.peer, &p); /* back to the right one */
+    CHECK(rc == 0, "reconnect: %s", xfer_strerror(rc));
+    for (int i = 0; i < nf.n_regions; i++) /* a new incarnation dropped the cache */
+        xfer_peer_region_add(p, &nf.regions[i]);
     /* everything previously written is intact */
     memset(lp, 0, n);
     expect_op(e, XFER_OP_READ, l, p, rw->id, rw->gen, 0, n, 0, "read back protected content");
