@@ -59,6 +59,15 @@ struct xfer_transport_ops {
     int (*post)(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
     /* Optional: drive completions for transports without their own thread. */
     int (*progress)(struct xfer_transport *t);
+    /* Optional: adds this transport's part of the node's own descriptor
+     * (rdma: the NIC list in self->nics). Called by xfer_engine_describe(). */
+    void (*describe)(struct xfer_transport *t, struct xfer_peer_desc *self);
+    /* Optional: adds this transport's part of a local region's descriptor
+     * (rdma: one rkey per NIC in out->rkeys). Called by xfer_region_describe()
+     * and xfer_region_foreach() with the region table locked: must not call
+     * back into the engine's region API. */
+    void (*describe_region)(struct xfer_transport *t, const xfer_region *r,
+                            struct xfer_region_desc *out);
 };
 
 struct xfer_transport {
