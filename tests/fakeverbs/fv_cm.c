@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -212,6 +213,8 @@ static void incoming(struct fv_id *listen, int s)
     }
     tv.tv_sec = 0;
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int one = 1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->conn_sock = s;
     c->id.verbs = fv_shared_context(d->index);
     c->id.port_num = 1;
@@ -348,6 +351,8 @@ static int tcp_connect(const struct sockaddr *dst, int timeout_ms)
         return -err;
     }
     fcntl(s, F_SETFL, 0);
+    int one = 1; /* a NIC does not wait to coalesce small messages */
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return s;
 }
 

@@ -24,3 +24,15 @@ $(FAKE_UNIT_BINS): $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(B)/lib/libxfer.a
 	$(CC) $(LDFLAGS) $< -o $@ $(FAKE_LINK_LIBS) -lcmocka
 
 all: $(FAKEVERBS)
+
+# Integration helpers linked with the stand-in: the same main objects as the
+# TEST_PROGS built with the real libraries, linked the other way.
+FAKE_TEST_PROGS := xfer_node:tests/prog/xfer_node.c
+FAKE_TEST_BINS := $(foreach p,$(FAKE_TEST_PROGS),$(B)/tests/fake/$(word 1,$(subst :, ,$(p))))
+define fake_prog_rule
+$(B)/tests/fake/$(1): $(B)/obj/$(patsubst %.c,%.o,$(2)) $(B)/lib/libxfer.a $(FAKEVERBS)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) $$< -o $$@ $$(FAKE_LINK_LIBS)
+endef
+$(foreach p,$(FAKE_TEST_PROGS),$(eval $(call fake_prog_rule,$(word 1,$(subst :, ,$(p))),$(word 2,$(subst :, ,$(p))))))
+all: $(FAKE_TEST_BINS)

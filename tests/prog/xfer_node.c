@@ -54,8 +54,9 @@ static int add_region(xfer_engine *e, const char *spec)
 
 static void write_region_line(const struct xfer_region_desc *d, void *arg)
 {
-    fprintf(arg, "region=%s %u %u %llu %s\n", d->name, d->id, d->gen,
-            (unsigned long long)d->len, xfer_access_str(d->access));
+    fprintf(arg, "region=%s %u %u %llu %s %llu %s\n", d->name, d->id, d->gen,
+            (unsigned long long)d->len, xfer_access_str(d->access), (unsigned long long)d->addr,
+            d->rkeys[0] ? d->rkeys : "-");
 }
 
 static int write_node_file(xfer_engine *e, const char *path)
@@ -69,6 +70,7 @@ static int write_node_file(xfer_engine *e, const char *path)
     xfer_engine_describe(e, &d);
     fprintf(f, "node=%s\nport=%u\nincarnation=%llu\nhost_id=%s\npid=%d\n", d.node_id,
             d.data_port, (unsigned long long)d.incarnation, d.host_id, (int)getpid());
+    fprintf(f, "transports=%u\nnics=%s\n", d.transports, d.nics[0] ? d.nics : "-");
     xfer_region_foreach(e, write_region_line, f);
     fclose(f);
     return rename(tmp, path);
@@ -79,7 +81,7 @@ static int run_serve(const struct opts *o)
     struct xfer_engine_config cfg;
     xfer_engine_config_init(&cfg);
     cfg.node_id = o->node ? o->node : "server";
-    cfg.transports = XFER_TRANSPORT_TCP;
+    cfg.transports = node_transports();
     if (o->secret) {
         cfg.secret = o->secret;
         cfg.secret_len = strlen(o->secret);
