@@ -21,7 +21,8 @@ int xrdma_devices_probe(char *why, size_t why_len)
     struct ibv_device **list = ibv_get_device_list(&n);
     if (!list || n == 0) {
         snprintf(why, why_len, "no RDMA device (%s)", list ? "none listed" : strerror(errno));
-        ibv_free_device_list(list);
+        if (list) /* libibverbs crashes on NULL */
+            ibv_free_device_list(list);
         return -XFER_ENODEV;
     }
     int active = 0;

@@ -100,8 +100,7 @@ int xfer_rdma_wc_error(enum ibv_wc_status st, const char **why)
         break;
     case IBV_WC_REM_ACCESS_ERR:
         rc = -XFER_EACCES;
-        w = "remote access error (rkey invalid or revoked, region not writable/readable, "
-            "or range outside the remote region)";
+        w = "remote access error (rkey, access mode or range refused by the target NIC)";
         break;
     case IBV_WC_LOC_PROT_ERR:
     case IBV_WC_LOC_ACCESS_ERR:

@@ -77,7 +77,16 @@ struct ibv_device **ibv_get_device_list(int *num)
     return list;
 }
 
-void ibv_free_device_list(struct ibv_device **list) { free(list); }
+/* libibverbs dereferences the list: a NULL here would crash a real program,
+ * so the stand-in refuses it loudly instead of hiding the bug. */
+void ibv_free_device_list(struct ibv_device **list)
+{
+    if (!list) {
+        fprintf(stderr, "fakeverbs: ibv_free_device_list(NULL) crashes libibverbs\n");
+        abort();
+    }
+    free(list);
+}
 
 const char *ibv_get_device_name(struct ibv_device *d) { return d ? d->name : NULL; }
 
