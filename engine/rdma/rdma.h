@@ -150,6 +150,7 @@ struct rdma_transport {
     pthread_mutex_t lock;
     struct rdma_slot *slots; /* RDMA_MAX_SLOTS */
     struct rdma_conn *conns;
+    struct rdma_region *regions;    /* registered, under lock */
     struct rdma_accepted *accepted; /* CM thread only */
     struct xfer_rdma_replay replay;  /* CM thread only */
 };
@@ -160,6 +161,8 @@ struct rdma_region {
     struct ibv_mr *mr[XFER_RDMA_MAX_NICS];
     int device; /* CUDA ordinal or -1: picks the nearest NICs */
     uint32_t near_mask;
+    xfer_region *owner;
+    struct rdma_region *prev, *next; /* t->regions: released by close */
 };
 
 static inline struct rdma_transport *xrdma_of(struct xfer_transport *t)
@@ -177,6 +180,8 @@ uint32_t xrdma_nics_near(struct rdma_transport *t, int cuda_device);
 /* rdma_mr.c */
 int xrdma_reg_mem(struct xfer_transport *t, xfer_region *r);
 void xrdma_dereg_mem(struct xfer_transport *t, xfer_region *r);
+/* Deregisters what the engine did not (it closes transports first). */
+void xrdma_regions_release(struct rdma_transport *t);
 void xrdma_describe_region(struct xfer_transport *t, const xfer_region *r,
                           struct xfer_region_desc *out);
 

@@ -98,24 +98,56 @@ int xrdma_reg_mem(struct xfer_transport *tr, xfer_region *r)
     rr->n = t->n_nics;
     rr->device = cuda ? xfer_region_device(r) : -1;
     rr->near_mask = xrdma_nics_near(t, rr->device);
+    rr->owner = r;
+    pthread_mutex_lock(&t->lock);
+    rr->next = t->regions;
+    if (t->regions)
+        t->regions->prev = rr;
+    t->regions = rr;
+    pthread_mutex_unlock(&t->lock);
     xfer_region_set_transport_data(r, XFER_TRANSPORT_RDMA, rr);
     return 0;
 }
 
-void xrdma_dereg_mem(struct xfer_transport *tr, xfer_region *r)
+static void region_release(struct rdma_region *rr)
 {
-    (void)tr;
-    if (!r)
-        return;
-    struct rdma_region *rr = xfer_region_transport_data(r, XFER_TRANSPORT_RDMA);
-    if (!rr)
-        return;
-    xfer_region_set_transport_data(r, XFER_TRANSPORT_RDMA, NULL);
     /* Deregistration revokes the rkeys: a peer still using them gets a
      * remote access error from the NIC, never this memory. */
     for (int i = 0; i < rr->n; i++)
         ibv_dereg_mr(rr->mr[i]);
     free(rr);
+}
+
+void xrdma_regions_release(struct rdma_transport *t)
+{
+    pthread_mutex_lock(&t->lock);
+    struct rdma_region *rr = t->regions;
+    t->regions = NULL;
+    pthread_mutex_unlock(&t->lock);
+    while (rr) {
+        struct rdma_region *n = rr->next;
+        xfer_region_set_transport_data(rr->owner, XFER_TRANSPORT_RDMA, NULL);
+        region_release(rr);
+        rr = n;
+    }
+}
+
+void xrdma_dereg_mem(struct xfer_transport *tr, xfer_region *r)
+{
+    struct rdma_transport *t = xrdma_of(tr);
+    struct rdma_region *rr = r ? xfer_region_transport_data(r, XFER_TRANSPORT_RDMA) : NULL;
+    if (!rr)
+        return;
+    xfer_region_set_transport_data(r, XFER_TRANSPORT_RDMA, NULL);
+    pthread_mutex_lock(&t->lock);
+    if (rr->prev)
+        rr->prev->next = rr->next;
+    else
+        t->regions = rr->next;
+    if (rr->next)
+        rr->next->prev = rr->prev;
+    pthread_mutex_unlock(&t->lock);
+    region_release(rr);
 }
 
 void xrdma_describe_region(struct xfer_transport *tr, const xfer_region *r,

@@ -56,6 +56,7 @@ static void xrdma_close(struct xfer_transport *tr)
     struct rdma_transport *t = xrdma_of(tr);
     xrdma_cm_stop(t);
     xrdma_progress_stop(t);
+    xrdma_regions_release(t);
     /* The engine disconnected every peer before; nothing may be left. */
     if (t->slots) {
         for (int i = 0; i < RDMA_MAX_SLOTS; i++)

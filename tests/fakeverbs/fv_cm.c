@@ -397,7 +397,8 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
     struct fv_id *f = fid(id);
     if (f->thread_running || id->qp->state != IBV_QPS_INIT)
         return fail(EINVAL);
-    memcpy(f->req_pdata, param->private_data, param->private_data_len);
+    if (param->private_data_len)
+        memcpy(f->req_pdata, param->private_data, param->private_data_len);
     f->req_len = param->private_data_len;
     f->initiator_depth = param->initiator_depth;
     f->responder_resources = param->responder_resources;

@@ -213,10 +213,15 @@ static int send_request(struct fv_qp *qp, struct fv_out *o)
     w->next = NULL;
     if (payload)
         qp->busy++;
+    /* w belongs to the wait list now: the receiver may complete and free it
+     * as soon as the peer has the last byte, so send from a copy. */
+    struct ibv_sge sge[16];
+    int num_sge = payload ? w->num_sge : 0;
+    memcpy(sge, w->sge, (size_t)num_sge * sizeof(sge[0]));
     pthread_mutex_unlock(&qp->lock);
     int rc = fv_send_all(qp->sock, &h, sizeof(h));
-    for (int i = 0; payload && !rc && i < w->num_sge; i++)
-        rc = fv_send_all(qp->sock, (void *)(uintptr_t)w->sge[i].addr, w->sge[i].length);
+    for (int i = 0; !rc && i < num_sge; i++)
+        rc = fv_send_all(qp->sock, (void *)(uintptr_t)sge[i].addr, sge[i].length);
     pthread_mutex_lock(&qp->lock);
     if (payload) {
         qp->busy--;
