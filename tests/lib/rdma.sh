@@ -35,8 +35,8 @@ rdma_serve() {
     SERVE_PID=$!
     NODE_PIDS+=("$SERVE_PID")
     for _ in $(seq 100); do
-        [[ -f $WORK/$name.node ]] && { grep -q '^nics=fake' "$WORK/$name.node" || {
-            echo "node $name published no fake NIC"; cat "$WORK/$name.node"; return 1; }; return 0; }
+        [[ -f $WORK/$name.node ]] && { grep -q '^nics=[^-]' "$WORK/$name.node" || {
+            echo "node $name published no RDMA NIC"; cat "$WORK/$name.node"; return 1; }; return 0; }
         kill -0 "$SERVE_PID" 2>/dev/null || break
         sleep 0.1
     done
