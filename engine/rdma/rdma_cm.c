@@ -182,6 +182,8 @@ static void slot_established(struct rdma_transport *t, struct rdma_slot *s, cons
     pthread_mutex_unlock(&s->lock);
     struct rdma_conn *c = s->conn;
     pthread_mutex_lock(&c->lock);
+    c->why[0] = '\0'; /* an old failure no longer speaks for the peer */
+    c->why_rc = 0;
     pthread_cond_broadcast(&c->cond);
     xrdma_pump_locked(c);
     pthread_mutex_unlock(&c->lock);

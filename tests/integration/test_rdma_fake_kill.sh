@@ -18,4 +18,14 @@ rc=$?
 took=$((SECONDS - start))
 cat "$WORK/pump.log"
 echo "pump exit $rc, ${took}s after the kill"
-((rc == 0 && took <= 10))
+ok=$((rc == 0 && took <= 10))
+
+# Connecting to the dead node fails fast, with the CM's reason.
+start=$SECONDS
+timeout 30 "$FAKE/xfer_rdma_check" random --peer "$WORK/victim.node" >"$WORK/dead.log" 2>&1
+rc=$?
+cat "$WORK/dead.log"
+echo "connect to the dead node: exit $rc after $((SECONDS - start))s"
+grep -q "rejected" "$WORK/dead.log" || { echo "no reason given"; ok=0; }
+((rc == 1 && SECONDS - start <= 5)) || ok=0
+((ok))
