@@ -101,10 +101,14 @@ static int required_mask(enum ibv_qp_state from, enum ibv_qp_state to)
     return -1;
 }
 
-static void set_state_locked(struct fv_qp *qp, enum ibv_qp_state st)
+/* qp->qp.state is what libibverbs shows the application: it changes only
+ * through ibv_modify_qp (and the CM's transitions), never asynchronously;
+ * an asynchronous error is seen through completions or ibv_query_qp. */
+static void set_state_locked(struct fv_qp *qp, enum ibv_qp_state st, bool visible)
 {
     qp->st = st;
-    qp->qp.state = st;
+    if (visible)
+        qp->qp.state = st;
 }
 
 int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
@@ -117,6 +121,9 @@ int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
     enum ibv_qp_state to = attr->qp_state;
     if (to == IBV_QPS_ERR) {
         fv_qp_to_error(qp, IBV_WC_WR_FLUSH_ERR);
+        pthread_mutex_lock(&qp->lock);
+        qp->qp.state = IBV_QPS_ERR;
+        pthread_mutex_unlock(&qp->lock);
         return 0;
     }
     pthread_mutex_lock(&qp->lock);
@@ -138,7 +145,7 @@ int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
         qp->sq_posted = 0;
         __atomic_store_n(&qp->sq_reclaimed, 0, __ATOMIC_RELEASE);
     }
-    set_state_locked(qp, to);
+    set_state_locked(qp, to, true);
     pthread_mutex_unlock(&qp->lock);
     return 0;
 }
@@ -228,7 +235,7 @@ void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first)
 {
     pthread_mutex_lock(&qp->lock);
     bool was_err = qp->st == IBV_QPS_ERR;
-    set_state_locked(qp, IBV_QPS_ERR);
+    set_state_locked(qp, IBV_QPS_ERR, false);
     if (qp->sock >= 0)
         shutdown(qp->sock, SHUT_RDWR);
     while (qp->busy > 0)

@@ -9,7 +9,7 @@ rdma_serve victim --region rw:rw:33554432:1 || exit 1
 timeout 60 "$FAKE/xfer_node" pump --peer "$WORK/victim.node" --ready "$WORK/ready" \
     >"$WORK/pump.log" 2>&1 &
 pump=$!
-for _ in $(seq 200); do [[ -f $WORK/ready ]] && break; sleep 0.05; done
+for _ in $(seq 600); do [[ -f $WORK/ready ]] && break; sleep 0.05; done
 [[ -f $WORK/ready ]] || { echo "pump never got going"; cat "$WORK/pump.log"; exit 1; }
 start=$SECONDS
 kill -KILL "$SERVE_PID"
