@@ -144,6 +144,40 @@ static const struct xfer_region_desc **own_region_list(xfer_registry *r, size_t 
     return v;
 }
 
+/* First publish of a node by this process: region keys left in Redis by a
+ * previous incarnation (crashed, not yet expired) are deleted, so nobody
+ * looks up a region of the old process through the new node. */
+static int purge_old_regions(xfer_registry *r, const char *id)
+{
+    char set[REG_KEY_MAX];
+    reg_key_regions(set, id);
+    const char *argv[] = {"SMEMBERS", set};
+    redisReply *names;
+    int rc = reg_cmd(r, &names, 2, argv, NULL);
+    if (rc || (rc = reg_reply_check(names, "SMEMBERS")) || names->type != REDIS_REPLY_ARRAY ||
+        !names->elements) {
+        if (names)
+            freeReplyObject(names);
+        return rc;
+    }
+    size_t k = 0;
+    append_simple(r, "MULTI", NULL, NULL, NULL);
+    for (size_t i = 0; i < names->elements; i++) {
+        const redisReply *e = names->element[i];
+        if (e->type != REDIS_REPLY_STRING || !xfer_registry_name_ok(e->str))
+            continue;
+        char key[REG_KEY_MAX];
+        reg_key_region(key, id, e->str);
+        append_simple(r, "DEL", key, NULL, NULL);
+        k++;
+    }
+    append_simple(r, "DEL", set, NULL, NULL);
+    append_simple(r, "EXEC", NULL, NULL, NULL);
+    xfer_info("registry: removed %zu regions of a previous incarnation of %s", k, id);
+    freeReplyObject(names);
+    return read_groups(r, 1, k + 3);
+}
+
 int reg_republish_locked(xfer_registry *r)
 {
     if (!r->own_valid || !r->ctx)
@@ -152,9 +186,15 @@ int reg_republish_locked(xfer_registry *r)
     const struct xfer_region_desc **v = own_region_list(r, &n);
     if (n && !v)
         return reg_set_err(-XFER_ENOMEM, "out of memory republishing");
+    int rc = r->purge_pending ? purge_old_regions(r, r->own.peer.node_id) : 0;
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    r->purge_pending = false;
     r->own.heartbeat_ms = reg_now_ms();
     append_node(r);
-    int rc = read_groups(r, 1, NODE_GROUP);
+    rc = read_groups(r, 1, NODE_GROUP);
     if (!rc)
         rc = write_regions(r, v, n);
     free(v);
@@ -200,6 +240,8 @@ int xfer_registry_publish_node(xfer_registry *r, const struct xfer_node_desc *no
     r->own.heartbeat_ms = reg_now_ms();
     r->own_valid = true;
     r->need_republish = true;
+    if (!had)
+        r->purge_pending = true;
     if (!rc)
         rc = reg_republish_locked(r);
 out:

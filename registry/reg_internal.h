@@ -43,6 +43,7 @@ struct xfer_registry {
     int backoff_ms;
     atomic_bool connected;
     bool need_republish;
+    bool purge_pending; /* first publish: delete regions of an old incarnation */
     bool own_valid;
     struct xfer_node_desc own;
     struct strmap own_regions; /* name -> struct xfer_region_desc * */

@@ -202,7 +202,7 @@ static inline long long tr_int(const struct test_redis *t, const char *fmt, ...)
 }
 
 /* HGET as a malloc'ed string (NULL if missing). */
-static char *tr_hget(const struct test_redis *t, const char *key, const char *field)
+static inline char *tr_hget(const struct test_redis *t, const char *key, const char *field)
 {
     redisReply *r = tr_cmd(t, "HGET %s %s", key, field);
     char *s = r && r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
