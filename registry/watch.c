@@ -64,12 +64,14 @@ void reg_watch_handle(xfer_registry *r, short revents)
 /* ---- connection life ------------------------------------------------------ */
 static void schedule_retry(xfer_registry *r, const char *why)
 {
+    bool was_up = atomic_load(&r->subscribed); /* warn once per outage */
     r->wac = NULL;
     r->wac_connected = false;
     atomic_store(&r->subscribed, false);
     int delay = reg_backoff_next(r, &r->watch_backoff_ms);
     r->watch_next_ms = reg_now_ms() + (uint64_t)delay;
-    xfer_warn("registry: event subscriber on %s: %s; retrying in %d ms", r->url_shown, why, delay);
+    xfer_log(was_up ? XFER_LOG_WARN : XFER_LOG_DEBUG,
+             "registry: event subscriber on %s: %s; retrying in %d ms", r->url_shown, why, delay);
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -159,6 +161,12 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
         r->watch_backoff_ms = r->cfg.backoff_min_ms;
         xfer_info("registry: watching %s on %s", REG_EVENTS_CHAN, r->url_shown);
         reg_cache_mark_all_stale(r); /* events may have been missed meanwhile */
+        pthread_mutex_lock(&r->cmd_lock); /* Redis is back: no need to wait out */
+        if (!r->ctx) {                    /* the command connection's backoff */
+            r->next_connect_ms = 0;
+            r->backoff_ms = r->cfg.backoff_min_ms;
+        }
+        pthread_mutex_unlock(&r->cmd_lock);
         emit(r, XFER_REG_EV_RESYNC, "", NULL);
     } else if (!strcmp(kind, "message") && rep->element[2]->type == REDIS_REPLY_STRING) {
         handle_payload(r, rep->element[2]->str, rep->element[2]->len);
