@@ -33,7 +33,7 @@ static bool fresh(const xfer_registry *r, bool stale, uint64_t fetched_ms)
         return false;
     if (atomic_load(&r->subscribed))
         return true;
-    return reg_now_ms() - fetched_ms <= (uint64_t)r->cfg.cache_max_age_ms;
+    return reg_now_ms() - fetched_ms < (uint64_t)r->cfg.cache_max_age_ms; /* 0: never */
 }
 
 static void mark_region_stale(const char *k, void *v, void *arg)
