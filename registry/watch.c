@@ -111,17 +111,36 @@ static void emit(xfer_registry *r, enum xfer_registry_event_type t, const char *
     reg_emit(r, &ev);
 }
 
+/* Splits msg into at most 3 space-separated tokens, each shorter than
+ * XFER_NAME_MAX; returns the count, or -1 when malformed. */
+static int split_event(const char *msg, size_t len, char tok[3][XFER_NAME_MAX])
+{
+    int n = 0;
+    size_t i = 0;
+    while (i < len) {
+        if (msg[i] == ' ') {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < len && msg[j] != ' ')
+            j++;
+        if (n == 3 || j - i >= XFER_NAME_MAX)
+            return -1;
+        memcpy(tok[n], msg + i, j - i);
+        tok[n++][j - i] = '\0';
+        i = j;
+    }
+    return n;
+}
+
 /* "join n" | "leave n" | "region+ n name" | "region- n name" */
 static void handle_payload(xfer_registry *r, const char *msg, size_t len)
 {
-    char buf[3 * XFER_NAME_MAX], verb[16] = "", node[XFER_NAME_MAX] = "", name[XFER_NAME_MAX] = "";
-    char extra[2] = "";
-    if (len >= sizeof(buf))
-        goto bad;
-    memcpy(buf, msg, len);
-    buf[len] = '\0';
-    int n = sscanf(buf, "%15s %63s %63s %1s", verb, node, name, extra);
-    if (n < 2 || extra[0] || !xfer_registry_name_ok(node))
+    char tok[3][XFER_NAME_MAX];
+    int n = split_event(msg, len, tok);
+    const char *verb = tok[0], *node = tok[1], *name = tok[2];
+    if (n < 2 || !xfer_registry_name_ok(node))
         goto bad;
     bool region = !strcmp(verb, "region+") || !strcmp(verb, "region-");
     if (region != (n == 3) || (region && !xfer_registry_name_ok(name)))
