@@ -42,6 +42,7 @@ struct xfer_registry {
     uint64_t next_connect_ms;
     int backoff_ms;
     atomic_bool connected;
+    atomic_uint cmd_failures; /* bumped by reg_conn_fail; the watcher resubscribes on change */
     bool need_republish;
     bool purge_pending; /* first publish: delete regions of an old incarnation */
     bool own_valid;
@@ -63,6 +64,7 @@ struct xfer_registry {
     void *attach_arg;
     redisAsyncContext *wac;
     atomic_bool subscribed;
+    unsigned watch_fail_mark; /* cmd_failures when the watcher subscribed */
     bool wac_connected;
     bool want_read, want_write; /* internal adapter state */
     uint64_t watch_deadline_ms;  /* connect + subscribe must finish by then */

@@ -177,6 +177,7 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
     const char *kind = rep->element[0]->str;
     if (!strcmp(kind, "subscribe")) {
         atomic_store(&r->subscribed, true);
+        r->watch_fail_mark = atomic_load(&r->cmd_failures);
         r->watch_backoff_ms = r->cfg.backoff_min_ms;
         xfer_info("registry: watching %s on %s", REG_EVENTS_CHAN, r->url_shown);
         reg_cache_mark_all_stale(r); /* events may have been missed meanwhile */
@@ -234,8 +235,19 @@ void reg_watch_tick(xfer_registry *r, uint64_t now, uint64_t *due)
             *due = r->watch_next_ms;
         return;
     }
-    if (atomic_load(&r->subscribed))
+    if (atomic_load(&r->subscribed)) {
+        /* A subscriber sees no traffic from a frozen or cut-off Redis, but the
+         * command connection (reaping every second) times out: then the
+         * subscriber is not trusted either and is set up again, which
+         * resyncs the cache once Redis answers. */
+        if (atomic_load(&r->cmd_failures) != r->watch_fail_mark) {
+            redisAsyncContext *ac = r->wac;
+            xfer_warn("registry: command connection to %s failed; resubscribing", r->url_shown);
+            schedule_retry(r, "command connection failed");
+            redisAsyncFree(ac);
+        }
         return;
+    }
     if (now >= r->watch_deadline_ms) { /* connect/SUBSCRIBE hangs: start over */
         redisAsyncContext *ac = r->wac;
         schedule_retry(r, "no SUBSCRIBE confirmation in time");
