@@ -299,6 +299,8 @@ static void test_publish_validation(void **state)
     d.kind = XFER_MEM_CUDA;
     d.device = -1;
     assert_int_equal(xfer_registry_publish_region(r, &d), -XFER_EINVAL);
+    d.device = 1024;
+    assert_int_equal(xfer_registry_publish_region(r, &d), -XFER_EINVAL);
     assert_int_equal(tr_int(&R, "SCARD xfer:regions:{n1}"), 0);
     /* re-publish keeps the incarnation unless a new one is given */
     struct xfer_node_desc own;
