@@ -123,7 +123,7 @@ void reg_cache_store_node(xfer_registry *r, const struct xfer_node_desc *d)
 
 /* Caches regions of a node, only if the cached node has incarnation inc. */
 void reg_cache_store_regions(xfer_registry *r, const char *node, uint64_t inc,
-                                const struct xfer_region_desc *v, size_t n)
+                             const struct xfer_region_desc *v, size_t n)
 {
     pthread_mutex_lock(&r->cache_lock);
     struct reg_cached_node *cn = strmap_get(&r->cache, node);
@@ -152,8 +152,8 @@ static int node_from_reply(xfer_registry *r, redisReply *rep, const char *node_i
     freeReplyObject(rep);
     if (rc == -XFER_ENOENT) {
         reg_cache_drop_node(r, node_id);
-        return reg_set_err(-XFER_ENOENT, "unknown node '%s' (no xfer:node:{%s} in redis)",
-                           node_id, node_id);
+        return reg_set_err(-XFER_ENOENT, "unknown node '%s' (no xfer:node:{%s} in redis)", node_id,
+                           node_id);
     }
     if (rc == -XFER_EPROTO)
         xfer_warn("registry: %s", xfer_registry_last_error(r));

@@ -69,9 +69,9 @@ redisContext *reg_redis_connect(const xfer_registry *r, int *err)
         redisFree(c);
         return NULL;
     }
-    int rc = redisSetTimeout(c, tv) == REDIS_OK ? conn_login(r, c)
-                                                : reg_set_err(-XFER_EUNAVAIL, "redis %s: %s",
-                                                              r->url_shown, "cannot set timeout");
+    int rc = redisSetTimeout(c, tv) == REDIS_OK
+                 ? conn_login(r, c)
+                 : reg_set_err(-XFER_EUNAVAIL, "redis %s: %s", r->url_shown, "cannot set timeout");
     if (rc) {
         *err = rc;
         redisFree(c);
@@ -119,8 +119,8 @@ int reg_conn_fail(xfer_registry *r, const char *what)
         snprintf(why, sizeof(why), "no reply within %d ms", r->cfg.timeout_ms); /* SO_RCVTIMEO */
     else
         snprintf(why, sizeof(why), "%s", e);
-    int rc = reg_set_err(-XFER_EUNAVAIL, "redis unreachable at %s: %s: %s", r->url_shown, what,
-                         why);
+    int rc =
+        reg_set_err(-XFER_EUNAVAIL, "redis unreachable at %s: %s: %s", r->url_shown, what, why);
     xfer_warn("registry: %s", xfer_registry_last_error(r));
     if (r->ctx)
         redisFree(r->ctx);

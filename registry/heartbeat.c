@@ -95,8 +95,8 @@ static int beat_node(xfer_registry *r, uint64_t now, const char *ttl, bool *gone
                  ? -XFER_EPROTO
                  : reg_set_err(-XFER_EPROTO, "heartbeat of %s: unexpected EXEC reply", id);
     else
-        *gone = ex->element[0]->integer == 1 ||
-                (r->own_regions.count && ex->element[2]->integer == 0);
+        *gone =
+            ex->element[0]->integer == 1 || (r->own_regions.count && ex->element[2]->integer == 0);
     for (int i = 0; i < 6; i++)
         freeReplyObject(rep[i]);
     return rc;

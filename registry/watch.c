@@ -180,7 +180,7 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
         r->watch_fail_mark = atomic_load(&r->cmd_failures);
         r->watch_backoff_ms = r->cfg.backoff_min_ms;
         xfer_info("registry: watching %s on %s", REG_EVENTS_CHAN, r->url_shown);
-        reg_cache_mark_all_stale(r); /* events may have been missed meanwhile */
+        reg_cache_mark_all_stale(r);      /* events may have been missed meanwhile */
         pthread_mutex_lock(&r->cmd_lock); /* Redis is back: no need to wait out */
         if (!r->ctx) {                    /* the command connection's backoff */
             r->next_connect_ms = 0;
@@ -196,8 +196,8 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
 static void watch_connect(xfer_registry *r, uint64_t now)
 {
     const struct xfer_redis_url *u = &r->url;
-    redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->host)
-                                       : redisAsyncConnect(u->host, u->port);
+    redisAsyncContext *ac =
+        u->is_unix ? redisAsyncConnectUnix(u->host) : redisAsyncConnect(u->host, u->port);
     if (!ac || ac->err) {
         r->wac = ac; /* for the message only */
         schedule_retry(r, ac ? ac->errstr : "out of memory");

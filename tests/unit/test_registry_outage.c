@@ -42,7 +42,8 @@ static bool is_watching(void *arg)
 static bool republished(void *arg)
 {
     (void)arg;
-    return tr_int(&R, "HLEN xfer:node:{n1}") == 13 && tr_int(&R, "HLEN xfer:region:{n1}:kv") == 15 &&
+    return tr_int(&R, "HLEN xfer:node:{n1}") == 13 &&
+           tr_int(&R, "HLEN xfer:region:{n1}:kv") == 15 &&
            tr_int(&R, "HLEN xfer:region:{n1}:late") == 15 &&
            tr_int(&R, "SCARD xfer:regions:{n1}") == 2 && tr_int(&R, "ZCARD xfer:nodes") == 1;
 }
@@ -145,7 +146,7 @@ static void test_frozen_redis(void **state)
                   (unsigned long long)took);
     assert_true(took >= 900 && took < 2500);
     t0 = tr_now_ms();
-    assert_int_equal(xfer_registry_lookup_node(c, "n1", &got), 0); /* cached */
+    assert_int_equal(xfer_registry_lookup_node(c, "n1", &got), 0);              /* cached */
     assert_int_equal(xfer_registry_lookup_node(c, "n2", &got), -XFER_EUNAVAIL); /* backoff */
     assert_true(tr_now_ms() - t0 < 100);
     assert_true(tr_wait(c, not_watching, c, 3000));
