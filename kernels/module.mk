@@ -1,0 +1,9 @@
+# kernels/: CUDA kernels behind a C ABI (xfer_kernels.h) and their CPU reference.
+LIB_SRCS += kernels/kref.c
+ifeq ($(XFER_WITH_CUDA),1)
+CU_SRCS += kernels/kcopy.cu kernels/kstage.cu
+else
+LIB_SRCS += kernels/nocuda.c
+endif
+TEST_PROGS += test_kernels:tests/gpu/test_kernels.c
+BENCH_PROGS += bench_kernels:bench/bench_kernels.c
