@@ -156,6 +156,31 @@ static struct gbs time_op(op_fn fn, struct op *o)
     return g;
 }
 
+/* Each run alone: the stream is idle before it, nothing overlaps it. */
+static struct gbs time_op_oneshot(op_fn fn, struct op *o)
+{
+    cudaEvent_t a, b;
+    double ms[MAXREPS];
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    fn(o);
+    CK(cudaStreamSynchronize(o->st));
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(a, o->st));
+        fn(o);
+        CK(cudaEventRecord(b, o->st));
+        CK(cudaEventSynchronize(b));
+        float f;
+        CK(cudaEventElapsedTime(&f, a, b));
+        ms[i] = f;
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    qsort(ms, (size_t)reps, sizeof(ms[0]), cmp_double);
+    struct gbs g = {o->bytes / (ms[0] * 1e6), o->bytes / (ms[reps / 2] * 1e6)};
+    return g;
+}
+
 static char *dev_alloc(int dev, size_t len)
 {
     char *p;
@@ -176,13 +201,29 @@ static void shuffle(uint32_t *a, size_t n)
     }
 }
 
-static const uint64_t sweep_chunk[] = {0, 32768, 65536, 131072, 262144, 65536, 131072};
-static const unsigned sweep_threads[] = {0, 256, 256, 256, 256, 512, 512};
-#define NSWEEP (sizeof(sweep_chunk) / sizeof(sweep_chunk[0]))
+/* Grid shapes and variants tried (xfer_kernels_tune); entry 0 is automatic. */
+static const struct shape {
+    uint64_t chunk;
+    unsigned threads;
+    int variant;
+} sweep[] = {
+    {0, 0, 0},         {0, 0, 1},         {65536, 256, 1},  {262144, 256, 1}, {65536, 512, 1},
+    {0, 0, 2},         {65536, 256, 2},   {262144, 256, 2}, {0, 0, 3},        {65536, 256, 3},
+    {262144, 256, 3},  {0, 0, 4},         {65536, 256, 4},  {0, 0, 5},        {65536, 64, 5},
+    {131072, 64, 5},   {262144, 128, 5},  {65536, 128, 5},
+};
+#define NSWEEP (sizeof(sweep) / sizeof(sweep[0]))
+static const char *const variant_names[] = {"auto", "vec4", "vec8", "vec4s", "vec8s", "bulk"};
+
+static void shape_name(char *buf, size_t len, const struct shape *sh)
+{
+    snprintf(buf, len, "kernel %s c=%lluK t=%u", variant_names[sh->variant],
+             (unsigned long long)(sh->chunk >> 10), sh->threads);
+}
 
 static void report(const char *path, const char *what, uint64_t bs, struct gbs g, double ceil)
 {
-    printf("%-12s %-22s %7llu KiB  best %8.1f GB/s  median %8.1f GB/s  %5.3f of ceiling\n", path,
+    printf("%-10s %-28s %7llu KiB  best %8.1f GB/s  median %8.1f GB/s  %5.3f of ceiling\n", path,
            what, (unsigned long long)(bs >> 10), g.best, g.med, ceil > 0 ? g.med / ceil : 0);
 }
 
@@ -219,18 +260,19 @@ static void bench_copy(const char *path, int src_dev, int dst_dev, int on, uint6
     struct gbs best = {0, 0};
     int best_i = 0;
     for (size_t v = 0; v < NSWEEP; v++) {
-        xfer_kernels_tune(sweep_chunk[v], sweep_threads[v]);
+        xfer_kernels_tune(sweep[v].chunk, sweep[v].threads, sweep[v].variant);
         struct gbs g = time_op(op_kernel, &o);
         char name[48];
-        snprintf(name, sizeof(name), "kernel c=%lluK t=%u",
-                 (unsigned long long)(sweep_chunk[v] >> 10), sweep_threads[v]);
+        shape_name(name, sizeof(name), &sweep[v]);
         report(path, v ? name : "kernel (auto)", bs, g, ceil.med);
         if (g.med > best.med)
             best = g, best_i = (int)v;
     }
-    xfer_kernels_tune(0, 0);
-    printf("%-12s best kernel shape: chunk %lluK threads %u\n", path,
-           (unsigned long long)(sweep_chunk[best_i] >> 10), sweep_threads[best_i]);
+    xfer_kernels_tune(0, 0, 0);
+    char name[48];
+    shape_name(name, sizeof(name), &sweep[best_i]);
+    printf("%-12s best: %s\n", path, name);
+    report(path, "kernel (auto) one-shot", bs, time_op_oneshot(op_kernel, &o), ceil.med);
     report(path, "per-block memcpyAsync", bs, time_op(op_per_block, &o), ceil.med);
     report(path, "cudaMemcpyBatchAsync", bs, time_op(op_batch, &o), ceil.med);
 
@@ -277,10 +319,17 @@ static void bench_kv(const char *path, int a, int b, int on, uint64_t bb)
     o.big_src = src_a, o.big_dst = buf_b, o.src_dev = a, o.dst_dev = b;
     struct gbs ceil = time_op(op_ceiling, &o);
     report(path, "kv ceiling (1 copy)", bb, ceil, ceil.med);
-    o.kv = &A, o.ids = ida, o.kvbuf = buf_b; /* gather a's blocks into b's buffer */
-    report(path, "kv gather", bb, time_op(op_gather, &o), ceil.med);
-    o.kv = &Bl, o.ids = idb, o.kvbuf = src_a; /* scatter a's buffer into b's blocks */
-    report(path, "kv scatter", bb, time_op(op_scatter, &o), ceil.med);
+    for (int v = 0; v <= 5; v++) {
+        char g_name[40], s_name[40];
+        snprintf(g_name, sizeof(g_name), "kv gather %s", variant_names[v]);
+        snprintf(s_name, sizeof(s_name), "kv scatter %s", variant_names[v]);
+        xfer_kernels_tune(0, 0, v);
+        o.kv = &A, o.ids = ida, o.kvbuf = buf_b; /* gather a's blocks into b's buffer */
+        report(path, g_name, bb, time_op(op_gather, &o), ceil.med);
+        o.kv = &Bl, o.ids = idb, o.kvbuf = src_a; /* scatter a's buffer into b's blocks */
+        report(path, s_name, bb, time_op(op_scatter, &o), ceil.med);
+    }
+    xfer_kernels_tune(0, 0, 0);
     xfer_kstage_free(o.stage);
     CK(cudaStreamDestroy(o.st));
     for (int l = 0; l < KV_LAYERS; l++) {

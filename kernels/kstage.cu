@@ -23,13 +23,18 @@ struct kslot {
     void *host; /* pinned */
     void *dev;
     size_t cap;
-    cudaEvent_t done;
-    bool pending; /* done was recorded after a launch that reads this slot */
+    cudaEvent_t uploaded; /* on the upload stream, after the slot's upload */
+    cudaEvent_t done;     /* on the caller's stream, after the launch */
+    bool pending;         /* done was recorded after a launch that reads this slot */
 };
 
+/* Uploads run on a stream of their own so that they overlap the caller's
+ * earlier work; the caller's stream waits for them before the launch. */
 struct xfer_kstage {
     int device;
     int sms;
+    int cc_major;
+    cudaStream_t up;
     unsigned next;
     struct kslot slot[KSTAGE_SLOTS];
     char err[256];
@@ -135,8 +140,12 @@ extern "C" void xfer_kstage_free(struct xfer_kstage *s)
                 cudaEventSynchronize(sl->done);
             cudaEventDestroy(sl->done);
         }
+        if (sl->uploaded)
+            cudaEventDestroy(sl->uploaded);
         slot_release(sl);
     }
+    if (s->up)
+        cudaStreamDestroy(s->up);
     free(s);
 }
 
@@ -158,8 +167,15 @@ extern "C" int xfer_kstage_new(int device, struct xfer_kstage **out)
     cudaError_t e = ds.ok ? cudaSuccess : cudaErrorInvalidDevice;
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&s->sms, cudaDevAttrMultiProcessorCount, device);
-    for (int i = 0; e == cudaSuccess && i < KSTAGE_SLOTS; i++)
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&s->cc_major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&s->up, cudaStreamNonBlocking);
+    for (int i = 0; e == cudaSuccess && i < KSTAGE_SLOTS; i++) {
         e = cudaEventCreateWithFlags(&s->slot[i].done, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&s->slot[i].uploaded, cudaEventDisableTiming);
+    }
     if (e != cudaSuccess) {
         rc = cuda_to_xfer(e);
         xfer_kstage_free(s);
@@ -216,15 +232,22 @@ static int slot_get(struct xfer_kstage *s, size_t bytes, struct kslot **out)
     return 0;
 }
 
-/* Uploads the slot's first `bytes`, then lets `launch` run, then marks the
- * slot busy until the stream passes this point. */
+/* Uploads the slot's first `bytes` on the upload stream, makes `st` wait
+ * for it, lets `launch` run on st, then marks the slot busy until st passes
+ * this point (which is after the upload too). */
 template <typename F>
 static int stage_run(struct xfer_kstage *s, struct kslot *sl, size_t bytes, cudaStream_t st,
                      F launch)
 {
-    cudaError_t e = cudaMemcpyAsync(sl->dev, sl->host, bytes, cudaMemcpyHostToDevice, st);
-    if (e != cudaSuccess)
+    cudaError_t e = cudaMemcpyAsync(sl->dev, sl->host, bytes, cudaMemcpyHostToDevice, s->up);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(sl->uploaded, s->up);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(st, sl->uploaded, 0);
+    if (e != cudaSuccess) {
+        cudaStreamSynchronize(s->up);
         return stage_fail(s, e, "uploading descriptors");
+    }
     e = launch();
     if (e != cudaSuccess) {
         /* the upload may still be reading the slot */
@@ -251,9 +274,12 @@ extern "C" int xfer_kernels_batched_copy(struct xfer_kstage *s, const struct xfe
     if (!d || n >= UINT32_MAX)
         return stage_failx(s, -XFER_EINVAL, "bad descriptor array");
     uint64_t total = 0;
+    bool all_aligned = true;
     for (size_t i = 0; i < n; i++) {
         if (d[i].len && (!d[i].dst || !d[i].src))
             return stage_failx(s, -XFER_EINVAL, "descriptor %zu: NULL pointer", i);
+        if (((uintptr_t)d[i].dst ^ (uintptr_t)d[i].src) & 15)
+            all_aligned = false;
         if (total + d[i].len < total)
             return stage_failx(s, -XFER_EINVAL, "descriptor lengths overflow");
         total += d[i].len;
@@ -263,24 +289,33 @@ extern "C" int xfer_kernels_batched_copy(struct xfer_kstage *s, const struct xfe
     device_scope ds(s->device);
     if (!ds.ok)
         return stage_failx(s, -XFER_ENODEV, "cannot select device %d", s->device);
-    size_t bytes = n * sizeof(*d) + (n + 1) * sizeof(uint64_t);
+    struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, all_aligned);
+    size_t blocks = kgrid_blocks(total, g);
+    size_t off_start = n * sizeof(*d), off_first = off_start + (n + 1) * sizeof(uint64_t);
+    size_t bytes = off_first + blocks * sizeof(uint32_t);
     struct kslot *sl;
     int rc = slot_get(s, bytes, &sl);
     if (rc)
         return rc;
     memcpy(sl->host, d, n * sizeof(*d));
-    uint64_t *start = (uint64_t *)((char *)sl->host + n * sizeof(*d)), acc = 0;
+    uint64_t *start = (uint64_t *)((char *)sl->host + off_start), acc = 0;
     for (size_t i = 0; i < n; i++) {
         start[i] = acc;
         acc += d[i].len;
     }
     start[n] = acc;
+    uint32_t *first = (uint32_t *)((char *)sl->host + off_first), k = 0;
+    for (size_t b = 0; b < blocks; b++) { /* first descriptor reaching past b's start */
+        while (start[k + 1] <= b * g.chunk)
+            k++;
+        first[b] = k;
+    }
     const uint64_t *ddesc = (const uint64_t *)sl->dev;
-    const uint64_t *dstart = (const uint64_t *)((char *)sl->dev + n * sizeof(*d));
-    struct kgrid g = kgrid_pick(total, s->sms);
+    const uint64_t *dstart = (const uint64_t *)((char *)sl->dev + off_start);
+    const uint32_t *dfirst = (const uint32_t *)((char *)sl->dev + off_first);
     cudaStream_t st = (cudaStream_t)stream;
     return stage_run(s, sl, bytes, st, [&] {
-        return klaunch_batched_copy(ddesc, dstart, (uint32_t)n, total, g, st);
+        return klaunch_batched_copy(ddesc, dstart, dfirst, (uint32_t)n, total, g, st);
     });
 }
 
@@ -312,7 +347,10 @@ static int kv_run(struct xfer_kstage *s, const struct xfer_kv_layout *lay, const
     memcpy(hb + lay->num_layers, ids, n_ids * sizeof(*ids));
     const uint64_t *dbase = (const uint64_t *)sl->dev;
     uint64_t stride = lay->block_stride ? lay->block_stride : lay->block_bytes;
-    struct kgrid g = kgrid_pick(per_layer * lay->num_layers, s->sms);
+    bool aligned = (lay->block_bytes % 16) == 0 && (stride % 16) == 0 && ((uintptr_t)buf % 16) == 0;
+    for (uint32_t l = 0; aligned && l < lay->num_layers; l++)
+        aligned = (hb[l] % 16) == 0;
+    struct kgrid g = kgrid_pick(per_layer * lay->num_layers, s->sms, s->cc_major, aligned);
     cudaStream_t st = (cudaStream_t)stream;
     return stage_run(s, sl, bytes, st, [&] {
         return klaunch_kv(dbase, dbase + lay->num_layers, n_ids, lay->num_layers,

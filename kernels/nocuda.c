@@ -52,7 +52,7 @@ int xfer_kernels_kv_scatter(struct xfer_kstage *s, const struct xfer_kv_layout *
     return -XFER_ENODEV;
 }
 
-void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads)
+void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int variant)
 {
-    (void)chunk_bytes, (void)threads;
+    (void)chunk_bytes, (void)threads, (void)variant;
 }

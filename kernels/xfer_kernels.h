@@ -102,10 +102,14 @@ int xfer_kernels_kv_gather(struct xfer_kstage *s, const struct xfer_kv_layout *l
 int xfer_kernels_kv_scatter(struct xfer_kstage *s, const struct xfer_kv_layout *lay,
                             const uint64_t *ids, size_t n_ids, const void *buf, void *stream);
 
-/* Benchmark knobs: bytes per thread block (multiple of 16, 0 = automatic)
- * and threads per block (32..1024, multiple of 32, 0 = 256). Process-wide,
- * not thread-safe; meant for bench_kernels. */
-void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads);
+/* Benchmark knobs: bytes per thread block (multiple of 16, 0 = automatic),
+ * threads per block (32..512, multiple of 32, 0 = automatic) and kernel
+ * variant (0 = automatic; 1..4: 16-byte vector copy with 4 or 8 loads in
+ * flight per thread, 3 and 4 with streaming cache hints; 5: Hopper bulk
+ * copy engine, used only where every src/dst pair agrees modulo 16, else
+ * automatic). Process-wide, not thread-safe; meant for bench_kernels and the
+ * tests. */
+void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int variant);
 
 /* CPU reference implementations on host memory (same semantics). */
 void xfer_kref_batched_copy(const struct xfer_copy_desc *d, size_t n);

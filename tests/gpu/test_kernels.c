@@ -5,7 +5,7 @@
  * are two with peer access. Exits 77 ("skipped: no CUDA device") without a
  * GPU. Every destination arena is poisoned first and compared whole, so a
  * byte written outside the listed ranges fails the test too.
- *   test_kernels [rounds]     (default 12)
+ *   test_kernels [rounds [seed]]     (default 16 rounds)
  */
 #include "xfer.h"
 #include "xfer_kernels.h"
@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 static int failures;
+static int aligned_only; /* rounds for the bulk variant: src == dst modulo 16 */
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -126,7 +127,7 @@ static void batch_round(struct xfer_kstage *st, cudaStream_t stream, struct aren
         if (pos + len > dst->len || len > src->len)
             break;
         uint64_t so = rnd_below(src->len - len + 1);
-        if (rnd_below(2)) /* half of them with equal alignment: the 16-byte path */
+        if (aligned_only || rnd_below(2)) /* equal alignment: the 16-byte path */
             so = (so & ~(uint64_t)15) | (pos & 15), so = so + len > src->len ? so - 16 : so;
         dd[n] = (struct xfer_copy_desc){dst->d + pos, src->d + so, len};
         hd[n] = (struct xfer_copy_desc){dst->h + pos, src->h + so, len};
@@ -158,6 +159,8 @@ static void kv_make(struct kvside *k, int dev, uint32_t layers, uint64_t nblk, u
     uint64_t stride = bb + (rnd_below(2) ? 0 : 16 * rnd_below(4) + rnd_below(2) * 3);
     uint64_t lstride = nblk * stride + rnd_below(3) * 100;
     uint64_t skew = rnd_below(2) ? 0 : 1 + rnd_below(15);
+    if (aligned_only)
+        stride = bb, lstride = nblk * stride + 16 * rnd_below(3), skew = 0;
     size_t len = skew + (size_t)layers * (lstride + 256);
     arena_init(&k->ar, dev, len, 1);
     memset(&k->dl, 0, sizeof(k->dl));
@@ -169,6 +172,8 @@ static void kv_make(struct kvside *k, int dev, uint32_t layers, uint64_t nblk, u
     if (per_layer) {
         for (uint32_t l = 0; l < layers; l++) { /* layers in reverse order, gaps between */
             size_t off = skew + (size_t)(layers - 1 - l) * (lstride + 256) + rnd_below(200);
+            if (aligned_only)
+                off &= ~(size_t)15;
             k->dbase[l] = k->ar.d + off;
             k->hbase[l] = k->ar.h + off;
         }
@@ -203,8 +208,10 @@ static void rnd_ids(uint64_t *ids, size_t n, uint64_t nblk, int distinct)
 static void kv_round(struct xfer_kstage *st, cudaStream_t stream, int a, int b, const char *what)
 {
     static const uint64_t sizes[] = {16384, 1000, 4100, 777, 65536, 48};
+    static const uint64_t aligned_sizes[] = {16384, 4096, 48, 65536, 1024 + 16 * 7};
     uint32_t layers = 1 + (uint32_t)rnd_below(12);
-    uint64_t bb = sizes[rnd_below(sizeof(sizes) / sizeof(sizes[0]))], nblk = 8 + rnd_below(56);
+    uint64_t bb = aligned_only ? aligned_sizes[rnd_below(5)] : sizes[rnd_below(6)];
+    uint64_t nblk = 8 + rnd_below(56);
     size_t n = 1 + rnd_below(nblk);
     struct kvside A, B;
     struct arena buf;
@@ -212,7 +219,7 @@ static void kv_round(struct xfer_kstage *st, cudaStream_t stream, int a, int b, 
     kv_make(&A, a, layers, nblk, bb, (int)rnd_below(2));
     kv_make(&B, b, layers, nblk, bb, (int)rnd_below(2));
     arena_init(&buf, b, (size_t)layers * n * bb + 7, 0);
-    size_t skew = rnd_below(2) ? 0 : 1 + rnd_below(6); /* buffer start unaligned too */
+    size_t skew = rnd_below(2) || aligned_only ? 0 : 1 + rnd_below(6); /* unaligned buffer too */
     rnd_ids(ida, n, nblk, 0);
     rnd_ids(idb, n, nblk, 1);
 
@@ -240,11 +247,19 @@ static void kv_round(struct xfer_kstage *st, cudaStream_t stream, int a, int b, 
     arena_free(&buf);
 }
 
+/* Cycles through kernel variants and grid shapes, tiny chunks included so
+ * that pieces cross thread-block boundaries everywhere. */
 static void tune_round(unsigned r)
 {
-    static const uint64_t chunks[] = {0, 16, 4096, 48, 65536, 0};
-    static const unsigned threads[] = {0, 32, 512, 96, 256, 128};
-    xfer_kernels_tune(chunks[r % 6], threads[r % 6]);
+    static const struct {
+        uint64_t chunk;
+        unsigned threads;
+        int variant;
+    } t[] = {{0, 0, 0},      {16, 32, 1},  {4096, 512, 2}, {48, 96, 3},
+             {65536, 256, 4}, {0, 128, 5}, {4096, 64, 5},  {1008, 64, 5}};
+    unsigned i = r % (sizeof(t) / sizeof(t[0]));
+    xfer_kernels_tune(t[i].chunk, t[i].threads, t[i].variant);
+    aligned_only = t[i].variant == 5;
 }
 
 static void test_api_errors(struct xfer_kstage *st, cudaStream_t s)
@@ -279,7 +294,8 @@ static void run_pair(int a, int b, int on, unsigned rounds)
         snprintf(what, sizeof(what), "kv gpu%d->gpu%d on gpu%d round %u", a, b, on, r);
         kv_round(st, stream, a, b, what);
     }
-    xfer_kernels_tune(0, 0);
+    xfer_kernels_tune(0, 0, 0);
+    aligned_only = 0;
     arena_free(&src);
     arena_free(&dst);
     CK(cudaSetDevice(on));
@@ -305,7 +321,7 @@ static int enable_peer(int a, int b)
 
 int main(int argc, char **argv)
 {
-    unsigned rounds = argc > 1 ? (unsigned)atoi(argv[1]) : 12;
+    unsigned rounds = argc > 1 ? (unsigned)atoi(argv[1]) : 16;
     int ndev = 0;
     if (xfer_kernels_probe(&ndev)) {
         struct xfer_kstage *st = NULL;
