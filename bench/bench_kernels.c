@@ -38,6 +38,7 @@
 #define MAXREPS 64
 
 static int reps = 20;
+static int skip_bulk; /* XFER_BENCH_SKIP_BULK=1: leave the bulk variant out */
 static uint64_t rng = 88172645463325252ull;
 static uint64_t rnd(void)
 {
@@ -210,7 +211,7 @@ static const struct shape {
     {0, 0, 0},         {0, 0, 1},         {65536, 256, 1},  {262144, 256, 1}, {65536, 512, 1},
     {0, 0, 2},         {65536, 256, 2},   {262144, 256, 2}, {0, 0, 3},        {65536, 256, 3},
     {262144, 256, 3},  {0, 0, 4},         {65536, 256, 4},  {0, 0, 5},        {65536, 64, 5},
-    {131072, 64, 5},   {262144, 128, 5},  {65536, 128, 5},
+    {131072, 64, 5},   {262144, 128, 5},  {65536, 128, 5},  {65536, 512, 2},
 };
 #define NSWEEP (sizeof(sweep) / sizeof(sweep[0]))
 static const char *const variant_names[] = {"auto", "vec4", "vec8", "vec4s", "vec8s", "bulk"};
@@ -260,6 +261,8 @@ static void bench_copy(const char *path, int src_dev, int dst_dev, int on, uint6
     struct gbs best = {0, 0};
     int best_i = 0;
     for (size_t v = 0; v < NSWEEP; v++) {
+        if (sweep[v].variant == 5 && skip_bulk)
+            continue;
         xfer_kernels_tune(sweep[v].chunk, sweep[v].threads, sweep[v].variant);
         struct gbs g = time_op(op_kernel, &o);
         char name[48];
@@ -319,7 +322,7 @@ static void bench_kv(const char *path, int a, int b, int on, uint64_t bb)
     o.big_src = src_a, o.big_dst = buf_b, o.src_dev = a, o.dst_dev = b;
     struct gbs ceil = time_op(op_ceiling, &o);
     report(path, "kv ceiling (1 copy)", bb, ceil, ceil.med);
-    for (int v = 0; v <= 5; v++) {
+    for (int v = 0; v <= (skip_bulk ? 4 : 5); v++) {
         char g_name[40], s_name[40];
         snprintf(g_name, sizeof(g_name), "kv gather %s", variant_names[v]);
         snprintf(s_name, sizeof(s_name), "kv scatter %s", variant_names[v]);
@@ -378,6 +381,7 @@ int main(int argc, char **argv)
         reps = atoi(argv[1]);
     if (reps < 3 || reps > MAXREPS)
         reps = 20;
+    skip_bulk = getenv("XFER_BENCH_SKIP_BULK") != NULL;
     if (xfer_kernels_probe(&ndev)) {
         printf("skipped: no CUDA device\n");
         return 77;
