@@ -1,7 +1,7 @@
 # kernels/: CUDA kernels behind a C ABI (xfer_kernels.h) and their CPU reference.
 LIB_SRCS += kernels/kref.c
 ifeq ($(XFER_WITH_CUDA),1)
-CU_SRCS += kernels/kcopy.cu kernels/kstage.cu
+CU_SRCS += kernels/kcopy.cu kernels/kstage.cu kernels/kbatch.cu
 else
 LIB_SRCS += kernels/nocuda.c
 endif

@@ -56,3 +56,40 @@ void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int variant)
 {
     (void)chunk_bytes, (void)threads, (void)variant;
 }
+
+int xfer_kbatch_new(struct xfer_kbatch **out)
+{
+    if (out)
+        *out = NULL;
+    return -XFER_ENODEV;
+}
+
+void xfer_kbatch_free(struct xfer_kbatch *b)
+{
+    (void)b;
+}
+
+int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                      const struct xfer_copy_desc *d, size_t n)
+{
+    (void)b, (void)exec, (void)peer_mask, (void)d, (void)n;
+    return -XFER_ENODEV;
+}
+
+int xfer_kbatch_poll(struct xfer_kbatch *b, int ticket)
+{
+    (void)b, (void)ticket;
+    return -XFER_ENODEV;
+}
+
+int xfer_kbatch_wait(struct xfer_kbatch *b, int ticket, int timeout_ms)
+{
+    (void)b, (void)ticket, (void)timeout_ms;
+    return -XFER_ENODEV;
+}
+
+const char *xfer_kbatch_last_error(const struct xfer_kbatch *b)
+{
+    (void)b;
+    return "built without CUDA";
+}

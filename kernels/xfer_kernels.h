@@ -102,6 +102,42 @@ int xfer_kernels_kv_gather(struct xfer_kstage *s, const struct xfer_kv_layout *l
 int xfer_kernels_kv_scatter(struct xfer_kstage *s, const struct xfer_kv_layout *lay,
                             const uint64_t *ids, size_t n_ids, const void *buf, void *stream);
 
+/*
+ * Engine helper: batched device-to-device copies with tickets, for a
+ * transport that would otherwise issue one cudaMemcpyAsync per item (the ipc
+ * transport's GPU<->GPU items). One object per connection or thread; it owns
+ * a stage and a non-blocking stream per device it launches on.
+ *
+ * Worth it from about XFER_KBATCH_MIN_ITEMS items (docs/kernels.md: a lone
+ * launch costs ~20-40 us of staging + launch; one 16 KiB cudaMemcpyAsync
+ * ~4 us); fewer items: keep per-item copies.
+ */
+#define XFER_KBATCH_MIN_ITEMS 8
+
+struct xfer_kbatch;
+
+/* 0 and *out, or -XFER_ENODEV (no GPU) / -XFER_ENOMEM. */
+int xfer_kbatch_new(struct xfer_kbatch **out);
+/* Waits (at most 30 s) for outstanding launches, then frees; NULL is fine. */
+void xfer_kbatch_free(struct xfer_kbatch *b);
+
+/* Starts one launch on GPU `exec` copying d[0..n) (read before returning).
+ * Every pointer is device memory of exec or of a GPU in peer_mask (bit i =
+ * device i), for which peer access from exec is enabled here on first use.
+ * Launch on the source GPU (push) for GPU->GPU items. Returns a ticket >= 0,
+ * or -XFER_ENOTSUP when exec cannot reach a GPU of peer_mask as a peer
+ * (then use copy-engine copies, e.g. cudaMemcpyPeerAsync), -XFER_EINVAL,
+ * -XFER_ENODEV, -XFER_EIO. */
+int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                      const struct xfer_copy_desc *d, size_t n);
+/* 0 when the ticket's copies are done (the ticket is then freed),
+ * -XFER_EINPROGRESS while running, else the CUDA error (ticket freed). */
+int xfer_kbatch_poll(struct xfer_kbatch *b, int ticket);
+/* poll() until done or timeout_ms: -XFER_ETIMEDOUT keeps the ticket. */
+int xfer_kbatch_wait(struct xfer_kbatch *b, int ticket, int timeout_ms);
+/* Text of the last error ("" if none). */
+const char *xfer_kbatch_last_error(const struct xfer_kbatch *b);
+
 /* Benchmark knobs: bytes per thread block (multiple of 16, 0 = automatic),
  * threads per block (32..512, multiple of 32, 0 = automatic) and kernel
  * variant (0 = automatic; 1..4: 16-byte vector copy with 4 or 8 loads in

@@ -145,6 +145,30 @@ static void batch_round(struct xfer_kstage *st, cudaStream_t stream, struct aren
     free(hd);
 }
 
+/* The engine helper: one ticketed launch on `on`, polled to completion. */
+static void kbatch_round(struct xfer_kbatch *kb, int on, struct arena *src, struct arena *dst)
+{
+    enum { N = 64 };
+    struct xfer_copy_desc dd[N], hd[N];
+    size_t pos = 0;
+    for (int i = 0; i < N; i++) {
+        uint64_t len = 1 + rnd_below(20000), so = rnd_below(src->len - len);
+        dd[i] = (struct xfer_copy_desc){dst->d + pos, src->d + so, len};
+        hd[i] = (struct xfer_copy_desc){dst->h + pos, src->h + so, len};
+        pos += len + rnd_below(32);
+    }
+    uint64_t mask = (1ull << src->dev) | (1ull << dst->dev);
+    int t = xfer_kbatch_start(kb, on, mask, dd, N);
+    EXPECT(t >= 0, "kbatch start: %s (%s)", xfer_strerror(t), xfer_kbatch_last_error(kb));
+    if (t < 0)
+        return;
+    int rc = xfer_kbatch_wait(kb, t, 10000);
+    EXPECT(rc == 0, "kbatch wait: %s (%s)", xfer_strerror(rc), xfer_kbatch_last_error(kb));
+    EXPECT(xfer_kbatch_poll(kb, t) == -XFER_EINVAL, "a finished ticket is freed");
+    xfer_kref_batched_copy(hd, N);
+    arena_same(dst, "kbatch");
+}
+
 struct kvside {
     struct arena ar;
     struct xfer_kv_layout dl, hl; /* device and host views */
@@ -296,6 +320,12 @@ static void run_pair(int a, int b, int on, unsigned rounds)
     }
     xfer_kernels_tune(0, 0, 0);
     aligned_only = 0;
+    struct xfer_kbatch *kb;
+    rc = xfer_kbatch_new(&kb);
+    EXPECT(rc == 0, "kbatch new: %s", xfer_strerror(rc));
+    for (int i = 0; rc == 0 && i < 4; i++)
+        kbatch_round(kb, on, &src, &dst);
+    xfer_kbatch_free(kb);
     arena_free(&src);
     arena_free(&dst);
     CK(cudaSetDevice(on));

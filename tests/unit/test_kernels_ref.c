@@ -99,6 +99,10 @@ static void test_no_device(void **state)
     struct xfer_copy_desc d = {NULL, NULL, 0};
     assert_int_equal(xfer_kernels_batched_copy(NULL, &d, 1, NULL), -XFER_ENODEV);
     xfer_kstage_free(NULL);
+    struct xfer_kbatch *kb = (struct xfer_kbatch *)1;
+    assert_int_equal(xfer_kbatch_new(&kb), -XFER_ENODEV);
+    assert_null(kb);
+    xfer_kbatch_free(NULL);
 }
 
 int main(void)
