@@ -7,3 +7,4 @@ LIB_SRCS += kernels/nocuda.c
 endif
 TEST_PROGS += test_kernels:tests/gpu/test_kernels.c
 BENCH_PROGS += bench_kernels:bench/bench_kernels.c
+TEST_PROGS += test_gpu_stage:tests/gpu/test_gpu_stage.c
