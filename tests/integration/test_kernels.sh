@@ -3,4 +3,4 @@
 # with "skipped: no CUDA device" where there is no GPU.
 set -u
 B=${B:-build}
-exec "$B/tests/test_kernels" "${XFER_KERNEL_ROUNDS:-16}"
+exec "$B/tests/test_kernels" "${XFER_KERNEL_ROUNDS:-18}"
