@@ -166,10 +166,10 @@ struct kv_walk {
 
 /* Default variants (chosen by measurement, docs/kernels.md): KAUTO for any
  * batch, KAUTO_ALIGNED when every piece has src == dst modulo 16 (the bulk
- * engine, 128 threads: 1-3 % ahead of vec4 on one H200, equal across GPUs). */
+ * engine, 64 threads: 1-3 % ahead of vec4 on one H200, equal across GPUs). */
 #define KAUTO KV_VEC4
 #define KAUTO_ALIGNED KV_BULK
-#define KBULK_THREADS 128
+#define KBULK_THREADS 64
 
 /* Variants (xfer_kernels_tune): 16-byte vector copy with U loads in flight
  * per thread, optionally with streaming cache hints; or the bulk engine. */
