@@ -140,8 +140,10 @@ static int kb_ticket_get(struct xfer_kbatch *b, int d)
 extern "C" int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
                                  const struct xfer_copy_desc *d, size_t n)
 {
-    if (!b || exec < 0 || exec >= (b ? b->ndev : 0) || (n && !d))
+    if (!b || exec < 0 || exec >= b->ndev || (n && !d))
         return -XFER_EINVAL;
+    if (b->ndev < 64 && (peer_mask >> b->ndev))
+        return -XFER_EINVAL; /* a device that does not exist */
     int saved = -1, rc, t;
     cudaGetDevice(&saved);
     if ((rc = kb_dev_ready(b, exec, peer_mask)) || (t = kb_ticket_get(b, exec)) < 0) {
