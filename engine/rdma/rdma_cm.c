@@ -266,7 +266,7 @@ static void incoming(struct rdma_transport *t, struct rdma_cm_id *id, const void
         snprintf(why, sizeof(why), "request arrived on an unknown device");
     }
     if (rc < 0) {
-        xfer_warn("rdma: refusing connection: %s", why);
+        xfer_warn("rdma: refused connection: %s", why);
         refuse(t, id, rc, why);
         return;
     }
