@@ -85,11 +85,19 @@ int xrdma_reg_mem(struct xfer_transport *tr, xfer_region *r)
         rr->mr[i] = register_one(&t->nics[i], ptr, len, access, cuda, &how);
         if (!rr->mr[i]) {
             int e = errno;
-            xfer_engine_set_error(t->base.engine, "rdma: %s on %s for region %s (%zu bytes): %s",
-                                  how, t->nics[i].desc.name, d.name, len, strerror(e));
             for (int j = 0; j < i; j++)
                 ibv_dereg_mr(rr->mr[j]);
             free(rr);
+            if (cuda) { /* no GPUDirect RDMA here: the region stays usable by the other
+                         * transports; rdma items on it fail with a clear reason */
+                xfer_warn("rdma: GPU region %s not registered (%s on %s: %s): no GPUDirect RDMA "
+                          "(dma-buf or nvidia-peermem) for it", d.name, how,
+                          t->nics[i].desc.name, strerror(e));
+                return 0;
+            }
+            xfer_engine_set_error(t->base.engine, "rdma: %s on %s for region %s (%zu bytes): %s%s",
+                                  how, t->nics[i].desc.name, d.name, len, strerror(e),
+                                  e == ENOMEM ? " (locked-memory limit, ulimit -l?)" : "");
             return e == ENOMEM ? -XFER_ENOMEM : -XFER_EIO;
         }
         xfer_debug("rdma: region %s on %s: %s lkey %x rkey %x", d.name, t->nics[i].desc.name,

@@ -239,11 +239,15 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
                                              : "remote region is not writable", -XFER_EACCES;
     uint32_t rkeys[XFER_RDMA_MAX_NICS];
     int nk = xfer_rdma_rkeys_parse(rd.rkeys, rkeys, XFER_RDMA_MAX_NICS);
+    if (nk == 0)
+        return *why = "remote region is not registered for RDMA (GPU memory without "
+                      "GPUDirect RDMA on the peer?)", -XFER_ENOTSUP;
     if (nk < c->n_rnics)
         return *why = "remote region has no rkey for every NIC of the peer", -XFER_EPROTO;
     const struct rdma_region *lr = xfer_region_transport_data(it->local, XFER_TRANSPORT_RDMA);
     if (!lr)
-        return *why = "local region is not registered with rdma", -XFER_EINVAL;
+        return *why = "local region is not registered for RDMA (GPU memory without "
+                      "GPUDirect RDMA here?)", -XFER_ENOTSUP;
     uint8_t *lbase = (uint8_t *)xfer_region_ptr(it->local) + it->local_off;
     size_t n = xfer_rdma_chunk_count(it->len, c->t->chunk);
     for (size_t k = 0; k < n; k++) {

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #undef ibv_query_port
 #undef ibv_reg_mr
@@ -278,11 +280,29 @@ static const int known_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                                 IBV_ACCESS_RELAXED_ORDERING;
 
+/* The stand-in moves bytes with the CPU: it can register host memory only.
+ * A GPU pointer (or any unmapped range) is refused like an unpinnable one. */
+static bool cpu_readable(const void *addr, size_t len)
+{
+    char b;
+    const char *ends[2] = {addr, (const char *)addr + len - 1};
+    for (int i = 0; i < 2; i++) {
+        struct iovec local = {&b, 1}, remote = {(void *)ends[i], 1};
+        if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != 1)
+            return false;
+    }
+    return true;
+}
+
 /* Keys: slot index << 8 | a variant byte, as a NIC's mkey. */
 static struct ibv_mr *mr_create(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
     if (!pd || (access & ~known_access) || (len && !addr)) {
         errno = EINVAL;
+        return NULL;
+    }
+    if (len && !cpu_readable(addr, len)) {
+        errno = EFAULT;
         return NULL;
     }
     /* Remote write or atomic without local write is refused by every NIC. */

@@ -247,6 +247,9 @@ static void test_qp_state_machine(void **state)
     assert_null(ibv_reg_mr(pd, buf, 16, IBV_ACCESS_REMOTE_WRITE));
     struct ibv_mr *mr = ibv_reg_mr(pd, buf, 16, IBV_ACCESS_LOCAL_WRITE);
     assert_non_null(mr);
+    /* memory the CPU cannot reach (a GPU pointer, say) is refused */
+    assert_null(ibv_reg_mr(pd, (void *)(uintptr_t)0x10000, 4096, IBV_ACCESS_LOCAL_WRITE));
+    assert_int_equal(errno, EFAULT);
     ibv_dereg_mr(mr);
     ibv_destroy_cq(cq);
     ibv_dealloc_pd(pd);
