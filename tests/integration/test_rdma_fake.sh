@@ -14,6 +14,8 @@ N=$WORK/srv.node
 step "random batches, seed 1" "$FAKE/xfer_rdma_check" random --peer "$N" --secret s3cret --seed 1 --rounds 40
 step "random batches, seed 2, small chunks" env XFER_RDMA_SQ_DEPTH=8 XFER_RDMA_SIGNAL_EVERY=3 \
     "$FAKE/xfer_rdma_check" random --peer "$N" --secret s3cret --seed 2 --rounds 20
+step "random batches, 3 progress threads, 4 QPs" env XFER_RDMA_QPS=4 \
+    "$FAKE/xfer_rdma_check" random --peer "$N" --secret s3cret --seed 4 --rounds 20 --progress 3
 step "bad input (engine suite)" "$FAKE/xfer_node" bad --peer "$N" --secret s3cret --phase setup
 step "bad input, second client" "$FAKE/xfer_node" bad --peer "$N" --secret s3cret --phase check
 step "wrong secret is refused" "$FAKE/xfer_node" auth --peer "$N" --secret wrong

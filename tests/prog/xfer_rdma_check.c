@@ -2,12 +2,15 @@
  * Test helper for the rdma transport (integration tests; also runs on real
  * NICs, see docs/rdma.md). Talks to a node served by xfer_node.
  *
- *   xfer_rdma_check random --peer FILE [--seed N] [--rounds N] [--secret S]
+ *   Common options: --secret S, --progress N (engine progress threads: one CQ
+ *   per thread and NIC, QPs spread over them).
+ *
+ *   xfer_rdma_check random --peer FILE [--seed N] [--rounds N]
  *       batches of random sizes (0 B .. 3 MiB, odd lengths, chunk-crossing),
  *       offsets and directions against region rw; every byte is checked
  *       against the position-based pattern (reads of the served content,
  *       written data read back into other local offsets).
- *   xfer_rdma_check nic --peer FILE [--secret S]
+ *   xfer_rdma_check nic --peer FILE
  *       what the NIC itself refuses, with descriptors that lie to skip the
  *       initiator's own checks: a bad rkey, a write to a region the target
  *       registered read-only, a read beyond the registered bytes. Each must
@@ -191,14 +194,40 @@ static int run_nic(xfer_engine *e, xfer_peer *p, const struct xfer_region_desc *
     return failures ? 1 : 0;
 }
 
+/* client_engine() of node_common.h, with a number of progress threads. */
+static xfer_engine *check_engine(const struct node_file *nf, const char *secret, int progress,
+                                 xfer_peer **peer, int *rc)
+{
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = "rdma-check";
+    cfg.transports = node_transports();
+    if (secret) {
+        cfg.secret = secret;
+        cfg.secret_len = strlen(secret);
+    }
+    if (progress > 0)
+        cfg.progress_threads = progress;
+    cfg.connect_timeout_ms = 3000;
+    cfg.io_timeout_ms = 3000;
+    xfer_engine *e = xfer_engine_new(&cfg, rc);
+    if (!e)
+        return NULL;
+    *rc = xfer_peer_add(e, &nf->peer, peer);
+    for (int i = 0; *rc == 0 && i < nf->n_regions; i++)
+        xfer_peer_region_add(*peer, &nf->regions[i]);
+    return e;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {{"peer", 1, 0, 'p'}, {"seed", 1, 0, 's'},
                                        {"rounds", 1, 0, 'r'}, {"secret", 1, 0, 'S'},
-                                       {"server-seed", 1, 0, 'x'}, {0, 0, 0, 0}};
+                                       {"server-seed", 1, 0, 'x'}, {"progress", 1, 0, 'P'},
+                                       {0, 0, 0, 0}};
     const char *peer = NULL, *secret = NULL;
     uint64_t seed = 1, server_seed = 1;
-    int rounds = 20;
+    int rounds = 20, progress = 0;
     if (argc < 2) {
         fprintf(stderr, "usage: xfer_rdma_check random|nic --peer FILE [options]\n");
         return 2;
@@ -211,6 +240,7 @@ int main(int argc, char **argv)
         case 'r': rounds = atoi(optarg); break;
         case 'S': secret = optarg; break;
         case 'x': server_seed = strtoull(optarg, NULL, 10); break;
+        case 'P': progress = atoi(optarg); break;
         default: return 2;
         }
     }
@@ -221,7 +251,7 @@ int main(int argc, char **argv)
     rng_state = seed;
     xfer_peer *p;
     int rc;
-    xfer_engine *e = client_engine("rdma-check", &nf, secret, 0, &p, &rc);
+    xfer_engine *e = check_engine(&nf, secret, progress, &p, &rc);
     if (!e || rc < 0 || !rw) {
         fprintf(stderr, "connect: %s (%s)\n", xfer_strerror(rc), e ? xfer_engine_last_error(e) : "");
         return 1;
