@@ -12,8 +12,10 @@
  * Threads: the CM thread alone creates and destroys cm ids and QPs. Progress
  * threads poll CQs and complete chunks. post() runs in the caller's thread.
  * Locks: conn->lock before slot->lock; t->lock only for the slot table and
- * the connection list. Engine callbacks (chunk_done, io_end, put) are made
- * with no lock held.
+ * the connection list. Completions reach the engine (chunk_done, io_end,
+ * put) with no slot lock held; the engine's batch lock is a leaf (it never
+ * calls back into a transport), so io_begin under conn and slot locks and
+ * the rare failed-post completion under the conn lock cannot deadlock.
  */
 #ifndef XFER_RDMA_H
 #define XFER_RDMA_H
