@@ -18,7 +18,7 @@ passed=0 failed=0 skipped=0 failed_names=()
 run_one() { # name, command...
     local name=$1; shift
     [[ $name =~ $filter ]] || return 0
-    local log=$logs/$name.log start=$SECONDS rc
+    local log=$logs/${name//\//_}.log start=$SECONDS rc
     timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1 </dev/null
     rc=$?
     local took=$((SECONDS - start))

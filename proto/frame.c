@@ -1,0 +1,121 @@
+/* Length-framed messages and deadline-bounded full-buffer socket I/O. */
+#include "frame.h"
+#include "xfer.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t xfer_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits until fd is ready for events or the deadline passes. */
+static int wait_ready(int fd, short events, int64_t deadline_ms)
+{
+    for (;;) {
+        int64_t left = deadline_ms - xfer_now_ms();
+        if (left <= 0)
+            return -XFER_ETIMEDOUT;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return -XFER_ECONN;
+    }
+}
+
+int xfer_io_write_all(int fd, const void *buf, size_t len, int64_t deadline_ms)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = wait_ready(fd, POLLOUT, deadline_ms);
+            if (rc)
+                return rc;
+            continue;
+        }
+        return -XFER_ECONN;
+    }
+    return 0;
+}
+
+int xfer_io_read_all(int fd, void *buf, size_t len, int64_t deadline_ms)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return -XFER_ECONN; /* orderly close mid-message */
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            int rc = wait_ready(fd, POLLIN, deadline_ms);
+            if (rc)
+                return rc;
+            continue;
+        }
+        return -XFER_ECONN;
+    }
+    return 0;
+}
+
+int xfer_frame_send(int fd, const void *buf, size_t len, int timeout_ms)
+{
+    if (len > XFER_FRAME_MAX)
+        return -XFER_EINVAL;
+    int64_t deadline = xfer_now_ms() + timeout_ms;
+    uint8_t hdr[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
+                      (uint8_t)(len >> 24)};
+    int rc = xfer_io_write_all(fd, hdr, sizeof(hdr), deadline);
+    if (rc == 0 && len > 0)
+        rc = xfer_io_write_all(fd, buf, len, deadline);
+    return rc;
+}
+
+int xfer_frame_recv(int fd, size_t max, int timeout_ms, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    if (max > XFER_FRAME_MAX)
+        max = XFER_FRAME_MAX;
+    int64_t deadline = xfer_now_ms() + timeout_ms;
+    uint8_t hdr[4];
+    int rc = xfer_io_read_all(fd, hdr, sizeof(hdr), deadline);
+    if (rc)
+        return rc;
+    size_t n = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
+    if (n > max)
+        return -XFER_EPROTO;
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
+        return -XFER_ENOMEM;
+    rc = xfer_io_read_all(fd, buf, n, deadline);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}

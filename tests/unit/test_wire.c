@@ -1,0 +1,157 @@
+/* Data header encode/decode and overflow-safe bounds arithmetic. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "wire.h"
+#include "xfer.h"
+
+static struct xfer_wire_hdr sample(void)
+{
+    struct xfer_wire_hdr h;
+    memset(&h, 0, sizeof(h)); /* padding too: the test compares whole structs */
+    h = (struct xfer_wire_hdr){
+        .version = XFER_PROTO_VERSION,
+        .op = XFER_WIRE_WRITE_REQ,
+        .req_id = 0x0102030405060708ull,
+        .region_id = 0xa1b2c3d4u,
+        .gen = 7,
+        .offset = 0xfffffffff0ull,
+        .length = 4096,
+        .payload = 4096,
+    };
+    return h;
+}
+
+static void test_roundtrip_is_little_endian(void **state)
+{
+    (void)state;
+    struct xfer_wire_hdr h = sample(), d;
+    uint8_t buf[XFER_WIRE_HDR_LEN];
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(buf[0], 'R');
+    assert_int_equal(buf[3], 'X');
+    assert_int_equal(buf[8], 0x08);  /* req_id low byte first */
+    assert_int_equal(buf[15], 0x01);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), 0);
+    assert_int_equal(d.req_id, h.req_id);
+    assert_int_equal(d.region_id, h.region_id);
+    assert_int_equal(d.gen, h.gen);
+    assert_int_equal(d.offset, h.offset);
+    assert_int_equal(d.length, h.length);
+    assert_int_equal(d.payload, h.payload);
+    assert_int_equal(d.op, h.op);
+}
+
+static void test_rejects_bad_magic_version_op(void **state)
+{
+    (void)state;
+    struct xfer_wire_hdr h = sample(), d;
+    uint8_t buf[XFER_WIRE_HDR_LEN];
+    xfer_wire_encode(&h, buf);
+    buf[0] ^= 1;
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    h.version = 99;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    h = sample();
+    h.op = XFER_WIRE_OP_MAX;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    h.op = 0;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    h = sample();
+    h.flags = 1;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+}
+
+static void test_payload_must_match_op(void **state)
+{
+    (void)state;
+    struct xfer_wire_hdr h = sample(), d;
+    uint8_t buf[XFER_WIRE_HDR_LEN];
+    h.payload = 4095; /* WRITE_REQ payload must equal length */
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    h = sample();
+    h.op = XFER_WIRE_READ_REQ; /* requests to read carry nothing */
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    h.payload = 0;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), 0);
+    h.op = XFER_WIRE_READ_RESP; /* an error answer carries no data */
+    h.status = -XFER_EACCES;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), 0);
+    assert_int_equal(d.status, -XFER_EACCES);
+    h.payload = 4096;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    h.status = 5; /* positive status is not a code */
+    h.payload = 0;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+}
+
+static void test_payload_limit(void **state)
+{
+    (void)state;
+    struct xfer_wire_hdr h = sample(), d;
+    uint8_t buf[XFER_WIRE_HDR_LEN];
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 4096, &d), 0);
+    assert_int_equal(xfer_wire_decode(buf, 4095, &d), -XFER_EPROTO);
+}
+
+static void test_range_edges(void **state)
+{
+    (void)state;
+    assert_true(xfer_range_ok(0, 0, 0));
+    assert_true(xfer_range_ok(10, 0, 10));      /* zero length at the exact end */
+    assert_false(xfer_range_ok(11, 0, 10));
+    assert_true(xfer_range_ok(0, 10, 10));      /* exact end */
+    assert_false(xfer_range_ok(1, 10, 10));
+    assert_true(xfer_range_ok(9, 1, 10));
+    assert_false(xfer_range_ok(UINT64_MAX, 2, 10));           /* off+len wraps */
+    assert_false(xfer_range_ok(2, UINT64_MAX, 10));
+    assert_false(xfer_range_ok(UINT64_MAX - 1, 4, UINT64_MAX)); /* wraps near max */
+    assert_true(xfer_range_ok(UINT64_MAX - 4, 4, UINT64_MAX));
+}
+
+static void test_parsers(void **state)
+{
+    (void)state;
+    unsigned m;
+    assert_int_equal(xfer_transports_parse("tcp,ipc", &m), 0);
+    assert_int_equal(m, XFER_TRANSPORT_TCP | XFER_TRANSPORT_IPC);
+    assert_int_equal(xfer_transports_parse("tcp,bogus", &m), -XFER_EINVAL);
+    char buf[32];
+    assert_int_equal(xfer_transports_format(XFER_TRANSPORT_ALL, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "ipc,rdma,tcpx,tcp");
+    assert_int_equal(xfer_transports_format(XFER_TRANSPORT_ALL, buf, 5), -XFER_ENOSPC);
+    assert_int_equal(xfer_access_parse("rw", &m), 0);
+    assert_int_equal(m, XFER_ACCESS_RW);
+    assert_int_equal(xfer_access_parse("x", &m), -XFER_EINVAL);
+    assert_string_equal(xfer_access_str(XFER_ACCESS_R), "r");
+    assert_string_equal(xfer_strerror(-XFER_EACCES), xfer_strerror(XFER_EACCES));
+    assert_string_equal(xfer_strerror(-9999), "unknown error");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_is_little_endian),
+        cmocka_unit_test(test_rejects_bad_magic_version_op),
+        cmocka_unit_test(test_payload_must_match_op),
+        cmocka_unit_test(test_payload_limit),
+        cmocka_unit_test(test_range_edges),
+        cmocka_unit_test(test_parsers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
