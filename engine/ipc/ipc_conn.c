@@ -238,10 +238,10 @@ static void jobs_report(struct ipc_job *jobs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         struct ipc_job *j = &jobs[i];
-        if (j->skip)
-            continue;
-        xfer_batch_chunk_done(j->b, j->i, j->status ? 0 : j->it.len, j->status,
-                              j->status ? j->why : NULL);
+        if (!j->skip)
+            xfer_batch_chunk_done(j->b, j->i, j->status ? 0 : j->it.len, j->status,
+                                  j->status ? j->why : NULL);
+        xfer_batch_put(j->b);
     }
 }
 
@@ -289,8 +289,10 @@ static void fail_queued(struct ipc_conn *c, struct ipc_job *jobs, const char *wh
     pthread_mutex_lock(&c->mu);
     while ((n = take_work(c, jobs)) > 0) {
         pthread_mutex_unlock(&c->mu);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             xfer_batch_chunk_done(jobs[i].b, jobs[i].i, 0, -XFER_ECONN, why);
+            xfer_batch_put(jobs[i].b);
+        }
         pthread_mutex_lock(&c->mu);
     }
     pthread_mutex_unlock(&c->mu);
@@ -351,6 +353,7 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
         }
     }
     for (size_t k = 0; rc == 0 && k < n; k++) {
+        xfer_batch_hold(b); /* b must outlive our queue entry; put after the report */
         c->q[(c->qhead + c->qlen) % c->qcap] = (struct ipc_work){b, idx[k]};
         c->qlen++;
     }
@@ -416,6 +419,8 @@ int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms,
     c->io_timeout_ms = xfer_engine_config_get(t->base.engine)->io_timeout_ms;
     c->fd = ipc_sock_connect(pd->node_id, pd->incarnation, timeout_ms, why, sizeof(why));
     int rc = c->fd < 0 ? c->fd : conn_hello(c, pd, timeout_ms, why, sizeof(why));
+    if (rc == -XFER_EACCES)
+        rc = -XFER_ENOTSUP; /* the kernel's policy, not a region's access mode */
     if (rc < 0)
         goto out_fail;
     pthread_condattr_t ca;

@@ -169,6 +169,10 @@ int ipc_cuda_export(void *ptr, int dev, struct ipc_cuda_export *out, char *why, 
         xfer_debug("ipc: region registered on cuda:%d lives on cuda:%d", dev, a.device);
     if (a.device < 0 || a.device >= cu.ndev)
         return -XFER_ENODEV;
+    /* Driver calls below need a current context on this (server) thread. */
+    e = cudaSetDevice(a.device);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaSetDevice", why, why_len);
     memcpy(out->uuid, cu.uuid[a.device], IPC_UUID_LEN);
     CUdeviceptr base = 0;
     size_t size = 0;
@@ -182,7 +186,6 @@ int ipc_cuda_export(void *ptr, int dev, struct ipc_cuda_export *out, char *why, 
     if (cu.retain && cu.release && cu.retain(&h, ptr) == CUDA_SUCCESS)
         return export_cumem(h, out, why, why_len);
     cudaGetLastError();
-    cudaSetDevice(a.device);
     cudaIpcMemHandle_t ih;
     e = cudaIpcGetMemHandle(&ih, (void *)(uintptr_t)base);
     if (e != cudaSuccess)
