@@ -125,8 +125,12 @@ int run_gpu_tests(int argc, char **argv)
     int nl = ngpu >= 2 ? 3 : 2, bad = !e || !p;
     for (int i = 0; !bad && i < nl; i++)
         bad = add_local(e, &l[i], GLEN) < 0;
-    if (!bad)
-        printf("transport in use: 0x%x, %d GPU(s) visible\n", xfer_peer_transport(p), ngpu);
+    if (!bad) {
+        char gpus[1024];
+        int n = xfer_gpus_describe(gpus, sizeof(gpus));
+        printf("transport in use: 0x%x, %d GPU(s) visible, published gpus (%d): %s\n",
+               xfer_peer_transport(p), ngpu, n, gpus);
+    }
     if (!bad && hidden) {
         bad = hidden_peer(&o, e, p, &l[0]);
         goto out;
