@@ -156,6 +156,8 @@ void ipc_cuda_copier_free(struct ipc_cuda_copier *c);
  * host memory. Returns a ticket (>= 0) or a negative code. */
 int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const void *src,
                         int src_dev, size_t len, char *why, size_t why_len);
+/* Waits (without polling) until every copy started so far has finished. */
+int ipc_cuda_copy_flush(struct ipc_cuda_copier *c, int timeout_ms, char *why, size_t why_len);
 /* Waits for ticket within timeout_ms, then frees it: 0 or -XFER_E*. */
 int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int ticket, int timeout_ms, char *why,
                        size_t why_len);

@@ -85,7 +85,7 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
         return job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
                         (unsigned long long)it->remote_off, (unsigned long long)it->len, d.name,
                         (unsigned long long)d.len);
-    char why[160] = "";
+    char why[256] = "";
     int rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op,
                          c->io_timeout_ms, &j->map, why, sizeof(why));
     if (rc < 0)
@@ -224,6 +224,12 @@ static void jobs_copy(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
         }
     }
     /* All CUDA copies of the group were started above; now collect them. */
+    bool any_cuda = false;
+    for (size_t i = 0; i < n; i++)
+        any_cuda |= jobs[i].ticket >= 0;
+    char why[160];
+    if (any_cuda && ipc_cuda_copy_flush(c->copier, c->io_timeout_ms, why, sizeof(why)) < 0)
+        xfer_warn("ipc: %s", why); /* each ticket below then reports its own state */
     for (size_t i = 0; i < n; i++) {
         struct ipc_job *j = &jobs[i];
         if (j->ticket >= 0)

@@ -224,8 +224,8 @@ static int local_ordinal(const uint8_t *uuid, char *why, size_t why_len)
             return d;
     char s[48];
     uuid_str(uuid, s, sizeof(s));
-    snprintf(why, why_len, "peer access impossible: the owner's %s is not visible in this "
-             "process (CUDA_VISIBLE_DEVICES?)", s);
+    snprintf(why, why_len, "peer access impossible: owner's %s not visible here "
+             "(CUDA_VISIBLE_DEVICES?)", s);
     return -XFER_ENODEV;
 }
 
@@ -371,12 +371,19 @@ int ipc_cuda_import_device(const struct ipc_cuda_import *imp) { return imp->dev;
 
 struct ipc_cuda_copier {
     cudaStream_t streams[IPC_MAX_DEVS][IPC_STREAMS_PER_DEV];
+    bool dirty[IPC_MAX_DEVS][IPC_STREAMS_PER_DEV]; /* copies since the last flush */
     unsigned next[IPC_MAX_DEVS];
     unsigned char peer_on[IPC_MAX_DEVS][IPC_MAX_DEVS];
     cudaEvent_t *ev; /* ticket -> event */
     int *ev_dev;
     bool *used;
     int nev;
+    int *free_tickets[IPC_MAX_DEVS]; /* per-device stacks of unused tickets */
+    int nfree[IPC_MAX_DEVS];
+    /* Stream host functions count here; the worker waits with a timeout. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned launched, fired;
 };
 
 struct ipc_cuda_copier *ipc_cuda_copier_new(int *err)
@@ -384,8 +391,16 @@ struct ipc_cuda_copier *ipc_cuda_copier_new(int *err)
     char why[160];
     int n = ipc_cuda_probe(why, sizeof(why));
     struct ipc_cuda_copier *c = n > 0 ? calloc(1, sizeof(*c)) : NULL;
-    if (!c)
+    if (!c) {
         *err = n > 0 ? -XFER_ENOMEM : n;
+        return NULL;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
     return c;
 }
 
@@ -408,6 +423,10 @@ void ipc_cuda_copier_free(struct ipc_cuda_copier *c)
     free(c->ev);
     free(c->ev_dev);
     free(c->used);
+    for (int d = 0; d < IPC_MAX_DEVS; d++)
+        free(c->free_tickets[d]);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
     free(c);
 }
 
@@ -417,17 +436,18 @@ static cudaStream_t stream_for(struct ipc_cuda_copier *c, int dev)
     if (!c->streams[dev][k] &&
         cudaStreamCreateWithFlags(&c->streams[dev][k], cudaStreamNonBlocking) != cudaSuccess)
         return NULL;
+    c->dirty[dev][k] = true;
     return c->streams[dev][k];
 }
 
 /* A free ticket with an event created on dev, or a negative code. */
 static int ticket_get(struct ipc_cuda_copier *c, int dev)
 {
-    for (int i = 0; i < c->nev; i++)
-        if (!c->used[i] && c->ev_dev[i] == dev) {
-            c->used[i] = true;
-            return i;
-        }
+    if (c->nfree[dev] > 0) {
+        int t = c->free_tickets[dev][--c->nfree[dev]];
+        c->used[t] = true;
+        return t;
+    }
     int n = c->nev + 1;
     cudaEvent_t *ev = realloc(c->ev, (size_t)n * sizeof(*ev));
     if (ev)
@@ -438,13 +458,69 @@ static int ticket_get(struct ipc_cuda_copier *c, int dev)
     bool *u = realloc(c->used, (size_t)n * sizeof(*u));
     if (u)
         c->used = u;
-    if (!ev || !ed || !u)
+    /* Room to hand every ticket of dev back. */
+    int *f = realloc(c->free_tickets[dev], (size_t)n * sizeof(*f));
+    if (f)
+        c->free_tickets[dev] = f;
+    if (!ev || !ed || !u || !f)
         return -XFER_ENOMEM;
     if (cudaEventCreateWithFlags(&c->ev[c->nev], cudaEventDisableTiming) != cudaSuccess)
         return -XFER_EIO;
     c->ev_dev[c->nev] = dev;
     c->used[c->nev] = true;
     return c->nev++;
+}
+
+static void ticket_put(struct ipc_cuda_copier *c, int t)
+{
+    c->used[t] = false;
+    c->free_tickets[c->ev_dev[t]][c->nfree[c->ev_dev[t]]++] = t;
+}
+
+static void CUDART_CB host_fired(void *arg)
+{
+    struct ipc_cuda_copier *c = arg;
+    pthread_mutex_lock(&c->mu);
+    c->fired++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* One host function per stream used since the last flush, then a timed wait
+ * for all of them: the worker sleeps until the copies are done instead of
+ * polling events (polling sleeps overshoot by tens of microseconds). */
+int ipc_cuda_copy_flush(struct ipc_cuda_copier *c, int timeout_ms, char *why, size_t why_len)
+{
+    for (int d = 0; d < IPC_MAX_DEVS; d++)
+        for (int k = 0; k < IPC_STREAMS_PER_DEV; k++) {
+            if (!c->dirty[d][k])
+                continue;
+            c->dirty[d][k] = false;
+            cudaSetDevice(d);
+            cudaError_t e = cudaLaunchHostFunc(c->streams[d][k], host_fired, c);
+            if (e != cudaSuccess)
+                return cuda_fail(e, "cudaLaunchHostFunc", why, why_len);
+            c->launched++;
+        }
+    struct timespec end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += timeout_ms / 1000;
+    end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (end.tv_nsec >= 1000000000L) {
+        end.tv_sec++;
+        end.tv_nsec -= 1000000000L;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    while (rc == 0 && c->fired != c->launched)
+        rc = pthread_cond_timedwait(&c->cv, &c->mu, &end);
+    bool done = c->fired == c->launched;
+    pthread_mutex_unlock(&c->mu);
+    if (!done) {
+        snprintf(why, why_len, "CUDA copies not finished after %d ms", timeout_ms);
+        return -XFER_ETIMEDOUT;
+    }
+    return 0;
 }
 
 int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const void *src,
@@ -483,7 +559,7 @@ int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const
     if (e == cudaSuccess)
         e = cudaEventRecord(c->ev[t], s);
     if (e != cudaSuccess) {
-        c->used[t] = false;
+        ticket_put(c, t);
         return cuda_fail(e, "cudaMemcpyAsync", why, why_len);
     }
     return t;
@@ -511,7 +587,7 @@ int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *w
         if (nap.tv_nsec < 500000)
             nap.tv_nsec *= 2;
     }
-    c->used[t] = false;
+    ticket_put(c, t);
     if (e != cudaSuccess)
         return cuda_fail(e, "CUDA copy", why, why_len);
     return 0;
@@ -580,6 +656,11 @@ int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *w
                        size_t why_len)
 {
     (void)c, (void)t, (void)timeout_ms;
+    return no_cuda(why, why_len);
+}
+int ipc_cuda_copy_flush(struct ipc_cuda_copier *c, int timeout_ms, char *why, size_t why_len)
+{
+    (void)c, (void)timeout_ms;
     return no_cuda(why, why_len);
 }
 int xfer_gpus_describe(char *buf, size_t len)
