@@ -153,11 +153,15 @@ int ipc_cuda_import_device(const struct ipc_cuda_import *imp);
 struct ipc_cuda_copier *ipc_cuda_copier_new(int *err);
 void ipc_cuda_copier_free(struct ipc_cuda_copier *c);
 /* Starts an async copy of len bytes; dst_dev/src_dev are local ordinals, -1 for
- * host memory. Returns a ticket (>= 0) or a negative code. */
+ * host memory; remote_dev is the GPU holding the peer's side (or -1). Returns a
+ * ticket (>= 0) or a negative code. */
 int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const void *src,
-                        int src_dev, size_t len, char *why, size_t why_len);
-/* Waits (without polling) until every copy started so far has finished. */
-int ipc_cuda_copy_flush(struct ipc_cuda_copier *c, int timeout_ms, char *why, size_t why_len);
+                        int src_dev, int remote_dev, size_t len, char *why, size_t why_len);
+/* A mark after the copies started so far; waiting on it sleeps (no polling)
+ * until they have finished. mark_wait frees the mark in every case. */
+struct ipc_cuda_mark;
+struct ipc_cuda_mark *ipc_cuda_mark_new(struct ipc_cuda_copier *c, int *err);
+int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_t why_len);
 /* Waits for ticket within timeout_ms, then frees it: 0 or -XFER_E*. */
 int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int ticket, int timeout_ms, char *why,
                        size_t why_len);

@@ -190,10 +190,10 @@ static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
     if (!c->copier)
         c->copier = ipc_cuda_copier_new(&rc);
     if (rc == 0 && it->op == XFER_OP_READ)
-        rc = ipc_cuda_copy_start(c->copier, local, ldev, remote, rdev, it->len, j->why,
+        rc = ipc_cuda_copy_start(c->copier, local, ldev, remote, rdev, rdev, it->len, j->why,
                                  sizeof(j->why));
     else if (rc == 0)
-        rc = ipc_cuda_copy_start(c->copier, remote, rdev, local, ldev, it->len, j->why,
+        rc = ipc_cuda_copy_start(c->copier, remote, rdev, local, ldev, rdev, it->len, j->why,
                                  sizeof(j->why));
     if (rc < 0)
         j->status = rc;
@@ -201,8 +201,12 @@ static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
         j->ticket = rc;
 }
 
-static void jobs_copy(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
+/* Host copies run here; CUDA copies are started and left in flight behind a
+ * mark (returned in *mark, NULL when none). */
+static void jobs_copy_start(struct ipc_conn *c, struct ipc_job *jobs, size_t n,
+                            struct ipc_cuda_mark **mark)
 {
+    bool any_cuda = false;
     for (size_t i = 0; i < n; i++) {
         struct ipc_job *j = &jobs[i];
         if (!j->pinned)
@@ -217,18 +221,23 @@ static void jobs_copy(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
                     xfer_region_kind(j->it.local) == XFER_MEM_CUDA;
         if (cuda) {
             job_copy_cuda(c, j, local);
+            any_cuda |= j->ticket >= 0;
         } else {
             job_copy_host(c, j, local);
             xfer_batch_io_end(j->b, j->i);
             j->begun = false;
         }
     }
-    /* All CUDA copies of the group were started above; now collect them. */
-    bool any_cuda = false;
-    for (size_t i = 0; i < n; i++)
-        any_cuda |= jobs[i].ticket >= 0;
+    int err = 0;
+    *mark = any_cuda ? ipc_cuda_mark_new(c->copier, &err) : NULL;
+}
+
+/* Waits for the group's CUDA copies (if any) and ends their local I/O. */
+static void jobs_copy_finish(struct ipc_conn *c, struct ipc_job *jobs, size_t n,
+                             struct ipc_cuda_mark *mark)
+{
     char why[160];
-    if (any_cuda && ipc_cuda_copy_flush(c->copier, c->io_timeout_ms, why, sizeof(why)) < 0)
+    if (mark && ipc_cuda_mark_wait(mark, c->io_timeout_ms, why, sizeof(why)) < 0)
         xfer_warn("ipc: %s", why); /* each ticket below then reports its own state */
     for (size_t i = 0; i < n; i++) {
         struct ipc_job *j = &jobs[i];
@@ -251,28 +260,43 @@ static void jobs_report(struct ipc_job *jobs, size_t n)
     }
 }
 
-/* Runs one group; a negative return means the connection is unusable. */
-static int run_group(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
+/* A group of up to IPC_BATCH_MAX items, pinned at the owner together. */
+struct ipc_group {
+    struct ipc_job *jobs;
+    size_t n;
+    int rc; /* connection error while starting */
+    struct ipc_cuda_mark *mark; /* CUDA copies still in flight */
+};
+
+/* Checks, pins and starts the copies of g. */
+static void group_start(struct ipc_conn *c, struct ipc_group *g)
 {
-    for (size_t i = 0; i < n; i++) {
-        struct ipc_job *j = &jobs[i];
+    g->mark = NULL;
+    for (size_t i = 0; i < g->n; i++) {
+        struct ipc_job *j = &g->jobs[i];
         j->it = *xfer_batch_item(j->b, j->i);
         if (!xfer_batch_item_live(j->b, j->i))
             j->skip = true;
         else
             job_check(c, j);
     }
-    int rc = jobs_acquire(c, jobs, n);
-    if (rc == 0)
-        jobs_copy(c, jobs, n);
-    int rel = jobs_release(c, jobs, n);
+    g->rc = jobs_acquire(c, g->jobs, g->n);
+    if (g->rc == 0)
+        jobs_copy_start(c, g->jobs, g->n, &g->mark);
+}
+
+/* Waits for g's copies, unpins and reports; < 0 if the connection broke. */
+static int group_finish(struct ipc_conn *c, struct ipc_group *g)
+{
+    jobs_copy_finish(c, g->jobs, g->n, g->mark);
+    g->mark = NULL;
+    int rc = g->rc, rel = jobs_release(c, g->jobs, g->n);
     if (rc == 0)
         rc = rel;
-    for (size_t i = 0; rc < 0 && i < n; i++)
-        job_fail(&jobs[i], -XFER_ECONN, "ipc connection to the owner lost: %s",
+    for (size_t i = 0; rc < 0 && i < g->n; i++)
+        job_fail(&g->jobs[i], -XFER_ECONN, "ipc connection to the owner lost: %s",
                  xfer_strerror(rc));
-    jobs_report(jobs, n);
-    ipc_map_gc(&c->maps);
+    jobs_report(g->jobs, g->n);
     return rc;
 }
 
@@ -304,12 +328,26 @@ static void fail_queued(struct ipc_conn *c, struct ipc_job *jobs, const char *wh
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Two groups alternate: while the GPU runs one group's copies, the next one
+ * is checked, pinned and started, so the owner round trip and the thread
+ * wake-ups overlap the copies. Host copies finish inside group_start. */
 static void *worker_main(void *arg)
 {
     struct ipc_conn *c = arg;
-    struct ipc_job *jobs = calloc(IPC_BATCH_MAX, sizeof(*jobs));
+    struct ipc_group g[2] = {{.jobs = calloc(IPC_BATCH_MAX, sizeof(struct ipc_job))},
+                             {.jobs = calloc(IPC_BATCH_MAX, sizeof(struct ipc_job))}};
+    struct ipc_group *pending = NULL;
+    int cur = 0, rc = 0;
     pthread_mutex_lock(&c->mu);
-    while (!c->stop && jobs) {
+    while (!c->stop && g[0].jobs && g[1].jobs && rc == 0) {
+        if (c->qlen == 0 && pending) {
+            pthread_mutex_unlock(&c->mu);
+            rc = group_finish(c, pending);
+            pending = NULL;
+            ipc_map_gc(&c->maps); /* nothing in flight: retired mappings can go */
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
         if (c->qlen == 0) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -317,21 +355,35 @@ static void *worker_main(void *arg)
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
             continue;
         }
-        size_t n = take_work(c, jobs);
+        struct ipc_group *ng = &g[cur];
+        cur ^= 1;
+        ng->n = take_work(c, ng->jobs);
         pthread_mutex_unlock(&c->mu);
-        int rc = run_group(c, jobs, n);
-        pthread_mutex_lock(&c->mu);
-        if (rc < 0) {
-            c->broken = true;
-            xfer_warn("ipc: connection to %s lost: %s", xfer_peer_desc_get(c->base.peer)->node_id,
-                      xfer_strerror(rc));
-            break;
+        group_start(c, ng);
+        if (pending)
+            rc = group_finish(c, pending);
+        pending = NULL;
+        if (ng->mark) {
+            pending = ng;
+        } else {
+            int r = group_finish(c, ng);
+            rc = rc ? rc : r;
+            ipc_map_gc(&c->maps);
         }
+        pthread_mutex_lock(&c->mu);
+    }
+    if (rc < 0) {
+        c->broken = true;
+        xfer_warn("ipc: connection to %s lost: %s", xfer_peer_desc_get(c->base.peer)->node_id,
+                  xfer_strerror(rc));
     }
     pthread_mutex_unlock(&c->mu);
-    if (jobs)
-        fail_queued(c, jobs, "ipc connection closed");
-    free(jobs);
+    if (pending)
+        group_finish(c, pending);
+    if (g[0].jobs)
+        fail_queued(c, g[0].jobs, "ipc connection closed");
+    free(g[0].jobs);
+    free(g[1].jobs);
     return NULL;
 }
 

@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IPC_STREAMS_PER_DEV 4
+#define IPC_STREAMS_PER_DEV 8
 #define IPC_MAX_DEVS        64
 
 static struct {
@@ -380,10 +380,18 @@ struct ipc_cuda_copier {
     int nev;
     int *free_tickets[IPC_MAX_DEVS]; /* per-device stacks of unused tickets */
     int nfree[IPC_MAX_DEVS];
-    /* Stream host functions count here; the worker waits with a timeout. */
+    int nstreams;       /* per device, XFER_IPC_STREAMS (default 4) */
+    bool copy_on_owner; /* XFER_IPC_COPY_ON=owner: run on the remote memory's GPU */
+    /* Marks complete through stream host functions; waits use a timeout. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    unsigned launched, fired;
+};
+
+struct ipc_cuda_mark {
+    struct ipc_cuda_copier *c;
+    int left;       /* host functions not yet run */
+    bool abandoned; /* the waiter gave up: the last host function frees it */
+    bool failed;
 };
 
 struct ipc_cuda_copier *ipc_cuda_copier_new(int *err)
@@ -395,6 +403,11 @@ struct ipc_cuda_copier *ipc_cuda_copier_new(int *err)
         *err = n > 0 ? -XFER_ENOMEM : n;
         return NULL;
     }
+    const char *ns = getenv("XFER_IPC_STREAMS"), *on = getenv("XFER_IPC_COPY_ON");
+    c->nstreams = ns ? atoi(ns) : 4;
+    if (c->nstreams < 1 || c->nstreams > IPC_STREAMS_PER_DEV)
+        c->nstreams = IPC_STREAMS_PER_DEV;
+    c->copy_on_owner = on && !strcmp(on, "owner");
     pthread_mutex_init(&c->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -432,7 +445,7 @@ void ipc_cuda_copier_free(struct ipc_cuda_copier *c)
 
 static cudaStream_t stream_for(struct ipc_cuda_copier *c, int dev)
 {
-    unsigned k = c->next[dev]++ % IPC_STREAMS_PER_DEV;
+    unsigned k = c->next[dev]++ % (unsigned)c->nstreams;
     if (!c->streams[dev][k] &&
         cudaStreamCreateWithFlags(&c->streams[dev][k], cudaStreamNonBlocking) != cudaSuccess)
         return NULL;
@@ -479,29 +492,51 @@ static void ticket_put(struct ipc_cuda_copier *c, int t)
 
 static void CUDART_CB host_fired(void *arg)
 {
-    struct ipc_cuda_copier *c = arg;
+    struct ipc_cuda_mark *m = arg;
+    struct ipc_cuda_copier *c = m->c;
     pthread_mutex_lock(&c->mu);
-    c->fired++;
+    bool gone = --m->left == 0 && m->abandoned;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    if (gone)
+        free(m);
 }
 
-/* One host function per stream used since the last flush, then a timed wait
- * for all of them: the worker sleeps until the copies are done instead of
- * polling events (polling sleeps overshoot by tens of microseconds). */
-int ipc_cuda_copy_flush(struct ipc_cuda_copier *c, int timeout_ms, char *why, size_t why_len)
+/* One host function per stream used since the last mark: the mark completes
+ * when every copy started before it has finished, and its waiter sleeps on a
+ * condition variable instead of polling events (polling sleeps overshoot by
+ * tens of microseconds, which shows at NVLink speeds). */
+struct ipc_cuda_mark *ipc_cuda_mark_new(struct ipc_cuda_copier *c, int *err)
 {
+    struct ipc_cuda_mark *m = calloc(1, sizeof(*m));
+    if (!m) {
+        *err = -XFER_ENOMEM;
+        return NULL;
+    }
+    m->c = c;
     for (int d = 0; d < IPC_MAX_DEVS; d++)
         for (int k = 0; k < IPC_STREAMS_PER_DEV; k++) {
             if (!c->dirty[d][k])
                 continue;
             c->dirty[d][k] = false;
             cudaSetDevice(d);
-            cudaError_t e = cudaLaunchHostFunc(c->streams[d][k], host_fired, c);
-            if (e != cudaSuccess)
-                return cuda_fail(e, "cudaLaunchHostFunc", why, why_len);
-            c->launched++;
+            pthread_mutex_lock(&c->mu);
+            m->left++;
+            pthread_mutex_unlock(&c->mu);
+            if (cudaLaunchHostFunc(c->streams[d][k], host_fired, m) != cudaSuccess) {
+                cudaGetLastError();
+                pthread_mutex_lock(&c->mu);
+                m->left--;
+                m->failed = true;
+                pthread_mutex_unlock(&c->mu);
+            }
         }
+    return m;
+}
+
+int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_t why_len)
+{
+    struct ipc_cuda_copier *c = m->c;
     struct timespec end;
     clock_gettime(CLOCK_MONOTONIC, &end);
     end.tv_sec += timeout_ms / 1000;
@@ -512,21 +547,31 @@ int ipc_cuda_copy_flush(struct ipc_cuda_copier *c, int timeout_ms, char *why, si
     }
     int rc = 0;
     pthread_mutex_lock(&c->mu);
-    while (rc == 0 && c->fired != c->launched)
+    while (rc == 0 && m->left > 0)
         rc = pthread_cond_timedwait(&c->cv, &c->mu, &end);
-    bool done = c->fired == c->launched;
+    bool done = m->left == 0, failed = m->failed;
+    if (!done)
+        m->abandoned = true;
     pthread_mutex_unlock(&c->mu);
+    if (done)
+        free(m);
     if (!done) {
         snprintf(why, why_len, "CUDA copies not finished after %d ms", timeout_ms);
         return -XFER_ETIMEDOUT;
+    }
+    if (failed) {
+        snprintf(why, why_len, "cudaLaunchHostFunc failed; copies waited for one by one");
+        return -XFER_EIO;
     }
     return 0;
 }
 
 int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const void *src,
-                        int src_dev, size_t len, char *why, size_t why_len)
+                        int src_dev, int remote_dev, size_t len, char *why, size_t why_len)
 {
     int exec = src_dev >= 0 ? src_dev : dst_dev; /* push from the sending GPU */
+    if (c->copy_on_owner && src_dev >= 0 && dst_dev >= 0)
+        exec = remote_dev; /* measured alternative: the GPU holding the peer's memory */
     if (exec < 0 || exec >= cu.ndev) {
         snprintf(why, why_len, "no GPU side in a CUDA copy");
         return -XFER_EINVAL;
@@ -647,9 +692,9 @@ struct ipc_cuda_copier *ipc_cuda_copier_new(int *err)
 }
 void ipc_cuda_copier_free(struct ipc_cuda_copier *c) { (void)c; }
 int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const void *src,
-                        int src_dev, size_t len, char *why, size_t why_len)
+                        int src_dev, int remote_dev, size_t len, char *why, size_t why_len)
 {
-    (void)c, (void)dst, (void)dst_dev, (void)src, (void)src_dev, (void)len;
+    (void)c, (void)dst, (void)dst_dev, (void)src, (void)src_dev, (void)remote_dev, (void)len;
     return no_cuda(why, why_len);
 }
 int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *why,
@@ -658,9 +703,15 @@ int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *w
     (void)c, (void)t, (void)timeout_ms;
     return no_cuda(why, why_len);
 }
-int ipc_cuda_copy_flush(struct ipc_cuda_copier *c, int timeout_ms, char *why, size_t why_len)
+struct ipc_cuda_mark *ipc_cuda_mark_new(struct ipc_cuda_copier *c, int *err)
 {
-    (void)c, (void)timeout_ms;
+    (void)c;
+    *err = -XFER_ENODEV;
+    return NULL;
+}
+int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_t why_len)
+{
+    (void)m, (void)timeout_ms;
     return no_cuda(why, why_len);
 }
 int xfer_gpus_describe(char *buf, size_t len)

@@ -242,7 +242,9 @@ static int usage(void)
     fprintf(stderr, "usage: ipc_node host|gpu|bench|serve [options]\n"
                     "  host   [--iters N] [--seed S] [--expect tcp|ipc]   host-memory tests\n"
                     "  gpu    the CUDA matrix (exit 77 without a CUDA device)\n"
-                    "  bench  [--max-mib N] [--gpu]   ipc vs memcpy / cudaMemcpyPeerAsync\n");
+                    "  bench  [--host-mib N] [--gpu] [--gpu-mib N] [--no-host]\n"
+                    "         ipc vs memcpy / cudaMemcpyPeerAsync (XFER_IPC_STREAMS,\n"
+                    "         XFER_IPC_COPY_ON=sender|owner select the CUDA copy variant)\n");
     return 2;
 }
 
