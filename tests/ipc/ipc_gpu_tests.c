@@ -80,6 +80,45 @@ static int cell(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg
     return 0;
 }
 
+/* 1024 items in one batch: more than one group, so the worker pins and
+ * starts the second group while the first is still being copied. */
+static int big_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l,
+                     const char *rname, enum xfer_op op)
+{
+    enum { N = 1024 };
+    const struct xfer_region_desc *d = owner_region(o, rname);
+    size_t s = GLEN / N;
+    char buf[128];
+    if (op == XFER_OP_WRITE)
+        CHECK(lfill(l, 0, GLEN, rnd()) == 0, "fill");
+    else
+        CHECK(owner_cmd(o, buf, sizeof(buf), "FILL %s %llu", rname,
+                        (unsigned long long)(rnd() >> 1)) == 0, "remote fill");
+    xfer_batch *b = xfer_batch_new(e, NULL);
+    CHECK(b, "batch");
+    for (int i = 0; i < N; i++) {
+        /* remote slots reversed, so an offset mix-up cannot pass */
+        struct xfer_item it = {.op = op, .local = l->r, .local_off = (uint64_t)i * s, .peer = p,
+                               .remote_id = d->id, .remote_gen = d->gen,
+                               .remote_off = (uint64_t)(N - 1 - i) * s, .len = s};
+        CHECK(xfer_batch_add(b, &it) == i, "add");
+    }
+    int rc = xfer_batch_submit(b, DEADLINE);
+    if (rc == 0)
+        rc = xfer_batch_wait(b, -1);
+    CHECK(rc == 0, "big batch: %s (%s)", xfer_strerror(rc), xfer_batch_item_error(b, 0));
+    xfer_batch_free(b);
+    for (int i = 0; i < N; i += 97) {
+        uint64_t rs, ls;
+        CHECK(owner_sum(o, rname, (uint64_t)(N - 1 - i) * s, s, &rs) == 0 &&
+                  lsum(l, (uint64_t)i * s, s, &ls) == 0, "sums");
+        CHECK(rs == ls, "big batch item %d checksum mismatch", i);
+    }
+    printf("ok %-5s batch of %d items local %s remote %s (pipelined groups)\n",
+           op == XFER_OP_READ ? "READ" : "WRITE", N, l->name, rname);
+    return 0;
+}
+
 static int add_local(xfer_engine *e, struct lreg *l, size_t len)
 {
     if (l->dev < 0)
@@ -149,6 +188,9 @@ int run_gpu_tests(int argc, char **argv)
         bad = cell(&o, e, p, &l[cells[c].local], cells[c].remote, XFER_OP_WRITE) ||
               cell(&o, e, p, &l[cells[c].local], cells[c].remote, XFER_OP_READ);
     }
+    const char *far = owner_region(&o, "g1") ? "g1" : "g0";
+    bad = bad || big_batch(&o, e, p, &l[0], far, XFER_OP_WRITE) ||
+          big_batch(&o, e, p, &l[0], far, XFER_OP_READ);
     if (!bad) {
         char buf[128];
         const struct xfer_region_desc *d = owner_region(&o, "gf");
