@@ -244,7 +244,7 @@ static int usage(void)
                     "  gpu    the CUDA matrix (exit 77 without a CUDA device)\n"
                     "  bench  [--host-mib N] [--gpu] [--gpu-mib N] [--no-host]\n"
                     "         ipc vs memcpy / cudaMemcpyPeerAsync (XFER_IPC_STREAMS,\n"
-                    "         XFER_IPC_COPY_ON=sender|owner select the CUDA copy variant)\n");
+                    "         XFER_IPC_COPY_ON=owner|sender select the CUDA copy variant)\n");
     return 2;
 }
 
