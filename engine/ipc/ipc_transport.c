@@ -68,11 +68,11 @@ static int ipc_connect(struct xfer_transport *xt, xfer_peer *peer, int timeout_m
     return ipc_conn_open(container_of(xt, struct ipc_transport, base), peer, timeout_ms, out);
 }
 
-static void ipc_describe_region(struct xfer_transport *xt, const xfer_region *r, char *out,
-                                size_t len)
+static void ipc_describe_region(struct xfer_transport *xt, const xfer_region *r,
+                                struct xfer_region_desc *out)
 {
     (void)xt;
-    ipc_region_describe(r, out, len);
+    ipc_region_describe(r, out->ipc, sizeof(out->ipc));
 }
 
 void ipc_region_describe(const xfer_region *r, char *out, size_t len)

@@ -242,6 +242,17 @@ int run_host_tests(int argc, char **argv)
     memset(&c, 0, sizeof(c));
     int bad = setup(&c, nodump);
     unsigned want = !strcmp(expect, "tcp") ? XFER_TRANSPORT_TCP : XFER_TRANSPORT_IPC;
+    if (!bad && want == XFER_TRANSPORT_IPC) {
+        /* What the owner publishes for each mechanism (region desc .ipc). */
+        char cma[64];
+        snprintf(cma, sizeof(cma), "cma:%d:", c.o.pid);
+        const char *m = owner_region(&c.o, "mrw")->ipc, *k = owner_region(&c.o, "crw")->ipc;
+        printf("published ipc: mrw \"%s\", crw \"%s\"\n", m, k);
+        if (strcmp(m, "memfd") != 0 || strncmp(k, cma, strlen(cma)) != 0) {
+            fprintf(stderr, "FAIL published ipc text\n");
+            bad = 1;
+        }
+    }
     if (!bad) {
         unsigned got = xfer_peer_transport(c.p);
         printf("transport in use: 0x%x (want 0x%x)\n", got, want);

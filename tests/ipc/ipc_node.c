@@ -77,8 +77,8 @@ static int parse_region(struct owner *o, const char *line)
     memset(&d, 0, sizeof(d));
     int kind;
     unsigned long long addr, len;
-    if (sscanf(line, "REGION %63s %u %u %d %d %llx %llu %u", d.name, &d.id, &d.gen, &kind,
-               &d.device, &addr, &len, &d.access) != 8)
+    if (sscanf(line, "REGION %63s %u %u %d %d %llx %llu %u %255s", d.name, &d.id, &d.gen, &kind,
+               &d.device, &addr, &len, &d.access, d.ipc) != 9)
         return -1;
     d.kind = (enum xfer_mem_kind)kind;
     d.addr = addr;

@@ -37,8 +37,9 @@ static void print_region(const struct oregion *o)
 {
     struct xfer_region_desc d;
     xfer_region_describe(o->r, &d);
-    printf("REGION %s %u %u %d %d %llx %llu %u\n", d.name, d.id, d.gen, (int)d.kind, d.device,
-           (unsigned long long)d.addr, (unsigned long long)d.len, d.access);
+    printf("REGION %s %u %u %d %d %llx %llu %u %s\n", d.name, d.id, d.gen, (int)d.kind,
+           d.device, (unsigned long long)d.addr, (unsigned long long)d.len, d.access,
+           d.ipc[0] ? d.ipc : "-");
     fflush(stdout);
 }
 
