@@ -221,6 +221,9 @@ xfer_engine *driver_engine(const char *node, struct owner *o, xfer_peer **peer)
         cfg.secret = secret;
         cfg.secret_len = strlen(secret);
     }
+    const char *io = getenv("IPC_TEST_IO_TIMEOUT_MS");
+    if (io)
+        cfg.io_timeout_ms = atoi(io);
     int err = 0;
     xfer_engine *e = xfer_engine_new(&cfg, &err);
     if (!e) {
@@ -242,6 +245,7 @@ static int usage(void)
     fprintf(stderr, "usage: ipc_node host|gpu|bench|serve [options]\n"
                     "  host   [--iters N] [--seed S] [--expect tcp|ipc]   host-memory tests\n"
                     "  gpu    the CUDA matrix (exit 77 without a CUDA device)\n"
+                    "  faults deadline, cancel, stopped and killed owner\n"
                     "  bench  [--host-mib N] [--gpu] [--gpu-mib N] [--no-host]\n"
                     "         ipc vs memcpy / cudaMemcpyPeerAsync (XFER_IPC_STREAMS,\n"
                     "         XFER_IPC_COPY_ON=owner|sender select the CUDA copy variant)\n");
@@ -261,5 +265,7 @@ int main(int argc, char **argv)
         return run_gpu_tests(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench"))
         return run_bench(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "faults"))
+        return run_fault_tests(argc - 2, argv + 2);
     return usage();
 }

@@ -58,6 +58,7 @@ xfer_engine *driver_engine(const char *node, struct owner *o, xfer_peer **peer);
 int run_host_tests(int argc, char **argv);
 int run_gpu_tests(int argc, char **argv);
 int run_bench(int argc, char **argv);
+int run_fault_tests(int argc, char **argv);
 int run_serve(int argc, char **argv);
 
 #define CHECK(cond, ...)                                                                           \
