@@ -92,6 +92,14 @@ struct ipc_acq_resp {
     uint32_t slot; /* pin to hand back in IPC_REL */
 };
 
+/* Appended to an IPC_ACQ_RESP after its count records: regions this peer
+ * mapped that are no longer registered, so it can drop the mappings (and the
+ * owner's memory can really go). */
+struct ipc_revoked {
+    uint32_t id, gen;
+};
+#define IPC_REVOKED_MAX 64
+
 /* ---- sockets (ipc_sock.c) ---------------------------------------------- */
 
 /* Abstract socket address for a node incarnation; returns the address length. */

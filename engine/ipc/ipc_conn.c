@@ -122,13 +122,23 @@ static int jobs_acquire(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
     int rc = ipc_send(c->fd, IPC_ACQ_REQ, (uint32_t)k, req, (uint32_t)(k * sizeof(req[0])), -1,
                       c->io_timeout_ms);
     struct ipc_hdr h;
-    struct ipc_acq_resp resp[IPC_BATCH_MAX];
+    struct {
+        struct ipc_acq_resp r[IPC_BATCH_MAX];
+        struct ipc_revoked gone[IPC_REVOKED_MAX];
+    } reply;
+    struct ipc_acq_resp *resp = reply.r;
     if (rc == 0)
-        rc = ipc_recv(c->fd, &h, resp, sizeof(resp), NULL, c->io_timeout_ms);
-    if (rc == 0 && (h.type != IPC_ACQ_RESP || h.count != k || h.bytes != k * sizeof(resp[0])))
+        rc = ipc_recv(c->fd, &h, &reply, sizeof(reply), NULL, c->io_timeout_ms);
+    size_t extra = rc == 0 ? h.bytes - (size_t)k * sizeof(resp[0]) : 0;
+    if (rc == 0 && (h.type != IPC_ACQ_RESP || h.count != k || h.bytes < k * sizeof(resp[0]) ||
+                    extra % sizeof(struct ipc_revoked) != 0))
         rc = -XFER_EPROTO;
     if (rc < 0)
         return rc;
+    /* Regions the owner deregistered: retire our mappings of them. */
+    const struct ipc_revoked *gone = (const void *)((char *)resp + k * sizeof(resp[0]));
+    for (size_t x = 0; x < extra / sizeof(*gone); x++)
+        ipc_map_forget_gen(&c->maps, gone[x].id, gone[x].gen);
     for (size_t x = 0; x < k; x++) {
         struct ipc_job *j = &jobs[map_of[x]];
         if (resp[x].status == 0) {

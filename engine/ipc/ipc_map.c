@@ -45,6 +45,17 @@ static bool any(const struct ipc_map *m, uint32_t unused)
 
 void ipc_map_forget(struct ipc_map_cache *mc, uint32_t id) { retire_if(mc, same_id, id); }
 
+void ipc_map_forget_gen(struct ipc_map_cache *mc, uint32_t id, uint32_t gen)
+{
+    for (struct ipc_map *m = mc->live; m; m = m->next)
+        if (m->id == id && m->gen == gen) {
+            ipc_map_forget(mc, id); /* at most one generation of an id is live */
+            return;
+        }
+}
+
+size_t ipc_map_count(const struct ipc_map_cache *mc) { return mc->nlive; }
+
 void ipc_map_gc(struct ipc_map_cache *mc)
 {
     while (mc->retired) {

@@ -31,8 +31,11 @@ struct ipc_map_cache {
  * the next ipc_map_gc(). */
 int ipc_map_get(struct ipc_map_cache *mc, int fd, uint32_t id, uint32_t gen, enum xfer_op op,
                 int timeout_ms, const struct ipc_map **out, char *why, size_t why_len);
-/* Retires every entry of region id. */
+/* Retires every entry of region id / the entry (id, gen). */
 void ipc_map_forget(struct ipc_map_cache *mc, uint32_t id);
+void ipc_map_forget_gen(struct ipc_map_cache *mc, uint32_t id, uint32_t gen);
+/* Entries mapped (live), for tests and stats. */
+size_t ipc_map_count(const struct ipc_map_cache *mc);
 void ipc_map_gc(struct ipc_map_cache *mc);
 /* Retires and frees everything. */
 void ipc_map_clear(struct ipc_map_cache *mc);

@@ -12,6 +12,8 @@
 #include "handshake.h"
 #include "ipc.h"
 
+#define IPC_MAP_TRACK 1024 /* mappings tracked per peer for revocation */
+
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 struct serve_conn {
@@ -30,6 +33,9 @@ struct serve_conn {
     xfer_region **slots;
     uint32_t *free_next; /* free list threaded through slot indices */
     uint32_t nslots, free_head;
+    struct ipc_revoked mapped[IPC_MAP_TRACK]; /* (id, gen) this peer mapped */
+    uint32_t nmapped;
+    int64_t revoke_check_ms; /* last scan of mapped[] for deregistered regions */
     struct serve_conn *next;
 };
 
@@ -47,6 +53,13 @@ struct ipc_server {
 };
 
 #define SLOT_NONE UINT32_MAX
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static int slot_alloc(struct serve_conn *c, xfer_region *r, uint32_t *out)
 {
@@ -157,6 +170,8 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
     } else {
         describe_reach(s, r, &m, &fd);
         xfer_region_release(r);
+        if (m.status == 0 && m.mech != IPC_MECH_CMA && c->nmapped < IPC_MAP_TRACK)
+            c->mapped[c->nmapped++] = (struct ipc_revoked){q.id, q.gen};
     }
     m.has_fd = fd >= 0;
     int rc = ipc_send(c->fd, IPC_MAP_RESP, 1, &m, sizeof(m), fd, serve_timeout(s));
@@ -165,13 +180,41 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
     return rc;
 }
 
+/* At most every 100 ms: which regions this peer has mapped are gone? */
+static uint32_t find_revoked(struct serve_conn *c, struct ipc_revoked *gone)
+{
+    int64_t now = mono_ms();
+    if (c->nmapped == 0 || now - c->revoke_check_ms < 100)
+        return 0;
+    c->revoke_check_ms = now;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < c->nmapped && n < IPC_REVOKED_MAX;) {
+        int err = 0;
+        xfer_region *r = xfer_region_acquire(c->srv->engine, c->mapped[i].id, c->mapped[i].gen,
+                                             XFER_OP_READ, 0, 0, &err);
+        if (r)
+            xfer_region_release(r);
+        if (err == -XFER_ENOENT || err == -XFER_ESTALE) {
+            gone[n++] = c->mapped[i];
+            c->mapped[i] = c->mapped[--c->nmapped];
+        } else {
+            i++;
+        }
+    }
+    return n;
+}
+
 static int handle_acquire(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
 {
     struct ipc_server *s = c->srv;
     if (h->count == 0 || h->count > IPC_BATCH_MAX ||
         h->bytes != h->count * sizeof(struct ipc_acq_req))
         return -XFER_EPROTO;
-    struct ipc_acq_resp out[IPC_BATCH_MAX];
+    struct {
+        struct ipc_acq_resp r[IPC_BATCH_MAX];
+        struct ipc_revoked gone[IPC_REVOKED_MAX];
+    } reply;
+    struct ipc_acq_resp *out = reply.r;
     const struct ipc_acq_req *q = buf;
     for (uint32_t i = 0; i < h->count; i++) {
         int err = 0;
@@ -187,7 +230,11 @@ static int handle_acquire(struct serve_conn *c, const struct ipc_hdr *h, const v
         out[i].status = err;
         xfer_engine_count_served(s->engine, XFER_TRANSPORT_IPC, err ? 0 : q[i].len, err);
     }
-    return ipc_send(c->fd, IPC_ACQ_RESP, h->count, out, h->count * sizeof(out[0]), -1,
+    /* Revocations ride on the answer: records follow the count responses. */
+    uint32_t ngone = find_revoked(c, reply.gone);
+    memmove((char *)out + h->count * sizeof(out[0]), reply.gone, ngone * sizeof(reply.gone[0]));
+    return ipc_send(c->fd, IPC_ACQ_RESP, h->count, out,
+                    h->count * sizeof(out[0]) + ngone * sizeof(reply.gone[0]), -1,
                     serve_timeout(s));
 }
 
@@ -210,6 +257,16 @@ static int conn_handshake(struct serve_conn *c)
                                 .secret = cfg->secret, .secret_len = cfg->secret_len};
     struct xfer_hs_peer peer;
     char why[256] = "";
+    /* Without a secret, only our own uid may reach our memory (the rule the
+     * kernel applies to cross-memory attach anyway). */
+    struct ucred cred;
+    socklen_t clen = sizeof(cred);
+    if (!cfg->secret && (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
+                         cred.uid != geteuid())) {
+        xfer_warn("ipc: refused a connection from uid %d: not ours and no secret configured",
+                  (int)cred.uid);
+        return -XFER_EAUTH;
+    }
     int rc = xfer_handshake_server(c->fd, &self, cfg->connect_timeout_ms, &peer, why,
                                    sizeof(why));
     if (rc < 0) {

@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define RLEN (4u << 20)
 #define SMALL (64u << 10)
@@ -200,13 +201,45 @@ static int test_generation(struct ctx *c, const char *name)
     return 0;
 }
 
+static bool mapped_here(const char *memfd_name)
+{
+    char line[512], want[96];
+    snprintf(want, sizeof(want), "/memfd:%s ", memfd_name);
+    FILE *f = fopen("/proc/self/maps", "r");
+    bool found = false;
+    while (f && !found && fgets(line, sizeof(line), f))
+        found = strstr(line, want) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* A deregistered region's memfd must not stay mapped here for ever: the
+ * owner reports it on a later answer and the mapping is dropped. */
+static int test_revocation(struct ctx *c)
+{
+    char buf[128];
+    CHECK(one_op(c, "mrev", c->local[0], XFER_OP_WRITE, 0, 0, 4096) == 0, "map mrev");
+    CHECK(mapped_here("mrev"), "mrev is not mapped after a transfer");
+    CHECK(owner_cmd(&c->o, buf, sizeof(buf), "DEREG mrev") == 0, "dereg");
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do { /* other traffic carries the news; poll with a deadline */
+        CHECK(one_op(c, "mrw", c->local[0], XFER_OP_READ, 0, 0, 64) == 0, "traffic");
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        CHECK(t.tv_sec - t0.tv_sec < 5, "mrev still mapped 5 s after deregistration");
+    } while (mapped_here("mrev"));
+    printf("ok deregistered memfd unmapped by the initiator\n");
+    return 0;
+}
+
 static int setup(struct ctx *c, bool nodump)
 {
     const char *args[] = {"mrw:memfd:4194304:rw", "crw:cma:4194304:rw", "mro:memfd:65536:r",
-                          "cwo:cma:65536:w", "mgen:memfd:65536:rw", "cgen:cma:65536:rw", NULL,
-                          NULL};
+                          "cwo:cma:65536:w", "mgen:memfd:65536:rw", "cgen:cma:65536:rw", "mrev:memfd:65536:rw",
+                          NULL, NULL};
     if (nodump) {
-        memmove(args + 1, args, 6 * sizeof(args[0]));
+        memmove(args + 1, args, 7 * sizeof(args[0]));
         args[0] = "--nodump";
     }
     CHECK(owner_start(&c->o, args) == 0, "owner did not start");
@@ -260,7 +293,7 @@ int run_host_tests(int argc, char **argv)
     }
     bad = bad || test_random(&c, iters) || test_batch(&c) || test_bad_local_checks(&c) ||
           test_bad_owner_checks(&c) || test_generation(&c, "mgen") ||
-          test_generation(&c, "cgen");
+          test_generation(&c, "cgen") || (want == XFER_TRANSPORT_IPC && test_revocation(&c));
     if (!bad && want == XFER_TRANSPORT_IPC) {
         struct xfer_stats st;
         xfer_transport_stats(c.e, XFER_TRANSPORT_IPC, &st);

@@ -125,6 +125,10 @@ int owner_start(struct owner *o, const char *const *args)
         const char *cvd = getenv("IPC_OWNER_CUDA_VISIBLE_DEVICES");
         if (cvd)
             setenv("CUDA_VISIBLE_DEVICES", cvd, 1);
+        /* Lets a test run the owner as another user. */
+        const char *uid = getenv("IPC_OWNER_UID");
+        if (uid && (setgid((gid_t)atoi(uid)) < 0 || setuid((uid_t)atoi(uid)) < 0))
+            _exit(126);
         execv("/proc/self/exe", (char *const *)argv);
         _exit(127);
     }
