@@ -62,10 +62,11 @@ struct xfer_transport_ops {
     /* Optional: adds this transport's part of the node's own descriptor
      * (rdma: the NIC list in self->nics). Called by xfer_engine_describe(). */
     void (*describe)(struct xfer_transport *t, struct xfer_peer_desc *self);
-    /* Optional: adds this transport's part of a local region's descriptor
-     * (rdma: one rkey per NIC in out->rkeys). Called by xfer_region_describe()
-     * and xfer_region_foreach() with the region table locked: must not call
-     * back into the engine's region API. */
+    /* Optional: fills this transport's published field of a local region's
+     * descriptor (ipc: out->ipc, e.g. "memfd", "cma:<pid>:<addr>",
+     * "cuda:<handle hex>+<off>"; rdma: out->rkeys). Called by
+     * xfer_region_describe() with the region table locked: must not call back
+     * into region functions. */
     void (*describe_region)(struct xfer_transport *t, const xfer_region *r,
                             struct xfer_region_desc *out);
 };

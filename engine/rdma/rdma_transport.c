@@ -313,7 +313,7 @@ const struct xfer_transport_ops xfer_rdma_transport_ops = {
 #else
     .caps = XFER_CAP_HOST_MEM | XFER_CAP_NEEDS_REG,
 #endif
-    .preference = 1,
+    .preference = 50, /* after ipc (same host), before tcp */
     .probe = xrdma_probe,
     .open = xrdma_open,
     .close = xrdma_close,
