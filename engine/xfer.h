@@ -31,6 +31,7 @@ extern "C" {
 #define XFER_DTYPE_MAX   16
 #define XFER_TAG_MAX     128
 #define XFER_BLOB_MAX    256 /* transport-specific opaque data per region */
+#define XFER_NICS_MAX    1024 /* a node's RDMA NIC list: 8+ NICs at ~60 chars each */
 
 /* ---- errors ------------------------------------------------------------ */
 enum xfer_err {
@@ -144,7 +145,7 @@ struct xfer_peer_desc {
     char host_id[XFER_HOSTID_MAX]; /* same host_id => same kernel */
     unsigned transports;           /* XFER_TRANSPORT_* the peer offers */
     uint64_t incarnation;          /* fresh random value per process start */
-    char nics[XFER_BLOB_MAX];      /* RDMA NICs, as published */
+    char nics[XFER_NICS_MAX];      /* RDMA NICs, as published */
 };
 
 /* ---- engine ------------------------------------------------------------ */
