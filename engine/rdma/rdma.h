@@ -136,7 +136,7 @@ struct rdma_transport {
     int n_nics;
     struct rdma_nic nics[XFER_RDMA_MAX_NICS];
     struct ibv_context **dev_list; /* rdma_get_devices() */
-    char nic_list[XFER_BLOB_MAX];
+    char nic_list[XFER_NICS_MAX];
     /* tunables (env) */
     int qps_per_nic;
     uint32_t sq_depth, signal_every, cq_depth;

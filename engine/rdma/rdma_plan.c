@@ -212,7 +212,7 @@ int xfer_rdma_nics_parse(const char *s, struct xfer_rdma_nic_desc *out, int max)
 {
     if (!s)
         return -XFER_EPROTO;
-    char copy[XFER_BLOB_MAX * 2];
+    char copy[XFER_NICS_MAX];
     if (strlen(s) >= sizeof(copy))
         return -XFER_EPROTO;
     snprintf(copy, sizeof(copy), "%s", s);

@@ -47,7 +47,7 @@ static inline int node_file_read(const char *path, struct node_file *nf)
         fprintf(stderr, "cannot open node file %s\n", path);
         return -1;
     }
-    char line[512];
+    char line[XFER_NICS_MAX + 64]; /* the nics= line is the longest */
     snprintf(nf->peer.addr, sizeof(nf->peer.addr), "127.0.0.1");
     nf->peer.transports = XFER_TRANSPORT_TCP;
     while (fgets(line, sizeof(line), f)) {

@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,7 +132,7 @@ static void test_nic_list(void **state)
     struct xfer_rdma_nic_desc b = {.name = "mlx5_1", .port = 2, .ib = true, .gbps = 400,
                                    .numa = -1, .cm_port = 1};
     b.gid.raw[0] = 0xfe, b.gid.raw[1] = 0x80, b.gid.raw[15] = 9;
-    char buf[XFER_BLOB_MAX] = "";
+    char buf[XFER_NICS_MAX] = "";
     assert_int_equal(xfer_rdma_nics_append(buf, sizeof(buf), &a), 0);
     assert_int_equal(xfer_rdma_nics_append(buf, sizeof(buf), &b), 0);
     assert_string_equal(buf, "mlx5_0,1,::ffff:10.0.0.7,eth,200,0000:3b:00.0,0,43711;"
@@ -154,8 +155,17 @@ static void test_nic_list(void **state)
                          "a,1,::1,eth,1,-,0,70000", "a,-1,::1,eth,1,-,0,1", "a,1,::1,eth,1,-,x,1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(xfer_rdma_nics_parse(bad[i], p, 4), -XFER_EPROTO);
-    /* a full blob refuses the next entry and stays well formed */
-    for (int i = 0; i < 10; i++)
+    /* 8 NICs with long names and IPv6 GIDs fit; a full list refuses the
+     * next entry and stays well formed */
+    struct xfer_rdma_nic_desc big = a;
+    snprintf(big.name, sizeof(big.name), "mlx5_bond_10");
+    memset(big.gid.raw, 0xab, 16);
+    buf[0] = '\0';
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(xfer_rdma_nics_append(buf, sizeof(buf), &big), 0);
+    struct xfer_rdma_nic_desc eight[8];
+    assert_int_equal(xfer_rdma_nics_parse(buf, eight, 8), 8);
+    for (int i = 0; i < 20; i++)
         xfer_rdma_nics_append(buf, sizeof(buf), &a);
     assert_int_equal(xfer_rdma_nics_append(buf, sizeof(buf), &a), -XFER_ENOSPC);
     assert_true(xfer_rdma_nics_parse(buf, p, 4) == -XFER_EPROTO); /* more than 4 */
