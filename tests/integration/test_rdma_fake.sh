@@ -27,6 +27,8 @@ export XFER_FAKEVERBS_DEVICES=2
 rdma_serve srv2 --region rw:rw:16777216:1 --region ro:r:4194304:2 || exit 1
 grep -q '^nics=fake0.*;fake1' "$WORK/srv2.node" || { echo "srv2 publishes one NIC"; FAILED=$((FAILED + 1)); }
 step "two NICs: random batches" "$FAKE/xfer_rdma_check" random --peer "$WORK/srv2.node" --seed 3 --rounds 30
+step "two NICs: bench smoke run" "$FAKE/xfer_rdma_check" bench --peer "$WORK/srv2.node" \
+    --seconds 0.1 --sizes 4096,1048576,4194304
 step "two NICs: NIC-enforced access" "$FAKE/xfer_rdma_check" nic --peer "$WORK/srv2.node"
 unset XFER_FAKEVERBS_DEVICES
 

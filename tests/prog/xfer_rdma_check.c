@@ -10,6 +10,11 @@
  *       offsets and directions against region rw; every byte is checked
  *       against the position-based pattern (reads of the served content,
  *       written data read back into other local offsets).
+ *   xfer_rdma_check bench --peer FILE [--seconds S] [--sizes 4096,65536,...]
+ *       one-sided WRITE then READ against region rw, item sizes 4 KiB..64 MiB
+ *       (or --sizes), two batches in flight, each point for S seconds
+ *       (default 1); prints GB/s (1e9 B/s) and items/s. The numbers mean
+ *       something on real NICs only (docs/rdma.md).
  *   xfer_rdma_check nic --peer FILE
  *       what the NIC itself refuses, with descriptors that lie to skip the
  *       initiator's own checks: a bad rkey, a write to a region the target
@@ -194,6 +199,72 @@ static int run_nic(xfer_engine *e, xfer_peer *p, const struct xfer_region_desc *
     return failures ? 1 : 0;
 }
 
+/* Two batches in flight over the lower/upper half of the region. */
+static void bench_fill(xfer_batch *b, enum xfer_op op, xfer_region *l, xfer_peer *p,
+                       const struct xfer_region_desc *rw, uint64_t size, int half)
+{
+    uint64_t span = rw->len / 2, n = span / size;
+    n = n > 256 ? 256 : n ? n : 1;
+    xfer_batch_reset(b);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t off = (uint64_t)half * span + i * size;
+        struct xfer_item it = {op, l, off, p, rw->id, rw->gen, off, size};
+        xfer_batch_add(b, &it);
+    }
+}
+
+static int bench_point(xfer_engine *e, xfer_peer *p, xfer_region *l,
+                       const struct xfer_region_desc *rw, enum xfer_op op, uint64_t size,
+                       double seconds)
+{
+    xfer_batch *b[2] = {xfer_batch_new(e, NULL), xfer_batch_new(e, NULL)};
+    uint64_t bytes = 0, items = 0;
+    int errors = 0;
+    for (int k = 0; k < 2; k++) {
+        bench_fill(b[k], op, l, p, rw, size, k);
+        xfer_batch_submit(b[k], 60000);
+    }
+    double t0 = now_s(), t = t0;
+    for (int k = 0;; k ^= 1) {
+        if (xfer_batch_wait(b[k], -1) < 0)
+            errors++;
+        bytes += xfer_batch_count(b[k]) * size;
+        items += xfer_batch_count(b[k]);
+        t = now_s();
+        if (t - t0 >= seconds || errors) {
+            xfer_batch_wait(b[k ^ 1], -1);
+            break;
+        }
+        xfer_batch_submit(b[k], 60000);
+    }
+    printf("%-10llu %-6s %9.2f GB/s %11.0f items/s%s\n", (unsigned long long)size,
+           op == XFER_OP_WRITE ? "WRITE" : "READ", bytes / (t - t0) / 1e9, items / (t - t0),
+           errors ? "  ERRORS" : "");
+    xfer_batch_free(b[0]);
+    xfer_batch_free(b[1]);
+    return errors;
+}
+
+static int run_bench(xfer_engine *e, xfer_peer *p, const struct xfer_region_desc *rw,
+                     const char *sizes, double seconds)
+{
+    xfer_region *l;
+    if (xfer_region_alloc(e, "local", rw->len, XFER_ACCESS_RW, &l) < 0)
+        return 1;
+    const char *list = sizes ? sizes : "4096,65536,1048576,4194304,16777216,67108864";
+    printf("%-10s %-6s %14s %17s\n", "size", "op", "bandwidth", "rate");
+    int errors = 0;
+    for (const char *q = list; *q;) {
+        uint64_t size = strtoull(q, NULL, 10);
+        if (size > 0 && size <= rw->len / 2)
+            for (int op = XFER_OP_WRITE; op >= XFER_OP_READ; op--)
+                errors += bench_point(e, p, l, rw, (enum xfer_op)op, size, seconds);
+        q += strcspn(q, ",");
+        q += *q == ',';
+    }
+    return errors ? 1 : 0;
+}
+
 /* client_engine() of node_common.h, with a number of progress threads. */
 static xfer_engine *check_engine(const struct node_file *nf, const char *secret, int progress,
                                  xfer_peer **peer, int *rc)
@@ -224,12 +295,14 @@ int main(int argc, char **argv)
     static const struct option lo[] = {{"peer", 1, 0, 'p'}, {"seed", 1, 0, 's'},
                                        {"rounds", 1, 0, 'r'}, {"secret", 1, 0, 'S'},
                                        {"server-seed", 1, 0, 'x'}, {"progress", 1, 0, 'P'},
+                                       {"seconds", 1, 0, 't'}, {"sizes", 1, 0, 'z'},
                                        {0, 0, 0, 0}};
-    const char *peer = NULL, *secret = NULL;
+    const char *peer = NULL, *secret = NULL, *sizes = NULL;
+    double seconds = 1;
     uint64_t seed = 1, server_seed = 1;
     int rounds = 20, progress = 0;
     if (argc < 2) {
-        fprintf(stderr, "usage: xfer_rdma_check random|nic --peer FILE [options]\n");
+        fprintf(stderr, "usage: xfer_rdma_check random|nic|bench --peer FILE [options]\n");
         return 2;
     }
     optind = 2;
@@ -241,6 +314,8 @@ int main(int argc, char **argv)
         case 'S': secret = optarg; break;
         case 'x': server_seed = strtoull(optarg, NULL, 10); break;
         case 'P': progress = atoi(optarg); break;
+        case 't': seconds = atof(optarg); break;
+        case 'z': sizes = optarg; break;
         default: return 2;
         }
     }
@@ -261,6 +336,8 @@ int main(int argc, char **argv)
     int ret = 2;
     if (!strcmp(argv[1], "random"))
         ret = run_random(e, p, rw, server_seed, rounds);
+    else if (!strcmp(argv[1], "bench"))
+        ret = run_bench(e, p, rw, sizes, seconds);
     else if (!strcmp(argv[1], "nic") && ro)
         ret = run_nic(e, p, rw, ro, server_seed);
     xfer_engine_free(e);
