@@ -34,7 +34,10 @@
 #define RDMA_MAX_PROGRESS 8
 #define RDMA_SEQ_BITS 40
 #define RDMA_SEQ_MASK ((1ull << RDMA_SEQ_BITS) - 1)
-#define RDMA_MAX_RETRIES 3    /* a flushed chunk is re-posted at most this often */
+/* A flushed chunk did nothing wrong (another WR put its QP in error) and is
+ * re-posted; every QP error ends the item at its head, so this cap is only a
+ * safety net against a QP that fails with no culprit over and over. */
+#define RDMA_MAX_RETRIES 64
 
 enum rdma_tag { TAG_LISTENER = 1, TAG_SLOT, TAG_ACCEPTED };
 
@@ -95,7 +98,7 @@ struct rdma_slot {
     uint64_t next_seq;
     struct xfer_rdma_ring ring; /* posted, not yet completed */
     int64_t retry_at_ms;
-    int backoff_ms;
+    int failures;        /* connection attempts failed in a row */
 };
 
 struct rdma_pending {

@@ -71,15 +71,20 @@ static void slot_teardown(struct rdma_transport *t, struct rdma_slot *s, const c
     (void)t;
 }
 
+/* Reconnects at once after a healthy QP failed; after failed attempts,
+ * waits 100 ms doubling to 5 s. */
 static void slot_retry_later(struct rdma_slot *s)
 {
     pthread_mutex_lock(&s->lock);
     if (s->state != SLOT_FAILED)
         s->state = SLOT_IDLE;
-    s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
-    if (s->backoff_ms > BACKOFF_MAX_MS)
-        s->backoff_ms = BACKOFF_MAX_MS;
-    s->retry_at_ms = xrdma_now_ms() + s->backoff_ms;
+    int delay = 0;
+    if (s->failures > 0) {
+        int shift = s->failures - 1 < 6 ? s->failures - 1 : 6;
+        delay = BACKOFF_MIN_MS << shift;
+        delay = delay > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay;
+    }
+    s->retry_at_ms = xrdma_now_ms() + delay;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -88,6 +93,9 @@ static void attempt_failed(struct rdma_transport *t, struct rdma_slot *s, int rc
 {
     xfer_debug("rdma: QP slot %u to %s: %s", s->index, s->conn->peer.node_id, why);
     slot_teardown(t, s, why);
+    pthread_mutex_lock(&s->lock);
+    s->failures++;
+    pthread_mutex_unlock(&s->lock);
     if (permanent) {
         pthread_mutex_lock(&s->lock);
         s->state = SLOT_FAILED;
@@ -177,7 +185,7 @@ static void slot_established(struct rdma_transport *t, struct rdma_slot *s, cons
     }
     pthread_mutex_lock(&s->lock);
     s->state = SLOT_READY;
-    s->backoff_ms = 0;
+    s->failures = 0;
     s->unsignaled = 0;
     pthread_mutex_unlock(&s->lock);
     struct rdma_conn *c = s->conn;

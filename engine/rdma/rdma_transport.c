@@ -159,7 +159,7 @@ static int conn_slots(struct rdma_transport *t, struct rdma_conn *c)
             s->prog = p;
             s->depth = t->sq_depth;
             s->next_seq = 1;
-            s->backoff_ms = 0;
+            s->failures = 0;
             s->retry_at_ms = 0;
             pthread_mutex_unlock(&s->lock);
             if (rc)
@@ -234,7 +234,7 @@ static int wait_connected(struct rdma_conn *c, int timeout_ms, char *why, size_t
             pthread_mutex_lock(&s->lock);
             ready += s->state == SLOT_READY;
             settled += s->state == SLOT_READY || s->state == SLOT_FAILED ||
-                       (s->state == SLOT_IDLE && s->backoff_ms > 0);
+                       (s->state == SLOT_IDLE && s->failures > 0);
             pthread_mutex_unlock(&s->lock);
         }
         if (settled == c->n_slots) {

@@ -309,8 +309,23 @@ int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_
     return 0;
 }
 
+/* Stops an active id's connector thread: it must not touch a QP being
+ * destroyed (librdmacm lets a QP go while its connection is under way). */
+static void stop_connector(struct fv_id *f)
+{
+    if (!f->thread_running || f->listen_sock >= 0)
+        return;
+    int cs = __atomic_load_n(&f->conn_sock, __ATOMIC_ACQUIRE);
+    if (cs >= 0)
+        shutdown(cs, SHUT_RDWR);
+    pthread_join(f->thread, NULL);
+    f->thread_running = false;
+}
+
 void rdma_destroy_qp(struct rdma_cm_id *id)
 {
+    if (id)
+        stop_connector(fid(id));
     if (id && id->qp) {
         ibv_destroy_qp(id->qp);
         id->qp = NULL;
@@ -504,6 +519,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
         shutdown(cs, SHUT_RDWR);
     if (f->thread_running)
         pthread_join(f->thread, NULL);
+    f->thread_running = false;
     if (f->listen_sock >= 0)
         close(f->listen_sock);
     if (f->conn_sock >= 0)
