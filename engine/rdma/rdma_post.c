@@ -166,7 +166,24 @@ static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
     }
 }
 
-/* Posts one QP's share; what cannot be posted goes back to the queue. */
+/* A post failed after unsignaled WRs went out: no completion would ever
+ * report them, so the QP is moved to error, which flushes every WR with a
+ * completion; the CM thread then re-establishes it. s->lock held. */
+static bool break_qp_locked(struct rdma_slot *s)
+{
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+    s->state = SLOT_ERROR;
+    ibv_modify_qp(s->id->qp, &a, IBV_QP_STATE);
+    if (s->ring.n == 0) {
+        s->state = SLOT_DEAD;
+        return true; /* nothing will complete: the CM thread must look now */
+    }
+    return false;
+}
+
+/* Posts one QP's share; what cannot be posted goes back to the queue. The
+ * live chunks are picked (io_begin) before posting, so that the last WR
+ * actually posted is the signaled one. */
 static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *sh)
 {
     pthread_mutex_lock(&s->lock);
@@ -178,15 +195,30 @@ static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *s
         c->head = sh->head;
         return;
     }
+    struct rdma_pending *go = NULL, **tail = &go;
     for (struct rdma_pending *p = sh->head, *n; p; p = n) {
         n = p->next;
+        if (xfer_batch_io_begin(p->c.b, p->c.item)) {
+            *tail = p;
+            tail = &p->next;
+            p->next = NULL;
+        } else { /* ended meanwhile (cancel, deadline, an error) */
+            drop_chunk(&p->c);
+            free(p);
+        }
+    }
+    bool kick = false;
+    for (struct rdma_pending *p = go, *n; p; p = n) {
+        n = p->next;
         struct xfer_rdma_chunk *ch = &p->c;
-        if (!xfer_batch_io_begin(ch->b, ch->item)) {
-            drop_chunk(ch);
-        } else if (post_chunk(c->t, s, ch, n == NULL)) {
+        if (s->state != SLOT_READY || post_chunk(c->t, s, ch, n == NULL)) {
+            if (s->state == SLOT_READY) {
+                xfer_warn("rdma: ibv_post_send to %s failed: QP re-established",
+                          c->peer.node_id);
+                kick = break_qp_locked(s);
+            }
             ch->status = -XFER_EIO;
             ch->why = "ibv_post_send refused the work request";
-            xfer_warn("rdma: ibv_post_send to %s failed", c->peer.node_id);
             pthread_mutex_unlock(&s->lock);
             xrdma_chunk_finish(ch, true);
             pthread_mutex_lock(&s->lock);
@@ -194,6 +226,8 @@ static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *s
         free(p);
     }
     pthread_mutex_unlock(&s->lock);
+    if (kick)
+        xrdma_cm_kick(c->t);
 }
 
 void xrdma_pump_locked(struct rdma_conn *c)
