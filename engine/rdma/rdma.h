@@ -30,10 +30,10 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
-#define RDMA_MAX_SLOTS 4096   /* QPs per transport (12 bits of wr_id) */
+#define RDMA_MAX_SLOTS    4096 /* QPs per transport (12 bits of wr_id) */
 #define RDMA_MAX_PROGRESS 8
-#define RDMA_SEQ_BITS 40
-#define RDMA_SEQ_MASK ((1ull << RDMA_SEQ_BITS) - 1)
+#define RDMA_SEQ_BITS     40
+#define RDMA_SEQ_MASK     ((1ull << RDMA_SEQ_BITS) - 1)
 /* A flushed chunk did nothing wrong (another WR put its QP in error) and is
  * re-posted; every QP error ends the item at its head, so this cap is only a
  * safety net against a QP that fails with no culprit over and over. */
@@ -48,9 +48,9 @@ struct rdma_nic {
     struct xfer_rdma_nic_desc desc;
     int gid_index;
     enum ibv_mtu mtu;
-    char sysfs[256];          /* realpath of <ibdev>/device, "" if unknown */
+    char sysfs[256]; /* realpath of <ibdev>/device, "" if unknown */
     uint32_t max_qp_wr;
-    uint8_t rd_atom;          /* RDMA READs in flight per QP */
+    uint8_t rd_atom; /* RDMA READs in flight per QP */
     uint32_t max_msg;
     struct ibv_pd *pd;
     struct ibv_cq *passive_cq; /* QPs accepted as target: they post nothing */
@@ -87,7 +87,7 @@ struct rdma_slot {
     pthread_mutex_t lock;
     enum slot_state state;
     uint32_t index;
-    uint16_t uid;        /* incarnation; stale CQEs carry an old one */
+    uint16_t uid; /* incarnation; stale CQEs carry an old one */
     struct rdma_conn *conn;
     int lnic, rnic;
     struct rdma_progress *prog;
@@ -98,7 +98,7 @@ struct rdma_slot {
     uint64_t next_seq;
     struct xfer_rdma_ring ring; /* posted, not yet completed */
     int64_t retry_at_ms;
-    int failures;        /* connection attempts failed in a row */
+    int failures; /* connection attempts failed in a row */
 };
 
 struct rdma_pending {
@@ -110,17 +110,17 @@ struct rdma_conn {
     struct xfer_conn base;
     struct rdma_transport *t;
     pthread_mutex_t lock;
-    pthread_cond_t cond;  /* slot state changes, teardown, refs */
+    pthread_cond_t cond; /* slot state changes, teardown, refs */
     struct xfer_peer_desc peer;
     int n_rnics;
     struct xfer_rdma_nic_desc rnics[XFER_RDMA_MAX_NICS];
     int n_slots;
     uint32_t slots[XFER_RDMA_MAX_NICS * 16];
     struct rdma_pending *head, *tail; /* chunks waiting for a QP */
-    uint32_t rr;          /* striping cursor */
+    uint32_t rr;                      /* striping cursor */
     bool closing, torn_down;
-    int refs;             /* progress threads using conn outside its lock */
-    char why[192];        /* last connection failure */
+    int refs;      /* progress threads using conn outside its lock */
+    char why[192]; /* last connection failure */
     int why_rc;
     struct rdma_conn *next; /* t->conns */
 };
@@ -157,7 +157,7 @@ struct rdma_transport {
     struct rdma_conn *conns;
     struct rdma_region *regions;    /* registered, under lock */
     struct rdma_accepted *accepted; /* CM thread only */
-    struct xfer_rdma_replay replay;  /* CM thread only */
+    struct xfer_rdma_replay replay; /* CM thread only */
 };
 
 /* Per-region registration: one MR per local NIC. */
@@ -188,7 +188,7 @@ void xrdma_dereg_mem(struct xfer_transport *t, xfer_region *r);
 /* Deregisters what the engine did not (it closes transports first). */
 void xrdma_regions_release(struct rdma_transport *t);
 void xrdma_describe_region(struct xfer_transport *t, const xfer_region *r,
-                          struct xfer_region_desc *out);
+                           struct xfer_region_desc *out);
 
 /* rdma_cm.c */
 int xrdma_cm_start(struct rdma_transport *t, char *why, size_t why_len);

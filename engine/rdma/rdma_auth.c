@@ -39,8 +39,8 @@ static uint64_t get64(const uint8_t *p)
 }
 
 /* HMAC-SHA256(secret, label | a | b), truncated; zeros without a secret. */
-static void proof(const struct xfer_rdma_self *self, const char *label, const void *a,
-                  size_t alen, const void *b, size_t blen, uint8_t out[PROOF_LEN])
+static void proof(const struct xfer_rdma_self *self, const char *label, const void *a, size_t alen,
+                  const void *b, size_t blen, uint8_t out[PROOF_LEN])
 {
     memset(out, 0, PROOF_LEN);
     if (!self->secret || !self->secret_len)
@@ -72,8 +72,8 @@ static void put_node(uint8_t *p, const char *node)
     memcpy(p, node, strnlen(node, 16));
 }
 
-void xfer_rdma_req_encode(const struct xfer_rdma_self *self, const char *target_node,
-                          uint16_t slot, uint64_t nonce, uint8_t out[XFER_RDMA_REQ_LEN])
+void xfer_rdma_req_encode(const struct xfer_rdma_self *self, const char *target_node, uint16_t slot,
+                          uint64_t nonce, uint8_t out[XFER_RDMA_REQ_LEN])
 {
     memset(out, 0, XFER_RDMA_REQ_LEN);
     put32(out, REQ_MAGIC);
@@ -97,8 +97,8 @@ static bool replayed(struct xfer_rdma_replay *r, uint64_t nonce)
 }
 
 int xfer_rdma_req_verify(const struct xfer_rdma_self *self, const void *pdata, size_t len,
-                         int64_t now_ms, struct xfer_rdma_replay *replay,
-                         struct xfer_rdma_req *out, char *why, size_t why_len)
+                         int64_t now_ms, struct xfer_rdma_replay *replay, struct xfer_rdma_req *out,
+                         char *why, size_t why_len)
 {
     const uint8_t *p = pdata;
     if (!p || len < XFER_RDMA_REQ_LEN || get32(p) != REQ_MAGIC) {

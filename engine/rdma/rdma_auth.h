@@ -22,11 +22,11 @@
 
 #include "xfer.h"
 
-#define XFER_RDMA_REQ_LEN 56
-#define XFER_RDMA_REP_LEN 48
-#define XFER_RDMA_REJ_LEN 148
+#define XFER_RDMA_REQ_LEN         56
+#define XFER_RDMA_REP_LEN         48
+#define XFER_RDMA_REJ_LEN         148
 #define XFER_RDMA_NONCE_WINDOW_MS 120000
-#define XFER_RDMA_REPLAY_SLOTS 1024
+#define XFER_RDMA_REPLAY_SLOTS    1024
 
 struct xfer_rdma_self {
     const char *node_id;
@@ -51,13 +51,13 @@ struct xfer_rdma_replay {
 
 uint64_t xfer_rdma_nonce_new(int64_t now_ms);
 
-void xfer_rdma_req_encode(const struct xfer_rdma_self *self, const char *target_node,
-                          uint16_t slot, uint64_t nonce, uint8_t out[XFER_RDMA_REQ_LEN]);
+void xfer_rdma_req_encode(const struct xfer_rdma_self *self, const char *target_node, uint16_t slot,
+                          uint64_t nonce, uint8_t out[XFER_RDMA_REQ_LEN]);
 /* Target side: 0, -XFER_EPROTO (not ours / wrong version) or -XFER_EAUTH
  * (bad proof, stale or replayed nonce), reason in why. Records the nonce. */
 int xfer_rdma_req_verify(const struct xfer_rdma_self *self, const void *pdata, size_t len,
-                         int64_t now_ms, struct xfer_rdma_replay *replay,
-                         struct xfer_rdma_req *out, char *why, size_t why_len);
+                         int64_t now_ms, struct xfer_rdma_replay *replay, struct xfer_rdma_req *out,
+                         char *why, size_t why_len);
 
 /* status 0 = accept (REP), else a negative XFER_E* with reason (REJ).
  * Returns the number of bytes written to out (room for XFER_RDMA_REJ_LEN). */

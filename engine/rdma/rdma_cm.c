@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #define RESOLVE_TIMEOUT_MS 2000
-#define BACKOFF_MIN_MS 100
-#define BACKOFF_MAX_MS 5000
+#define BACKOFF_MIN_MS     100
+#define BACKOFF_MAX_MS     5000
 
 void xrdma_cm_kick(struct rdma_transport *t)
 {
@@ -147,7 +147,9 @@ static void slot_connect(struct rdma_transport *t, struct rdma_slot *s)
     struct rdma_nic *nic = &t->nics[s->lnic];
     char why[160];
     struct ibv_qp_init_attr qa = {
-        .send_cq = s->prog->cq[s->lnic], .recv_cq = s->prog->cq[s->lnic], .qp_type = IBV_QPT_RC,
+        .send_cq = s->prog->cq[s->lnic],
+        .recv_cq = s->prog->cq[s->lnic],
+        .qp_type = IBV_QPT_RC,
         .cap = {.max_send_wr = s->depth, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
     if (s->id->verbs != nic->ctx) {
         snprintf(why, sizeof(why), "route to %s leaves through another device than %s",
@@ -163,9 +165,11 @@ static void slot_connect(struct rdma_transport *t, struct rdma_slot *s)
     uint8_t req[XFER_RDMA_REQ_LEN];
     s->nonce = xfer_rdma_nonce_new(wall_ms());
     xfer_rdma_req_encode(&t->self, s->conn->peer.node_id, (uint16_t)s->index, s->nonce, req);
-    struct rdma_conn_param cp = {.private_data = req, .private_data_len = sizeof(req),
+    struct rdma_conn_param cp = {.private_data = req,
+                                 .private_data_len = sizeof(req),
                                  .initiator_depth = nic->rd_atom,
-                                 .responder_resources = nic->rd_atom, .retry_count = 7,
+                                 .responder_resources = nic->rd_atom,
+                                 .retry_count = 7,
                                  .rnr_retry_count = 7};
     if (rdma_connect(s->id, &cp)) {
         snprintf(why, sizeof(why), "rdma_connect: %s", strerror(errno));
@@ -261,13 +265,12 @@ static void refuse(struct rdma_transport *t, struct rdma_cm_id *id, int rc, cons
     rdma_destroy_id(id);
 }
 
-static void incoming(struct rdma_transport *t, struct rdma_cm_id *id, const void *pdata,
-                     size_t len)
+static void incoming(struct rdma_transport *t, struct rdma_cm_id *id, const void *pdata, size_t len)
 {
     char why[192];
     struct xfer_rdma_req req;
-    int rc = xfer_rdma_req_verify(&t->self, pdata, len, wall_ms(), &t->replay, &req, why,
-                                  sizeof(why));
+    int rc =
+        xfer_rdma_req_verify(&t->self, pdata, len, wall_ms(), &t->replay, &req, why, sizeof(why));
     struct rdma_nic *nic = nic_of(t, id);
     if (rc == 0 && !nic) {
         rc = -XFER_ENODEV;
@@ -279,10 +282,11 @@ static void incoming(struct rdma_transport *t, struct rdma_cm_id *id, const void
         return;
     }
     struct rdma_accepted *a = calloc(1, sizeof(*a));
-    struct ibv_qp_init_attr qa = {.send_cq = nic->passive_cq, .recv_cq = nic->passive_cq,
-                                  .qp_type = IBV_QPT_RC,
-                                  .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
-                                          .max_recv_sge = 1}};
+    struct ibv_qp_init_attr qa = {
+        .send_cq = nic->passive_cq,
+        .recv_cq = nic->passive_cq,
+        .qp_type = IBV_QPT_RC,
+        .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
     if (!a || rdma_create_qp(id, nic->pd, &qa)) {
         free(a);
         refuse(t, id, -XFER_ENOMEM, "cannot create a queue pair");
@@ -294,9 +298,11 @@ static void incoming(struct rdma_transport *t, struct rdma_cm_id *id, const void
     id->context = a;
     uint8_t rep[XFER_RDMA_REJ_LEN];
     size_t n = xfer_rdma_rep_encode(&t->self, req.nonce, 0, NULL, rep);
-    struct rdma_conn_param cp = {.private_data = rep, .private_data_len = (uint8_t)n,
+    struct rdma_conn_param cp = {.private_data = rep,
+                                 .private_data_len = (uint8_t)n,
                                  .responder_resources = nic->rd_atom,
-                                 .initiator_depth = nic->rd_atom, .rnr_retry_count = 7};
+                                 .initiator_depth = nic->rd_atom,
+                                 .rnr_retry_count = 7};
     if (rdma_accept(id, &cp)) {
         xfer_warn("rdma: rdma_accept for %s: %s", req.node, strerror(errno));
         rdma_destroy_qp(id);

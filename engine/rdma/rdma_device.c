@@ -49,18 +49,39 @@ int xrdma_devices_probe(char *why, size_t why_len)
 /* Gb/s from the port's width and speed codes (ibv_query_port(3)). */
 static uint32_t port_gbps(const struct ibv_port_attr *pa)
 {
-    int lanes = pa->active_width == 1 ? 1 : pa->active_width == 2 ? 4 : pa->active_width == 4 ? 8
-              : pa->active_width == 8 ? 12 : pa->active_width == 16 ? 2 : 1;
+    int lanes = pa->active_width == 1    ? 1
+                : pa->active_width == 2  ? 4
+                : pa->active_width == 4  ? 8
+                : pa->active_width == 8  ? 12
+                : pa->active_width == 16 ? 2
+                                         : 1;
     double lane = 0;
     switch (pa->active_speed) {
-    case 1: lane = 2.5; break;
-    case 2: lane = 5; break;
-    case 4: case 8: lane = 10; break;
-    case 16: lane = 14; break;
-    case 32: lane = 25; break;
-    case 64: lane = 50; break;
-    case 128: lane = 100; break;
-    default: lane = 200; break;
+    case 1:
+        lane = 2.5;
+        break;
+    case 2:
+        lane = 5;
+        break;
+    case 4:
+    case 8:
+        lane = 10;
+        break;
+    case 16:
+        lane = 14;
+        break;
+    case 32:
+        lane = 25;
+        break;
+    case 64:
+        lane = 50;
+        break;
+    case 128:
+        lane = 100;
+        break;
+    default:
+        lane = 200;
+        break;
     }
     return (uint32_t)(lanes * lane);
 }

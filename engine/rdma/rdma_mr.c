@@ -91,8 +91,8 @@ int xrdma_reg_mem(struct xfer_transport *tr, xfer_region *r)
             if (cuda) { /* no GPUDirect RDMA here: the region stays usable by the other
                          * transports; rdma items on it fail with a clear reason */
                 xfer_warn("rdma: GPU region %s not registered (%s on %s: %s): no GPUDirect RDMA "
-                          "(dma-buf or nvidia-peermem) for it", d.name, how,
-                          t->nics[i].desc.name, strerror(e));
+                          "(dma-buf or nvidia-peermem) for it",
+                          d.name, how, t->nics[i].desc.name, strerror(e));
                 return 0;
             }
             xfer_engine_set_error(t->base.engine, "rdma: %s on %s for region %s (%zu bytes): %s%s",
@@ -100,8 +100,8 @@ int xrdma_reg_mem(struct xfer_transport *tr, xfer_region *r)
                                   e == ENOMEM ? " (locked-memory limit, ulimit -l?)" : "");
             return e == ENOMEM ? -XFER_ENOMEM : -XFER_EIO;
         }
-        xfer_debug("rdma: region %s on %s: %s lkey %x rkey %x", d.name, t->nics[i].desc.name,
-                   how, rr->mr[i]->lkey, rr->mr[i]->rkey);
+        xfer_debug("rdma: region %s on %s: %s lkey %x rkey %x", d.name, t->nics[i].desc.name, how,
+                   rr->mr[i]->lkey, rr->mr[i]->rkey);
     }
     rr->n = t->n_nics;
     rr->device = cuda ? xfer_region_device(r) : -1;
@@ -159,7 +159,7 @@ void xrdma_dereg_mem(struct xfer_transport *tr, xfer_region *r)
 }
 
 void xrdma_describe_region(struct xfer_transport *tr, const xfer_region *r,
-                          struct xfer_region_desc *out)
+                           struct xfer_region_desc *out)
 {
     (void)tr;
     const struct rdma_region *rr = xfer_region_transport_data(r, XFER_TRANSPORT_RDMA);

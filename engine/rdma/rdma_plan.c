@@ -159,9 +159,9 @@ int xfer_rdma_nics_append(char *buf, size_t len, const struct xfer_rdma_nic_desc
     if (!inet_ntop(AF_INET6, n->gid.raw, gid, sizeof(gid)))
         return -XFER_EINVAL;
     size_t used = strnlen(buf, len);
-    int w = snprintf(buf + used, len - used, "%s%s,%u,%s,%s,%u,%s,%d,%u", used ? ";" : "",
-                     n->name, n->port, gid, n->ib ? "ib" : "eth", n->gbps,
-                     n->pci[0] ? n->pci : "-", n->numa, n->cm_port);
+    int w = snprintf(buf + used, len - used, "%s%s,%u,%s,%s,%u,%s,%d,%u", used ? ";" : "", n->name,
+                     n->port, gid, n->ib ? "ib" : "eth", n->gbps, n->pci[0] ? n->pci : "-", n->numa,
+                     n->cm_port);
     if (w < 0 || (size_t)w >= len - used) {
         buf[used] = '\0';
         return -XFER_ENOSPC;

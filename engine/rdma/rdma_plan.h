@@ -44,14 +44,14 @@ struct xfer_rdma_chunk {
     size_t item;
     enum xfer_op op;
     uint64_t laddr, raddr, len;
-    const void *lmr;                       /* struct rdma_region of the local region */
-    uint32_t rkey[XFER_RDMA_MAX_NICS];     /* the remote region's rkey per remote NIC */
-    uint32_t nic_mask;                     /* local NICs allowed (near the region's GPU) */
-    uint64_t seq;                          /* set when posted */
+    const void *lmr;                   /* struct rdma_region of the local region */
+    uint32_t rkey[XFER_RDMA_MAX_NICS]; /* the remote region's rkey per remote NIC */
+    uint32_t nic_mask;                 /* local NICs allowed (near the region's GPU) */
+    uint64_t seq;                      /* set when posted */
     uint8_t retries;
     bool signaled;
-    int status;                            /* set by completion accounting */
-    bool retryable;                        /* flushed: did nothing wrong itself */
+    int status;     /* set by completion accounting */
+    bool retryable; /* flushed: did nothing wrong itself */
     const char *why;
 };
 

@@ -25,7 +25,10 @@ void xrdma_chunk_finish(struct xfer_rdma_chunk *ch, bool io_begun)
     xfer_batch_put(ch->b);
 }
 
-static void drop_chunk(struct xfer_rdma_chunk *ch) { xfer_batch_put(ch->b); }
+static void drop_chunk(struct xfer_rdma_chunk *ch)
+{
+    xfer_batch_put(ch->b);
+}
 
 static void append_locked(struct rdma_conn *c, struct rdma_pending *p)
 {
@@ -90,11 +93,12 @@ static int post_chunk(struct rdma_transport *t, struct rdma_slot *s, struct xfer
                       bool last)
 {
     const struct rdma_region *lr = ch->lmr;
-    struct ibv_sge sge = {.addr = ch->laddr, .length = (uint32_t)ch->len,
-                          .lkey = lr->mr[s->lnic]->lkey};
-    struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = ch->len ? 1 : 0,
-                             .opcode = ch->op == XFER_OP_WRITE ? IBV_WR_RDMA_WRITE
-                                                               : IBV_WR_RDMA_READ};
+    struct ibv_sge sge = {
+        .addr = ch->laddr, .length = (uint32_t)ch->len, .lkey = lr->mr[s->lnic]->lkey};
+    struct ibv_send_wr wr = {.sg_list = &sge,
+                             .num_sge = ch->len ? 1 : 0,
+                             .opcode =
+                                 ch->op == XFER_OP_WRITE ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ};
     bool full = s->ring.n + 1 >= s->depth;
     ch->signaled = xfer_rdma_should_signal(s->unsignaled, t->signal_every, last || full);
     if (ch->signaled)
@@ -213,8 +217,7 @@ static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *s
         struct xfer_rdma_chunk *ch = &p->c;
         if (s->state != SLOT_READY || post_chunk(c->t, s, ch, n == NULL)) {
             if (s->state == SLOT_READY) {
-                xfer_warn("rdma: ibv_post_send to %s failed: QP re-established",
-                          c->peer.node_id);
+                xfer_warn("rdma: ibv_post_send to %s failed: QP re-established", c->peer.node_id);
                 kick = break_qp_locked(s);
             }
             ch->status = -XFER_EIO;
@@ -270,18 +273,21 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
     unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
     if (!(rd.access & need))
         return *why = it->op == XFER_OP_READ ? "remote region is not readable"
-                                             : "remote region is not writable", -XFER_EACCES;
+                                             : "remote region is not writable",
+               -XFER_EACCES;
     uint32_t rkeys[XFER_RDMA_MAX_NICS];
     int nk = xfer_rdma_rkeys_parse(rd.rkeys, rkeys, XFER_RDMA_MAX_NICS);
     if (nk == 0)
         return *why = "remote region is not registered for RDMA (GPU memory without "
-                      "GPUDirect RDMA on the peer?)", -XFER_ENOTSUP;
+                      "GPUDirect RDMA on the peer?)",
+               -XFER_ENOTSUP;
     if (nk < c->n_rnics)
         return *why = "remote region has no rkey for every NIC of the peer", -XFER_EPROTO;
     const struct rdma_region *lr = xfer_region_transport_data(it->local, XFER_TRANSPORT_RDMA);
     if (!lr)
         return *why = "local region is not registered for RDMA (GPU memory without "
-                      "GPUDirect RDMA here?)", -XFER_ENOTSUP;
+                      "GPUDirect RDMA here?)",
+               -XFER_ENOTSUP;
     uint8_t *lbase = (uint8_t *)xfer_region_ptr(it->local) + it->local_off;
     size_t n = xfer_rdma_chunk_count(it->len, c->t->chunk);
     for (size_t k = 0; k < n; k++) {
@@ -290,10 +296,14 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
             return *why = "out of memory", -XFER_ENOMEM;
         uint64_t off, len;
         xfer_rdma_chunk_at(it->len, c->t->chunk, k, &off, &len);
-        p->c = (struct xfer_rdma_chunk){.b = b, .item = i, .op = it->op,
+        p->c = (struct xfer_rdma_chunk){.b = b,
+                                        .item = i,
+                                        .op = it->op,
                                         .laddr = (uintptr_t)(lbase + off),
-                                        .raddr = rd.addr + it->remote_off + off, .len = len,
-                                        .lmr = lr, .nic_mask = lr->near_mask};
+                                        .raddr = rd.addr + it->remote_off + off,
+                                        .len = len,
+                                        .lmr = lr,
+                                        .nic_mask = lr->near_mask};
         memcpy(p->c.rkey, rkeys, sizeof(rkeys));
         p->next = *list;
         *list = p;

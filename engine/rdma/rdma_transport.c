@@ -81,8 +81,10 @@ static int xrdma_open(xfer_engine *e, struct xfer_transport **out)
     pthread_mutex_init(&t->lock, NULL);
     struct xfer_peer_desc self;
     xfer_engine_describe(e, &self);
-    t->self = (struct xfer_rdma_self){.node_id = t->cfg->node_id, .incarnation = self.incarnation,
-                                      .secret = t->cfg->secret, .secret_len = t->cfg->secret_len};
+    t->self = (struct xfer_rdma_self){.node_id = t->cfg->node_id,
+                                      .incarnation = self.incarnation,
+                                      .secret = t->cfg->secret,
+                                      .secret_len = t->cfg->secret_len};
     t->slots = calloc(RDMA_MAX_SLOTS, sizeof(*t->slots));
     int rc = t->slots ? 0 : -XFER_ENOMEM;
     for (int i = 0; t->slots && i < RDMA_MAX_SLOTS; i++) {
@@ -244,8 +246,8 @@ static int wait_connected(struct rdma_conn *c, int timeout_ms, char *why, size_t
             return rc;
         }
         if (pthread_cond_timedwait(&c->cond, &c->lock, &dl)) {
-            snprintf(why, why_len, "%d of %d queue pairs connected in %d ms%s%s", ready,
-                     c->n_slots, timeout_ms, c->why[0] ? "; last error: " : "", c->why);
+            snprintf(why, why_len, "%d of %d queue pairs connected in %d ms%s%s", ready, c->n_slots,
+                     timeout_ms, c->why[0] ? "; last error: " : "", c->why);
             pthread_mutex_unlock(&c->lock);
             return ready ? 0 : -XFER_ETIMEDOUT;
         }
@@ -253,7 +255,7 @@ static int wait_connected(struct rdma_conn *c, int timeout_ms, char *why, size_t
 }
 
 static int xrdma_connect(struct xfer_transport *tr, xfer_peer *peer, int timeout_ms,
-                        struct xfer_conn **out)
+                         struct xfer_conn **out)
 {
     struct rdma_transport *t = xrdma_of(tr);
     struct rdma_conn *c = calloc(1, sizeof(*c));

@@ -15,9 +15,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#define CONNECT_TIMEOUT_MS 3000
+#define CONNECT_TIMEOUT_MS     3000
 #define REJ_INVALID_SERVICE_ID 8 /* IB CM reject reason: nobody listens */
-#define REJ_CONSUMER_DEFINED 28
+#define REJ_CONSUMER_DEFINED   28
 
 static int fail(int err)
 {
@@ -25,8 +25,14 @@ static int fail(int err)
     return -1;
 }
 
-static struct fv_id *fid(struct rdma_cm_id *id) { return container_of(id, struct fv_id, id); }
-static struct fv_channel *fch(struct rdma_event_channel *c) { return container_of(c, struct fv_channel, ch); }
+static struct fv_id *fid(struct rdma_cm_id *id)
+{
+    return container_of(id, struct fv_id, id);
+}
+static struct fv_channel *fch(struct rdma_event_channel *c)
+{
+    return container_of(c, struct fv_channel, ch);
+}
 
 struct rdma_event_channel *rdma_create_event_channel(void)
 {
@@ -374,7 +380,9 @@ static int tcp_connect(const struct sockaddr *dst, int timeout_ms)
 static void *connector_main(void *arg)
 {
     struct fv_id *f = arg;
-    struct fv_cm_msg m = {.magic = FV_CM_MAGIC, .type = CM_REQ, .pdata_len = f->req_len,
+    struct fv_cm_msg m = {.magic = FV_CM_MAGIC,
+                          .type = CM_REQ,
+                          .pdata_len = f->req_len,
                           .initiator_depth = f->initiator_depth,
                           .responder_resources = f->responder_resources};
     memcpy(m.pdata, f->req_pdata, f->req_len);
@@ -425,7 +433,9 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 
 static int send_reply(struct fv_id *f, uint8_t type, const void *pdata, size_t len)
 {
-    struct fv_cm_msg m = {.magic = FV_CM_MAGIC, .type = type, .pdata_len = (uint8_t)len,
+    struct fv_cm_msg m = {.magic = FV_CM_MAGIC,
+                          .type = type,
+                          .pdata_len = (uint8_t)len,
                           .initiator_depth = f->initiator_depth,
                           .responder_resources = f->responder_resources};
     if (len)
@@ -448,7 +458,8 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
     }
     if (qp_ready(f, f->responder_resources))
         return fail(EINVAL);
-    if (send_reply(f, CM_REP, param ? param->private_data : NULL, param ? param->private_data_len : 0) ||
+    if (send_reply(f, CM_REP, param ? param->private_data : NULL,
+                   param ? param->private_data_len : 0) ||
         fv_qp_start_link(qp, f->conn_sock)) {
         fv_qp_to_error(qp, IBV_WC_WR_FLUSH_ERR);
         return fail(ECONNRESET);
@@ -551,7 +562,10 @@ struct ibv_context **rdma_get_devices(int *num)
     return list;
 }
 
-void rdma_free_devices(struct ibv_context **list) { free(list); }
+void rdma_free_devices(struct ibv_context **list)
+{
+    free(list);
+}
 
 __be16 rdma_get_src_port(struct rdma_cm_id *id)
 {
@@ -568,14 +582,14 @@ __be16 rdma_get_dst_port(struct rdma_cm_id *id)
 const char *rdma_event_str(enum rdma_cm_event_type ev)
 {
     static const char *const names[] = {
-        "RDMA_CM_EVENT_ADDR_RESOLVED", "RDMA_CM_EVENT_ADDR_ERROR",
-        "RDMA_CM_EVENT_ROUTE_RESOLVED", "RDMA_CM_EVENT_ROUTE_ERROR",
+        "RDMA_CM_EVENT_ADDR_RESOLVED",   "RDMA_CM_EVENT_ADDR_ERROR",
+        "RDMA_CM_EVENT_ROUTE_RESOLVED",  "RDMA_CM_EVENT_ROUTE_ERROR",
         "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
-        "RDMA_CM_EVENT_CONNECT_ERROR", "RDMA_CM_EVENT_UNREACHABLE",
-        "RDMA_CM_EVENT_REJECTED", "RDMA_CM_EVENT_ESTABLISHED",
-        "RDMA_CM_EVENT_DISCONNECTED", "RDMA_CM_EVENT_DEVICE_REMOVAL",
-        "RDMA_CM_EVENT_MULTICAST_JOIN", "RDMA_CM_EVENT_MULTICAST_ERROR",
-        "RDMA_CM_EVENT_ADDR_CHANGE", "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        "RDMA_CM_EVENT_CONNECT_ERROR",   "RDMA_CM_EVENT_UNREACHABLE",
+        "RDMA_CM_EVENT_REJECTED",        "RDMA_CM_EVENT_ESTABLISHED",
+        "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+        "RDMA_CM_EVENT_MULTICAST_JOIN",  "RDMA_CM_EVENT_MULTICAST_ERROR",
+        "RDMA_CM_EVENT_ADDR_CHANGE",     "RDMA_CM_EVENT_TIMEWAIT_EXIT",
     };
     return (unsigned)ev < sizeof(names) / sizeof(names[0]) ? names[ev] : "UNKNOWN EVENT";
 }

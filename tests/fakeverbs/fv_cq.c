@@ -122,9 +122,8 @@ void fv_cq_forget_qp(struct ibv_cq *cq, struct fv_qp *qp)
 static void reclaim(struct fv_qp *qp, uint64_t seq)
 {
     uint64_t cur = __atomic_load_n(&qp->sq_reclaimed, __ATOMIC_ACQUIRE);
-    while (seq > cur &&
-           !__atomic_compare_exchange_n(&qp->sq_reclaimed, &cur, seq, false, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
+    while (seq > cur && !__atomic_compare_exchange_n(&qp->sq_reclaimed, &cur, seq, false,
+                                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         ;
 }
 

@@ -90,7 +90,10 @@ void ibv_free_device_list(struct ibv_device **list)
     free(list);
 }
 
-const char *ibv_get_device_name(struct ibv_device *d) { return d ? d->name : NULL; }
+const char *ibv_get_device_name(struct ibv_device *d)
+{
+    return d ? d->name : NULL;
+}
 
 __be64 ibv_get_device_guid(struct ibv_device *d)
 {
@@ -151,7 +154,10 @@ int ibv_close_device(struct ibv_context *ctx)
     return 0;
 }
 
-struct fv_context *fv_context_of(struct ibv_context *c) { return container_of(c, struct fv_context, ctx); }
+struct fv_context *fv_context_of(struct ibv_context *c)
+{
+    return container_of(c, struct fv_context, ctx);
+}
 
 /* librdmacm keeps one context per device for the whole process. */
 struct ibv_context *fv_shared_context(int index)
@@ -393,8 +399,14 @@ struct fv_mr *fv_mr_lookup(struct fv_context *c, uint32_t key)
     return c->mrs[slot];
 }
 
-static int fv_poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc) { return fv_cq_poll(cq, n, wc); }
-static int fv_notify_op(struct ibv_cq *cq, int solicited) { return fv_cq_notify(cq, solicited); }
+static int fv_poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+    return fv_cq_poll(cq, n, wc);
+}
+static int fv_notify_op(struct ibv_cq *cq, int solicited)
+{
+    return fv_cq_notify(cq, solicited);
+}
 
 const char *ibv_wc_status_str(enum ibv_wc_status s)
 {

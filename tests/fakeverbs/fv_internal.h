@@ -25,13 +25,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define FV_MAX_DEVICES 8
-#define FV_MAX_PDATA   56  /* REQ private data, as for RDMA_PS_TCP */
+#define FV_MAX_DEVICES   8
+#define FV_MAX_PDATA     56 /* REQ private data, as for RDMA_PS_TCP */
 #define FV_MAX_REP_PDATA 196
-#define FV_MAX_MSG     (1u << 31) /* port max_msg_sz */
+#define FV_MAX_MSG       (1u << 31) /* port max_msg_sz */
 
 #ifndef container_of
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 #endif
 
 struct fv_device {
@@ -108,23 +108,22 @@ struct fv_out {
     struct fv_wr *wr;
 };
 
-
 struct fv_qp {
     struct ibv_qp qp;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     enum ibv_qp_state st;
-    int qp_access;       /* from INIT/RTR attributes */
+    int qp_access;              /* from INIT/RTR attributes */
     uint8_t max_dest_rd_atomic; /* 0: this QP serves no RDMA READ */
-    uint64_t *rq_ids;    /* posted receive wr_ids (flushed on error) */
+    uint64_t *rq_ids;           /* posted receive wr_ids (flushed on error) */
     uint32_t rq_count;
     uint32_t max_send_wr, max_recv_wr, max_sge;
     bool sq_sig_all;
-    uint64_t sq_posted, sq_reclaimed; /* seq numbers; depth = posted - reclaimed */
-    struct fv_out *out_head, *out_tail; /* to send */
+    uint64_t sq_posted, sq_reclaimed;    /* seq numbers; depth = posted - reclaimed */
+    struct fv_out *out_head, *out_tail;  /* to send */
     struct fv_wr *wait_head, *wait_tail; /* sent, awaiting response */
-    int busy;            /* threads touching user memory right now */
-    int sock;            /* -1 until connected */
+    int busy;                            /* threads touching user memory right now */
+    int sock;                            /* -1 until connected */
     bool threads_running, stopping, peer_closed_cleanly;
     pthread_t sender, receiver;
     struct fv_id *cm_id; /* for DISCONNECTED events */
@@ -145,15 +144,15 @@ struct fv_channel {
 
 struct fv_id {
     struct rdma_cm_id id;
-    int listen_sock;     /* listening ids, else -1 */
-    int conn_sock;       /* child ids before accept, active ids before REP */
-    pthread_t thread;    /* acceptor (listening) or connector (active) */
+    int listen_sock;  /* listening ids, else -1 */
+    int conn_sock;    /* child ids before accept, active ids before REP */
+    pthread_t thread; /* acceptor (listening) or connector (active) */
     bool thread_running;
     struct sockaddr_storage dst;
     uint8_t req_pdata[FV_MAX_PDATA];
     uint8_t req_len;
     uint8_t initiator_depth, responder_resources;
-    bool disconnected;   /* DISCONNECTED already reported */
+    bool disconnected; /* DISCONNECTED already reported */
 };
 
 /* CM messages on the connection socket before it becomes the QP link. */

@@ -40,7 +40,10 @@ int fv_recv_all(int fd, void *buf, size_t len)
     return 0;
 }
 
-static struct fv_qp *qp_of(struct ibv_qp *q) { return container_of(q, struct fv_qp, qp); }
+static struct fv_qp *qp_of(struct ibv_qp *q)
+{
+    return container_of(q, struct fv_qp, qp);
+}
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
@@ -94,8 +97,8 @@ static int required_mask(enum ibv_qp_state from, enum ibv_qp_state to)
         return IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     if (from == IBV_QPS_RTR && to == IBV_QPS_RTS)
-        return IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-               IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+        return IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+               IBV_QP_MAX_QP_RD_ATOMIC;
     if (from == IBV_QPS_RTS && to == IBV_QPS_RTS)
         return IBV_QP_STATE;
     return -1;
@@ -150,7 +153,8 @@ int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
     return 0;
 }
 
-int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask,
+                 struct ibv_qp_init_attr *init)
 {
     (void)mask;
     if (!q || !attr)
@@ -181,9 +185,11 @@ int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask, struct ib
  * librdmacm would compute. */
 int fv_qp_set_state(struct fv_qp *qp, enum ibv_qp_state st, int access, bool responder_read)
 {
-    struct ibv_qp_attr a = {.qp_state = st, .qp_access_flags = access,
+    struct ibv_qp_attr a = {.qp_state = st,
+                            .qp_access_flags = access,
                             .max_dest_rd_atomic = responder_read ? 16 : 0,
-                            .max_rd_atomic = 16, .path_mtu = IBV_MTU_1024};
+                            .max_rd_atomic = 16,
+                            .path_mtu = IBV_MTU_1024};
     int mask = IBV_QP_STATE;
     if (st == IBV_QPS_INIT)
         mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
@@ -200,9 +206,11 @@ int fv_qp_set_state(struct fv_qp *qp, enum ibv_qp_state st, int access, bool res
 
 void fv_push_send_cqe(struct fv_qp *qp, const struct fv_wr *wr, enum ibv_wc_status st)
 {
-    struct ibv_wc wc = {.wr_id = wr->wr_id, .status = st, .qp_num = qp->qp.qp_num,
-                        .opcode = wr->opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ
-                                                                 : IBV_WC_RDMA_WRITE,
+    struct ibv_wc wc = {.wr_id = wr->wr_id,
+                        .status = st,
+                        .qp_num = qp->qp.qp_num,
+                        .opcode =
+                            wr->opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE,
                         .byte_len = wr->opcode == IBV_WR_RDMA_READ ? wr->len : 0};
     if (st != IBV_WC_SUCCESS)
         wc.vendor_err = 0x81;
@@ -213,10 +221,14 @@ void fv_push_send_cqe(struct fv_qp *qp, const struct fv_wr *wr, enum ibv_wc_stat
 enum ibv_wc_status fv_nak_status(int nak)
 {
     switch (nak) {
-    case NAK_OK: return IBV_WC_SUCCESS;
-    case NAK_ACCESS: return IBV_WC_REM_ACCESS_ERR;
-    case NAK_INVALID: return IBV_WC_REM_INV_REQ_ERR;
-    default: return IBV_WC_LOC_PROT_ERR;
+    case NAK_OK:
+        return IBV_WC_SUCCESS;
+    case NAK_ACCESS:
+        return IBV_WC_REM_ACCESS_ERR;
+    case NAK_INVALID:
+        return IBV_WC_REM_INV_REQ_ERR;
+    default:
+        return IBV_WC_LOC_PROT_ERR;
     }
 }
 
@@ -258,8 +270,10 @@ void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first)
         o = next;
     }
     for (uint32_t i = 0; i < qp->rq_count; i++) {
-        struct ibv_wc wc = {.wr_id = qp->rq_ids[i], .status = IBV_WC_WR_FLUSH_ERR,
-                            .opcode = IBV_WC_RECV, .qp_num = qp->qp.qp_num};
+        struct ibv_wc wc = {.wr_id = qp->rq_ids[i],
+                            .status = IBV_WC_WR_FLUSH_ERR,
+                            .opcode = IBV_WC_RECV,
+                            .qp_num = qp->qp.qp_num};
         fv_cq_push(qp->qp.recv_cq, &wc, NULL, 0);
     }
     qp->rq_count = 0;

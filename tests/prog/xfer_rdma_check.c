@@ -42,7 +42,10 @@ static int failures;
     } while (0)
 
 static uint64_t rng_state;
-static uint64_t rnd(uint64_t n) { return n ? mix64(rng_state++) % n : 0; }
+static uint64_t rnd(uint64_t n)
+{
+    return n ? mix64(rng_state++) % n : 0;
+}
 
 static bool pattern_ok(const uint8_t *p, uint64_t len, uint64_t seed, uint64_t base)
 {
@@ -107,8 +110,8 @@ static int run_random(xfer_engine *e, xfer_peer *p, const struct xfer_region_des
             /* read the written range back into a scratch area and compare */
             uint8_t *back = lp + 2 * rw->len; /* past the items' local slots */
             memset(back, 0, ck[i].len);
-            int rc2 = xfer_read(e, l, 2 * rw->len, p, rw->id, rw->gen, ck[i].roff,
-                                ck[i].len, 10000);
+            int rc2 =
+                xfer_read(e, l, 2 * rw->len, p, rw->id, rw->gen, ck[i].roff, ck[i].len, 10000);
             CHECK(rc2 == 0 && pattern_ok(back, ck[i].len, ck[i].seed, ck[i].roff),
                   "round %d item %d: WRITE %llu bytes at %llu not read back (%s)", r, i,
                   (unsigned long long)ck[i].len, (unsigned long long)ck[i].roff,
@@ -123,9 +126,9 @@ static int run_random(xfer_engine *e, xfer_peer *p, const struct xfer_region_des
 }
 
 /* One item with a descriptor that lies; the NIC must refuse it. */
-static void nic_case(xfer_engine *e, xfer_peer *p, xfer_region *l, const struct xfer_region_desc *lie,
-                     const struct xfer_region_desc *truth, enum xfer_op op, uint64_t off,
-                     uint64_t len, const char *what)
+static void nic_case(xfer_engine *e, xfer_peer *p, xfer_region *l,
+                     const struct xfer_region_desc *lie, const struct xfer_region_desc *truth,
+                     enum xfer_op op, uint64_t off, uint64_t len, const char *what)
 {
     xfer_peer_region_add(p, lie);
     double t0 = now_s();
@@ -165,9 +168,14 @@ static int run_nic(xfer_engine *e, xfer_peer *p, const struct xfer_region_desc *
     xfer_batch *b = xfer_batch_new(e, &rc);
     for (int i = 0; i < 9; i++) {
         bool bad = i == 4;
-        struct xfer_item it = {bad ? XFER_OP_WRITE : XFER_OP_READ, l, (uint64_t)i << 19, p,
-                               bad ? ro->id : rw->id, bad ? ro->gen : rw->gen,
-                               (uint64_t)i << 19, 1 << 19};
+        struct xfer_item it = {bad ? XFER_OP_WRITE : XFER_OP_READ,
+                               l,
+                               (uint64_t)i << 19,
+                               p,
+                               bad ? ro->id : rw->id,
+                               bad ? ro->gen : rw->gen,
+                               (uint64_t)i << 19,
+                               1 << 19};
         xfer_batch_add(b, &it);
     }
     rc = xfer_batch_submit(b, 10000);
@@ -183,8 +191,9 @@ static int run_nic(xfer_engine *e, xfer_peer *p, const struct xfer_region_desc *
         } else {
             CHECK(st == 0, "mixed batch: item %d got %s (%s)", i, xfer_strerror(st),
                   xfer_batch_item_error(b, i));
-            CHECK(st || pattern_ok(lp + ((uint64_t)i << 19), 1 << 19, server_seed,
-                                   (uint64_t)i << 19), "mixed batch: item %d content", i);
+            CHECK(st ||
+                      pattern_ok(lp + ((uint64_t)i << 19), 1 << 19, server_seed, (uint64_t)i << 19),
+                  "mixed batch: item %d content", i);
         }
     }
     xfer_batch_free(b);
@@ -292,11 +301,10 @@ static xfer_engine *check_engine(const struct node_file *nf, const char *secret,
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"peer", 1, 0, 'p'}, {"seed", 1, 0, 's'},
-                                       {"rounds", 1, 0, 'r'}, {"secret", 1, 0, 'S'},
-                                       {"server-seed", 1, 0, 'x'}, {"progress", 1, 0, 'P'},
-                                       {"seconds", 1, 0, 't'}, {"sizes", 1, 0, 'z'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"peer", 1, 0, 'p'},    {"seed", 1, 0, 's'},        {"rounds", 1, 0, 'r'},
+        {"secret", 1, 0, 'S'},  {"server-seed", 1, 0, 'x'}, {"progress", 1, 0, 'P'},
+        {"seconds", 1, 0, 't'}, {"sizes", 1, 0, 'z'},       {0, 0, 0, 0}};
     const char *peer = NULL, *secret = NULL, *sizes = NULL;
     double seconds = 1;
     uint64_t seed = 1, server_seed = 1;
@@ -308,15 +316,32 @@ int main(int argc, char **argv)
     optind = 2;
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
-        case 'p': peer = optarg; break;
-        case 's': seed = strtoull(optarg, NULL, 10); break;
-        case 'r': rounds = atoi(optarg); break;
-        case 'S': secret = optarg; break;
-        case 'x': server_seed = strtoull(optarg, NULL, 10); break;
-        case 'P': progress = atoi(optarg); break;
-        case 't': seconds = atof(optarg); break;
-        case 'z': sizes = optarg; break;
-        default: return 2;
+        case 'p':
+            peer = optarg;
+            break;
+        case 's':
+            seed = strtoull(optarg, NULL, 10);
+            break;
+        case 'r':
+            rounds = atoi(optarg);
+            break;
+        case 'S':
+            secret = optarg;
+            break;
+        case 'x':
+            server_seed = strtoull(optarg, NULL, 10);
+            break;
+        case 'P':
+            progress = atoi(optarg);
+            break;
+        case 't':
+            seconds = atof(optarg);
+            break;
+        case 'z':
+            sizes = optarg;
+            break;
+        default:
+            return 2;
         }
     }
     struct node_file nf;
@@ -328,7 +353,8 @@ int main(int argc, char **argv)
     int rc;
     xfer_engine *e = check_engine(&nf, secret, progress, &p, &rc);
     if (!e || rc < 0 || !rw) {
-        fprintf(stderr, "connect: %s (%s)\n", xfer_strerror(rc), e ? xfer_engine_last_error(e) : "");
+        fprintf(stderr, "connect: %s (%s)\n", xfer_strerror(rc),
+                e ? xfer_engine_last_error(e) : "");
         return 1;
     }
     printf("peer %s over %s\n", nf.peer.node_id,

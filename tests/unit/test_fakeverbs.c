@@ -71,12 +71,18 @@ static int pair_connect(struct pair *p, uint8_t responder_resources, int sq_dept
     assert_int_equal(expect_event(p->cha, NULL), RDMA_CM_EVENT_ADDR_RESOLVED);
     assert_int_equal(rdma_resolve_route(p->a, 1000), 0);
     assert_int_equal(expect_event(p->cha, NULL), RDMA_CM_EVENT_ROUTE_RESOLVED);
-    struct ibv_qp_init_attr qa = {.send_cq = p->cqa, .recv_cq = p->cqa, .qp_type = IBV_QPT_RC,
-                                  .cap = {.max_send_wr = (uint32_t)sq_depth, .max_recv_wr = 1,
-                                          .max_send_sge = 2, .max_recv_sge = 1}};
+    struct ibv_qp_init_attr qa = {.send_cq = p->cqa,
+                                  .recv_cq = p->cqa,
+                                  .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = (uint32_t)sq_depth,
+                                          .max_recv_wr = 1,
+                                          .max_send_sge = 2,
+                                          .max_recv_sge = 1}};
     assert_int_equal(rdma_create_qp(p->a, p->pd, &qa), 0);
-    struct rdma_conn_param cp = {.private_data = "hello", .private_data_len = 6,
-                                 .initiator_depth = 1, .responder_resources = 1};
+    struct rdma_conn_param cp = {.private_data = "hello",
+                                 .private_data_len = 6,
+                                 .initiator_depth = 1,
+                                 .responder_resources = 1};
     assert_int_equal(rdma_connect(p->a, &cp), 0);
     struct rdma_cm_event *ev = wait_event(p->chb, 5000);
     assert_non_null(ev);
@@ -99,7 +105,8 @@ static int pair_connect(struct pair *p, uint8_t responder_resources, int sq_dept
     }
     qa.send_cq = qa.recv_cq = p->cqb;
     assert_int_equal(rdma_create_qp(p->b, p->pd, &qa), 0);
-    struct rdma_conn_param ap = {.private_data = "welcome", .private_data_len = 8,
+    struct rdma_conn_param ap = {.private_data = "welcome",
+                                 .private_data_len = 8,
                                  .responder_resources = responder_resources};
     assert_int_equal(rdma_accept(p->b, &ap), 0);
     assert_int_equal(expect_event(p->chb, NULL), RDMA_CM_EVENT_ESTABLISHED);
@@ -139,7 +146,10 @@ static int post(struct pair *p, enum ibv_wr_opcode op, uint64_t id, void *local,
                 uint32_t lkey, uint64_t raddr, uint32_t rkey, bool signaled)
 {
     struct ibv_sge sge = {.addr = (uintptr_t)local, .length = len, .lkey = lkey};
-    struct ibv_send_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = op,
+    struct ibv_send_wr wr = {.wr_id = id,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = op,
                              .send_flags = signaled ? IBV_SEND_SIGNALED : 0};
     wr.wr.rdma.remote_addr = raddr;
     wr.wr.rdma.rkey = rkey;
@@ -216,7 +226,9 @@ static void test_qp_state_machine(void **state)
     struct ibv_context *c = ibv_open_device(list[0]);
     struct ibv_pd *pd = ibv_alloc_pd(c);
     struct ibv_cq *cq = ibv_create_cq(c, 4, NULL, NULL, 0);
-    struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+    struct ibv_qp_init_attr ia = {.send_cq = cq,
+                                  .recv_cq = cq,
+                                  .qp_type = IBV_QPT_RC,
                                   .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1}};
     struct ibv_qp *qp = ibv_create_qp(pd, &ia);
     assert_non_null(qp);
@@ -226,8 +238,9 @@ static void test_qp_state_machine(void **state)
     assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), EINVAL); /* RESET -> RTR */
     a.qp_state = IBV_QPS_INIT;
     assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), EINVAL); /* missing attributes */
-    assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                               IBV_QP_ACCESS_FLAGS), 0);
+    assert_int_equal(
+        ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+        0);
     assert_int_equal(qp->state, IBV_QPS_INIT);
     char buf[16];
     struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 16};
@@ -265,9 +278,11 @@ static void test_write_read(void **state)
     for (int i = 0; i < 4096; i++)
         p.buf_a[i] = (char)(i * 7);
     assert_int_equal(post(&p, IBV_WR_RDMA_WRITE, 1, p.buf_a, 4096, p.mra->lkey,
-                          (uintptr_t)p.buf_b + 100, p.mrb->rkey, false), 0);
+                          (uintptr_t)p.buf_b + 100, p.mrb->rkey, false),
+                     0);
     assert_int_equal(post(&p, IBV_WR_RDMA_READ, 2, p.buf_a + 4096, 4096, p.mra->lkey,
-                          (uintptr_t)p.buf_b + 100, p.mrb->rkey, true), 0);
+                          (uintptr_t)p.buf_b + 100, p.mrb->rkey, true),
+                     0);
     struct ibv_wc wc = poll_one(p.cqa);
     assert_int_equal(wc.status, IBV_WC_SUCCESS);
     assert_int_equal(wc.wr_id, 2); /* the unsignaled WRITE gives no CQE */
@@ -277,8 +292,8 @@ static void test_write_read(void **state)
     /* Send-queue depth: unsignaled WRs hold their slots until a signaled
      * completion after them is polled. */
     int posted = 0;
-    while (post(&p, IBV_WR_RDMA_WRITE, 10, p.buf_a, 8, p.mra->lkey, (uintptr_t)p.buf_b,
-                p.mrb->rkey, false) == 0)
+    while (post(&p, IBV_WR_RDMA_WRITE, 10, p.buf_a, 8, p.mra->lkey, (uintptr_t)p.buf_b, p.mrb->rkey,
+                false) == 0)
         posted++;
     assert_int_equal(posted, 8);
     pair_free(&p);
@@ -312,8 +327,8 @@ static void test_remote_access_errors(void **state)
         uint32_t rkey = i == 0 ? 0xdead00 : i == 1 ? ro->rkey : p.mrb->rkey;
         uint32_t lkey = i == 3 ? 0xbad00 : p.mra->lkey;
         assert_int_equal(post(&p, cases[i].op, 7, p.buf_a, 512, lkey, addr, rkey, false), 0);
-        assert_int_equal(post(&p, IBV_WR_RDMA_WRITE, 8, p.buf_a, 16, p.mra->lkey, base,
-                              p.mrb->rkey, true), 0);
+        assert_int_equal(
+            post(&p, IBV_WR_RDMA_WRITE, 8, p.buf_a, 16, p.mra->lkey, base, p.mrb->rkey, true), 0);
         struct ibv_wc wc = poll_one(p.cqa);
         assert_int_equal(wc.wr_id, 7); /* errors complete even when unsignaled */
         if (wc.status != cases[i].want)
@@ -333,8 +348,9 @@ static void test_read_needs_responder_resources(void **state)
     (void)state;
     struct pair p;
     pair_connect(&p, 0, 8, 64, NULL);
-    assert_int_equal(post(&p, IBV_WR_RDMA_READ, 3, p.buf_a, 64, p.mra->lkey,
-                          (uintptr_t)p.buf_b, p.mrb->rkey, true), 0);
+    assert_int_equal(post(&p, IBV_WR_RDMA_READ, 3, p.buf_a, 64, p.mra->lkey, (uintptr_t)p.buf_b,
+                          p.mrb->rkey, true),
+                     0);
     assert_int_equal(poll_one(p.cqa).status, IBV_WC_REM_INV_REQ_ERR);
     pair_free(&p);
 }
@@ -352,7 +368,9 @@ static void test_reject_and_unreachable(void **state)
     assert_int_equal(rdma_create_id(p.cha, &p.a, NULL, RDMA_PS_TCP), 0);
     assert_int_equal(rdma_resolve_addr(p.a, NULL, (struct sockaddr *)&sin, 1000), 0);
     assert_int_equal(expect_event(p.cha, NULL), RDMA_CM_EVENT_ADDR_RESOLVED);
-    struct ibv_qp_init_attr qa = {.send_cq = p.cqa, .recv_cq = p.cqa, .qp_type = IBV_QPT_RC,
+    struct ibv_qp_init_attr qa = {.send_cq = p.cqa,
+                                  .recv_cq = p.cqa,
+                                  .qp_type = IBV_QPT_RC,
                                   .cap = {.max_send_wr = 1, .max_send_sge = 1}};
     assert_int_equal(rdma_create_qp(p.a, p.pd, &qa), 0);
     struct rdma_conn_param cp = {0};
@@ -373,7 +391,8 @@ static void test_cq_overflow(void **state)
     pair_connect(&p, 1, 8, 2, NULL);
     for (int i = 0; i < 3; i++)
         assert_int_equal(post(&p, IBV_WR_RDMA_WRITE, (uint64_t)i, p.buf_a, 8, p.mra->lkey,
-                              (uintptr_t)p.buf_b, p.mrb->rkey, true), 0);
+                              (uintptr_t)p.buf_b, p.mrb->rkey, true),
+                         0);
     struct ibv_wc wc[4];
     int n = 0;
     for (int i = 0; i < 5000 && n >= 0; i++) {
@@ -409,9 +428,11 @@ static void child_target(int wfd)
     struct ibv_pd *pd = ibv_alloc_pd(c->verbs);
     struct ibv_cq *cq = ibv_create_cq(c->verbs, 4, NULL, NULL, 0);
     static char mem[1 << 20];
-    struct ibv_mr *mr = ibv_reg_mr(pd, mem, sizeof(mem),
-                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+    struct ibv_mr *mr =
+        ibv_reg_mr(pd, mem, sizeof(mem), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    struct ibv_qp_init_attr qa = {.send_cq = cq,
+                                  .recv_cq = cq,
+                                  .qp_type = IBV_QPT_RC,
                                   .cap = {.max_send_wr = 1, .max_send_sge = 1}};
     struct rdma_conn_param ap = {.responder_resources = 1};
     if (!mr || rdma_create_qp(c, pd, &qa) || rdma_accept(c, &ap))
@@ -449,7 +470,9 @@ static void test_peer_killed(void **state)
     assert_int_equal(expect_event(p.cha, NULL), RDMA_CM_EVENT_ADDR_RESOLVED);
     p.pd = ibv_alloc_pd(p.a->verbs);
     p.cqa = ibv_create_cq(p.a->verbs, 16, NULL, NULL, 0);
-    struct ibv_qp_init_attr qa = {.send_cq = p.cqa, .recv_cq = p.cqa, .qp_type = IBV_QPT_RC,
+    struct ibv_qp_init_attr qa = {.send_cq = p.cqa,
+                                  .recv_cq = p.cqa,
+                                  .qp_type = IBV_QPT_RC,
                                   .cap = {.max_send_wr = 16, .max_send_sge = 1}};
     assert_int_equal(rdma_create_qp(p.a, p.pd, &qa), 0);
     struct rdma_conn_param cp = {.initiator_depth = 1};
@@ -459,14 +482,15 @@ static void test_peer_killed(void **state)
     static char big[1 << 20];
     struct ibv_mr *mbig = ibv_reg_mr(p.pd, big, sizeof(big), IBV_ACCESS_LOCAL_WRITE);
     memset(big, 0x5a, sizeof(big));
-    assert_int_equal(post(&p, IBV_WR_RDMA_WRITE, 1, big, 4096, mbig->lkey, msg[1],
-                          (uint32_t)msg[2], true), 0);
+    assert_int_equal(
+        post(&p, IBV_WR_RDMA_WRITE, 1, big, 4096, mbig->lkey, msg[1], (uint32_t)msg[2], true), 0);
     assert_int_equal(poll_one(p.cqa).status, IBV_WC_SUCCESS); /* the child is alive */
     kill(pid, SIGSTOP); /* stalls its receiver: the next requests stay outstanding */
     assert_int_equal(post(&p, IBV_WR_RDMA_WRITE, 2, big, sizeof(big), mbig->lkey, msg[1],
-                          (uint32_t)msg[2], false), 0);
-    assert_int_equal(post(&p, IBV_WR_RDMA_WRITE, 3, big, 8, mbig->lkey, msg[1],
-                          (uint32_t)msg[2], true), 0);
+                          (uint32_t)msg[2], false),
+                     0);
+    assert_int_equal(
+        post(&p, IBV_WR_RDMA_WRITE, 3, big, 8, mbig->lkey, msg[1], (uint32_t)msg[2], true), 0);
     struct ibv_wc wc;
     assert_int_equal(ibv_poll_cq(p.cqa, 1, &wc), 0);
     kill(pid, SIGKILL);

@@ -60,8 +60,8 @@ static xfer_batch *big_batch(struct pair *x, enum xfer_op op, int n, uint64_t si
     xfer_batch *b = xfer_batch_new(x->b, &rc);
     assert_non_null(b);
     for (int i = 0; i < n; i++) {
-        struct xfer_item it = {op, x->rb, (uint64_t)i * size, x->p, x->d.id, x->d.gen,
-                               (uint64_t)i * size, size};
+        struct xfer_item it = {op,      x->rb,    (uint64_t)i * size, x->p,
+                               x->d.id, x->d.gen, (uint64_t)i * size, size};
         assert_true(xfer_batch_add(b, &it) >= 0);
     }
     return b;

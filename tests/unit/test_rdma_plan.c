@@ -29,7 +29,8 @@ static void test_chunks(void **state)
     /* property: chunks are contiguous, none larger than chunk, sum = len */
     srand(7);
     for (int r = 0; r < 2000; r++) {
-        uint64_t len = (uint64_t)rand() * 977 % (64u << 20), chunk = 1 + (uint64_t)rand() % (4u << 20);
+        uint64_t len = (uint64_t)rand() * 977 % (64u << 20),
+                 chunk = 1 + (uint64_t)rand() % (4u << 20);
         size_t cnt = xfer_rdma_chunk_count(len, chunk);
         uint64_t next = 0;
         for (size_t k = 0; k < cnt; k++) {
@@ -125,12 +126,17 @@ static void test_status_mapping(void **state)
 static void test_nic_list(void **state)
 {
     (void)state;
-    struct xfer_rdma_nic_desc a = {.name = "mlx5_0", .port = 1, .ib = false, .gbps = 200,
-                                   .pci = "0000:3b:00.0", .numa = 0, .cm_port = 43711};
+    struct xfer_rdma_nic_desc a = {.name = "mlx5_0",
+                                   .port = 1,
+                                   .ib = false,
+                                   .gbps = 200,
+                                   .pci = "0000:3b:00.0",
+                                   .numa = 0,
+                                   .cm_port = 43711};
     a.gid.raw[10] = a.gid.raw[11] = 0xff;
     a.gid.raw[12] = 10, a.gid.raw[15] = 7;
-    struct xfer_rdma_nic_desc b = {.name = "mlx5_1", .port = 2, .ib = true, .gbps = 400,
-                                   .numa = -1, .cm_port = 1};
+    struct xfer_rdma_nic_desc b = {
+        .name = "mlx5_1", .port = 2, .ib = true, .gbps = 400, .numa = -1, .cm_port = 1};
     b.gid.raw[0] = 0xfe, b.gid.raw[1] = 0x80, b.gid.raw[15] = 9;
     char buf[XFER_NICS_MAX] = "";
     assert_int_equal(xfer_rdma_nics_append(buf, sizeof(buf), &a), 0);
@@ -151,8 +157,13 @@ static void test_nic_list(void **state)
     assert_false(xfer_rdma_gid_ipv4(&p[1].gid, &ip));
     assert_int_equal(xfer_rdma_nics_parse(buf, p, 1), -XFER_EPROTO); /* too many */
     assert_int_equal(xfer_rdma_nics_parse("", p, 4), 0);
-    const char *bad[] = {"x", "a,1,::1,eth,1,-,0", "a,1,zz,eth,1,-,0,1", "a,1,::1,wifi,1,-,0,1",
-                         "a,1,::1,eth,1,-,0,70000", "a,-1,::1,eth,1,-,0,1", "a,1,::1,eth,1,-,x,1"};
+    const char *bad[] = {"x",
+                         "a,1,::1,eth,1,-,0",
+                         "a,1,zz,eth,1,-,0,1",
+                         "a,1,::1,wifi,1,-,0,1",
+                         "a,1,::1,eth,1,-,0,70000",
+                         "a,-1,::1,eth,1,-,0,1",
+                         "a,1,::1,eth,1,-,x,1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(xfer_rdma_nics_parse(bad[i], p, 4), -XFER_EPROTO);
     /* 8 NICs with long names and IPv6 GIDs fit; a full list refuses the
@@ -192,7 +203,8 @@ static void test_pci_distance(void **state)
 {
     (void)state;
     const char *gpu = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:3b:00.0";
-    const char *nic_same_switch = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:3c:00.0";
+    const char *nic_same_switch =
+        "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:3c:00.0";
     const char *nic_same_root = "/sys/devices/pci0000:00/0000:00:02.0/0000:5e:00.0";
     const char *nic_other_root = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0";
     assert_int_equal(xfer_rdma_pci_distance(gpu, gpu), 0);
@@ -207,10 +219,10 @@ static void test_pci_distance(void **state)
 static void test_private_data(void **state)
 {
     (void)state;
-    struct xfer_rdma_self cli = {.node_id = "prefill-0", .incarnation = 42, .secret = "k",
-                                 .secret_len = 1};
-    struct xfer_rdma_self srv = {.node_id = "decode-1", .incarnation = 7, .secret = "k",
-                                 .secret_len = 1};
+    struct xfer_rdma_self cli = {
+        .node_id = "prefill-0", .incarnation = 42, .secret = "k", .secret_len = 1};
+    struct xfer_rdma_self srv = {
+        .node_id = "decode-1", .incarnation = 7, .secret = "k", .secret_len = 1};
     struct xfer_rdma_replay replay = {0};
     int64_t now = 1700000000000;
     uint8_t req[XFER_RDMA_REQ_LEN], rep[XFER_RDMA_REJ_LEN];
@@ -226,8 +238,9 @@ static void test_private_data(void **state)
     assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now, &replay, &got, why, 200),
                      -XFER_EAUTH);
     /* stale */
-    assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now + 3600000, NULL, &got, why,
-                                          200), -XFER_EAUTH);
+    assert_int_equal(
+        xfer_rdma_req_verify(&srv, req, sizeof(req), now + 3600000, NULL, &got, why, 200),
+        -XFER_EAUTH);
     /* meant for another target */
     xfer_rdma_req_encode(&cli, "decode-2", 3, xfer_rdma_nonce_new(now), req);
     assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now, &replay, &got, why, 200),
