@@ -5,6 +5,7 @@
 #                      bundle run in a chroot without -dev packages
 
 bundle:
+	@$(MAKE) --no-print-directory $(LIBXFER)
 	@$(MAKE) --no-print-directory $(B)/bin/xferd $(B)/bin/xferctl
 	@B=$(B) bash mk/bundle.sh dist
 
