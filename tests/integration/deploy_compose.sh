@@ -59,15 +59,19 @@ if ! podman image exists "$base"; then
 fi
 # --network host: the build reaches the Debian mirror the way this host does;
 # --format docker keeps HEALTHCHECK in the image.
-build() { # tag, dockerfile, context
+build() { # tag, dockerfile, context, [podman build args]
+    local log=$work/build-${1##*/}.log
     timeout 900 podman build --network host --pull=never --format docker \
-        -t "$1" -f "$2" "$3" >"$work/build-${1##*/}.log" 2>&1 ||
-        { tail -n 30 "$work/build-${1##*/}.log"; fail "building $1"; }
+        -t "$1" -f "$2" "${@:4}" "$3" >"$log" 2>&1 || { tail -n 30 "$log"; fail "building $1"; }
 }
 step "building $image (cached layers are reused)"
+# The build-dependency stage gets a tag so that pruning the dangling images
+# of earlier builds keeps its (slow) apt layer cached.
+build localhost/xfer-build-deps:cache deploy/Dockerfile . --target deps
 build "$image" deploy/Dockerfile .
 step "building $redis_image"
 build "$redis_image" deploy/redis.Dockerfile deploy
+podman image prune -f >/dev/null 2>&1
 step "image $image: $(podman image inspect -f '{{.Size}}' "$image" | numfmt --to=iec)B," \
     "user $(podman image inspect -f '{{.Config.User}}' "$image")"
 [[ $(podman image inspect -f '{{.Config.User}}' "$image") == xfer* ]] || fail "image runs as root"
