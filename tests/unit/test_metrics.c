@@ -12,6 +12,10 @@
 
 #include "metrics.h"
 
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+
 static char *render(const struct xfer_metrics_snapshot *s)
 {
     char *text = NULL;
@@ -172,6 +176,107 @@ static void test_bad_arguments(void **state)
     char *t = NULL;
     assert_int_equal(xfer_metrics_render(NULL, &t, NULL), -XFER_EINVAL);
     xfer_metrics_snapshot_clear(NULL);
+    struct xfer_metrics_snapshot s;
+    assert_int_equal(xfer_metrics_snapshot_take(NULL, NULL), -XFER_EINVAL);
+    assert_int_equal(xfer_metrics_snapshot_take(NULL, &s), 0); /* no engine: zeros */
+    assert_int_equal(s.npeers, 0);
+    assert_int_equal(s.total.ops_write, 0);
+    int err = 0;
+    assert_null(xfer_metrics_start(NULL, NULL, &err));
+    assert_int_equal(err, -XFER_EINVAL);
+    xfer_metrics_stop(NULL);
+    assert_int_equal(xfer_metrics_port(NULL), 0);
+}
+
+/* ---- the HTTP server, with a real engine and a client on the same loop ---- */
+
+struct fetch {
+    struct event_base *base;
+    int status;
+    char body[1 << 16];
+};
+
+static void on_fetched(struct evhttp_request *req, void *arg)
+{
+    struct fetch *f = arg;
+    f->status = req ? evhttp_request_get_response_code(req) : -1;
+    if (req) {
+        struct evbuffer *b = evhttp_request_get_input_buffer(req);
+        size_t n = evbuffer_get_length(b);
+        n = n < sizeof(f->body) - 1 ? n : sizeof(f->body) - 1;
+        evbuffer_remove(b, f->body, n);
+        f->body[n] = 0;
+    }
+    event_base_loopbreak(f->base);
+}
+
+/* GET path from 127.0.0.1:port, running base until the answer (5 s max). */
+static void fetch(struct event_base *base, uint16_t port, const char *path, struct fetch *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->base = base;
+    f->status = 0;
+    struct evhttp_connection *c = evhttp_connection_base_new(base, NULL, "127.0.0.1", port);
+    assert_non_null(c);
+    evhttp_connection_set_timeout(c, 5);
+    struct evhttp_request *req = evhttp_request_new(on_fetched, f);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", "127.0.0.1");
+    assert_int_equal(evhttp_make_request(c, req, EVHTTP_REQ_GET, path), 0);
+    struct timeval limit = {5, 0};
+    event_base_loopexit(base, &limit);
+    event_base_dispatch(base);
+    evhttp_connection_free(c);
+    assert_int_not_equal(f->status, 0); /* answered before the limit */
+}
+
+static void fake_registry(struct xfer_metrics_registry *out, void *arg)
+{
+    (void)arg;
+    out->connected = true;
+    out->known_peers = 5;
+    out->regions = 1;
+}
+
+static void test_http_serves_metrics(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct xfer_engine_config ec;
+    xfer_engine_config_init(&ec);
+    ec.node_id = "h1";
+    ec.transports = XFER_TRANSPORT_TCP;
+    int err = 0;
+    xfer_engine *e = xfer_engine_new(&ec, &err);
+    assert_non_null(e);
+    struct xfer_metrics_config mc = {
+        .addr = "127.0.0.1", .port = 0, .node = "h1", .engine = e,
+        .registry_fn = fake_registry,
+    };
+    struct xfer_metrics *m = xfer_metrics_start(base, &mc, &err);
+    assert_non_null(m);
+    uint16_t port = xfer_metrics_port(m);
+    assert_true(port > 0);
+
+    struct fetch *f = malloc(sizeof(*f));
+    fetch(base, port, "/metrics", f);
+    assert_int_equal(f->status, 200);
+    assert_well_formed(f->body);
+    assert_has_line(f->body, "xfer_build_info{node=\"h1\",version=\"" XFER_VERSION_STRING "\"} 1");
+    assert_has_line(f->body, "xfer_registry_known_peers 5");
+    assert_has_line(f->body, "xfer_transport_bytes_total{transport=\"tcp\",op=\"write\"} 0");
+    fetch(base, port, "/other", f);
+    assert_int_equal(f->status, 404);
+    free(f);
+
+    /* the same port again: a clear error, nothing leaked */
+    mc.port = port;
+    assert_null(xfer_metrics_start(base, &mc, &err));
+    assert_int_equal(err, -XFER_EBUSY);
+
+    xfer_metrics_stop(m);
+    xfer_engine_free(e);
+    event_base_free(base);
 }
 
 int main(void)
@@ -182,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_latency_histogram_is_cumulative),
         cmocka_unit_test(test_label_values_are_escaped),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_http_serves_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
