@@ -96,6 +96,7 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     struct xfer_metrics_snapshot s;
     xfer_metrics_snapshot_take(m->engine, &s);
     copy_name(s.node, sizeof(s.node), m->node);
+    s.live = true;
     s.uptime_ms = mono_ms() - m->started_ms;
     if (m->registry_fn) {
         s.have_registry = true;

@@ -48,6 +48,7 @@ struct xfer_metrics_named {
 
 struct xfer_metrics_snapshot {
     char node[XFER_NAME_MAX];
+    bool live;          /* taken by the serving xferd: adds xfer_up, uptime */
     uint64_t uptime_ms;
     bool have_registry;
     struct xfer_metrics_registry reg;

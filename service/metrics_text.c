@@ -146,18 +146,20 @@ static void render_gauge(FILE *f, const char *name, const char *help, uint64_t v
 static void render_info(FILE *f, const struct xfer_metrics_snapshot *s)
 {
     static const struct series none = {0};
-    render_gauge(f, "xfer_up", "1 while xferd serves.", 1);
     fputs("# HELP xfer_build_info Node id and version of this xferd.\n"
           "# TYPE xfer_build_info gauge\nxfer_build_info{node=\"",
           f);
     put_escaped(f, s->node);
     fputs("\",version=\"" XFER_VERSION_STRING "\"} 1\n", f);
-    fputs("# HELP xfer_uptime_seconds Seconds since xferd started.\n"
-          "# TYPE xfer_uptime_seconds gauge\n",
-          f);
-    char val[32];
-    snprintf(val, sizeof(val), "%.3f", (double)s->uptime_ms / 1000.0);
-    put_sample(f, "xfer_uptime_seconds", &none, NULL, val);
+    if (s->live) {
+        render_gauge(f, "xfer_up", "1 while xferd serves.", 1);
+        fputs("# HELP xfer_uptime_seconds Seconds since xferd started.\n"
+              "# TYPE xfer_uptime_seconds gauge\n",
+              f);
+        char val[32];
+        snprintf(val, sizeof(val), "%.3f", (double)s->uptime_ms / 1000.0);
+        put_sample(f, "xfer_uptime_seconds", &none, NULL, val);
+    }
     if (s->have_registry) {
         render_gauge(f, "xfer_registry_connected", "1 when Redis is reachable.",
                      s->reg.connected);

@@ -85,6 +85,10 @@ static void test_empty_snapshot(void **state)
     memset(&s, 0, sizeof(s));
     snprintf(s.node, sizeof(s.node), "n1");
     char *t = render(&s);
+    assert_null(strstr(t, "xfer_up")); /* not rendered by the serving xferd */
+    free(t);
+    s.live = true;
+    t = render(&s);
     assert_well_formed(t);
     assert_has_line(t, "xfer_up 1");
     assert_has_line(t, "xfer_build_info{node=\"n1\",version=\"" XFER_VERSION_STRING "\"} 1");
@@ -103,6 +107,7 @@ static void test_peers_transports_registry(void **state)
     struct xfer_metrics_snapshot s;
     memset(&s, 0, sizeof(s));
     snprintf(s.node, sizeof(s.node), "n1");
+    s.live = true;
     s.uptime_ms = 12345;
     s.have_registry = true;
     s.reg = (struct xfer_metrics_registry){.connected = true, .known_peers = 2, .regions = 3};
