@@ -101,7 +101,13 @@ stats=$(ctl m1 stats) || fail "xferctl stats"
 written=$(awk '$1 == "total" {print $6}' <<<"$stats")
 [[ $written == "$(must "$after1" "$key_w")" ]] ||
     fail "xferctl stats says $written bytes written, /metrics $(must "$after1" "$key_w")"
-echo "ok: xferctl stats and /metrics agree: $written bytes written by m1"
+prom=$(ctl m1 stats --prometheus) || fail "xferctl stats --prometheus"
+for k in "$key_w" 'xfer_peer_bytes_total{peer="m2",op="write"}' xfer_node_op_latency_seconds_count \
+    'xfer_node_op_latency_seconds_bucket{le="+Inf"}'; do
+    [[ $(must "$prom" "$k") == "$(must "$after1" "$k")" ]] ||
+        fail "xferctl stats --prometheus $k = $(must "$prom" "$k"), /metrics $(must "$after1" "$k")"
+done
+echo "ok: xferctl stats (table and --prometheus) and /metrics agree: $written bytes written by m1"
 
 # ---- what is refused ---------------------------------------------------------------
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P1/")
