@@ -79,6 +79,9 @@ extern const struct xfer_transport_ops *const xfer_transport_table[];
 const struct xfer_engine_config *xfer_engine_config_get(const xfer_engine *e);
 void xfer_engine_set_error(xfer_engine *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A transport with a listener reports the port it bound (data_port 0 in the
+ * config = ephemeral), so that xfer_engine_describe() publishes it. */
+void xfer_engine_set_data_port(xfer_engine *e, uint16_t port);
 
 /* Target side: looks a local region up by id and pins it against
  * deregistration. Checks generation, access (XFER_ACCESS_R for READ,
@@ -118,5 +121,12 @@ bool xfer_batch_item_live(const xfer_batch *b, size_t i);
  * the first error. Safe from any thread. */
 void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status,
                            const char *why);
+/* A transport that still refers to b after post() returns (a chunk awaiting
+ * its response, say) holds a reference for as long as it does: b then stays
+ * valid even if the user frees it, and a resubmit or reset of b waits until
+ * every hold is put back, so a late completion can never land in a newer run.
+ * Every hold is paired with one put; both are safe from any thread. */
+void xfer_batch_hold(xfer_batch *b);
+void xfer_batch_put(xfer_batch *b);
 
 #endif /* XFER_TRANSPORT_H */

@@ -1,0 +1,672 @@
+/*
+ * Batches: items, per-item status, chunk accounting, completion (poll, wait,
+ * eventfd), cancellation and deadlines.
+ *
+ * States: IDLE (being filled) -> RUNNING (submitted) -> DONE. A running batch
+ * becomes DONE when no item is open AND no transport is inside an
+ * io_begin/io_end pair on its local memory; so cancel, a deadline or a first
+ * error end items at once, but DONE (and the return of cancel) waits until
+ * the local memory is no longer touched. Transports keep the batch alive
+ * with hold/put while they refer to it; free() only drops the user's hold.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+enum batch_state { B_IDLE, B_RUNNING, B_DONE };
+
+struct batch_item {
+    struct xfer_item it;
+    int status;
+    bool open;
+    unsigned tbit;
+    uint64_t done;
+    char why[96];
+};
+
+struct xfer_batch {
+    xfer_engine *engine;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* state or refs changed */
+    struct batch_item *items;
+    size_t n, cap;
+    enum batch_state state;
+    size_t n_open;
+    unsigned io_active;
+    int refs; /* user + transport holds + monitor; atomic */
+    int result;
+    int efd;
+    int64_t t_submit_ns, deadline_ns;
+    int deadline_ms;
+    xfer_batch *mon_prev, *mon_next;
+    bool on_monitor;
+};
+
+/* ---- deadline monitor ------------------------------------------------------ */
+
+static void monitor_link(xfer_engine *e, xfer_batch *b)
+{
+    struct batch_monitor *m = &e->monitor;
+    pthread_mutex_lock(&m->mu);
+    b->mon_prev = NULL;
+    b->mon_next = m->head;
+    if (m->head)
+        m->head->mon_prev = b;
+    m->head = b;
+    b->on_monitor = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Monitor mu held. */
+static void monitor_unlink_locked(struct batch_monitor *m, xfer_batch *b)
+{
+    if (!b->on_monitor)
+        return;
+    if (b->mon_prev)
+        b->mon_prev->mon_next = b->mon_next;
+    else
+        m->head = b->mon_next;
+    if (b->mon_next)
+        b->mon_next->mon_prev = b->mon_prev;
+    b->mon_prev = b->mon_next = NULL;
+    b->on_monitor = false;
+}
+
+static void monitor_unlink(xfer_engine *e, xfer_batch *b)
+{
+    pthread_mutex_lock(&e->monitor.mu);
+    monitor_unlink_locked(&e->monitor, b);
+    pthread_mutex_unlock(&e->monitor.mu);
+}
+
+static void end_open_items(xfer_batch *b, int status, const char *why);
+static void maybe_finish(xfer_batch *b);
+
+static void batch_expire(xfer_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->state == B_RUNNING && b->n_open > 0) {
+        char why[64];
+        snprintf(why, sizeof(why), "deadline of %d ms passed", b->deadline_ms);
+        end_open_items(b, -XFER_ETIMEDOUT, why);
+        maybe_finish(b);
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+static struct timespec abs_realtime_in_ns(int64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ns += ts.tv_nsec;
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    return ts;
+}
+
+/* Sleeps until the earliest deadline, expires what is due. A deadline fires
+ * even if the transport that carries the batch is stuck. */
+static void *monitor_main(void *arg)
+{
+    xfer_engine *e = arg;
+    struct batch_monitor *m = &e->monitor;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stop) {
+        int64_t now = engine_now_ns(), next = now + 1000000000;
+        xfer_batch *due = NULL;
+        for (xfer_batch *b = m->head; b; b = b->mon_next) {
+            if (b->deadline_ns <= now) {
+                due = b;
+                break;
+            }
+            if (b->deadline_ns < next)
+                next = b->deadline_ns;
+        }
+        if (due) {
+            monitor_unlink_locked(m, due);
+            xfer_batch_hold(due);
+            pthread_mutex_unlock(&m->mu);
+            batch_expire(due);
+            xfer_batch_put(due);
+            pthread_mutex_lock(&m->mu);
+            continue;
+        }
+        struct timespec ts = abs_realtime_in_ns(next - now);
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+int batch_monitor_start(xfer_engine *e)
+{
+    struct batch_monitor *m = &e->monitor;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    if (pthread_create(&m->thread, NULL, monitor_main, e) != 0) {
+        xfer_engine_set_error(e, "cannot start the deadline thread");
+        return -XFER_ENOMEM;
+    }
+    m->started = true;
+    return 0;
+}
+
+void batch_monitor_stop(xfer_engine *e)
+{
+    struct batch_monitor *m = &e->monitor;
+    if (!m->started)
+        return;
+    for (;;) { /* cancel what still runs */
+        pthread_mutex_lock(&m->mu);
+        xfer_batch *b = m->head;
+        if (b) {
+            monitor_unlink_locked(m, b);
+            xfer_batch_hold(b);
+        }
+        pthread_mutex_unlock(&m->mu);
+        if (!b)
+            break;
+        xfer_batch_cancel(b);
+        xfer_batch_put(b);
+    }
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->thread, NULL);
+    m->started = false;
+}
+
+/* ---- lifetime --------------------------------------------------------------- */
+
+xfer_batch *xfer_batch_new(xfer_engine *e, int *err)
+{
+    int rc = -XFER_EINVAL;
+    xfer_batch *b = NULL;
+    if (!e)
+        goto out;
+    rc = -XFER_ENOMEM;
+    b = calloc(1, sizeof(*b));
+    if (!b)
+        goto out;
+    b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (b->efd < 0) {
+        free(b);
+        b = NULL;
+        goto out;
+    }
+    b->engine = e;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    b->refs = 1;
+    b->state = B_IDLE;
+    rc = 0;
+out:
+    if (err)
+        *err = rc;
+    return b;
+}
+
+/* Atomic, so that the monitor may take a hold under its own lock. */
+void xfer_batch_hold(xfer_batch *b)
+{
+    __atomic_add_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+void xfer_batch_put(xfer_batch *b)
+{
+    /* Under mu, so that whoever drops the last reference frees b only
+     * after every other put has left the lock. */
+    pthread_mutex_lock(&b->mu);
+    int left = __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
+    if (left == 1) /* a resubmit or reset may wait for this */
+        pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    if (left > 0)
+        return;
+    close(b->efd);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b->items);
+    free(b);
+}
+
+void xfer_batch_free(xfer_batch *b)
+{
+    if (!b)
+        return;
+    xfer_batch_cancel(b);
+    xfer_batch_put(b);
+}
+
+/* Waits until no transport holds b (stale chunks of an earlier run are
+ * bounded by io_timeout_ms). b->mu held. */
+static int wait_unheld(xfer_batch *b)
+{
+    int64_t limit = (int64_t)b->engine->cfg.io_timeout_ms * 1000000 + 2000000000;
+    struct timespec ts = abs_realtime_in_ns(limit);
+    while (__atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > 1)
+        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
+            return __atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > 1 ? -XFER_EBUSY : 0;
+    return 0;
+}
+
+int xfer_batch_reset(xfer_batch *b)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    int rc = b->state == B_RUNNING ? -XFER_EBUSY : wait_unheld(b);
+    if (rc == 0) {
+        b->n = 0;
+        b->state = B_IDLE;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
+{
+    if (!b || !it)
+        return -XFER_EINVAL;
+    xfer_engine *e = b->engine;
+    if ((it->op != XFER_OP_READ && it->op != XFER_OP_WRITE) || !it->local || !it->peer ||
+        it->local->engine != e || it->peer->engine != e) {
+        xfer_engine_set_error(e, "batch item: bad op, region or peer");
+        return -XFER_EINVAL;
+    }
+    if (!xfer_range_ok(it->local_off, it->len, it->local->len)) {
+        xfer_engine_set_error(e, "batch item: local [%llu, +%llu) outside region %s of %zu bytes",
+                              (unsigned long long)it->local_off, (unsigned long long)it->len,
+                              it->local->name, it->local->len);
+        return -XFER_ERANGE;
+    }
+    pthread_mutex_lock(&b->mu);
+    int rc = 0;
+    if (b->state == B_RUNNING) {
+        rc = -XFER_EBUSY;
+    } else if (b->n == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 16;
+        struct batch_item *v = realloc(b->items, cap * sizeof(*v));
+        if (v) {
+            b->items = v;
+            b->cap = cap;
+        } else {
+            rc = -XFER_ENOMEM;
+        }
+    }
+    if (rc == 0) {
+        if (b->state == B_DONE) /* adding after a run starts a new one */
+            b->state = B_IDLE;
+        struct batch_item *bi = &b->items[b->n];
+        memset(bi, 0, sizeof(*bi));
+        bi->it = *it;
+        rc = (int)b->n++;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+size_t xfer_batch_count(const xfer_batch *b)
+{
+    return b ? b->n : 0;
+}
+
+/* ---- completion ------------------------------------------------------------- */
+
+/* b->mu held. */
+static void item_end(xfer_batch *b, size_t i, int status, const char *why)
+{
+    struct batch_item *bi = &b->items[i];
+    if (!bi->open)
+        return;
+    bi->open = false;
+    bi->status = status;
+    if (status < 0)
+        snprintf(bi->why, sizeof(bi->why), "%s", why && *why ? why : xfer_strerror(status));
+    b->n_open--;
+    xfer_engine *e = b->engine;
+    uint64_t lat_us = (uint64_t)(engine_now_ns() - b->t_submit_ns) / 1000;
+    uint64_t bytes = status == 0 ? bi->it.len : 0;
+    stats_count_item(&e->stats, bi->it.op, bytes, status, lat_us);
+    stats_count_item(&bi->it.peer->stats, bi->it.op, bytes, status, lat_us);
+    int ti = transport_index(bi->tbit);
+    if (ti >= 0)
+        stats_count_item(&e->tstats[ti], bi->it.op, bytes, status, lat_us);
+}
+
+static void end_open_items(xfer_batch *b, int status, const char *why)
+{
+    for (size_t i = 0; i < b->n; i++)
+        item_end(b, i, status, why);
+}
+
+/* Declares the batch DONE once nothing is open or touched. b->mu held. */
+static void maybe_finish(xfer_batch *b)
+{
+    if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0)
+        return;
+    b->state = B_DONE;
+    b->result = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->items[i].status < 0 && b->result == 0)
+            b->result = b->items[i].status;
+        region_unpin(b->items[i].it.local);
+    }
+    monitor_unlink(b->engine, b);
+    uint64_t one = 1;
+    if (write(b->efd, &one, sizeof(one)) < 0)
+        xfer_debug("batch eventfd write failed");
+    pthread_cond_broadcast(&b->cv);
+}
+
+void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->state == B_RUNNING && i < b->n && b->items[i].open) {
+        struct batch_item *bi = &b->items[i];
+        if (status < 0) {
+            item_end(b, i, status, why);
+        } else {
+            bi->done += bytes;
+            if (bi->done >= bi->it.len)
+                item_end(b, i, 0, NULL);
+        }
+        maybe_finish(b);
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+bool xfer_batch_io_begin(xfer_batch *b, size_t i)
+{
+    pthread_mutex_lock(&b->mu);
+    bool live = b->state == B_RUNNING && i < b->n && b->items[i].open;
+    if (live)
+        b->io_active++;
+    pthread_mutex_unlock(&b->mu);
+    return live;
+}
+
+void xfer_batch_io_end(xfer_batch *b, size_t i)
+{
+    (void)i;
+    pthread_mutex_lock(&b->mu);
+    b->io_active--;
+    maybe_finish(b);
+    pthread_mutex_unlock(&b->mu);
+}
+
+bool xfer_batch_item_live(const xfer_batch *b, size_t i)
+{
+    return i < b->n && __atomic_load_n(&b->items[i].open, __ATOMIC_RELAXED);
+}
+
+const struct xfer_item *xfer_batch_item(const xfer_batch *b, size_t i)
+{
+    return i < b->n ? &b->items[i].it : NULL;
+}
+
+/* ---- submit ----------------------------------------------------------------- */
+
+static int item_peer_cmp(const void *a, const void *b, void *arg)
+{
+    const struct batch_item *items = arg;
+    uintptr_t pa = (uintptr_t)items[*(const size_t *)a].it.peer;
+    uintptr_t pb = (uintptr_t)items[*(const size_t *)b].it.peer;
+    return pa < pb ? -1 : pa > pb;
+}
+
+/* Can the peer's transport move the memory of item i? */
+static bool caps_fit(xfer_peer *p, unsigned caps, const struct xfer_item *it)
+{
+    unsigned need = it->local->kind == XFER_MEM_CUDA ? XFER_CAP_CUDA_MEM : XFER_CAP_HOST_MEM;
+    struct xfer_region_desc rd;
+    if (xfer_peer_region_get(p, it->remote_id, &rd) == 0)
+        need |= rd.kind == XFER_MEM_CUDA ? XFER_CAP_CUDA_MEM : XFER_CAP_HOST_MEM;
+    return (caps & need) == need;
+}
+
+static void fail_items(xfer_batch *b, const size_t *idx, size_t n, int rc, const char *why)
+{
+    for (size_t k = 0; k < n; k++)
+        xfer_batch_chunk_done(b, idx[k], 0, rc, why);
+}
+
+/* Posts the items of one peer (idx[0..n)) over its connection. */
+static void post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n)
+{
+    char why[160];
+    pthread_rwlock_rdlock(&p->conn_lock);
+    struct xfer_conn *c = p->conn;
+    if (!c) {
+        snprintf(why, sizeof(why), "peer %s is not connected", p->desc.node_id);
+        fail_items(b, idx, n, -XFER_ECONN, why);
+        goto unlock;
+    }
+    const struct xfer_transport_ops *ops = c->transport->ops;
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!caps_fit(p, ops->caps, &b->items[idx[k]].it)) {
+            snprintf(why, sizeof(why), "transport %s cannot move this memory kind", ops->name);
+            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOTSUP, why);
+            continue;
+        }
+        b->items[idx[k]].tbit = ops->bit;
+        idx[m++] = idx[k];
+    }
+    if (m == 0)
+        goto unlock;
+    int rc = ops->post(c, b, idx, m);
+    if (rc < 0) {
+        snprintf(why, sizeof(why), "%s post to %s: %s", ops->name, p->desc.node_id,
+                 xfer_strerror(rc));
+        fail_items(b, idx, m, rc, why);
+    }
+unlock:
+    pthread_rwlock_unlock(&p->conn_lock);
+}
+
+/* Moves b to RUNNING and pins the local regions. b->mu held. */
+static int start_run(xfer_batch *b, int deadline_ms)
+{
+    int rc = wait_unheld(b);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!region_pin(b->items[i].it.local)) {
+            while (i-- > 0)
+                region_unpin(b->items[i].it.local);
+            xfer_engine_set_error(b->engine, "batch item %zu: local region deregistered", i);
+            return -XFER_ENOENT;
+        }
+    }
+    uint64_t drain;
+    if (read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+        xfer_debug("batch eventfd drain failed");
+    for (size_t i = 0; i < b->n; i++) {
+        struct batch_item *bi = &b->items[i];
+        bi->status = -XFER_EINPROGRESS;
+        bi->open = true;
+        bi->done = 0;
+        bi->tbit = 0;
+        bi->why[0] = '\0';
+    }
+    b->deadline_ms = deadline_ms > 0 ? deadline_ms : b->engine->cfg.default_deadline_ms;
+    b->t_submit_ns = engine_now_ns();
+    b->deadline_ns = b->t_submit_ns + (int64_t)b->deadline_ms * 1000000;
+    b->n_open = b->n;
+    b->io_active = 0;
+    b->result = -XFER_EINPROGRESS;
+    b->state = B_RUNNING;
+    return 0;
+}
+
+int xfer_batch_submit(xfer_batch *b, int deadline_ms)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    int rc = b->state == B_RUNNING ? -XFER_EBUSY : b->n == 0 ? -XFER_EINVAL : 0;
+    if (rc == 0)
+        rc = start_run(b, deadline_ms);
+    size_t n = b->n;
+    pthread_mutex_unlock(&b->mu);
+    if (rc < 0)
+        return rc;
+    size_t *idx = malloc(n * sizeof(*idx));
+    if (!idx) {
+        pthread_mutex_lock(&b->mu);
+        end_open_items(b, -XFER_ENOMEM, "out of memory at submit");
+        maybe_finish(b);
+        pthread_mutex_unlock(&b->mu);
+        return 0;
+    }
+    xfer_batch_hold(b); /* the batch may finish while we still post */
+    monitor_link(b->engine, b);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    qsort_r(idx, n, sizeof(*idx), item_peer_cmp, b->items);
+    for (size_t s = 0, e; s < n; s = e) {
+        xfer_peer *p = b->items[idx[s]].it.peer;
+        for (e = s + 1; e < n && b->items[idx[e]].it.peer == p; e++)
+            ;
+        post_to_peer(b, p, idx + s, e - s);
+    }
+    free(idx);
+    pthread_mutex_lock(&b->mu);
+    if (b->state != B_RUNNING) /* finished already: make sure it is unlinked */
+        monitor_unlink(b->engine, b);
+    pthread_mutex_unlock(&b->mu);
+    xfer_batch_put(b);
+    return 0;
+}
+
+/* ---- waiting ---------------------------------------------------------------- */
+
+int xfer_batch_poll(xfer_batch *b)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS : b->state == B_DONE ? b->result
+                                                                            : -XFER_EINVAL;
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+int xfer_batch_wait(xfer_batch *b, int timeout_ms)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    int64_t limit_ns;
+    if (timeout_ms >= 0)
+        limit_ns = (int64_t)timeout_ms * 1000000;
+    else /* the monitor ends it at the deadline; io_timeout bounds the rest */
+        limit_ns = b->deadline_ns - engine_now_ns() +
+                   ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
+    if (limit_ns < 0)
+        limit_ns = 0;
+    struct timespec ts = abs_realtime_in_ns(limit_ns);
+    while (b->state == B_RUNNING)
+        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
+            break;
+    int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS : b->state == B_DONE ? b->result
+                                                                            : -XFER_EINVAL;
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+int xfer_batch_cancel(xfer_batch *b)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    if (b->state == B_RUNNING) {
+        end_open_items(b, -XFER_ECANCELED, "cancelled");
+        maybe_finish(b);
+    }
+    /* io_begin/io_end pairs span one system call each: this is short. */
+    int64_t limit = ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
+    struct timespec ts = abs_realtime_in_ns(limit);
+    while (b->state == B_RUNNING)
+        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
+            break;
+    int rc = b->state == B_RUNNING ? -XFER_EBUSY : 0;
+    pthread_mutex_unlock(&b->mu);
+    if (rc < 0)
+        xfer_engine_set_error(b->engine, "cancel: a transport still touches the memory");
+    return rc;
+}
+
+int xfer_batch_fd(const xfer_batch *b)
+{
+    return b ? b->efd : -1;
+}
+
+int xfer_batch_item_status(const xfer_batch *b, size_t i)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
+    int rc = i < b->n ? b->items[i].status : -XFER_ENOENT;
+    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
+    return rc;
+}
+
+const char *xfer_batch_item_error(const xfer_batch *b, size_t i)
+{
+    if (!b || i >= b->n)
+        return "no such item";
+    const struct batch_item *bi = &b->items[i];
+    if (bi->status == 0)
+        return "";
+    if (bi->status == -XFER_EINPROGRESS)
+        return xfer_strerror(bi->status);
+    return bi->why;
+}
+
+/* ---- convenience ------------------------------------------------------------ */
+
+static int one_item(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_t local_off,
+                    xfer_peer *p, uint32_t remote_id, uint32_t remote_gen, uint64_t remote_off,
+                    uint64_t len, int deadline_ms)
+{
+    int rc;
+    xfer_batch *b = xfer_batch_new(e, &rc);
+    if (!b)
+        return rc;
+    struct xfer_item it = {op, local, local_off, p, remote_id, remote_gen, remote_off, len};
+    rc = xfer_batch_add(b, &it);
+    if (rc >= 0)
+        rc = xfer_batch_submit(b, deadline_ms);
+    if (rc >= 0)
+        rc = xfer_batch_wait(b, -1);
+    if (rc < 0 && b->n > 0 && b->items[0].why[0])
+        xfer_engine_set_error(e, "%s", b->items[0].why);
+    xfer_batch_free(b);
+    return rc;
+}
+
+int xfer_read(xfer_engine *e, xfer_region *local, uint64_t local_off, xfer_peer *p,
+              uint32_t remote_id, uint32_t remote_gen, uint64_t remote_off, uint64_t len,
+              int deadline_ms)
+{
+    return one_item(e, XFER_OP_READ, local, local_off, p, remote_id, remote_gen, remote_off, len,
+                    deadline_ms);
+}
+
+int xfer_write(xfer_engine *e, xfer_region *local, uint64_t local_off, xfer_peer *p,
+               uint32_t remote_id, uint32_t remote_gen, uint64_t remote_off, uint64_t len,
+               int deadline_ms)
+{
+    return one_item(e, XFER_OP_WRITE, local, local_off, p, remote_id, remote_gen, remote_off,
+                    len, deadline_ms);
+}

@@ -1,0 +1,124 @@
+/*
+ * Engine core internals shared by engine.c, region.c, peer.c, batch.c and
+ * stats.c. Transports never include this file: they see the engine through
+ * engine/transport.h only.
+ *
+ * Lock order (outer first): peer conn_lock -> batch mu -> monitor mu ->
+ * region table mu; peer mu and engine err_mu are leaves.
+ */
+#ifndef XFER_ENGINE_INTERNAL_H
+#define XFER_ENGINE_INTERNAL_H
+
+#include "transport.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define XFER_MAX_TRANSPORTS 8 /* transport bit positions */
+
+/* ---- regions ------------------------------------------------------------ */
+struct xfer_region {
+    xfer_engine *engine;
+    char name[XFER_NAME_MAX];
+    uint32_t id, gen;
+    enum xfer_mem_kind kind;
+    int device;
+    uint8_t *ptr;
+    size_t len;
+    unsigned access;
+    struct xfer_layout layout;
+    int memfd;        /* -1 unless backed by a memfd */
+    bool owns_map;    /* munmap ptr on deregistration */
+    int pins;         /* target accesses + running batches; table mu */
+    bool dead;        /* deregistration started; table mu */
+    void *tdata[XFER_MAX_TRANSPORTS];
+};
+
+struct region_name { /* remembers id and last generation per name */
+    char name[XFER_NAME_MAX];
+    uint32_t id, gen;
+};
+
+struct region_table {
+    pthread_mutex_t mu;
+    pthread_cond_t unpinned;
+    xfer_region **v; /* registered, sorted by id */
+    size_t n, cap;
+    struct region_name *names;
+    size_t n_names, cap_names;
+    uint32_t next_id;
+};
+
+/* Initiator-side pin of a local region for a running batch. */
+bool region_pin(xfer_region *r);
+void region_unpin(xfer_region *r);
+void region_table_init(struct region_table *t);
+void region_table_destroy(xfer_engine *e);
+
+/* ---- peers -------------------------------------------------------------- */
+struct xfer_peer {
+    xfer_engine *engine;
+    pthread_rwlock_t conn_lock; /* write: connect/disconnect; read: post */
+    struct xfer_conn *conn;
+    unsigned tbit; /* transport of conn */
+    pthread_mutex_t mu; /* desc and region cache */
+    struct xfer_peer_desc desc;
+    struct xfer_region_desc *regions;
+    size_t n_regions, cap_regions;
+    struct xfer_stats stats;
+};
+
+struct peer_table {
+    pthread_mutex_t mu;
+    xfer_peer **v;
+    size_t n, cap;
+};
+
+void peer_table_init(struct peer_table *t);
+void peer_table_destroy(xfer_engine *e);
+
+/* ---- batches ------------------------------------------------------------ */
+struct batch_monitor { /* enforces deadlines of running batches */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool started, stop;
+    xfer_batch *head; /* running batches, doubly linked */
+};
+
+int batch_monitor_start(xfer_engine *e);
+/* Cancels every running batch, then stops the thread. */
+void batch_monitor_stop(xfer_engine *e);
+
+/* ---- engine ------------------------------------------------------------- */
+struct xfer_engine {
+    struct xfer_engine_config cfg; /* strings point at the copies below */
+    char node_id[XFER_NAME_MAX];
+    char listen_addr[XFER_ADDR_MAX];
+    char host_id[XFER_HOSTID_MAX];
+    void *secret;
+    uint64_t incarnation;
+    uint16_t data_port;
+    unsigned transport_mask; /* opened transports */
+    struct xfer_transport *transports[XFER_MAX_TRANSPORTS]; /* preference order */
+    size_t n_transports;
+    struct region_table regions;
+    struct peer_table peers;
+    struct batch_monitor monitor;
+    struct xfer_stats stats;
+    struct xfer_stats tstats[XFER_MAX_TRANSPORTS];
+    pthread_mutex_t err_mu;
+    char last_err[256];
+};
+
+/* ---- statistics (stats.c) ------------------------------------------------ */
+/* Bit position of a single-bit mask, or -1. */
+int transport_index(unsigned bit);
+void stats_count_item(struct xfer_stats *s, enum xfer_op op, uint64_t bytes, int status,
+                      uint64_t lat_us);
+void stats_count_served(struct xfer_stats *s, uint64_t bytes, int status);
+void stats_read(const struct xfer_stats *s, struct xfer_stats *out);
+
+int64_t engine_now_ns(void);
+
+#endif

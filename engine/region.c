@@ -1,0 +1,445 @@
+/*
+ * Region table: registration, ids and generations, memfd-backed memory, and
+ * pins that make deregistration wait for target-side accesses in progress.
+ *
+ * A name keeps its id across registrations and gets a new generation each
+ * time, so a peer holding an old (id, gen) learns -XFER_ESTALE while a peer
+ * holding an id never registered learns -XFER_ENOENT.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void region_table_init(struct region_table *t)
+{
+    memset(t, 0, sizeof(*t));
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->unpinned, NULL);
+    t->next_id = 1;
+}
+
+/* Index of id in the sorted table, or where it would go. Table locked. */
+static size_t table_slot(const struct region_table *t, uint32_t id)
+{
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->v[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static xfer_region *table_get(const struct region_table *t, uint32_t id)
+{
+    size_t i = table_slot(t, id);
+    return i < t->n && t->v[i]->id == id ? t->v[i] : NULL;
+}
+
+static xfer_region *table_find_name(const struct region_table *t, const char *name)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (!strcmp(t->v[i]->name, name))
+            return t->v[i];
+    return NULL;
+}
+
+/* Assigns id and next generation for name. Table locked. */
+static int name_assign(struct region_table *t, const char *name, uint32_t *id, uint32_t *gen)
+{
+    for (size_t i = 0; i < t->n_names; i++) {
+        if (!strcmp(t->names[i].name, name)) {
+            *id = t->names[i].id;
+            *gen = ++t->names[i].gen;
+            return 0;
+        }
+    }
+    if (t->n_names == t->cap_names) {
+        size_t cap = t->cap_names ? 2 * t->cap_names : 16;
+        struct region_name *v = realloc(t->names, cap * sizeof(*v));
+        if (!v)
+            return -XFER_ENOMEM;
+        t->names = v;
+        t->cap_names = cap;
+    }
+    struct region_name *rn = &t->names[t->n_names++];
+    snprintf(rn->name, sizeof(rn->name), "%s", name);
+    rn->id = *id = t->next_id++;
+    rn->gen = *gen = 1;
+    return 0;
+}
+
+static int table_insert(struct region_table *t, xfer_region *r)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 16;
+        xfer_region **v = realloc(t->v, cap * sizeof(*v));
+        if (!v)
+            return -XFER_ENOMEM;
+        t->v = v;
+        t->cap = cap;
+    }
+    size_t i = table_slot(t, r->id);
+    memmove(&t->v[i + 1], &t->v[i], (t->n - i) * sizeof(*t->v));
+    t->v[i] = r;
+    t->n++;
+    return 0;
+}
+
+static void table_remove(struct region_table *t, xfer_region *r)
+{
+    size_t i = table_slot(t, r->id);
+    if (i < t->n && t->v[i] == r) {
+        memmove(&t->v[i], &t->v[i + 1], (t->n - i - 1) * sizeof(*t->v));
+        t->n--;
+    }
+}
+
+static void transports_dereg(xfer_engine *e, xfer_region *r, size_t upto)
+{
+    for (size_t i = 0; i < upto; i++) {
+        struct xfer_transport *t = e->transports[i];
+        if ((t->ops->caps & XFER_CAP_NEEDS_REG) && t->ops->dereg_mem)
+            t->ops->dereg_mem(t, r);
+    }
+}
+
+static int transports_reg(xfer_engine *e, xfer_region *r)
+{
+    for (size_t i = 0; i < e->n_transports; i++) {
+        struct xfer_transport *t = e->transports[i];
+        if (!(t->ops->caps & XFER_CAP_NEEDS_REG) || !t->ops->reg_mem)
+            continue;
+        int rc = t->ops->reg_mem(t, r);
+        if (rc < 0) {
+            xfer_engine_set_error(e, "region %s: transport %s cannot register it: %s", r->name,
+                                  t->ops->name, xfer_strerror(rc));
+            transports_dereg(e, r, i);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Common path of register/alloc/adopt: r has memory; gives it id and gen. */
+static int region_add(xfer_engine *e, xfer_region *r, xfer_region **out)
+{
+    struct region_table *t = &e->regions;
+    int rc = transports_reg(e, r);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&t->mu);
+    if (table_find_name(t, r->name)) {
+        rc = -XFER_EEXIST;
+        xfer_engine_set_error(e, "region name %s already registered", r->name);
+    } else if ((rc = name_assign(t, r->name, &r->id, &r->gen)) == 0) {
+        rc = table_insert(t, r);
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (rc < 0) {
+        transports_dereg(e, r, e->n_transports);
+        return rc;
+    }
+    xfer_debug("region %s registered: id %u gen %u len %zu access %s", r->name, r->id, r->gen,
+               r->len, xfer_access_str(r->access));
+    if (out)
+        *out = r;
+    return 0;
+}
+
+static xfer_region *region_new(xfer_engine *e, const char *name, size_t len, unsigned access,
+                               int *rc)
+{
+    *rc = -XFER_EINVAL;
+    if (!e || !name || !*name || strlen(name) >= XFER_NAME_MAX || len == 0 ||
+        !(access & XFER_ACCESS_RW) || (access & ~XFER_ACCESS_RW)) {
+        if (e)
+            xfer_engine_set_error(e, "region: bad name, length or access");
+        return NULL;
+    }
+    xfer_region *r = calloc(1, sizeof(*r));
+    if (!r) {
+        *rc = -XFER_ENOMEM;
+        return NULL;
+    }
+    r->engine = e;
+    snprintf(r->name, sizeof(r->name), "%s", name);
+    r->len = len;
+    r->access = access;
+    r->kind = XFER_MEM_HOST;
+    r->device = -1;
+    r->memfd = -1;
+    *rc = 0;
+    return r;
+}
+
+static void region_free_memory(xfer_region *r)
+{
+    if (r->owns_map && r->ptr)
+        munmap(r->ptr, r->len);
+    if (r->memfd >= 0)
+        close(r->memfd);
+    free(r);
+}
+
+int xfer_region_register(xfer_engine *e, const char *name, void *ptr, size_t len,
+                         enum xfer_mem_kind kind, int device, unsigned access, xfer_region **out)
+{
+    int rc;
+    if (!ptr || (kind != XFER_MEM_HOST && kind != XFER_MEM_CUDA))
+        return -XFER_EINVAL;
+    xfer_region *r = region_new(e, name, len, access, &rc);
+    if (!r)
+        return rc;
+    r->ptr = ptr;
+    r->kind = kind;
+    r->device = kind == XFER_MEM_CUDA ? device : -1;
+    rc = region_add(e, r, out);
+    if (rc < 0)
+        free(r);
+    return rc;
+}
+
+static int map_memfd(xfer_region *r, int fd)
+{
+    void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return -XFER_ENOMEM;
+    r->ptr = p;
+    r->owns_map = true;
+    r->memfd = fd;
+    return 0;
+}
+
+int xfer_region_alloc(xfer_engine *e, const char *name, size_t len, unsigned access,
+                      xfer_region **out)
+{
+    int rc;
+    xfer_region *r = region_new(e, name, len, access, &rc);
+    if (!r)
+        return rc;
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
+        xfer_engine_set_error(e, "region %s: memfd of %zu bytes: %s", name, len, strerror(errno));
+        rc = errno == ENOMEM || errno == ENOSPC ? -XFER_ENOMEM : -XFER_EIO;
+        goto close_fd;
+    }
+    rc = map_memfd(r, fd);
+    if (rc < 0) {
+        xfer_engine_set_error(e, "region %s: mmap of %zu bytes failed", name, len);
+        goto close_fd;
+    }
+    rc = region_add(e, r, out);
+    if (rc < 0)
+        region_free_memory(r);
+    return rc;
+
+close_fd:
+    if (fd >= 0)
+        close(fd);
+    free(r);
+    return rc;
+}
+
+int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len,
+                            unsigned access, xfer_region **out)
+{
+    int rc;
+    struct stat st;
+    if (fd < 0)
+        return -XFER_EINVAL;
+    if (fstat(fd, &st) < 0 || st.st_size < 0 || (uint64_t)st.st_size < len) {
+        if (e)
+            xfer_engine_set_error(e, "region %s: memfd smaller than %zu bytes", name, len);
+        return -XFER_ERANGE;
+    }
+    xfer_region *r = region_new(e, name, len, access, &rc);
+    if (!r)
+        return rc;
+    rc = map_memfd(r, fd);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    rc = region_add(e, r, out);
+    if (rc < 0) {
+        r->memfd = -1; /* ownership passes only on success */
+        region_free_memory(r);
+    }
+    return rc;
+}
+
+int xfer_region_deregister(xfer_engine *e, xfer_region *r)
+{
+    if (!e || !r || r->engine != e)
+        return -XFER_EINVAL;
+    struct region_table *t = &e->regions;
+    pthread_mutex_lock(&t->mu);
+    if (r->dead) {
+        pthread_mutex_unlock(&t->mu);
+        return -XFER_ENOENT;
+    }
+    r->dead = true;
+    table_remove(t, r);
+    /* Accesses in progress are bounded by io_timeout_ms; say so if slow. */
+    while (r->pins > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1 + e->cfg.io_timeout_ms / 1000;
+        if (pthread_cond_timedwait(&t->unpinned, &t->mu, &ts) == ETIMEDOUT && r->pins > 0)
+            xfer_warn("region %s: deregistration waits for %d accesses", r->name, r->pins);
+    }
+    pthread_mutex_unlock(&t->mu);
+    transports_dereg(e, r, e->n_transports);
+    xfer_debug("region %s deregistered (id %u gen %u)", r->name, r->id, r->gen);
+    region_free_memory(r);
+    return 0;
+}
+
+void region_table_destroy(xfer_engine *e)
+{
+    struct region_table *t = &e->regions;
+    while (t->n > 0)
+        xfer_region_deregister(e, t->v[t->n - 1]);
+    free(t->v);
+    free(t->names);
+    t->v = NULL;
+    t->names = NULL;
+    t->cap = t->cap_names = t->n_names = 0;
+}
+
+bool region_pin(xfer_region *r)
+{
+    struct region_table *t = &r->engine->regions;
+    pthread_mutex_lock(&t->mu);
+    bool ok = !r->dead;
+    if (ok)
+        r->pins++;
+    pthread_mutex_unlock(&t->mu);
+    return ok;
+}
+
+void region_unpin(xfer_region *r)
+{
+    struct region_table *t = &r->engine->regions;
+    pthread_mutex_lock(&t->mu);
+    if (--r->pins == 0 && r->dead)
+        pthread_cond_broadcast(&t->unpinned);
+    pthread_mutex_unlock(&t->mu);
+}
+
+xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,
+                                 uint64_t off, uint64_t len, int *err)
+{
+    struct region_table *t = &e->regions;
+    int rc = 0;
+    pthread_mutex_lock(&t->mu);
+    xfer_region *r = table_get(t, id);
+    if (!r)
+        rc = -XFER_ENOENT;
+    else if (r->gen != gen)
+        rc = -XFER_ESTALE;
+    else if (!(r->access & (op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W)) ||
+             (op != XFER_OP_READ && op != XFER_OP_WRITE))
+        rc = -XFER_EACCES;
+    else if (!xfer_range_ok(off, len, r->len))
+        rc = -XFER_ERANGE;
+    else
+        r->pins++;
+    pthread_mutex_unlock(&t->mu);
+    if (err)
+        *err = rc;
+    return rc ? NULL : r;
+}
+
+void xfer_region_release(xfer_region *r)
+{
+    if (r)
+        region_unpin(r);
+}
+
+xfer_region *xfer_region_find(xfer_engine *e, const char *name)
+{
+    if (!e || !name)
+        return NULL;
+    pthread_mutex_lock(&e->regions.mu);
+    xfer_region *r = table_find_name(&e->regions, name);
+    pthread_mutex_unlock(&e->regions.mu);
+    return r;
+}
+
+int xfer_region_set_layout(xfer_region *r, const struct xfer_layout *layout)
+{
+    if (!r || !layout)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&r->engine->regions.mu);
+    r->layout = *layout;
+    pthread_mutex_unlock(&r->engine->regions.mu);
+    return 0;
+}
+
+void *xfer_region_ptr(const xfer_region *r) { return r ? r->ptr : NULL; }
+size_t xfer_region_len(const xfer_region *r) { return r ? r->len : 0; }
+int xfer_region_memfd(const xfer_region *r) { return r ? r->memfd : -1; }
+uint32_t xfer_region_id(const xfer_region *r) { return r->id; }
+uint32_t xfer_region_gen(const xfer_region *r) { return r->gen; }
+enum xfer_mem_kind xfer_region_kind(const xfer_region *r) { return r->kind; }
+int xfer_region_device(const xfer_region *r) { return r->device; }
+
+void *xfer_region_transport_data(const xfer_region *r, unsigned bit)
+{
+    int i = transport_index(bit);
+    return i < 0 ? NULL : __atomic_load_n(&r->tdata[i], __ATOMIC_ACQUIRE);
+}
+
+void xfer_region_set_transport_data(xfer_region *r, unsigned bit, void *data)
+{
+    int i = transport_index(bit);
+    if (i >= 0)
+        __atomic_store_n(&r->tdata[i], data, __ATOMIC_RELEASE);
+}
+
+static void describe_locked(const xfer_region *r, struct xfer_region_desc *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "%s", r->name);
+    out->id = r->id;
+    out->gen = r->gen;
+    out->kind = r->kind;
+    out->device = r->device;
+    out->addr = (uint64_t)(uintptr_t)r->ptr;
+    out->len = r->len;
+    out->access = r->access;
+    out->layout = r->layout;
+}
+
+void xfer_region_describe(const xfer_region *r, struct xfer_region_desc *out)
+{
+    if (!r || !out)
+        return;
+    pthread_mutex_lock(&r->engine->regions.mu);
+    describe_locked(r, out);
+    pthread_mutex_unlock(&r->engine->regions.mu);
+}
+
+void xfer_region_foreach(xfer_engine *e, void (*fn)(const struct xfer_region_desc *, void *),
+                         void *arg)
+{
+    if (!e || !fn)
+        return;
+    pthread_mutex_lock(&e->regions.mu);
+    for (size_t i = 0; i < e->regions.n; i++) {
+        struct xfer_region_desc d;
+        describe_locked(e->regions.v[i], &d);
+        fn(&d, arg);
+    }
+    pthread_mutex_unlock(&e->regions.mu);
+}

@@ -1,0 +1,99 @@
+/* Counters of the node, per peer and per transport; updated atomically. */
+#include "internal.h"
+
+#include <string.h>
+
+#define ADD(field, v) __atomic_add_fetch(&(field), (v), __ATOMIC_RELAXED)
+
+int transport_index(unsigned bit)
+{
+    if (bit == 0 || (bit & (bit - 1)))
+        return -1;
+    int i = __builtin_ctz(bit);
+    return i < XFER_MAX_TRANSPORTS ? i : -1;
+}
+
+static int lat_bucket(uint64_t us)
+{
+    int i = 0;
+    while (i < XFER_LAT_BUCKETS - 1 && us >= (8ull << i))
+        i++;
+    return i;
+}
+
+void stats_count_item(struct xfer_stats *s, enum xfer_op op, uint64_t bytes, int status,
+                      uint64_t lat_us)
+{
+    if (status < 0) {
+        ADD(s->errors, 1);
+        return;
+    }
+    if (op == XFER_OP_READ) {
+        ADD(s->ops_read, 1);
+        ADD(s->bytes_read, bytes);
+    } else {
+        ADD(s->ops_write, 1);
+        ADD(s->bytes_written, bytes);
+    }
+    ADD(s->lat_us_sum, lat_us);
+    ADD(s->lat_hist[lat_bucket(lat_us)], 1);
+}
+
+void stats_count_served(struct xfer_stats *s, uint64_t bytes, int status)
+{
+    if (status < 0) {
+        ADD(s->served_errors, 1);
+        return;
+    }
+    ADD(s->served_ops, 1);
+    ADD(s->served_bytes, bytes);
+}
+
+#define LOAD(f) out->f = __atomic_load_n(&s->f, __ATOMIC_RELAXED)
+void stats_read(const struct xfer_stats *s, struct xfer_stats *out)
+{
+    LOAD(ops_read);
+    LOAD(ops_write);
+    LOAD(bytes_read);
+    LOAD(bytes_written);
+    LOAD(errors);
+    LOAD(served_ops);
+    LOAD(served_bytes);
+    LOAD(served_errors);
+    LOAD(lat_us_sum);
+    for (int i = 0; i < XFER_LAT_BUCKETS; i++)
+        LOAD(lat_hist[i]);
+}
+#undef LOAD
+
+void xfer_engine_count_served(xfer_engine *e, unsigned transport_bit, uint64_t bytes, int status)
+{
+    stats_count_served(&e->stats, bytes, status);
+    int i = transport_index(transport_bit);
+    if (i >= 0)
+        stats_count_served(&e->tstats[i], bytes, status);
+}
+
+void xfer_engine_stats(xfer_engine *e, struct xfer_stats *out)
+{
+    if (e && out)
+        stats_read(&e->stats, out);
+}
+
+void xfer_peer_stats(xfer_peer *p, struct xfer_stats *out)
+{
+    if (p && out)
+        stats_read(&p->stats, out);
+}
+
+void xfer_transport_stats(xfer_engine *e, unsigned transport_bit, struct xfer_stats *out)
+{
+    if (!e || !out)
+        return;
+    int i = transport_index(transport_bit);
+    if (i < 0) {
+        memset(out, 0, sizeof(*out));
+        return;
+    }
+    stats_read(&e->tstats[i], out);
+}

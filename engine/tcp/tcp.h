@@ -1,0 +1,147 @@
+/*
+ * TCP transport, private. One-sided ops are emulated by the target: the
+ * initiator sends WRITE_REQ+payload or READ_REQ frames (engine/wire.h) on
+ * one of the peer's sockets; the target's progress thread receives WRITE
+ * payload straight into the region and answers READ from it.
+ *
+ * Threads: one acceptor (accept + handshake, then hands the socket over) and
+ * progress_threads epoll loops. Each socket belongs to exactly one progress
+ * thread, which alone does its I/O; other threads only append to its shared
+ * send queue (qmu) and kick the owner through an eventfd.
+ */
+#ifndef XFER_TCP_H
+#define XFER_TCP_H
+
+#include "transport.h"
+#include "wire.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define TCP_MAX_PAYLOAD (64u << 20) /* largest frame payload we accept */
+#define TCP_RXBUF 8192              /* header read-ahead buffer */
+#define TCP_IOV_MAX 64              /* frames gathered into one sendmsg */
+#define TCP_TXQ_HIGH 4096           /* target stops reading above this backlog */
+
+struct tcp_transport;
+struct tcp_thread;
+
+/* One frame to send. Initiator: a request chunk that afterwards waits for
+ * its response on the in-flight FIFO. Target: a response, possibly carrying
+ * region memory that stays pinned until sent. */
+struct tcp_tx {
+    struct tcp_tx *next;
+    uint8_t hdr[XFER_WIRE_HDR_LEN];
+    uint32_t hdr_sent;
+    uint8_t *payload; /* WRITE_REQ: local memory; READ_RESP: region memory */
+    uint64_t payload_len, payload_sent;
+    /* initiator chunk */
+    xfer_batch *b; /* held */
+    size_t idx;
+    uint8_t op;      /* XFER_WIRE_WRITE_REQ / READ_REQ */
+    uint64_t req_id;
+    uint64_t len;    /* chunk bytes */
+    uint8_t *local;  /* READ: where the response payload goes */
+    /* target response */
+    xfer_region *region; /* pinned, released when sent */
+};
+
+enum tcp_rx_state { RX_HDR, RX_PAYLOAD };
+
+struct tcp_sock {
+    struct tcp_transport *tt;
+    struct tcp_thread *th;
+    int fd;
+    bool target;       /* accepted: serves requests */
+    bool dead;         /* qmu: no new frames */
+    bool close_req;    /* th->mu: disconnect asks the owner to close */
+    bool released;     /* th->mu: owner closed it after close_req */
+    bool linked;       /* th->mu: on th->socks */
+    bool kicked;       /* th->mu: on the owner's kick list */
+    bool in_ready;     /* owner: on the ready list (rx budget exhausted) */
+    bool rx_blocked;   /* owner: target stopped reading, backlog too long */
+    char name[96];     /* for log lines */
+    struct tcp_sock *th_prev, *th_next; /* th->mu */
+    struct tcp_sock *kick_next;         /* th->mu */
+    struct tcp_sock *ready_next;        /* owner */
+    struct tcp_sock *grave_next;        /* th->mu */
+    /* shared send queue */
+    pthread_mutex_t qmu;
+    struct tcp_tx *q_head, *q_tail;
+    uint64_t load; /* atomic: bytes posted and not yet completed */
+    /* owner-only */
+    struct tcp_tx *tx_head, *tx_tail;
+    size_t tx_count;
+    struct tcp_tx *inf_head, *inf_tail; /* initiator: awaiting responses */
+    int64_t last_progress_ms;
+    uint8_t rxbuf[TCP_RXBUF];
+    size_t rx_lo, rx_hi;
+    enum tcp_rx_state rx_state;
+    struct xfer_wire_hdr rh;
+    uint64_t rx_got;
+    uint8_t *rx_dst;       /* target: region memory, NULL = discard */
+    xfer_region *rx_region;
+    int rx_status;
+};
+
+struct tcp_thread {
+    struct tcp_transport *tt;
+    pthread_t thread;
+    int epfd, wakefd;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a close_req was served */
+    struct tcp_sock *socks;
+    struct tcp_sock *kick_head;
+    struct tcp_sock *ready_head;
+    struct tcp_sock *grave; /* target sockets to free after this round */
+    uint8_t scratch[65536]; /* discarded payload lands here */
+};
+
+struct tcp_transport {
+    struct xfer_transport base;
+    xfer_engine *engine;
+    int listen_fd, accept_wakefd;
+    pthread_t acceptor;
+    bool acceptor_started;
+    volatile bool stop;
+    int n_threads;
+    struct tcp_thread *threads;
+    unsigned next_thread; /* atomic round robin */
+    uint64_t next_req;    /* atomic */
+    int sockbuf;          /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
+};
+
+struct tcp_conn {
+    struct xfer_conn base;
+    struct tcp_transport *tt;
+    int n;
+    unsigned next; /* atomic round robin among equals */
+    struct tcp_sock **socks;
+};
+
+extern const struct xfer_transport_ops xfer_tcp_transport_ops;
+
+/* tcp_transport.c */
+void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s);
+void tcp_thread_kick(struct tcp_sock *s);
+void tcp_sock_tune(struct tcp_transport *tt, int fd);
+void tcp_reap(struct tcp_thread *th);
+
+/* tcp_io.c */
+struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, const char *name);
+void tcp_sock_destroy(struct tcp_sock *s);
+void tcp_sock_readable(struct tcp_sock *s);
+void tcp_sock_writable(struct tcp_sock *s);
+/* Closes the socket and fails what it carries with -XFER_ECONN; status 0
+ * is an orderly close (logged at info), else a warning. Idempotent. */
+void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);
+void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms);
+void tcp_tx_free(struct tcp_tx *t);
+
+/* tcp_conn.c */
+int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms,
+                struct xfer_conn **out);
+void tcp_disconnect(struct xfer_conn *c);
+int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
+
+#endif

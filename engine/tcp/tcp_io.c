@@ -1,0 +1,606 @@
+/*
+ * Socket I/O of the TCP transport, run by the socket's progress thread only:
+ * gathering frames into sendmsg, reading responses (initiator) and requests
+ * (target), failure and stall handling.
+ *
+ * Payload goes straight between the socket and registered memory; only the
+ * few bytes that arrive in the header read-ahead buffer are copied. Local
+ * memory of an initiator is touched only inside xfer_batch_io_begin/io_end,
+ * one system call at a time, so cancellation never waits for a peer.
+ */
+#include "tcp.h"
+#include "frame.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define RX_BUDGET (8u << 20) /* bytes per readable event before yielding */
+
+struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, const char *name)
+{
+    struct tcp_sock *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->tt = tt;
+    s->fd = fd;
+    s->target = target;
+    s->linked = true; /* tcp_thread_adopt links it */
+    snprintf(s->name, sizeof(s->name), "%s", name);
+    pthread_mutex_init(&s->qmu, NULL);
+    s->last_progress_ms = xfer_now_ms();
+    s->rx_state = RX_HDR;
+    return s;
+}
+
+void tcp_sock_destroy(struct tcp_sock *s)
+{
+    if (!s)
+        return;
+    if (s->fd >= 0)
+        close(s->fd);
+    pthread_mutex_destroy(&s->qmu);
+    free(s);
+}
+
+void tcp_reap(struct tcp_thread *th)
+{
+    pthread_mutex_lock(&th->mu);
+    struct tcp_sock *s = th->grave;
+    th->grave = NULL;
+    pthread_mutex_unlock(&th->mu);
+    while (s) {
+        struct tcp_sock *next = s->grave_next;
+        tcp_sock_destroy(s);
+        s = next;
+    }
+}
+
+void tcp_tx_free(struct tcp_tx *t)
+{
+    free(t);
+}
+
+static uint64_t chunk_load(const struct tcp_tx *t)
+{
+    return XFER_WIRE_HDR_LEN + t->len;
+}
+
+/* Initiator chunk finished (status 0: all its bytes arrived/landed). */
+static void chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why)
+{
+    __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
+    xfer_batch_chunk_done(t->b, t->idx, status == 0 ? t->len : 0, status, why);
+    xfer_batch_put(t->b);
+    tcp_tx_free(t);
+}
+
+static void response_done(struct tcp_tx *t)
+{
+    if (t->region)
+        xfer_region_release(t->region);
+    tcp_tx_free(t);
+}
+
+static void drop_list(struct tcp_sock *s, struct tcp_tx *t, const char *why)
+{
+    while (t) {
+        struct tcp_tx *next = t->next;
+        if (s->target)
+            response_done(t);
+        else
+            chunk_complete(s, t, -XFER_ECONN, why);
+        t = next;
+    }
+}
+
+static void ready_push(struct tcp_sock *s)
+{
+    if (s->in_ready)
+        return;
+    s->in_ready = true;
+    s->ready_next = s->th->ready_head;
+    s->th->ready_head = s;
+}
+
+static void ready_unlink(struct tcp_sock *s)
+{
+    if (!s->in_ready)
+        return;
+    for (struct tcp_sock **pp = &s->th->ready_head; *pp; pp = &(*pp)->ready_next) {
+        if (*pp == s) {
+            *pp = s->ready_next;
+            break;
+        }
+    }
+    s->in_ready = false;
+}
+
+void tcp_sock_fail(struct tcp_sock *s, int status, const char *why)
+{
+    struct tcp_thread *th = s->th;
+    if (s->fd >= 0) {
+        if (s->close_req)
+            ;
+        else if (status == 0)
+            xfer_info("tcp: connection %s closed: %s", s->name, why);
+        else
+            xfer_warn("tcp: closing connection %s: %s", s->name, why);
+        epoll_ctl(th->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+        close(s->fd);
+        s->fd = -1;
+    }
+    pthread_mutex_lock(&s->qmu);
+    __atomic_store_n(&s->dead, true, __ATOMIC_RELAXED);
+    struct tcp_tx *q = s->q_head;
+    s->q_head = s->q_tail = NULL;
+    pthread_mutex_unlock(&s->qmu);
+    char msg[200];
+    snprintf(msg, sizeof(msg), "connection %s lost: %s", s->name, why);
+    drop_list(s, s->tx_head, msg);
+    drop_list(s, q, msg);
+    drop_list(s, s->inf_head, msg);
+    s->tx_head = s->tx_tail = s->inf_head = s->inf_tail = NULL;
+    s->tx_count = 0;
+    if (s->rx_region)
+        xfer_region_release(s->rx_region);
+    s->rx_region = NULL;
+    s->rx_state = RX_HDR;
+    s->rx_lo = s->rx_hi = 0;
+    ready_unlink(s);
+    pthread_mutex_lock(&th->mu);
+    if (s->linked) {
+        if (s->th_prev)
+            s->th_prev->th_next = s->th_next;
+        else
+            th->socks = s->th_next;
+        if (s->th_next)
+            s->th_next->th_prev = s->th_prev;
+        s->linked = false;
+        if (s->target) {
+            s->grave_next = th->grave;
+            th->grave = s;
+        }
+    }
+    if (s->close_req)
+        s->released = true;
+    pthread_mutex_unlock(&th->mu);
+}
+
+static bool has_work(struct tcp_sock *s)
+{
+    if (s->target)
+        return s->rx_state == RX_PAYLOAD || s->rx_hi > s->rx_lo || s->tx_head;
+    return s->tx_head || s->inf_head;
+}
+
+void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms)
+{
+    int limit = xfer_engine_config_get(s->tt->engine)->io_timeout_ms;
+    if (s->fd < 0 || !has_work(s) || now_ms - s->last_progress_ms <= limit)
+        return;
+    char why[96];
+    snprintf(why, sizeof(why), "no progress for %d ms (peer stalled)", limit);
+    tcp_sock_fail(s, -XFER_ECONN, why);
+}
+
+/* recv() with the error handling every reader shares: >0 bytes, 0 = try
+ * later, -1 = socket failed (already handled). */
+static ssize_t sock_recv(struct tcp_sock *s, void *buf, size_t len)
+{
+    for (;;) {
+        ssize_t n = recv(s->fd, buf, len, MSG_DONTWAIT);
+        if (n > 0) {
+            s->last_progress_ms = xfer_now_ms();
+            return n;
+        }
+        if (n == 0) {
+            bool mid = s->rx_state == RX_PAYLOAD || s->rx_hi > s->rx_lo;
+            bool clean = s->target && !mid;
+            tcp_sock_fail(s, clean ? 0 : -XFER_ECONN,
+                          mid ? "peer closed the connection mid-frame"
+                              : "peer closed the connection");
+            return -1;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        tcp_sock_fail(s, -XFER_ECONN, strerror(errno));
+        return -1;
+    }
+}
+
+/* Makes a whole header available in rxbuf: 1 = yes, 0 = later, -1 = failed.
+ * exact: read no further than the header (a large payload follows, which
+ * should go straight to its memory rather than through rxbuf). */
+static int fill_header(struct tcp_sock *s, bool exact)
+{
+    while (s->rx_hi - s->rx_lo < XFER_WIRE_HDR_LEN) {
+        if (s->rx_lo > 0) {
+            memmove(s->rxbuf, s->rxbuf + s->rx_lo, s->rx_hi - s->rx_lo);
+            s->rx_hi -= s->rx_lo;
+            s->rx_lo = 0;
+        }
+        size_t want = exact ? XFER_WIRE_HDR_LEN - s->rx_hi : TCP_RXBUF - s->rx_hi;
+        ssize_t n = sock_recv(s, s->rxbuf + s->rx_hi, want);
+        if (n <= 0)
+            return (int)n;
+        s->rx_hi += (size_t)n;
+    }
+    return 1;
+}
+
+/* Moves up to `left` payload bytes into dst (NULL = discard) from the
+ * read-ahead buffer or the socket. Returns bytes moved, 0 = later, -1. */
+static ssize_t payload_in(struct tcp_sock *s, uint8_t *dst, uint64_t left)
+{
+    size_t buffered = s->rx_hi - s->rx_lo;
+    if (buffered) {
+        size_t k = buffered < left ? buffered : (size_t)left;
+        if (dst)
+            memcpy(dst, s->rxbuf + s->rx_lo, k);
+        s->rx_lo += k;
+        return (ssize_t)k;
+    }
+    if (dst)
+        return sock_recv(s, dst, left);
+    size_t cap = sizeof(s->th->scratch);
+    return sock_recv(s, s->th->scratch, left < cap ? (size_t)left : cap);
+}
+
+/* ---- sending ------------------------------------------------------------------- */
+
+static void tx_pop(struct tcp_sock *s)
+{
+    struct tcp_tx *t = s->tx_head;
+    s->tx_head = t->next;
+    if (!s->tx_head)
+        s->tx_tail = NULL;
+    s->tx_count--;
+    t->next = NULL;
+}
+
+static void inflight_push(struct tcp_sock *s, struct tcp_tx *t)
+{
+    if (s->inf_tail)
+        s->inf_tail->next = t;
+    else
+        s->inf_head = t;
+    s->inf_tail = t;
+}
+
+static void splice_queue(struct tcp_sock *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    struct tcp_tx *q = s->q_head;
+    s->q_head = s->q_tail = NULL;
+    pthread_mutex_unlock(&s->qmu);
+    if (!q)
+        return;
+    if (!s->tx_head && !s->inf_head) /* was idle: the stall clock starts now */
+        s->last_progress_ms = xfer_now_ms();
+    for (; q; q = q->next) {
+        if (s->tx_tail)
+            s->tx_tail->next = q;
+        else
+            s->tx_head = q;
+        s->tx_tail = q;
+        s->tx_count++;
+    }
+}
+
+/* Initiator: drops unsent chunks at the head whose items ended. */
+static void drop_dead_heads(struct tcp_sock *s)
+{
+    while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 &&
+           !xfer_batch_item_live(s->tx_head->b, s->tx_head->idx)) {
+        struct tcp_tx *t = s->tx_head;
+        tx_pop(s);
+        chunk_complete(s, t, -XFER_ECANCELED, "item ended before it was sent");
+    }
+}
+
+struct gather {
+    struct iovec iov[2 * TCP_IOV_MAX];
+    struct tcp_tx *pinned[TCP_IOV_MAX];
+    int niov, npinned;
+};
+
+/* Adds t to g; false = stop gathering here (t goes next round). An
+ * initiator's WRITE payload is local memory: pinned for this call only. */
+static bool gather_add(struct tcp_sock *s, struct gather *g, struct tcp_tx *t, bool head)
+{
+    bool needs_mem = !s->target && t->payload_sent < t->payload_len;
+    if (!s->target && !head && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
+        return false;
+    if (needs_mem) {
+        if (!xfer_batch_io_begin(t->b, t->idx))
+            return false;
+        g->pinned[g->npinned++] = t;
+    }
+    if (t->hdr_sent < XFER_WIRE_HDR_LEN)
+        g->iov[g->niov++] = (struct iovec){t->hdr + t->hdr_sent, XFER_WIRE_HDR_LEN - t->hdr_sent};
+    if (t->payload_sent < t->payload_len)
+        g->iov[g->niov++] =
+            (struct iovec){t->payload + t->payload_sent, t->payload_len - t->payload_sent};
+    return true;
+}
+
+/* Accounts n sent bytes to the queue head onwards. */
+static void tx_advance(struct tcp_sock *s, size_t n)
+{
+    while (s->tx_head) {
+        struct tcp_tx *t = s->tx_head;
+        size_t h = XFER_WIRE_HDR_LEN - t->hdr_sent;
+        if (h > n)
+            h = n;
+        t->hdr_sent += (uint32_t)h;
+        n -= h;
+        uint64_t p = t->payload_len - t->payload_sent;
+        if (p > n)
+            p = n;
+        t->payload_sent += p;
+        n -= (size_t)p;
+        if (t->hdr_sent < XFER_WIRE_HDR_LEN || t->payload_sent < t->payload_len)
+            return;
+        tx_pop(s);
+        if (s->target)
+            response_done(t);
+        else
+            inflight_push(s, t);
+    }
+}
+
+void tcp_sock_writable(struct tcp_sock *s)
+{
+    if (s->fd < 0)
+        return;
+    if (!s->target)
+        splice_queue(s);
+    for (;;) {
+        drop_dead_heads(s);
+        if (!s->tx_head)
+            break;
+        struct gather g;
+        g.niov = g.npinned = 0;
+        int n_ent = 0;
+        for (struct tcp_tx *t = s->tx_head; t && n_ent < TCP_IOV_MAX; t = t->next, n_ent++)
+            if (!gather_add(s, &g, t, t == s->tx_head))
+                break;
+        if (n_ent == 0 && s->tx_head->hdr_sent == 0)
+            continue; /* the head just ended: dropped next round */
+        if (n_ent == 0) { /* the head ended while partly sent: stream broken */
+            tcp_sock_fail(s, -XFER_ECONN, "item ended in the middle of its payload");
+            return;
+        }
+        struct msghdr msg = {.msg_iov = g.iov, .msg_iovlen = (size_t)g.niov};
+        ssize_t n = sendmsg(s->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        int err = errno;
+        for (int i = 0; i < g.npinned; i++)
+            xfer_batch_io_end(g.pinned[i]->b, g.pinned[i]->idx);
+        if (n < 0) {
+            if (err == EINTR)
+                continue;
+            if (err != EAGAIN && err != EWOULDBLOCK)
+                tcp_sock_fail(s, -XFER_ECONN, strerror(err));
+            return;
+        }
+        s->last_progress_ms = xfer_now_ms();
+        tx_advance(s, (size_t)n);
+    }
+    if (s->target && s->rx_blocked && s->tx_count < TCP_TXQ_HIGH / 4) {
+        s->rx_blocked = false;
+        ready_push(s);
+    }
+}
+
+/* ---- initiator: responses --------------------------------------------------------- */
+
+static struct tcp_tx *inflight_pop(struct tcp_sock *s)
+{
+    struct tcp_tx *t = s->inf_head;
+    s->inf_head = t->next;
+    if (!s->inf_head)
+        s->inf_tail = NULL;
+    return t;
+}
+
+static void remote_refused(struct tcp_sock *s, struct tcp_tx *t, int status)
+{
+    char why[160];
+    snprintf(why, sizeof(why), "target %s refused: %s", s->name, xfer_strerror(status));
+    chunk_complete(s, t, status, why);
+}
+
+/* Header of a response: checks it against the oldest request. 1 = go on. */
+static int initiator_header(struct tcp_sock *s)
+{
+    struct xfer_wire_hdr *h = &s->rh;
+    if (xfer_wire_decode(s->rxbuf + s->rx_lo, TCP_MAX_PAYLOAD, h) < 0) {
+        tcp_sock_fail(s, -XFER_EPROTO, "malformed response header");
+        return -1;
+    }
+    s->rx_lo += XFER_WIRE_HDR_LEN;
+    struct tcp_tx *t = s->inf_head;
+    if (!t || h->req_id != t->req_id || h->op != t->op + 1 ||
+        (h->op == XFER_WIRE_READ_RESP && h->status == 0 && h->length != t->len)) {
+        tcp_sock_fail(s, -XFER_EPROTO, "response does not match the oldest request");
+        return -1;
+    }
+    if (h->op == XFER_WIRE_READ_RESP && h->status == 0 && t->len > 0) {
+        s->rx_state = RX_PAYLOAD;
+        s->rx_got = 0;
+        return 1;
+    }
+    inflight_pop(s);
+    if (h->status < 0)
+        remote_refused(s, t, h->status);
+    else
+        chunk_complete(s, t, 0, NULL);
+    return 1;
+}
+
+/* READ payload into local memory, pinned per call; discarded if the item
+ * ended meanwhile. */
+static ssize_t initiator_payload(struct tcp_sock *s)
+{
+    struct tcp_tx *t = s->inf_head;
+    uint64_t left = t->len - s->rx_got;
+    bool live = xfer_batch_io_begin(t->b, t->idx);
+    ssize_t n = payload_in(s, live ? t->local + s->rx_got : NULL, left);
+    if (live)
+        xfer_batch_io_end(t->b, t->idx);
+    if (n <= 0)
+        return n;
+    s->rx_got += (uint64_t)n;
+    if (s->rx_got == t->len) {
+        s->rx_state = RX_HDR;
+        chunk_complete(s, inflight_pop(s), 0, NULL);
+    }
+    return n;
+}
+
+static void initiator_readable(struct tcp_sock *s)
+{
+    size_t budget = RX_BUDGET;
+    while (s->fd >= 0) {
+        ssize_t n;
+        if (s->rx_state == RX_HDR) {
+            struct tcp_tx *t = s->inf_head;
+            bool big = t && t->op == XFER_WIRE_READ_REQ && t->len >= 65536;
+            int rc = fill_header(s, big);
+            if (rc <= 0)
+                return;
+            if (initiator_header(s) < 0)
+                return;
+            continue;
+        }
+        n = initiator_payload(s);
+        if (n <= 0)
+            return;
+        if ((size_t)n >= budget) {
+            ready_push(s);
+            return;
+        }
+        budget -= (size_t)n;
+    }
+}
+
+/* ---- target: requests ---------------------------------------------------------- */
+
+static void queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
+                           int status, xfer_region *r, uint8_t *payload)
+{
+    struct tcp_tx *t = calloc(1, sizeof(*t));
+    if (!t) {
+        if (r)
+            xfer_region_release(r);
+        tcp_sock_fail(s, -XFER_ENOMEM, "out of memory for a response");
+        return;
+    }
+    struct xfer_wire_hdr h = *req;
+    h.op = op;
+    h.status = status;
+    h.payload = op == XFER_WIRE_READ_RESP && status == 0 ? (uint32_t)req->length : 0;
+    xfer_wire_encode(&h, t->hdr);
+    t->region = r;
+    t->payload = payload;
+    t->payload_len = h.payload;
+    if (s->tx_tail)
+        s->tx_tail->next = t;
+    else
+        s->tx_head = t;
+    s->tx_tail = t;
+    s->tx_count++;
+    if (s->tx_count > TCP_TXQ_HIGH)
+        s->rx_blocked = true;
+}
+
+static void served(struct tcp_sock *s, uint64_t bytes, int status)
+{
+    xfer_engine_count_served(s->tt->engine, XFER_TRANSPORT_TCP, bytes, status);
+    if (status < 0)
+        xfer_debug("tcp: refused request from %s: %s", s->name, xfer_strerror(status));
+}
+
+static int target_header(struct tcp_sock *s)
+{
+    struct xfer_wire_hdr *h = &s->rh;
+    if (xfer_wire_decode(s->rxbuf + s->rx_lo, TCP_MAX_PAYLOAD, h) < 0) {
+        tcp_sock_fail(s, -XFER_EPROTO, "malformed request header (garbage on the stream)");
+        return -1;
+    }
+    s->rx_lo += XFER_WIRE_HDR_LEN;
+    int err = 0;
+    if (h->op == XFER_WIRE_READ_REQ) {
+        xfer_region *r = xfer_region_acquire(s->tt->engine, h->region_id, h->gen, XFER_OP_READ,
+                                             h->offset, h->length, &err);
+        served(s, r ? h->length : 0, err);
+        queue_response(s, h, XFER_WIRE_READ_RESP, err, r,
+                       r ? (uint8_t *)xfer_region_ptr(r) + h->offset : NULL);
+        return 1;
+    }
+    if (h->op != XFER_WIRE_WRITE_REQ) {
+        tcp_sock_fail(s, -XFER_EPROTO, "unexpected frame type from an initiator");
+        return -1;
+    }
+    /* Refused writes still consume their payload so the stream stays in sync. */
+    s->rx_region = xfer_region_acquire(s->tt->engine, h->region_id, h->gen, XFER_OP_WRITE,
+                                       h->offset, h->length, &err);
+    s->rx_status = err;
+    s->rx_dst = s->rx_region ? (uint8_t *)xfer_region_ptr(s->rx_region) + h->offset : NULL;
+    s->rx_got = 0;
+    s->rx_state = RX_PAYLOAD;
+    return 1;
+}
+
+static void target_write_done(struct tcp_sock *s)
+{
+    served(s, s->rx_status == 0 ? s->rh.length : 0, s->rx_status);
+    if (s->rx_region)
+        xfer_region_release(s->rx_region);
+    s->rx_region = NULL;
+    s->rx_state = RX_HDR;
+    queue_response(s, &s->rh, XFER_WIRE_WRITE_RESP, s->rx_status, NULL, NULL);
+}
+
+static void target_readable(struct tcp_sock *s)
+{
+    size_t budget = RX_BUDGET;
+    while (s->fd >= 0 && !s->rx_blocked) {
+        if (s->rx_state == RX_HDR) {
+            int rc = fill_header(s, false);
+            if (rc <= 0 || target_header(s) < 0)
+                break;
+            continue;
+        }
+        uint64_t left = s->rh.length - s->rx_got;
+        ssize_t n = left ? payload_in(s, s->rx_dst ? s->rx_dst + s->rx_got : NULL, left) : 0;
+        if (n < 0 || (n == 0 && left))
+            break;
+        s->rx_got += (uint64_t)n;
+        if (s->rx_got == s->rh.length)
+            target_write_done(s);
+        if ((size_t)n >= budget) {
+            ready_push(s);
+            break;
+        }
+        budget -= (size_t)n;
+    }
+    if (s->fd >= 0 && s->tx_head)
+        tcp_sock_writable(s);
+}
+
+void tcp_sock_readable(struct tcp_sock *s)
+{
+    if (s->target)
+        target_readable(s);
+    else
+        initiator_readable(s);
+}

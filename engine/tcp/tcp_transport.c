@@ -1,0 +1,389 @@
+/* TCP transport: ops table, listener and acceptor, progress threads. */
+#include "tcp.h"
+#include "frame.h"
+#include "handshake.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int tcp_probe(xfer_engine *e, char *why, size_t why_len)
+{
+    (void)e;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, why_len, "socket(): %s", strerror(errno));
+        return -XFER_ENOTSUP;
+    }
+    close(fd);
+    return 0;
+}
+
+static bool tcp_reaches(struct xfer_transport *t, const struct xfer_peer_desc *peer)
+{
+    (void)t;
+    return (peer->transports & XFER_TRANSPORT_TCP) && peer->addr[0] && peer->data_port;
+}
+
+void tcp_sock_tune(struct tcp_transport *tt, int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (tt->sockbuf > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &tt->sockbuf, sizeof(tt->sockbuf));
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &tt->sockbuf, sizeof(tt->sockbuf));
+    }
+}
+
+/* ---- progress threads ------------------------------------------------------ */
+
+void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s)
+{
+    unsigned k = __atomic_fetch_add(&tt->next_thread, 1, __ATOMIC_RELAXED);
+    struct tcp_thread *th = &tt->threads[k % (unsigned)tt->n_threads];
+    s->th = th;
+    pthread_mutex_lock(&th->mu);
+    s->th_prev = NULL;
+    s->th_next = th->socks;
+    if (th->socks)
+        th->socks->th_prev = s;
+    th->socks = s;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = s};
+    if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, s->fd, &ev) < 0)
+        xfer_err("tcp: epoll_ctl add %s: %s", s->name, strerror(errno));
+    pthread_mutex_unlock(&th->mu);
+}
+
+static void wake(int fd)
+{
+    uint64_t one = 1;
+    if (write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        xfer_err("tcp: eventfd write: %s", strerror(errno));
+}
+
+void tcp_thread_kick(struct tcp_sock *s)
+{
+    struct tcp_thread *th = s->th;
+    pthread_mutex_lock(&th->mu);
+    bool first = !th->kick_head;
+    if (!s->kicked) {
+        s->kicked = true;
+        s->kick_next = th->kick_head;
+        th->kick_head = s;
+    }
+    pthread_mutex_unlock(&th->mu);
+    if (first)
+        wake(th->wakefd);
+}
+
+/* Sends what posters queued; closes sockets disconnect asked for. */
+static void serve_kicks(struct tcp_thread *th)
+{
+    pthread_mutex_lock(&th->mu);
+    struct tcp_sock *s = th->kick_head;
+    th->kick_head = NULL;
+    for (struct tcp_sock *k = s; k; k = k->kick_next)
+        k->kicked = false;
+    pthread_mutex_unlock(&th->mu);
+    bool released = false;
+    while (s) {
+        struct tcp_sock *next = s->kick_next;
+        if (s->close_req) {
+            tcp_sock_fail(s, -XFER_ECONN, "disconnected");
+            released = true;
+        } else if (s->fd >= 0) {
+            tcp_sock_writable(s);
+        }
+        s = next;
+    }
+    if (released) {
+        pthread_mutex_lock(&th->mu);
+        pthread_cond_broadcast(&th->cv);
+        pthread_mutex_unlock(&th->mu);
+    }
+}
+
+static void serve_ready(struct tcp_thread *th)
+{
+    struct tcp_sock *s = th->ready_head;
+    th->ready_head = NULL;
+    while (s) {
+        struct tcp_sock *next = s->ready_next;
+        s->in_ready = false;
+        if (s->fd >= 0)
+            tcp_sock_readable(s);
+        s = next;
+    }
+}
+
+static void check_timeouts(struct tcp_thread *th)
+{
+    int64_t now = xfer_now_ms();
+    pthread_mutex_lock(&th->mu);
+    struct tcp_sock *s = th->socks;
+    pthread_mutex_unlock(&th->mu);
+    /* Only this thread unlinks its sockets, so walking without mu is safe;
+     * a concurrently adopted one is simply checked next time. */
+    while (s) {
+        struct tcp_sock *next = s->th_next;
+        tcp_sock_check_timeout(s, now);
+        s = next;
+    }
+}
+
+static void *thread_main(void *arg)
+{
+    struct tcp_thread *th = arg;
+    struct tcp_transport *tt = th->tt;
+    struct epoll_event ev[64];
+    int64_t next_check = xfer_now_ms() + 100;
+    while (!tt->stop) {
+        int n = epoll_wait(th->epfd, ev, 64, th->ready_head ? 0 : 100);
+        for (int i = 0; i < n; i++) {
+            struct tcp_sock *s = ev[i].data.ptr;
+            if (!s) {
+                uint64_t v;
+                if (read(th->wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                    xfer_err("tcp: eventfd read: %s", strerror(errno));
+                continue;
+            }
+            if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)))
+                tcp_sock_readable(s);
+            if (s->fd >= 0 && (ev[i].events & EPOLLOUT))
+                tcp_sock_writable(s);
+        }
+        serve_kicks(th);
+        serve_ready(th);
+        int64_t now = xfer_now_ms();
+        if (now >= next_check) {
+            check_timeouts(th);
+            next_check = now + 100;
+        }
+        tcp_reap(th);
+    }
+    return NULL;
+}
+
+static int thread_start(struct tcp_transport *tt, struct tcp_thread *th)
+{
+    th->tt = tt;
+    pthread_mutex_init(&th->mu, NULL);
+    pthread_cond_init(&th->cv, NULL);
+    th->epfd = epoll_create1(EPOLL_CLOEXEC);
+    th->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (th->epfd < 0 || th->wakefd < 0)
+        return -XFER_EIO;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, th->wakefd, &ev) < 0)
+        return -XFER_EIO;
+    if (pthread_create(&th->thread, NULL, thread_main, th) != 0)
+        return -XFER_ENOMEM;
+    return 0;
+}
+
+/* ---- listener ---------------------------------------------------------------- */
+
+static int listen_on(struct tcp_transport *tt, const char *addr, uint16_t port)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char ports[8];
+    snprintf(ports, sizeof(ports), "%u", port);
+    int rc = getaddrinfo(addr, ports, &hints, &res);
+    if (rc != 0) {
+        xfer_engine_set_error(tt->engine, "tcp: listen address %s: %s", addr, gai_strerror(rc));
+        return -XFER_EINVAL;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 256) < 0) {
+        xfer_engine_set_error(tt->engine, "tcp: cannot listen on %s:%u: %s", addr, port,
+                              strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(res);
+        return -XFER_EIO;
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    uint16_t bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                    : ((struct sockaddr_in *)&ss)->sin_port);
+    xfer_engine_set_data_port(tt->engine, bound);
+    tt->listen_fd = fd;
+    return 0;
+}
+
+static void addr_text(const struct sockaddr_storage *ss, char *out, size_t len)
+{
+    char host[64] = "?";
+    uint16_t port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        port = ntohs(a->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        port = ntohs(a->sin6_port);
+    }
+    snprintf(out, len, "%s:%u", host, port);
+}
+
+/* Handshake of one accepted socket; on success it joins a progress thread. */
+static void accept_one(struct tcp_transport *tt, int fd, const char *from)
+{
+    xfer_engine *e = tt->engine;
+    const struct xfer_engine_config *cfg = xfer_engine_config_get(e);
+    struct xfer_peer_desc self;
+    xfer_engine_describe(e, &self);
+    struct xfer_hs_self hs = {cfg->node_id, self.incarnation, cfg->secret, cfg->secret_len, 0};
+    struct xfer_hs_peer hp;
+    char why[200] = "";
+    int rc = xfer_handshake_server(fd, &hs, cfg->connect_timeout_ms, &hp, why, sizeof(why));
+    if (rc < 0) {
+        xfer_warn("tcp: refused connection from %s: %s (%s)", from, why, xfer_strerror(rc));
+        close(fd);
+        return;
+    }
+    char name[96];
+    snprintf(name, sizeof(name), "%.40s@%.50s", hp.node_id, from);
+    tcp_sock_tune(tt, fd);
+    struct tcp_sock *s = tcp_sock_new(tt, fd, true, name);
+    if (!s) {
+        close(fd);
+        return;
+    }
+    xfer_debug("tcp: serving %s (socket %u)", name, hp.purpose);
+    tcp_thread_adopt(tt, s);
+}
+
+static void *acceptor_main(void *arg)
+{
+    struct tcp_transport *tt = arg;
+    struct pollfd pfd[2] = {{tt->listen_fd, POLLIN, 0}, {tt->accept_wakefd, POLLIN, 0}};
+    while (!tt->stop) {
+        if (poll(pfd, 2, 1000) <= 0 || tt->stop || !(pfd[0].revents & POLLIN))
+            continue;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(tt->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                xfer_warn("tcp: accept: %s", strerror(errno));
+            continue;
+        }
+        char from[80];
+        addr_text(&ss, from, sizeof(from));
+        accept_one(tt, fd, from);
+    }
+    return NULL;
+}
+
+/* ---- open / close -------------------------------------------------------------- */
+
+static void tcp_close(struct xfer_transport *t)
+{
+    struct tcp_transport *tt = container_of(t, struct tcp_transport, base);
+    tt->stop = true;
+    if (tt->acceptor_started) {
+        wake(tt->accept_wakefd);
+        pthread_join(tt->acceptor, NULL);
+    }
+    for (int i = 0; i < tt->n_threads; i++) {
+        struct tcp_thread *th = &tt->threads[i];
+        if (th->thread) {
+            wake(th->wakefd);
+            pthread_join(th->thread, NULL);
+        }
+        while (th->socks) { /* target sockets; initiators left with their peers */
+            struct tcp_sock *s = th->socks;
+            tcp_sock_fail(s, -XFER_ECONN, "transport closing");
+            tcp_reap(th);
+            if (th->socks == s) { /* an initiator socket nobody released */
+                th->socks = s->th_next;
+            }
+        }
+        if (th->epfd >= 0)
+            close(th->epfd);
+        if (th->wakefd >= 0)
+            close(th->wakefd);
+        pthread_cond_destroy(&th->cv);
+        pthread_mutex_destroy(&th->mu);
+    }
+    if (tt->listen_fd >= 0)
+        close(tt->listen_fd);
+    if (tt->accept_wakefd >= 0)
+        close(tt->accept_wakefd);
+    free(tt->threads);
+    free(tt);
+}
+
+static int tcp_open(xfer_engine *e, struct xfer_transport **out)
+{
+    const struct xfer_engine_config *cfg = xfer_engine_config_get(e);
+    struct tcp_transport *tt = calloc(1, sizeof(*tt));
+    if (!tt)
+        return -XFER_ENOMEM;
+    tt->base.ops = &xfer_tcp_transport_ops;
+    tt->base.engine = e;
+    tt->engine = e;
+    tt->listen_fd = -1;
+    const char *sb = getenv("XFER_TCP_SOCKBUF");
+    tt->sockbuf = sb ? atoi(sb) : 0;
+    tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    tt->n_threads = cfg->progress_threads > 0 ? cfg->progress_threads : 1;
+    tt->threads = calloc((size_t)tt->n_threads, sizeof(*tt->threads));
+    int rc = -XFER_ENOMEM;
+    if (!tt->threads || tt->accept_wakefd < 0)
+        goto fail;
+    for (int i = 0; i < tt->n_threads; i++)
+        tt->threads[i].epfd = tt->threads[i].wakefd = -1;
+    rc = listen_on(tt, cfg->listen_addr, cfg->data_port);
+    if (rc < 0)
+        goto fail;
+    for (int i = 0; i < tt->n_threads; i++)
+        if ((rc = thread_start(tt, &tt->threads[i])) < 0)
+            goto fail;
+    rc = -XFER_ENOMEM;
+    if (pthread_create(&tt->acceptor, NULL, acceptor_main, tt) != 0)
+        goto fail;
+    tt->acceptor_started = true;
+    *out = &tt->base;
+    return 0;
+fail:
+    if (!tt->threads) {
+        free(tt);
+        return rc;
+    }
+    tcp_close(&tt->base);
+    return rc;
+}
+
+const struct xfer_transport_ops xfer_tcp_transport_ops = {
+    .name = "tcp",
+    .bit = XFER_TRANSPORT_TCP,
+    .caps = XFER_CAP_HOST_MEM,
+    .preference = 100,
+    .probe = tcp_probe,
+    .open = tcp_open,
+    .close = tcp_close,
+    .reaches = tcp_reaches,
+    .connect = tcp_connect,
+    .disconnect = tcp_disconnect,
+    .post = tcp_post,
+};

@@ -1,0 +1,158 @@
+/*
+ * Shared by the test helper programs (xfer_node, xfer_random, xfer_raw):
+ * the node file a serving node writes, position-based data patterns, and a
+ * client engine connected to that node. Header-only: each helper is one
+ * program built from one main file.
+ */
+#ifndef XFER_TEST_NODE_COMMON_H
+#define XFER_TEST_NODE_COMMON_H
+
+#include "xfer.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NODE_MAX_REGIONS 16
+
+struct node_file {
+    struct xfer_peer_desc peer;
+    int n_regions;
+    struct xfer_region_desc regions[NODE_MAX_REGIONS];
+};
+
+static inline double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* node=, port=, incarnation=, host_id=, region=NAME ID GEN LEN ACCESS */
+static inline int node_file_read(const char *path, struct node_file *nf)
+{
+    memset(nf, 0, sizeof(*nf));
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "cannot open node file %s\n", path);
+        return -1;
+    }
+    char line[512];
+    snprintf(nf->peer.addr, sizeof(nf->peer.addr), "127.0.0.1");
+    nf->peer.transports = XFER_TRANSPORT_TCP;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *v = strchr(line, '=');
+        if (!v)
+            continue;
+        *v++ = '\0';
+        if (!strcmp(line, "node"))
+            snprintf(nf->peer.node_id, sizeof(nf->peer.node_id), "%s", v);
+        else if (!strcmp(line, "port"))
+            nf->peer.data_port = (uint16_t)atoi(v);
+        else if (!strcmp(line, "incarnation"))
+            nf->peer.incarnation = strtoull(v, NULL, 10);
+        else if (!strcmp(line, "host_id"))
+            snprintf(nf->peer.host_id, sizeof(nf->peer.host_id), "%s", v);
+        else if (!strcmp(line, "region") && nf->n_regions < NODE_MAX_REGIONS) {
+            struct xfer_region_desc *d = &nf->regions[nf->n_regions];
+            char acc[8];
+            unsigned long long len;
+            if (sscanf(v, "%63s %u %u %llu %7s", d->name, &d->id, &d->gen, &len, acc) == 5 &&
+                xfer_access_parse(acc, &d->access) == 0) {
+                d->len = len;
+                nf->n_regions++;
+            }
+        }
+    }
+    fclose(f);
+    return nf->peer.data_port ? 0 : -1;
+}
+
+static inline const struct xfer_region_desc *node_region(const struct node_file *nf,
+                                                         const char *name)
+{
+    for (int i = 0; i < nf->n_regions; i++)
+        if (!strcmp(nf->regions[i].name, name))
+            return &nf->regions[i];
+    fprintf(stderr, "node file has no region %s\n", name);
+    return NULL;
+}
+
+/* ---- position-based patterns: any range can be checked on its own ---- */
+static inline uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static inline uint8_t pattern_byte(uint64_t seed, uint64_t pos)
+{
+    return (uint8_t)(mix64(seed ^ (pos >> 3) * 0x100000001b3ull) >> (8 * (pos & 7)));
+}
+
+/* buf[i] = pattern_byte(seed, base + i), 8 bytes per hash when aligned. */
+static inline void pattern_fill(uint8_t *buf, uint64_t len, uint64_t seed, uint64_t base)
+{
+    uint64_t i = 0;
+    while (i < len && ((base + i) & 7))
+        buf[i] = pattern_byte(seed, base + i), i++;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = mix64(seed ^ ((base + i) >> 3) * 0x100000001b3ull);
+        memcpy(buf + i, &v, 8);
+    }
+    for (; i < len; i++)
+        buf[i] = pattern_byte(seed, base + i);
+}
+
+/* FNV-1a over 8-byte words (checksums for log lines). */
+static inline uint64_t checksum(const uint8_t *p, uint64_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        h = (h ^ v) * 0x100000001b3ull;
+    }
+    for (; i < len; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* A client engine named node_id connected to the node described by nf. */
+static inline xfer_engine *client_engine(const char *node_id, const struct node_file *nf,
+                                         const char *secret, int sockets, xfer_peer **peer,
+                                         int *rc_out)
+{
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = node_id;
+    cfg.transports = XFER_TRANSPORT_TCP;
+    if (sockets > 0)
+        cfg.sockets_per_peer = sockets;
+    if (secret) {
+        cfg.secret = secret;
+        cfg.secret_len = strlen(secret);
+    }
+    cfg.connect_timeout_ms = 3000;
+    cfg.io_timeout_ms = 3000;
+    int rc;
+    xfer_engine *e = xfer_engine_new(&cfg, &rc);
+    if (!e) {
+        fprintf(stderr, "engine: %s\n", xfer_strerror(rc));
+        *rc_out = rc;
+        return NULL;
+    }
+    rc = xfer_peer_add(e, &nf->peer, peer);
+    for (int i = 0; rc == 0 && i < nf->n_regions; i++)
+        xfer_peer_region_add(*peer, &nf->regions[i]);
+    *rc_out = rc;
+    return e;
+}
+
+#endif

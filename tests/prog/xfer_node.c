@@ -1,0 +1,368 @@
+/*
+ * Test helper: one engine per process, for the integration tests and the
+ * interim demo.
+ *
+ *   xfer_node serve --out FILE [--node ID] [--secret S] [--io-timeout MS]
+ *                   [--region NAME:ACCESS:BYTES[:SEED]]... [--regen NAME]
+ *       registers regions (filled with pattern SEED), writes FILE (port,
+ *       incarnation, regions) and serves until SIGTERM/SIGINT.
+ *   xfer_node bad   --peer FILE [--secret S] [--phase setup|check]
+ *       error cases against a served node (see run_bad()).
+ *   xfer_node auth  --peer FILE [--secret S]    expects -XFER_EAUTH
+ *   xfer_node pump  --peer FILE --ready FILE    transfers until the peer dies
+ *   xfer_node demo  --peer FILE                 WRITE + READ, sizes and GB/s
+ */
+#include "node_common.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdint.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+struct opts {
+    const char *cmd, *out, *peer, *secret, *node, *phase, *ready, *regen;
+    const char *regions[NODE_MAX_REGIONS];
+    int n_regions, io_timeout, sockets;
+};
+
+/* ---- serve ------------------------------------------------------------------ */
+
+static int add_region(xfer_engine *e, const char *spec)
+{
+    char name[64], acc[8];
+    unsigned long long bytes, seed = 0;
+    if (sscanf(spec, "%63[^:]:%7[^:]:%llu:%llu", name, acc, &bytes, &seed) < 3) {
+        fprintf(stderr, "bad region spec %s\n", spec);
+        return -1;
+    }
+    unsigned access;
+    xfer_region *r;
+    if (xfer_access_parse(acc, &access) < 0 || xfer_region_alloc(e, name, bytes, access, &r) < 0) {
+        fprintf(stderr, "region %s: %s\n", name, xfer_engine_last_error(e));
+        return -1;
+    }
+    pattern_fill(xfer_region_ptr(r), bytes, seed, 0);
+    return 0;
+}
+
+static void write_region_line(const struct xfer_region_desc *d, void *arg)
+{
+    fprintf(arg, "region=%s %u %u %llu %s\n", d->name, d->id, d->gen,
+            (unsigned long long)d->len, xfer_access_str(d->access));
+}
+
+static int write_node_file(xfer_engine *e, const char *path)
+{
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    struct xfer_peer_desc d;
+    xfer_engine_describe(e, &d);
+    fprintf(f, "node=%s\nport=%u\nincarnation=%llu\nhost_id=%s\npid=%d\n", d.node_id,
+            d.data_port, (unsigned long long)d.incarnation, d.host_id, (int)getpid());
+    xfer_region_foreach(e, write_region_line, f);
+    fclose(f);
+    return rename(tmp, path);
+}
+
+static int run_serve(const struct opts *o)
+{
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = o->node ? o->node : "server";
+    cfg.transports = XFER_TRANSPORT_TCP;
+    if (o->secret) {
+        cfg.secret = o->secret;
+        cfg.secret_len = strlen(o->secret);
+    }
+    if (o->io_timeout)
+        cfg.io_timeout_ms = o->io_timeout;
+    int rc;
+    xfer_engine *e = xfer_engine_new(&cfg, &rc);
+    if (!e) {
+        fprintf(stderr, "serve: engine: %s\n", xfer_strerror(rc));
+        return 1;
+    }
+    for (int i = 0; i < o->n_regions; i++)
+        if (add_region(e, o->regions[i]) < 0)
+            return 1;
+    if (o->regen) { /* register a name twice, so generation 1 is stale */
+        xfer_region *r = xfer_region_find(e, o->regen);
+        size_t len = xfer_region_len(r);
+        unsigned acc = XFER_ACCESS_RW;
+        if (!r || xfer_region_deregister(e, r) < 0 || xfer_region_alloc(e, o->regen, len, acc, &r))
+            return 1;
+    }
+    if (write_node_file(e, o->out) < 0) {
+        fprintf(stderr, "serve: cannot write %s\n", o->out);
+        return 1;
+    }
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    for (int i = 0; !stop && i < 6000; i++) /* at most 10 minutes */
+        usleep(100000);
+    struct xfer_stats st;
+    xfer_engine_stats(e, &st);
+    printf("serve: served_ops=%llu served_bytes=%llu served_errors=%llu\n",
+           (unsigned long long)st.served_ops, (unsigned long long)st.served_bytes,
+           (unsigned long long)st.served_errors);
+    xfer_engine_free(e);
+    return 0;
+}
+
+/* ---- bad input as an engine client ------------------------------------------------ */
+
+static int failures;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
+    } while (0)
+
+/* One item with a deadline; checks the code and that it came quickly. */
+static void expect_op(xfer_engine *e, enum xfer_op op, xfer_region *l, xfer_peer *p,
+                      uint32_t id, uint32_t gen, uint64_t off, uint64_t len, int want,
+                      const char *what)
+{
+    double t0 = now_s();
+    int rc = op == XFER_OP_WRITE ? xfer_write(e, l, 0, p, id, gen, off, len, 5000)
+                                 : xfer_read(e, l, 0, p, id, gen, off, len, 5000);
+    double ms = (now_s() - t0) * 1e3;
+    printf("  %-44s -> %-10s %6.1f ms  %s\n", what, rc ? xfer_strerror(rc) : "ok", ms,
+           rc ? xfer_engine_last_error(e) : "");
+    CHECK(rc == want, "%s: got %d (%s), want %d (%s)", what, rc, xfer_strerror(rc), want,
+          xfer_strerror(want));
+    CHECK(ms < 3000, "%s took %.0f ms", what, ms);
+}
+
+#define PROTECTED_SEED 77
+
+/* Server regions: rw (rw, protected content), ro (r), wo (w), regen (gen 2). */
+static int run_bad(const struct opts *o)
+{
+    struct node_file nf;
+    if (node_file_read(o->peer, &nf) < 0)
+        return 1;
+    const struct xfer_region_desc *rw = node_region(&nf, "rw"), *ro = node_region(&nf, "ro"),
+                                  *wo = node_region(&nf, "wo"), *rg = node_region(&nf, "regen");
+    if (!rw || !ro || !wo || !rg)
+        return 1;
+    xfer_peer *p;
+    int rc;
+    xfer_engine *e = client_engine(o->node ? o->node : "bad-client", &nf, o->secret, 2, &p, &rc);
+    if (!e || rc < 0) {
+        fprintf(stderr, "bad: connect: %s\n", xfer_strerror(rc));
+        return 1;
+    }
+    uint64_t n = rw->len;
+    xfer_region *l;
+    if (xfer_region_alloc(e, "local", (n > (4 << 20) ? n : (4 << 20)) + 8192, XFER_ACCESS_RW, &l) < 0)
+        return 1;
+    uint8_t *lp = xfer_region_ptr(l);
+    bool setup = o->phase && !strcmp(o->phase, "setup");
+    if (setup) { /* the content every later phase checks is intact */
+        pattern_fill(lp, n, PROTECTED_SEED, 0);
+        expect_op(e, XFER_OP_WRITE, l, p, rw->id, rw->gen, 0, n, 0, "write protected content");
+    }
+    expect_op(e, XFER_OP_WRITE, l, p, ro->id, ro->gen, 0, 3 << 20 < ro->len ? 3 << 20 : ro->len,
+              -XFER_EACCES, "write to read-only region (multi-chunk)");
+    expect_op(e, XFER_OP_READ, l, p, ro->id, ro->gen, 0, 4096, 0, "read from read-only region");
+    expect_op(e, XFER_OP_READ, l, p, wo->id, wo->gen, 0, 4096, -XFER_EACCES,
+              "read from write-only region");
+    expect_op(e, XFER_OP_WRITE, l, p, rw->id, rw->gen, n - 10, 100, -XFER_ERANGE,
+              "write past the end");
+    expect_op(e, XFER_OP_READ, l, p, rw->id, rw->gen, n + 1, 0, -XFER_ERANGE,
+              "zero-length read past the end");
+    expect_op(e, XFER_OP_READ, l, p, rw->id, rw->gen, 1ull << 63, 4096, -XFER_ERANGE,
+              "read at offset 2^63");
+    expect_op(e, XFER_OP_WRITE, l, p, rw->id, rw->gen, UINT64_MAX - 10, 100, -XFER_ERANGE,
+              "write where offset+len overflows");
+    expect_op(e, XFER_OP_READ, l, p, rw->id, rw->gen, n, 0, 0, "zero-length read at the end");
+    expect_op(e, XFER_OP_WRITE, l, p, rg->id, rg->gen - 1, 0, 4096, -XFER_ESTALE,
+              "write with a stale generation");
+    expect_op(e, XFER_OP_READ, l, p, 999999, 1, 0, 4096, -XFER_ENOENT, "read unknown region id");
+    expect_op(e, XFER_OP_WRITE, l, p, 999999, 1, 0, 1 << 20, -XFER_ENOENT,
+              "write unknown region id");
+    /* exact end, rewriting the protected bytes with the same content */
+    pattern_fill(lp, 100, PROTECTED_SEED, n - 100);
+    expect_op(e, XFER_OP_WRITE, l, p, rw->id, rw->gen, n - 100, 100, 0, "write ending exactly at the end");
+    /* everything previously written is intact */
+    memset(lp, 0, n);
+    expect_op(e, XFER_OP_READ, l, p, rw->id, rw->gen, 0, n, 0, "read back protected content");
+    uint8_t *want = malloc(n);
+    pattern_fill(want, n, PROTECTED_SEED, 0);
+    CHECK(!memcmp(lp, want, n), "protected content corrupted (checksum %016llx, want %016llx)",
+          (unsigned long long)checksum(lp, n), (unsigned long long)checksum(want, n));
+    printf("  protected content checksum %016llx %s\n", (unsigned long long)checksum(lp, n),
+           memcmp(lp, want, n) ? "MISMATCH" : "ok");
+    free(want);
+    xfer_engine_free(e);
+    printf("bad: %d failures\n", failures);
+    return failures ? 1 : 0;
+}
+
+static int run_auth(const struct opts *o)
+{
+    struct node_file nf;
+    if (node_file_read(o->peer, &nf) < 0)
+        return 1;
+    xfer_peer *p;
+    int rc;
+    double t0 = now_s();
+    xfer_engine *e = client_engine("auth-client", &nf, o->secret, 1, &p, &rc);
+    double ms = (now_s() - t0) * 1e3;
+    printf("auth with secret %s: %s in %.1f ms (%s)\n", o->secret ? "given" : "none",
+           xfer_strerror(rc), ms, e ? xfer_engine_last_error(e) : "");
+    CHECK(rc == -XFER_EAUTH, "want -XFER_EAUTH");
+    CHECK(xfer_peer_transport(p) == 0, "peer must stay unconnected");
+    xfer_engine_free(e);
+    return failures ? 1 : 0;
+}
+
+/* ---- peer killed mid-transfer -------------------------------------------------------- */
+
+static int run_pump(const struct opts *o)
+{
+    struct node_file nf;
+    if (node_file_read(o->peer, &nf) < 0)
+        return 1;
+    const struct xfer_region_desc *rd = node_region(&nf, "rw");
+    xfer_peer *p;
+    int rc;
+    xfer_engine *e = client_engine("pump", &nf, o->secret, 4, &p, &rc);
+    if (!rd || !e || rc < 0)
+        return 1;
+    xfer_region *l;
+    if (xfer_region_alloc(e, "local", rd->len, XFER_ACCESS_RW, &l) < 0)
+        return 1;
+    xfer_batch *b = xfer_batch_new(e, &rc);
+    uint64_t piece = rd->len / 8;
+    for (int i = 0; i < 8; i++) {
+        struct xfer_item it = {i & 1 ? XFER_OP_READ : XFER_OP_WRITE, l, i * piece, p, rd->id,
+                               rd->gen, i * piece, piece};
+        xfer_batch_add(b, &it);
+    }
+    double last_ok = now_s();
+    for (int round = 0;; round++) {
+        xfer_batch_submit(b, 30000);
+        rc = xfer_batch_wait(b, -1);
+        if (rc < 0)
+            break;
+        last_ok = now_s();
+        if (round == 2 && o->ready) {
+            FILE *f = fopen(o->ready, "w");
+            if (f)
+                fclose(f);
+        }
+    }
+    double ms = (now_s() - last_ok) * 1e3;
+    int bad = 0;
+    for (size_t i = 0; i < xfer_batch_count(b); i++)
+        if (xfer_batch_item_status(b, i) < 0 && bad++ == 0)
+            printf("pump: item %zu: %s\n", i, xfer_batch_item_error(b, i));
+    printf("pump: stopped with %s, %.0f ms after the last good round\n", xfer_strerror(rc), ms);
+    xfer_batch_free(b);
+    xfer_engine_free(e);
+    return rc == -XFER_ECONN ? 0 : 1;
+}
+
+/* ---- interim demo ---------------------------------------------------------------------- */
+
+static int run_demo(const struct opts *o)
+{
+    struct node_file nf;
+    if (node_file_read(o->peer, &nf) < 0)
+        return 1;
+    const struct xfer_region_desc *rd = node_region(&nf, "rw");
+    xfer_peer *p;
+    int rc;
+    xfer_engine *e = client_engine("demo-a", &nf, NULL, 4, &p, &rc);
+    if (!rd || !e || rc < 0)
+        return 1;
+    xfer_region *l;
+    if (xfer_region_alloc(e, "demo", rd->len, XFER_ACCESS_RW, &l) < 0)
+        return 1;
+    uint8_t *lp = xfer_region_ptr(l);
+    static const uint64_t sizes[] = {4096, 1 << 20, 16 << 20, 64 << 20};
+    printf("%-10s %-6s %10s %9s  %s\n", "size", "op", "time", "GB/s", "check");
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && sizes[i] <= rd->len; i++) {
+        uint64_t n = sizes[i];
+        pattern_fill(lp, n, 1000 + i, 0);
+        uint64_t sum = checksum(lp, n);
+        double t0 = now_s();
+        rc = xfer_write(e, l, 0, p, rd->id, rd->gen, 0, n, 10000);
+        double tw = now_s() - t0;
+        memset(lp, 0, n);
+        t0 = now_s();
+        int rc2 = xfer_read(e, l, 0, p, rd->id, rd->gen, 0, n, 10000);
+        double tr = now_s() - t0;
+        bool ok = rc == 0 && rc2 == 0 && checksum(lp, n) == sum;
+        printf("%-10llu %-6s %8.3f ms %9.2f\n", (unsigned long long)n, "WRITE", tw * 1e3,
+               n / tw / 1e9);
+        printf("%-10llu %-6s %8.3f ms %9.2f  %s\n", (unsigned long long)n, "READ", tr * 1e3,
+               n / tr / 1e9, ok ? "verified" : "MISMATCH");
+        if (!ok)
+            failures++;
+    }
+    xfer_engine_free(e);
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"out", 1, 0, 'o'}, {"peer", 1, 0, 'p'},   {"secret", 1, 0, 's'},
+        {"node", 1, 0, 'n'}, {"region", 1, 0, 'r'}, {"io-timeout", 1, 0, 't'},
+        {"phase", 1, 0, 'P'}, {"ready", 1, 0, 'R'}, {"regen", 1, 0, 'g'},
+        {0, 0, 0, 0}};
+    struct opts o = {0};
+    if (argc < 2) {
+        fprintf(stderr, "usage: xfer_node serve|bad|auth|pump|demo [options]\n");
+        return 2;
+    }
+    o.cmd = argv[1];
+    optind = 2;
+    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        switch (c) {
+        case 'o': o.out = optarg; break;
+        case 'p': o.peer = optarg; break;
+        case 's': o.secret = optarg; break;
+        case 'n': o.node = optarg; break;
+        case 'r': if (o.n_regions < NODE_MAX_REGIONS) o.regions[o.n_regions++] = optarg; break;
+        case 't': o.io_timeout = atoi(optarg); break;
+        case 'P': o.phase = optarg; break;
+        case 'R': o.ready = optarg; break;
+        case 'g': o.regen = optarg; break;
+        default: return 2;
+        }
+    }
+    if (!strcmp(o.cmd, "serve") && o.out)
+        return run_serve(&o);
+    if (!o.peer) {
+        fprintf(stderr, "%s: --peer FILE is required\n", o.cmd);
+        return 2;
+    }
+    if (!strcmp(o.cmd, "bad"))
+        return run_bad(&o);
+    if (!strcmp(o.cmd, "auth"))
+        return run_auth(&o);
+    if (!strcmp(o.cmd, "pump"))
+        return run_pump(&o);
+    if (!strcmp(o.cmd, "demo"))
+        return run_demo(&o);
+    fprintf(stderr, "unknown command %s\n", o.cmd);
+    return 2;
+}
