@@ -27,9 +27,11 @@
  * Threads: every function is thread-safe, except that the "driver" functions
  * (xfer_registry_tick, xfer_registry_poll, and the event loop that runs an
  * attached watcher) must all be called from one thread — the loop thread, or
- * the registry's own thread after xfer_registry_thread_start(). Event
- * callbacks run on that thread with no registry lock held, so they may call
- * any lookup function.
+ * the registry's own thread after xfer_registry_thread_start(); with an
+ * attached watcher, xfer_registry_free() too (the event base must outlive the
+ * handle). Event callbacks run with no registry lock held, so they may call
+ * any lookup function: on the driver thread for xfer:events, or on the thread
+ * of a lookup that found a node's incarnation changed (RESTARTED).
  *
  * Errors: actions return 0 or a negative XFER_E* code; Redis unreachable is
  * -XFER_EUNAVAIL (fails at once while a reconnect is backing off), unknown
@@ -212,7 +214,7 @@ struct xfer_registry_event {
     uint64_t new_incarnation; /* RESTARTED: the one now in Redis */
 };
 
-/* Called on the driver thread after the cache has been updated; ev and its
+/* Called after the cache has been updated (see "Threads" above); ev and its
  * strings are valid only during the call. */
 typedef void (*xfer_registry_event_fn)(const struct xfer_registry_event *ev, void *arg);
 /* Sets (or with NULL clears) the event callback. */
