@@ -84,7 +84,7 @@ expect_err() { # pattern cmd...
 expect_err "unknown region n1/nope" ctl n1 copy n1/nope n1/kv 10
 expect_err "unknown node 'ghost'" ctl n1 copy n1/kv ghost/kv 10
 expect_err "past its end" ctl n1 copy n1/kv+4M n1/scratch 1
-expect_err "past its end" ctl n1 write n1/ro+65535 ab
+expect_err "past its end" ctl n1 write n1/scratch+1048575 ab
 expect_err "read-only" ctl n1 write n1/ro 'x'
 expect_err "read-only" ctl n1 copy n1/kv n1/ro2 16
 expect_err "layouts disagree" ctl n1 copy 'n1/kv#0' 'n1/typed#1' 1

@@ -62,15 +62,13 @@ svc_init() {
     SVC_DIR=$(mktemp -d /tmp/xfer-svc.XXXXXX)
 }
 
-_svc_exec() { # host cmd...
-    local host=$1; shift
-    if ((host > 0)); then netns_run "$host" "$@"; else "$@"; fi
-}
-
 svc_start() {
     local name=$1 host=$2; shift 2
     SVC_HOST[$name]=$host
-    _svc_exec "$host" env XFER_LOG_LEVEL=${XFER_LOG_LEVEL:-info} "$XFERD" --node "$name" \
+    local pre=()
+    ((host > 0)) && pre=(ip netns exec "$(_netns_name "$host")")
+    # exec chain (ip netns exec -> env -> xferd) keeps $! the xferd pid.
+    "${pre[@]}" env XFER_LOG_LEVEL=${XFER_LOG_LEVEL:-info} "$XFERD" --node "$name" \
         --ctrl-socket "$SVC_DIR/$name.sock" "$@" >"$SVC_DIR/$name.log" 2>&1 </dev/null &
     SVC_PID[$name]=$!
 }
