@@ -106,4 +106,5 @@ done
 ctl n1 probe n1/r1 n2/r1 --size 1M --count 8 || fail "probe"
 ctl n2 stats || fail "stats"
 ctl n3 stats n1 | grep -q 'node n1' || fail "stats of another node"
+svc_stop_all_checked
 echo "cluster test passed"

@@ -76,4 +76,5 @@ wait_for 5 grep -q 'event: leave n2' "$SVC_DIR/n1.log" || fail "n1 did not get '
 out=$(ctl n1 copy n1/r1 n2/r1 16 2>&1) && fail "copy to a stopped node succeeded"
 echo "SIGTERM: n2 drained and left; then: $out"
 ctl n1 peers
+svc_stop_all_checked
 echo "failures test passed"

@@ -104,6 +104,7 @@ ctl n1 stats | grep -q 'control requests' || fail "stats"
 ctl n1 deregister typed || fail "deregister"
 expect_err "no such region" ctl n1 deregister typed
 svc_kill n1 TERM; rc=$?
+grep -qE "AddressSanitizer|LeakSanitizer|runtime error" "$SVC_DIR/n1.log" && fail "sanitizer report: $(grep -A20 Sanitizer "$SVC_DIR/n1.log")"
 ((rc == 0)) || fail "xferd exit status after SIGTERM: $rc"
 [[ $(redis-cli -p "$REDIS_PORT" exists 'xfer:node:{n1}' 'xfer:regions:{n1}' 'xfer:region:{n1}:kv') == 0 ]] \
     || fail "keys left after SIGTERM: $(redis-cli -p "$REDIS_PORT" keys 'xfer:*')"

@@ -139,3 +139,17 @@ svc_cluster_up() {
 
 # sha256 of a file
 sum_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# Stops every xferd with SIGTERM; fails unless each exits 0 with no
+# sanitizer report in its log.
+svc_stop_all_checked() {
+    local name rc
+    for name in "${!SVC_PID[@]}"; do
+        svc_kill "$name" TERM; rc=$?
+        if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$SVC_DIR/$name.log"; then
+            grep -E -A30 'AddressSanitizer|LeakSanitizer|runtime error' "$SVC_DIR/$name.log" | head -60 >&2
+            fail "sanitizer report in $name.log"
+        fi
+        ((rc == 0)) || { tail -20 "$SVC_DIR/$name.log" >&2; fail "xferd $name exited $rc on SIGTERM"; }
+    done
+}
