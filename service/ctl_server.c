@@ -34,6 +34,8 @@ struct conn {
     int nfds;
     int inflight;
     bool dead, reading;
+    char **priv; /* private regions registered over this connection */
+    size_t npriv;
     struct conn *prev, *next;
 };
 
@@ -65,6 +67,9 @@ static void conn_unref_maybe_free(struct conn *c)
 {
     if (!c->dead || c->inflight > 0)
         return;
+    for (size_t i = 0; i < c->npriv; i++)
+        free(c->priv[i]);
+    free(c->priv);
     for (int i = 0; i < c->nfds; i++)
         close(c->fds[i]);
     evbuffer_free(c->in);
@@ -72,11 +77,78 @@ static void conn_unref_maybe_free(struct conn *c)
     free(c);
 }
 
+struct dereg_job {
+    struct job job;
+    struct xferd *d;
+    char *name;
+};
+
+static void dereg_run(struct job *j)
+{
+    struct dereg_job *dj = (struct dereg_job *)j;
+    struct xferd *d = dj->d;
+    pthread_rwlock_wrlock(&d->region_lock);
+    xfer_region *r = xfer_region_find(d->eng, dj->name);
+    if (r && xfer_region_deregister(d->eng, r) == 0)
+        xfer_info("region %s of a closed control connection deregistered", dj->name);
+    pthread_rwlock_unlock(&d->region_lock);
+}
+
+static void dereg_done(struct job *j)
+{
+    struct dereg_job *dj = (struct dereg_job *)j;
+    free(dj->name);
+    free(dj);
+}
+
+/* A client that dies mid-put must not leave its staging region behind. */
+static void conn_release_private(struct conn *c)
+{
+    for (size_t i = 0; i < c->npriv; i++) {
+        struct dereg_job *dj = calloc(1, sizeof(*dj));
+        if (!dj)
+            continue;
+        dj->job.run = dereg_run;
+        dj->job.done = dereg_done;
+        dj->d = c->s->d;
+        dj->name = c->priv[i];
+        if (jobq_push(c->s->d->jobs, &dj->job)) {
+            free(dj); /* shutting down: the engine frees every region */
+            free(c->priv[i]);
+        }
+    }
+    c->npriv = 0;
+}
+
+static void conn_track_private(struct conn *c, const Xctl__Request *req,
+                               const Xctl__Response *resp)
+{
+    if (resp->status)
+        return;
+    if (req->body_case == XCTL__REQUEST__BODY_REG &&
+        (req->reg->private_ || req->reg->name[0] == XFERD_PRIVATE_PREFIX)) {
+        char **np = realloc(c->priv, (c->npriv + 1) * sizeof(*np));
+        if (!np)
+            return;
+        c->priv = np;
+        if ((c->priv[c->npriv] = strdup(req->reg->name)) != NULL)
+            c->npriv++;
+    } else if (req->body_case == XCTL__REQUEST__BODY_DEREG) {
+        for (size_t i = 0; i < c->npriv; i++)
+            if (!strcmp(c->priv[i], req->dereg->name)) {
+                free(c->priv[i]);
+                c->priv[i] = c->priv[--c->npriv];
+                break;
+            }
+    }
+}
+
 static void conn_close(struct conn *c)
 {
     if (c->dead)
         return;
     c->dead = true;
+    conn_release_private(c);
     event_free(c->rev);
     event_free(c->wev);
     close(c->fd);
@@ -153,6 +225,9 @@ static void req_done(struct job *j)
     struct req_job *rj = (struct req_job *)j;
     struct conn *c = rj->c;
     c->inflight--;
+    conn_track_private(c, rj->req, &rj->resp);
+    if (c->dead)
+        conn_release_private(c); /* registered after the client went away */
     if (!c->dead) {
         conn_send(c, &rj->resp);
         if (c->inflight < CONN_MAX_INFLIGHT / 2)

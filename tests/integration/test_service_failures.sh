@@ -68,8 +68,23 @@ echo "after expiry: $out"
 
 # --- SIGTERM of n2: drain, exit 0, keys removed at once, others get leave.
 ctl n1 copy n1/r1 n2/r1 4096 >/dev/null || fail "n1 -> n2 before SIGTERM"
+# Requests in flight while the signal comes: they finish, later ones are
+# refused with a clear error, the client never hangs.
+ctl n2 bench n2/r1 n1/r1 --count 100000000 --depth 8 >"$SVC_DIR/bench.out" 2>&1 &
+bench=$!
+served() { ctl n2 --json stats 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["ctl_requests"])' 2>/dev/null; }
+deadline=$((SECONDS + 10))
+until (( $(served || echo 0) > 2000 )); do
+    ((SECONDS < deadline)) || fail "bench did not start: $(cat "$SVC_DIR/bench.out")"
+    sleep 0.05
+done
+t0=$(now_ms)
 svc_kill n2 TERM; rc=$?
 ((rc == 0)) || fail "n2 exit status after SIGTERM: $rc"
+echo "n2 drained in $(($(now_ms) - t0)) ms"
+wait "$bench" && fail "bench against a stopping node succeeded"
+grep -qE 'shutting down|connection|xferd' "$SVC_DIR/bench.out" || fail "bench error: $(cat "$SVC_DIR/bench.out")"
+echo "client during drain: $(tail -1 "$SVC_DIR/bench.out")"
 [[ $(keys_of n2) == 0 ]] || fail "n2 keys left after SIGTERM: $(redis_cli keys '*n2*' | tr '\n' ' ')"
 [[ $(redis_cli zscore xfer:nodes n2) == "" ]] || fail "n2 still in xfer:nodes"
 wait_for 5 grep -q 'event: leave n2' "$SVC_DIR/n1.log" || fail "n1 did not get 'leave n2'"

@@ -72,6 +72,12 @@ ctl n1 regions | grep -q '^n1 *_' && fail "staging region left behind"
 [[ -z $(redis-cli -p "$REDIS_PORT" --scan --pattern 'xfer:region:{n1}:_*') ]] \
     || fail "private staging region was published"
 
+# Private regions ("_" names) live as long as the control connection that
+# registered them: a client that dies mid-put leaves nothing behind.
+ctl n1 register _tmp 64k || fail "register private"
+wait_for 5 bash -c "! $XFERCTL --socket $SVC_DIR/n1.sock regions | grep -q _tmp" \
+    || fail "private region outlived its connection"
+
 # Clear errors, non-zero exit.
 expect_err() { # pattern cmd...
     local pat=$1; shift
