@@ -135,8 +135,10 @@ static void do_peers(struct xferd *d, Xctl__Response *resp, struct arena *a)
         m->incarnation = nd->peer.incarnation;
         m->heartbeat_ms = nd->heartbeat_ms;
         m->alive = true;
+        pthread_mutex_lock(&d->peer_lock); /* no removal between find and use */
         xfer_peer *p = xfer_peer_find(d->eng, nd->peer.node_id);
         unsigned t = p ? xfer_peer_transport(p) : 0;
+        pthread_mutex_unlock(&d->peer_lock);
         tr[0] = 0;
         if (t)
             xfer_transports_format(t, tr, sizeof(tr));

@@ -7,7 +7,48 @@
 #include "xferd.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+struct peer_use {
+    char node[XFER_NAME_MAX];
+    int inuse;
+    bool doomed; /* left while in use: removed by the last put */
+};
+
+/* Caller holds peer_lock. */
+static struct peer_use *use_find(struct xferd *d, const char *node, bool create)
+{
+    for (size_t i = 0; i < d->n_peer_uses; i++)
+        if (!strcmp(d->peer_uses[i].node, node))
+            return &d->peer_uses[i];
+    if (!create)
+        return NULL;
+    if (d->n_peer_uses == d->cap_peer_uses) {
+        size_t cap = d->cap_peer_uses ? d->cap_peer_uses * 2 : 16;
+        struct peer_use *v = realloc(d->peer_uses, cap * sizeof(*v));
+        if (!v)
+            return NULL;
+        d->peer_uses = v;
+        d->cap_peer_uses = cap;
+    }
+    struct peer_use *u = &d->peer_uses[d->n_peer_uses++];
+    memset(u, 0, sizeof(*u));
+    snprintf(u->node, sizeof(u->node), "%s", node);
+    return u;
+}
+
+static void use_forget(struct xferd *d, struct peer_use *u)
+{
+    *u = d->peer_uses[--d->n_peer_uses];
+}
+
+void xferd_peers_free(struct xferd *d)
+{
+    free(d->peer_uses);
+    d->peer_uses = NULL;
+    d->n_peer_uses = d->cap_peer_uses = 0;
+}
 
 static int node_error(struct xferd *d, const char *node, int rc, char *why, size_t wl)
 {
@@ -66,18 +107,47 @@ int xferd_peer_get(struct xferd *d, const char *node, const char *region, xfer_p
         }
     }
     pthread_mutex_lock(&d->peer_lock);
-    rc = peer_ensure(d, &nd, peer, why, wl);
+    struct peer_use *u = use_find(d, node, true);
+    rc = u ? peer_ensure(d, &nd, peer, why, wl) : -XFER_ENOMEM;
     if (!rc && region && (rc = xfer_peer_region_add(*peer, rd)) != 0)
         snprintf(why, wl, "caching %s/%s: %s", node, region, xfer_strerror(rc));
+    if (!rc) {
+        u->inuse++;
+        u->doomed = false; /* seen alive in the registry just now */
+    } else if (u && !u->inuse) {
+        use_forget(d, u);
+    }
     pthread_mutex_unlock(&d->peer_lock);
+    if (!u)
+        snprintf(why, wl, "out of memory");
     return rc;
+}
+
+void xferd_peer_put(struct xferd *d, const char *node)
+{
+    pthread_mutex_lock(&d->peer_lock);
+    struct peer_use *u = use_find(d, node, false);
+    if (u && --u->inuse <= 0) {
+        if (u->doomed) {
+            xfer_peer *p = xfer_peer_find(d->eng, node);
+            if (p)
+                xfer_peer_remove(d->eng, p);
+            xfer_info("peer %s removed after its last transfer", node);
+        }
+        use_forget(d, u);
+    }
+    pthread_mutex_unlock(&d->peer_lock);
 }
 
 static void drop_peer(struct xferd *d, const char *node, const char *why)
 {
     pthread_mutex_lock(&d->peer_lock);
     xfer_peer *p = xfer_peer_find(d->eng, node);
-    if (p) {
+    struct peer_use *u = use_find(d, node, false);
+    if (p && u && u->inuse) {
+        xfer_info("peer %s %s: removing it after %d running transfers", node, why, u->inuse);
+        u->doomed = true; /* their batches still point at it */
+    } else if (p) {
         xfer_info("peer %s %s: dropping its connections", node, why);
         xfer_peer_remove(d->eng, p);
     }

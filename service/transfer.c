@@ -179,20 +179,10 @@ static int engine_op(struct xctx *x, enum xfer_op op, struct side *loc, struct s
     return rc < 0 ? rc : 0;
 }
 
-static int execute(struct xctx *x, enum xfer_op op, struct side *src, struct side *dst,
-                   uint64_t len, int deadline_ms)
+static int execute_held(struct xctx *x, enum xfer_op op, struct side *src, struct side *dst,
+                        struct side *loc, struct side *rem, uint64_t len, int deadline_ms)
 {
-    struct side *loc = op == XFER_OP_WRITE ? src : dst;
-    struct side *rem = op == XFER_OP_WRITE ? dst : src;
-    int rc = side_local(x, loc);
-    if (rc)
-        return rc;
-    if (!strcmp(rem->n.node, x->d->cfg.node))
-        rc = side_local(x, rem);
-    else
-        rc = side_remote(x, rem, true);
-    if (!rc)
-        rc = to_bytes(x, src, dst, &len);
+    int rc = to_bytes(x, src, dst, &len);
     if (!rc)
         rc = check_side(x, src, len, XFER_ACCESS_R);
     if (!rc)
@@ -204,10 +194,34 @@ static int execute(struct xctx *x, enum xfer_op op, struct side *src, struct sid
     rc = engine_op(x, op, loc, rem, len, deadline_ms);
     if (rc == -XFER_ESTALE) { /* re-read the descriptor once and retry */
         xfer_registry_cache_clear(x->d->reg);
+        xferd_peer_put(x->d, rem->n.node);
         rc = side_remote(x, rem, true);
-        if (!rc)
-            rc = engine_op(x, op, loc, rem, len, deadline_ms);
+        if (rc) {
+            rem->peer = NULL; /* not held any more */
+            return rc;
+        }
+        rc = engine_op(x, op, loc, rem, len, deadline_ms);
     }
+    return rc;
+}
+
+static int execute(struct xctx *x, enum xfer_op op, struct side *src, struct side *dst,
+                   uint64_t len, int deadline_ms)
+{
+    struct side *loc = op == XFER_OP_WRITE ? src : dst;
+    struct side *rem = op == XFER_OP_WRITE ? dst : src;
+    int rc = side_local(x, loc);
+    if (rc)
+        return rc;
+    if (!strcmp(rem->n.node, x->d->cfg.node))
+        rc = side_local(x, rem);
+    else
+        rc = side_remote(x, rem, true); /* holds the peer on success */
+    if (rc)
+        return rc;
+    rc = execute_held(x, op, src, dst, loc, rem, len, deadline_ms);
+    if (!rem->local && rem->peer)
+        xferd_peer_put(x->d, rem->n.node);
     return rc;
 }
 

@@ -38,7 +38,9 @@ struct xferd {
     uint16_t ctrl_port;  /* bound TCP control port */
     atomic_bool draining;
     atomic_uint_fast64_t ctl_requests, ctl_errors;
-    pthread_mutex_t peer_lock;
+    pthread_mutex_t peer_lock;  /* peer setup/removal and the use counts below */
+    struct peer_use *peer_uses; /* peers held by running transfers */
+    size_t n_peer_uses, cap_peer_uses;
     pthread_rwlock_t region_lock; /* write: register/deregister; read: transfers */
     pthread_mutex_t inflight_lock;
     struct inflight *inflight;  /* engine batches in flight (cancelled at drain end) */
@@ -100,9 +102,13 @@ int batch_table_query(struct batch_table *t, uint64_t id, Xctl__BatchResult *res
 
 /* ---- peers.c: registry -> engine peers ---- */
 /* Finds the peer (adding/refreshing it from the registry) and the remote
- * region's descriptor (cached into the engine). region may be NULL. */
+ * region's descriptor (cached into the engine). region may be NULL. On
+ * success the peer is held: it is not removed from the engine (leave
+ * events are deferred) until xferd_peer_put(). */
 int xferd_peer_get(struct xferd *d, const char *node, const char *region, xfer_peer **peer,
                    struct xfer_region_desc *rd, char *why, size_t why_len);
+void xferd_peer_put(struct xferd *d, const char *node);
+void xferd_peers_free(struct xferd *d);
 void xferd_on_registry_event(const struct xfer_registry_event *ev, void *arg);
 
 /* ---- publish.c: this node and its regions in the registry ---- */

@@ -234,6 +234,7 @@ static void shutdown_all(struct xferd *d)
     ctl_server_free(d->srv);
     batch_table_free(d->batches);
     xfer_engine_free(d->eng);
+    xferd_peers_free(d);
     if (d->base)
         event_base_free(d->base);
 }
