@@ -179,6 +179,17 @@ static int engine_op(struct xctx *x, enum xfer_op op, struct side *loc, struct s
     return rc < 0 ? rc : 0;
 }
 
+/* A connection failure may mean the peer restarted and its "join" has not
+ * reached our cache yet: true when Redis has a different incarnation. */
+static bool peer_restarted(struct xctx *x, struct side *rem)
+{
+    struct xfer_node_desc nd;
+    struct xfer_peer_desc cur;
+    xfer_peer_describe(rem->peer, &cur);
+    return xfer_registry_fetch_node(x->d->reg, rem->n.node, &nd) == 0 &&
+           nd.peer.incarnation != cur.incarnation;
+}
+
 static int execute_held(struct xctx *x, enum xfer_op op, struct side *src, struct side *dst,
                         struct side *loc, struct side *rem, uint64_t len, int deadline_ms)
 {
@@ -192,6 +203,15 @@ static int execute_held(struct xctx *x, enum xfer_op op, struct side *src, struc
     if (rem->local)
         return local_copy(x, src, dst, len);
     rc = engine_op(x, op, loc, rem, len, deadline_ms);
+    if (rc == -XFER_ECONN && peer_restarted(x, rem)) {
+        xferd_peer_put(x->d, rem->n.node);
+        rc = side_remote(x, rem, true); /* re-adds it with the new incarnation */
+        if (rc) {
+            rem->peer = NULL;
+            return rc;
+        }
+        rc = engine_op(x, op, loc, rem, len, deadline_ms);
+    }
     if (rc == -XFER_ESTALE) { /* re-read the descriptor once and retry */
         xfer_registry_cache_clear(x->d->reg);
         xferd_peer_put(x->d, rem->n.node);

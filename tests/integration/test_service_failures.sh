@@ -66,6 +66,25 @@ out=$(ctl n2 copy n2/r1 n3/r1 4096 2>&1) && fail "copy to an expired node succee
 out=$(ctl n1 copy n3/r1 n2/r1 4096 2>&1) && fail "third-party copy from an expired node succeeded"
 echo "after expiry: $out"
 
+# --- n3 comes back (new incarnation), then is restarted before its keys
+# expire: peers must drop the stale descriptors and reach the new process.
+start_n3() {
+    svc_start n3 3 --listen "${NETNS_IP[3]}" --redis-url "$CLUSTER_REDIS" --ttl-ms "$TTL_MS" \
+        --secret clustersecret --transports tcp --region r1:4M:rw --region ro:64k:r
+    svc_wait_ready n3
+}
+start_n3
+ctl n1 copy n1/r1 n3/r1 4096 >/dev/null || fail "copy to the returned n3: $(ctl n1 copy n1/r1 n3/r1 4096 2>&1)"
+inc1=$(redis_cli hget 'xfer:node:{n3}' incarnation)
+svc_kill n3 KILL 2>/dev/null
+start_n3
+inc2=$(redis_cli hget 'xfer:node:{n3}' incarnation)
+[[ $inc1 != "$inc2" ]] || fail "incarnation did not change across a restart"
+ctl n1 write n1/r1+200000 'after restart' || fail "write"
+ctl n1 copy n1/r1+200000 n3/r1+200000 13 >/dev/null || fail "copy to restarted n3: $(ctl n1 copy n1/r1+200000 n3/r1+200000 13 2>&1)"
+[[ $(ctl n3 read n3/r1+200000 13) == 'after restart' ]] || fail "content on restarted n3"
+echo "n3 restarted (incarnation $inc1 -> $inc2): transfers reach the new process"
+
 # --- SIGTERM of n2: drain, exit 0, keys removed at once, others get leave.
 ctl n1 copy n1/r1 n2/r1 4096 >/dev/null || fail "n1 -> n2 before SIGTERM"
 # Requests in flight while the signal comes: they finish, later ones are
