@@ -101,6 +101,33 @@ expect_err "handshake" "$XFERCTL" --connect "127.0.0.1:$port" --secret wrong hea
 "$XFERCTL" --connect "127.0.0.1:$port" --secret s3cret health | grep -q 'node n1' \
     || fail "TCP control with the right secret"
 
+# Bad input on the control socket: answered or dropped, never a crash.
+python3 - "$SVC_DIR/n1.sock" "$port" <<'PY' || fail "bad control input"
+import socket, struct, sys, os
+def unix():
+    s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(sys.argv[1]); return s
+s = unix()                                    # garbage protobuf: an EPROTO answer
+s.sendall(struct.pack("<I", 7) + b"\xff" * 7)
+hdr = s.recv(4); assert len(hdr) == 4, hdr
+body = s.recv(struct.unpack("<I", hdr)[0]); assert body, "no answer to garbage"
+s.sendall(struct.pack("<I", 0xFFFFFFF0))     # oversize frame: answer, then close
+data = b""
+while True:
+    chunk = s.recv(4096)
+    if not chunk: break
+    data += chunk
+s = unix(); s.sendall(b"\x05\x00"); s.close()  # truncated frame, then gone
+s = unix()                                    # a memfd with no request, then a request with no fd
+fd = os.memfd_create("x"); s.sendmsg([b"\x00"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))]); s.close()
+t = socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=5)  # junk before the handshake
+t.sendall(os.urandom(64)); t.settimeout(5)
+try:
+    while t.recv(4096): pass
+except (ConnectionResetError, socket.timeout):
+    pass
+PY
+ctl n1 health >/dev/null || fail "xferd died on bad input"
+
 # Async batch + status, stats.
 id=$(ctl n1 --json copy --async n1/kv n1/scratch 4096 | python3 -c 'import json,sys; print(json.load(sys.stdin)["batch_id"])')
 wait_for 5 ctl n1 status "$id" || fail "async batch $id"
