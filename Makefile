@@ -55,7 +55,7 @@ BENCH_PROGS :=    # $(B)/bench/name
 PROTOS :=
 GEN_SRCS :=
 
-include $(sort $(wildcard */module.mk))
+include $(sort $(wildcard */module.mk */*/module.mk))
 
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(UNIT_SRCS))
@@ -131,7 +131,7 @@ format:
 	clang-format -i $(shell git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf build build-san dist
+	rm -rf build build-san build-fuzz dist
 
 .PHONY: all deps test test-unit demo bench install format clean
 
