@@ -1,4 +1,4 @@
 # Helper programs the integration tests start (build/tests/<name>).
 TEST_PROGS += xfer_node:tests/prog/xfer_node.c
-#TEST_PROGS += xfer_random:tests/prog/xfer_random.c
-#TEST_PROGS += xfer_raw:tests/prog/xfer_raw.c
+TEST_PROGS += xfer_random:tests/prog/xfer_random.c
+TEST_PROGS += xfer_raw:tests/prog/xfer_raw.c

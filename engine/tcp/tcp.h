@@ -82,6 +82,7 @@ struct tcp_sock {
     uint8_t *rx_dst;       /* target: region memory, NULL = discard */
     xfer_region *rx_region;
     int rx_status;
+    int rx_errno;          /* why the last recv failed, 0 = EOF */
 };
 
 struct tcp_thread {

@@ -190,7 +190,8 @@ void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms)
 }
 
 /* recv() with the error handling every reader shares: >0 bytes, 0 = try
- * later, -1 = socket failed (already handled). */
+ * later, -1 = the socket failed; the caller calls rx_failed() once it has
+ * let go of any memory pin (failing completes and frees chunks). */
 static ssize_t sock_recv(struct tcp_sock *s, void *buf, size_t len)
 {
     for (;;) {
@@ -200,20 +201,28 @@ static ssize_t sock_recv(struct tcp_sock *s, void *buf, size_t len)
             return n;
         }
         if (n == 0) {
-            bool mid = s->rx_state == RX_PAYLOAD || s->rx_hi > s->rx_lo;
-            bool clean = s->target && !mid;
-            tcp_sock_fail(s, clean ? 0 : -XFER_ECONN,
-                          mid ? "peer closed the connection mid-frame"
-                              : "peer closed the connection");
+            s->rx_errno = 0;
             return -1;
         }
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return 0;
-        tcp_sock_fail(s, -XFER_ECONN, strerror(errno));
+        s->rx_errno = errno;
         return -1;
     }
+}
+
+static void rx_failed(struct tcp_sock *s)
+{
+    if (s->rx_errno) {
+        tcp_sock_fail(s, -XFER_ECONN, strerror(s->rx_errno));
+        return;
+    }
+    bool mid = s->rx_state == RX_PAYLOAD || s->rx_hi > s->rx_lo;
+    bool clean = s->target && !mid;
+    tcp_sock_fail(s, clean ? 0 : -XFER_ECONN,
+                  mid ? "peer closed the connection mid-frame" : "peer closed the connection");
 }
 
 /* Makes a whole header available in rxbuf: 1 = yes, 0 = later, -1 = failed.
@@ -229,6 +238,8 @@ static int fill_header(struct tcp_sock *s, bool exact)
         }
         size_t want = exact ? XFER_WIRE_HDR_LEN - s->rx_hi : TCP_RXBUF - s->rx_hi;
         ssize_t n = sock_recv(s, s->rxbuf + s->rx_hi, want);
+        if (n < 0)
+            rx_failed(s);
         if (n <= 0)
             return (int)n;
         s->rx_hi += (size_t)n;
@@ -456,6 +467,8 @@ static ssize_t initiator_payload(struct tcp_sock *s)
     ssize_t n = payload_in(s, live ? t->local + s->rx_got : NULL, left);
     if (live)
         xfer_batch_io_end(t->b, t->idx);
+    if (n < 0)
+        rx_failed(s);
     if (n <= 0)
         return n;
     s->rx_got += (uint64_t)n;
@@ -582,6 +595,8 @@ static void target_readable(struct tcp_sock *s)
         }
         uint64_t left = s->rh.length - s->rx_got;
         ssize_t n = left ? payload_in(s, s->rx_dst ? s->rx_dst + s->rx_got : NULL, left) : 0;
+        if (n < 0)
+            rx_failed(s);
         if (n < 0 || (n == 0 && left))
             break;
         s->rx_got += (uint64_t)n;
