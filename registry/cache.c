@@ -33,7 +33,7 @@ static bool fresh(const xfer_registry *r, bool stale, uint64_t fetched_ms)
         return false;
     if (atomic_load(&r->subscribed))
         return true;
-    return reg_now_ms() - fetched_ms <= (uint64_t)r->cfg.cache_max_age_ms;
+    return reg_now_ms() - fetched_ms < (uint64_t)r->cfg.cache_max_age_ms; /* 0: never */
 }
 
 static void mark_region_stale(const char *k, void *v, void *arg)
@@ -123,7 +123,7 @@ void reg_cache_store_node(xfer_registry *r, const struct xfer_node_desc *d)
 
 /* Caches regions of a node, only if the cached node has incarnation inc. */
 void reg_cache_store_regions(xfer_registry *r, const char *node, uint64_t inc,
-                                const struct xfer_region_desc *v, size_t n)
+                             const struct xfer_region_desc *v, size_t n)
 {
     pthread_mutex_lock(&r->cache_lock);
     struct reg_cached_node *cn = strmap_get(&r->cache, node);
@@ -142,17 +142,23 @@ void reg_cache_store_regions(xfer_registry *r, const char *node, uint64_t inc,
     pthread_mutex_unlock(&r->cache_lock);
 }
 
-/* HGETALL of one key under cmd_lock. */
-static int hgetall(xfer_registry *r, const char *key, redisReply **rep)
+/* HGETALL reply of a node hash -> *out, cached; consumes rep. */
+static int node_from_reply(xfer_registry *r, redisReply *rep, const char *node_id,
+                           struct xfer_node_desc *out)
 {
-    const char *argv[] = {"HGETALL", key};
-    pthread_mutex_lock(&r->cmd_lock);
-    int rc = reg_cmd(r, rep, 2, argv, NULL);
-    pthread_mutex_unlock(&r->cmd_lock);
-    if (!rc && (rc = reg_reply_check(*rep, "HGETALL"))) {
-        freeReplyObject(*rep);
-        *rep = NULL;
+    int rc = reg_reply_check(rep, "HGETALL");
+    if (!rc)
+        rc = reg_parse_node(rep, node_id, out);
+    freeReplyObject(rep);
+    if (rc == -XFER_ENOENT) {
+        reg_cache_drop_node(r, node_id);
+        return reg_set_err(-XFER_ENOENT, "unknown node '%s' (no xfer:node:{%s} in redis)", node_id,
+                           node_id);
     }
+    if (rc == -XFER_EPROTO)
+        xfer_warn("registry: %s", xfer_registry_last_error(r));
+    if (!rc)
+        reg_cache_store_node(r, out);
     return rc;
 }
 
@@ -163,21 +169,11 @@ int xfer_registry_fetch_node(xfer_registry *r, const char *node_id, struct xfer_
     char key[REG_KEY_MAX];
     redisReply *rep;
     reg_key_node(key, node_id);
-    int rc = hgetall(r, key, &rep);
-    if (rc)
-        return rc;
-    rc = reg_parse_node(rep, node_id, out);
-    freeReplyObject(rep);
-    if (rc == -XFER_ENOENT) {
-        reg_cache_drop_node(r, node_id);
-        return reg_set_err(-XFER_ENOENT, "unknown node '%s' (no %s in redis)", node_id, key);
-    }
-    if (rc) {
-        xfer_warn("registry: %s", xfer_registry_last_error(r));
-        return rc;
-    }
-    reg_cache_store_node(r, out);
-    return 0;
+    const char *argv[] = {"HGETALL", key};
+    pthread_mutex_lock(&r->cmd_lock);
+    int rc = reg_cmd(r, &rep, 2, argv, NULL);
+    pthread_mutex_unlock(&r->cmd_lock);
+    return rc ? rc : node_from_reply(r, rep, node_id, out);
 }
 
 int xfer_registry_lookup_node(xfer_registry *r, const char *node_id, struct xfer_node_desc *out)
@@ -207,19 +203,61 @@ int xfer_registry_lookup_node(xfer_registry *r, const char *node_id, struct xfer
 /* Region from the cache: 1 = fresh hit, 0 = miss or stale (copy in *old,
  * *have set when present). */
 static int cached_region(xfer_registry *r, const char *node_id, const char *name,
-                         struct xfer_region_desc *old, bool *have)
+                         struct xfer_region_desc *old, bool *have, uint64_t *fresh_inc)
 {
     int hit = 0;
     pthread_mutex_lock(&r->cache_lock);
     struct reg_cached_node *n = strmap_get(&r->cache, node_id);
     struct reg_cached_region *c = n ? strmap_get(&n->regions, name) : NULL;
+    bool node_fresh = n && fresh(r, n->stale, n->fetched_ms);
+    *fresh_inc = node_fresh ? n->desc.peer.incarnation : 0;
     *have = c != NULL;
     if (c) {
         *old = c->desc;
-        hit = fresh(r, n->stale, n->fetched_ms) && fresh(r, c->stale, c->fetched_ms);
+        hit = node_fresh && fresh(r, c->stale, c->fetched_ms);
     }
     pthread_mutex_unlock(&r->cache_lock);
     return hit;
+}
+
+/* Reads the region hash, and the node hash too when the cached node is not
+ * fresh (inc == 0), in one round trip. On success *rep is the region's
+ * HGETALL reply and *inc the node's incarnation. */
+static int fetch_region(xfer_registry *r, const char *node_id, const char *name, uint64_t *inc,
+                        redisReply **rep)
+{
+    char nkey[REG_KEY_MAX], rkey[REG_KEY_MAX];
+    reg_key_node(nkey, node_id);
+    reg_key_region(rkey, node_id, name);
+    const char *node_cmd[] = {"HGETALL", nkey}, *region_cmd[] = {"HGETALL", rkey};
+    redisReply *reps[2] = {NULL, NULL};
+    bool with_node = *inc == 0;
+    pthread_mutex_lock(&r->cmd_lock);
+    int rc = reg_conn_ensure(r);
+    if (!rc) {
+        if (with_node)
+            redisAppendCommandArgv(r->ctx, 2, node_cmd, NULL);
+        redisAppendCommandArgv(r->ctx, 2, region_cmd, NULL);
+        rc = reg_read_replies(r, with_node ? 2 : 1, reps);
+    }
+    pthread_mutex_unlock(&r->cmd_lock);
+    if (rc)
+        return rc;
+    redisReply *region = reps[with_node ? 1 : 0];
+    if (with_node) {
+        struct xfer_node_desc nd;
+        if ((rc = node_from_reply(r, reps[0], node_id, &nd))) {
+            freeReplyObject(region);
+            return rc;
+        }
+        *inc = nd.peer.incarnation;
+    }
+    if ((rc = reg_reply_check(region, "HGETALL"))) {
+        freeReplyObject(region);
+        return rc;
+    }
+    *rep = region;
+    return 0;
 }
 
 int xfer_registry_lookup_region(xfer_registry *r, const char *node_id, const char *name,
@@ -229,34 +267,29 @@ int xfer_registry_lookup_region(xfer_registry *r, const char *node_id, const cha
         return reg_set_err(-XFER_EINVAL, "bad node id or region name");
     struct xfer_region_desc old;
     bool have;
-    if (cached_region(r, node_id, name, &old, &have)) {
+    uint64_t inc;
+    if (cached_region(r, node_id, name, &old, &have, &inc)) {
         *out = old;
         return 0;
     }
-    struct xfer_node_desc nd;
-    int rc = xfer_registry_lookup_node(r, node_id, &nd);
-    char key[REG_KEY_MAX];
-    redisReply *rep = NULL;
-    reg_key_region(key, node_id, name);
-    bool read = false;
-    if (!rc)
-        rc = hgetall(r, key, &rep);
-    if (!rc) {
-        read = true;
-        rc = reg_parse_region(rep, node_id, name, out);
-        freeReplyObject(rep);
+    redisReply *rep;
+    int rc = fetch_region(r, node_id, name, &inc, &rep);
+    if (rc == -XFER_EUNAVAIL && have) {
+        xfer_debug("registry: serving cached region %s/%s", node_id, name);
+        *out = old;
+        return 0;
     }
-    if (rc == -XFER_ENOENT && read) {
+    if (rc)
+        return rc;
+    rc = reg_parse_region(rep, node_id, name, out);
+    freeReplyObject(rep);
+    if (rc == -XFER_ENOENT) {
         reg_cache_drop_region(r, node_id, name);
         return reg_set_err(-XFER_ENOENT, "unknown region '%s' on node '%s'", name, node_id);
-    }
-    if (rc == -XFER_EUNAVAIL && have) {
-        *out = old;
-        return 0;
     }
     if (rc == -XFER_EPROTO)
         xfer_warn("registry: %s", xfer_registry_last_error(r));
     if (!rc)
-        reg_cache_store_regions(r, node_id, nd.peer.incarnation, out, 1);
+        reg_cache_store_regions(r, node_id, inc, out, 1);
     return rc;
 }

@@ -69,9 +69,9 @@ redisContext *reg_redis_connect(const xfer_registry *r, int *err)
         redisFree(c);
         return NULL;
     }
-    int rc = redisSetTimeout(c, tv) == REDIS_OK ? conn_login(r, c)
-                                                : reg_set_err(-XFER_EUNAVAIL, "redis %s: %s",
-                                                              r->url_shown, "cannot set timeout");
+    int rc = redisSetTimeout(c, tv) == REDIS_OK
+                 ? conn_login(r, c)
+                 : reg_set_err(-XFER_EUNAVAIL, "redis %s: %s", r->url_shown, "cannot set timeout");
     if (rc) {
         *err = rc;
         redisFree(c);
@@ -113,13 +113,20 @@ int reg_conn_ensure(xfer_registry *r)
 
 int reg_conn_fail(xfer_registry *r, const char *what)
 {
-    int rc = reg_set_err(-XFER_EUNAVAIL, "redis unreachable at %s: %s: %s", r->url_shown, what,
-                         r->ctx && r->ctx->errstr[0] ? r->ctx->errstr : "connection lost");
+    char why[160];
+    const char *e = r->ctx && r->ctx->errstr[0] ? r->ctx->errstr : "connection lost";
+    if (r->ctx && r->ctx->err == REDIS_ERR_IO && strstr(e, "temporarily unavailable"))
+        snprintf(why, sizeof(why), "no reply within %d ms", r->cfg.timeout_ms); /* SO_RCVTIMEO */
+    else
+        snprintf(why, sizeof(why), "%s", e);
+    int rc =
+        reg_set_err(-XFER_EUNAVAIL, "redis unreachable at %s: %s: %s", r->url_shown, what, why);
     xfer_warn("registry: %s", xfer_registry_last_error(r));
     if (r->ctx)
         redisFree(r->ctx);
     r->ctx = NULL;
     atomic_store(&r->connected, false);
+    atomic_fetch_add(&r->cmd_failures, 1);
     r->next_connect_ms = reg_now_ms() + (uint64_t)reg_backoff_next(r, &r->backoff_ms);
     if (r->own_valid)
         r->need_republish = true;

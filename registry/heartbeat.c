@@ -87,12 +87,16 @@ static int beat_node(xfer_registry *r, uint64_t now, const char *ttl, bool *gone
     if (rc)
         return rc;
     const redisReply *ex = rep[5];
-    if (ex->type != REDIS_REPLY_ARRAY || ex->elements != 4 ||
-        ex->element[0]->type != REDIS_REPLY_INTEGER)
-        rc = reg_set_err(-XFER_EPROTO, "heartbeat of %s: unexpected EXEC reply", id);
+    bool ints = ex->type == REDIS_REPLY_ARRAY && ex->elements == 4;
+    for (size_t i = 0; ints && i < 4; i++)
+        ints = ex->element[i]->type == REDIS_REPLY_INTEGER;
+    if (!ints)
+        rc = reg_reply_check(ex, "heartbeat")
+                 ? -XFER_EPROTO
+                 : reg_set_err(-XFER_EPROTO, "heartbeat of %s: unexpected EXEC reply", id);
     else
-        *gone = ex->element[0]->integer == 1 ||
-                (r->own_regions.count && ex->element[2]->integer == 0);
+        *gone =
+            ex->element[0]->integer == 1 || (r->own_regions.count && ex->element[2]->integer == 0);
     for (int i = 0; i < 6; i++)
         freeReplyObject(rep[i]);
     return rc;

@@ -45,8 +45,8 @@ static size_t append_hgetalls(xfer_registry *r, const redisReply *names, const c
 
 /* Reads the HGETALL replies of append_hgetalls and parses each into
  * out (node or region array, sized for every name); returns rows kept. */
-static int read_rows(xfer_registry *r, const redisReply *names, const char *node,
-                     const bool *valid, void *out, size_t *kept)
+static int read_rows(xfer_registry *r, const redisReply *names, const char *node, const bool *valid,
+                     void *out, size_t *kept)
 {
     *kept = 0;
     for (size_t i = 0; i < names->elements; i++) {
@@ -72,8 +72,8 @@ static int read_rows(xfer_registry *r, const redisReply *names, const char *node
 }
 
 /* Runs cmd (a listing of names), then HGETALL for every name; cmd_lock held. */
-static int fetch_rows(xfer_registry *r, int argc, const char **argv, const char *node,
-                      size_t elem, void **out, size_t *n)
+static int fetch_rows(xfer_registry *r, int argc, const char **argv, const char *node, size_t elem,
+                      void **out, size_t *n)
 {
     redisReply *names;
     int rc = reg_cmd(r, &names, argc, argv, NULL);
@@ -126,8 +126,8 @@ int xfer_registry_list_nodes(xfer_registry *r, struct xfer_node_desc **out, size
     return 0;
 }
 
-int xfer_registry_list_regions(xfer_registry *r, const char *node_id,
-                               struct xfer_region_desc **out, size_t *n)
+int xfer_registry_list_regions(xfer_registry *r, const char *node_id, struct xfer_region_desc **out,
+                               size_t *n)
 {
     if (!r || !out || !n)
         return -XFER_EINVAL;

@@ -233,8 +233,8 @@ int xfer_registry_publish_node(xfer_registry *r, const struct xfer_node_desc *no
     bool had = r->own_valid;
     r->own = *node;
     if (!r->own.peer.incarnation)
-        r->own.peer.incarnation = had && prev.peer.incarnation ? prev.peer.incarnation
-                                                               : fresh_incarnation();
+        r->own.peer.incarnation =
+            had && prev.peer.incarnation ? prev.peer.incarnation : fresh_incarnation();
     if (!r->own.started_ms)
         r->own.started_ms = had && prev.started_ms ? prev.started_ms : reg_now_ms();
     r->own.heartbeat_ms = reg_now_ms();

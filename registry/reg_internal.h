@@ -31,17 +31,18 @@ struct reg_cached_node {
 
 struct xfer_registry {
     struct xfer_registry_config cfg;
-    char *url_text;          /* cfg.url copy */
-    char url_shown[640];     /* URL without the password, for messages */
+    char *url_text;      /* cfg.url copy */
+    char url_shown[640]; /* URL without the password, for messages */
     struct xfer_redis_url url;
-    int wake_fd;             /* eventfd: wakes xfer_registry_poll (thread stop) */
+    int wake_fd; /* eventfd: wakes xfer_registry_poll (thread stop) */
 
     /* Command connection and publisher state, under cmd_lock. */
     pthread_mutex_t cmd_lock;
-    redisContext *ctx;       /* NULL while down */
+    redisContext *ctx; /* NULL while down */
     uint64_t next_connect_ms;
     int backoff_ms;
     atomic_bool connected;
+    atomic_uint cmd_failures; /* bumped by reg_conn_fail; the watcher resubscribes on change */
     bool need_republish;
     bool purge_pending; /* first publish: delete regions of an old incarnation */
     bool own_valid;
@@ -51,7 +52,7 @@ struct xfer_registry {
 
     /* Cache, under cache_lock (taken after cmd_lock, never before). */
     pthread_mutex_t cache_lock;
-    struct strmap cache;       /* node id -> struct reg_cached_node * */
+    struct strmap cache; /* node id -> struct reg_cached_node * */
 
     pthread_mutex_t cb_lock;
     xfer_registry_event_fn event_fn;
@@ -63,10 +64,11 @@ struct xfer_registry {
     void *attach_arg;
     redisAsyncContext *wac;
     atomic_bool subscribed;
+    unsigned watch_fail_mark; /* cmd_failures when the watcher subscribed */
     bool wac_connected;
     bool want_read, want_write; /* internal adapter state */
-    uint64_t watch_deadline_ms;  /* connect + subscribe must finish by then */
-    uint64_t watch_next_ms;      /* next (re)connect attempt */
+    uint64_t watch_deadline_ms; /* connect + subscribe must finish by then */
+    uint64_t watch_next_ms;     /* next (re)connect attempt */
     int watch_backoff_ms;
     int events_delivered;
 

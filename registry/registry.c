@@ -110,8 +110,8 @@ static void show_url(xfer_registry *r)
         snprintf(r->url_shown, sizeof(r->url_shown), "unix://%s", u->host);
     else
         snprintf(r->url_shown, sizeof(r->url_shown), "redis://%s%s%s%s%s:%d/%d", u->user,
-                 u->password[0] ? ":***@" : "", v6 ? "[" : "", u->host, v6 ? "]" : "",
-                 u->port, u->db);
+                 u->password[0] ? ":***@" : "", v6 ? "[" : "", u->host, v6 ? "]" : "", u->port,
+                 u->db);
 }
 
 static int registry_init(xfer_registry *r, const struct xfer_registry_config *cfg)

@@ -297,7 +297,7 @@ int reg_check_region(const struct xfer_region_desc *d)
                            XFER_NAME_MAX - 1);
     if (!(d->access & XFER_ACCESS_RW) || (d->access & ~(unsigned)XFER_ACCESS_RW))
         return reg_set_err(-XFER_EINVAL, "region %s: access must be r, w or rw", d->name);
-    if (d->kind != XFER_MEM_HOST && (d->kind != XFER_MEM_CUDA || d->device < 0))
+    if (d->kind != XFER_MEM_HOST && (d->kind != XFER_MEM_CUDA || d->device < 0 || d->device > 1023))
         return reg_set_err(-XFER_EINVAL, "region %s: bad memory kind/device", d->name);
     if (!fits(d->ipc, sizeof(d->ipc)) || !fits(d->rkeys, sizeof(d->rkeys)) ||
         !fits(d->layout.dtype, sizeof(d->layout.dtype)) ||

@@ -111,17 +111,36 @@ static void emit(xfer_registry *r, enum xfer_registry_event_type t, const char *
     reg_emit(r, &ev);
 }
 
+/* Splits msg into at most 3 space-separated tokens, each shorter than
+ * XFER_NAME_MAX; returns the count, or -1 when malformed. */
+static int split_event(const char *msg, size_t len, char tok[3][XFER_NAME_MAX])
+{
+    int n = 0;
+    size_t i = 0;
+    while (i < len) {
+        if (msg[i] == ' ') {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < len && msg[j] != ' ')
+            j++;
+        if (n == 3 || j - i >= XFER_NAME_MAX)
+            return -1;
+        memcpy(tok[n], msg + i, j - i);
+        tok[n++][j - i] = '\0';
+        i = j;
+    }
+    return n;
+}
+
 /* "join n" | "leave n" | "region+ n name" | "region- n name" */
 static void handle_payload(xfer_registry *r, const char *msg, size_t len)
 {
-    char buf[3 * XFER_NAME_MAX], verb[16] = "", node[XFER_NAME_MAX] = "", name[XFER_NAME_MAX] = "";
-    char extra[2] = "";
-    if (len >= sizeof(buf))
-        goto bad;
-    memcpy(buf, msg, len);
-    buf[len] = '\0';
-    int n = sscanf(buf, "%15s %63s %63s %1s", verb, node, name, extra);
-    if (n < 2 || extra[0] || !xfer_registry_name_ok(node))
+    char tok[3][XFER_NAME_MAX];
+    int n = split_event(msg, len, tok);
+    const char *verb = tok[0], *node = tok[1], *name = tok[2];
+    if (n < 2 || !xfer_registry_name_ok(node))
         goto bad;
     bool region = !strcmp(verb, "region+") || !strcmp(verb, "region-");
     if (region != (n == 3) || (region && !xfer_registry_name_ok(name)))
@@ -158,9 +177,10 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
     const char *kind = rep->element[0]->str;
     if (!strcmp(kind, "subscribe")) {
         atomic_store(&r->subscribed, true);
+        r->watch_fail_mark = atomic_load(&r->cmd_failures);
         r->watch_backoff_ms = r->cfg.backoff_min_ms;
         xfer_info("registry: watching %s on %s", REG_EVENTS_CHAN, r->url_shown);
-        reg_cache_mark_all_stale(r); /* events may have been missed meanwhile */
+        reg_cache_mark_all_stale(r);      /* events may have been missed meanwhile */
         pthread_mutex_lock(&r->cmd_lock); /* Redis is back: no need to wait out */
         if (!r->ctx) {                    /* the command connection's backoff */
             r->next_connect_ms = 0;
@@ -176,8 +196,8 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
 static void watch_connect(xfer_registry *r, uint64_t now)
 {
     const struct xfer_redis_url *u = &r->url;
-    redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->host)
-                                       : redisAsyncConnect(u->host, u->port);
+    redisAsyncContext *ac =
+        u->is_unix ? redisAsyncConnectUnix(u->host) : redisAsyncConnect(u->host, u->port);
     if (!ac || ac->err) {
         r->wac = ac; /* for the message only */
         schedule_retry(r, ac ? ac->errstr : "out of memory");
@@ -215,8 +235,19 @@ void reg_watch_tick(xfer_registry *r, uint64_t now, uint64_t *due)
             *due = r->watch_next_ms;
         return;
     }
-    if (atomic_load(&r->subscribed))
+    if (atomic_load(&r->subscribed)) {
+        /* A subscriber sees no traffic from a frozen or cut-off Redis, but the
+         * command connection (reaping every second) times out: then the
+         * subscriber is not trusted either and is set up again, which
+         * resyncs the cache once Redis answers. */
+        if (atomic_load(&r->cmd_failures) != r->watch_fail_mark) {
+            redisAsyncContext *ac = r->wac;
+            xfer_warn("registry: command connection to %s failed; resubscribing", r->url_shown);
+            schedule_retry(r, "command connection failed");
+            redisAsyncFree(ac);
+        }
         return;
+    }
     if (now >= r->watch_deadline_ms) { /* connect/SUBSCRIBE hangs: start over */
         redisAsyncContext *ac = r->wac;
         schedule_retry(r, "no SUBSCRIBE confirmation in time");

@@ -85,8 +85,8 @@ int xfer_redis_url_parse(const char *url, struct xfer_redis_url *out, char *err,
 
 /* A node as published: the engine's peer descriptor plus service fields. */
 struct xfer_node_desc {
-    struct xfer_peer_desc peer;  /* node_id, addr, data_port, host_id,
-                                    transports, incarnation, nics */
+    struct xfer_peer_desc peer;   /* node_id, addr, data_port, host_id,
+                                     transports, incarnation, nics */
     char host[XFER_REG_HOST_MAX]; /* hostname, for humans */
     uint16_t ctrl_port;           /* xferd control port, 0 = none */
     char gpus[XFER_BLOB_MAX];     /* "idx:uuid:pci,..." ("" = none) */
@@ -104,19 +104,19 @@ bool xfer_registry_name_ok(const char *name);
 typedef struct xfer_registry xfer_registry;
 
 struct xfer_registry_config {
-    const char *url;        /* NULL: $XFER_REDIS_URL, else redis://127.0.0.1:6379 */
-    int timeout_ms;         /* connect and per-command timeout, default 2000 */
-    int ttl_ms;             /* TTL of this node's keys, default 10000 */
-    int heartbeat_ms;       /* default ttl_ms / 3 */
-    int reap_ms;            /* how often expired nodes are looked for (to
-                               publish their "leave"), default 1000; <0 = never */
-    int backoff_min_ms;     /* first reconnect delay, default 100 */
-    int backoff_max_ms;     /* reconnect delays double up to this, default 2000 */
-    int cache_max_age_ms;   /* while no watcher is subscribed, cached entries
-                               older than this are re-read from Redis (and
-                               still served if Redis is down); default 1000 */
-    bool start_offline;     /* new() succeeds when Redis is down and connects
-                               later (from tick/poll or any call) */
+    const char *url;      /* NULL: $XFER_REDIS_URL, else redis://127.0.0.1:6379 */
+    int timeout_ms;       /* connect and per-command timeout, default 2000 */
+    int ttl_ms;           /* TTL of this node's keys, default 10000 */
+    int heartbeat_ms;     /* default ttl_ms / 3 */
+    int reap_ms;          /* how often expired nodes are looked for (to
+                             publish their "leave"), default 1000; <0 = never */
+    int backoff_min_ms;   /* first reconnect delay, default 100 */
+    int backoff_max_ms;   /* reconnect delays double up to this, default 2000 */
+    int cache_max_age_ms; /* while no watcher is subscribed, cached entries
+                             older than this are re-read from Redis (and
+                             still served if Redis is down); default 1000 */
+    bool start_offline;   /* new() succeeds when Redis is down and connects
+                             later (from tick/poll or any call) */
 };
 
 /* Fills defaults; call before setting fields. */
@@ -188,28 +188,28 @@ int xfer_registry_fetch_node(xfer_registry *r, const char *node_id, struct xfer_
  * NULL when *n == 0). Refreshes the cache. */
 int xfer_registry_list_nodes(xfer_registry *r, struct xfer_node_desc **out, size_t *n);
 /* Regions of a node, sorted by name; -XFER_ENOENT if the node is unknown. */
-int xfer_registry_list_regions(xfer_registry *r, const char *node_id,
-                               struct xfer_region_desc **out, size_t *n);
+int xfer_registry_list_regions(xfer_registry *r, const char *node_id, struct xfer_region_desc **out,
+                               size_t *n);
 
 /* Drops everything cached (next lookups read Redis). */
 void xfer_registry_cache_clear(xfer_registry *r);
 
 /* ---- watcher and events ----------------------------------------------------- */
 enum xfer_registry_event_type {
-    XFER_REG_EV_JOIN = 1,    /* node (re)published */
-    XFER_REG_EV_LEAVE,       /* node removed, or reaped after its TTL ran out */
-    XFER_REG_EV_REGION_ADD,  /* region+ */
-    XFER_REG_EV_REGION_DEL,  /* region- */
-    XFER_REG_EV_RESTARTED,   /* a node's incarnation changed: its cached regions
-                                were dropped; drop connections to it */
-    XFER_REG_EV_RESYNC,      /* the watcher (re)subscribed: events may have been
-                                missed, every cached entry was marked stale */
+    XFER_REG_EV_JOIN = 1,   /* node (re)published */
+    XFER_REG_EV_LEAVE,      /* node removed, or reaped after its TTL ran out */
+    XFER_REG_EV_REGION_ADD, /* region+ */
+    XFER_REG_EV_REGION_DEL, /* region- */
+    XFER_REG_EV_RESTARTED,  /* a node's incarnation changed: its cached regions
+                               were dropped; drop connections to it */
+    XFER_REG_EV_RESYNC,     /* the watcher (re)subscribed: events may have been
+                               missed, every cached entry was marked stale */
 };
 
 struct xfer_registry_event {
     enum xfer_registry_event_type type;
-    const char *node;        /* node id ("" for RESYNC) */
-    const char *region;      /* region name for REGION_*, else NULL */
+    const char *node;         /* node id ("" for RESYNC) */
+    const char *region;       /* region name for REGION_*, else NULL */
     uint64_t old_incarnation; /* RESTARTED: the cached one */
     uint64_t new_incarnation; /* RESTARTED: the one now in Redis */
 };

@@ -58,7 +58,7 @@ static inline int tr_free_port(void)
     return port;
 }
 
-static redisContext *tr_raw(const struct test_redis *t)
+static inline redisContext *tr_raw(const struct test_redis *t)
 {
     struct timeval tv = {2, 0};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", t->port, tv);
@@ -172,7 +172,7 @@ static inline void test_redis_stop(struct test_redis *t)
 }
 
 /* Raw command on a fresh connection; the reply must be freed. */
-static redisReply *tr_cmd(const struct test_redis *t, const char *fmt, ...)
+static inline redisReply *tr_cmd(const struct test_redis *t, const char *fmt, ...)
 {
     redisContext *c = tr_raw(t);
     if (!c)
@@ -258,7 +258,7 @@ static inline void tr_region(struct xfer_region_desc *d, const char *name, uint3
     snprintf(d->rkeys, sizeof(d->rkeys), "mlx5_0=0x1234");
 }
 
-static xfer_registry *tr_registry(const char *url, int ttl_ms)
+static inline xfer_registry *tr_registry(const char *url, int ttl_ms)
 {
     struct xfer_registry_config cfg;
     xfer_registry_config_init(&cfg);

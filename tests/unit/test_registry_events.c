@@ -119,6 +119,11 @@ static void test_events(void **state)
     freeReplyObject(tr_cmd(&R, "PUBLISH xfer:events %s", "explode n1"));
     freeReplyObject(tr_cmd(&R, "PUBLISH xfer:events %s", "join"));
     freeReplyObject(tr_cmd(&R, "PUBLISH xfer:events %s", "join {bad}"));
+    freeReplyObject(tr_cmd(&R, "PUBLISH xfer:events %s", "region+ n1"));
+    freeReplyObject(tr_cmd(&R, "PUBLISH xfer:events %s", "leave n1 extra"));
+    freeReplyObject(
+        tr_cmd(&R, "PUBLISH xfer:events %s",
+               "join n9aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
     int before = s.n;
     freeReplyObject(tr_cmd(&R, "PUBLISH xfer:events %s", "join n9"));
     wait_event(w, &s, XFER_REG_EV_JOIN, "n9", NULL);

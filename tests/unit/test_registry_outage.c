@@ -42,7 +42,8 @@ static bool is_watching(void *arg)
 static bool republished(void *arg)
 {
     (void)arg;
-    return tr_int(&R, "HLEN xfer:node:{n1}") == 13 && tr_int(&R, "HLEN xfer:region:{n1}:kv") == 15 &&
+    return tr_int(&R, "HLEN xfer:node:{n1}") == 13 &&
+           tr_int(&R, "HLEN xfer:region:{n1}:kv") == 15 &&
            tr_int(&R, "HLEN xfer:region:{n1}:late") == 15 &&
            tr_int(&R, "SCARD xfer:regions:{n1}") == 2 && tr_int(&R, "ZCARD xfer:nodes") == 1;
 }
@@ -114,6 +115,50 @@ static void test_kill_and_restart(void **state)
     xfer_registry_free(c);
 }
 
+static bool not_watching(void *arg)
+{
+    return !xfer_registry_watching(arg);
+}
+
+/* A frozen Redis (SIGSTOP): every command ends by its timeout, cached
+ * entries are served, the subscriber is torn down and resubscribes (RESYNC)
+ * once Redis runs again. */
+static void test_frozen_redis(void **state)
+{
+    (void)state;
+    xfer_registry *p = tr_registry(R.url, 3000);
+    xfer_registry *c = tr_registry(R.url, 3000);
+    struct xfer_node_desc n, got;
+    tr_node(&n, "n1");
+    assert_int_equal(xfer_registry_publish_node(p, &n), 0);
+    assert_int_equal(xfer_registry_thread_start(p), 0);
+    resyncs = 0;
+    xfer_registry_on_event(c, count_resync, NULL);
+    assert_int_equal(xfer_registry_watch(c, NULL, NULL), 0);
+    assert_true(tr_wait(c, is_watching, c, 5000));
+    assert_int_equal(xfer_registry_lookup_node(c, "n1", &got), 0);
+
+    kill(R.pid, SIGSTOP);
+    uint64_t t0 = tr_now_ms();
+    assert_int_equal(xfer_registry_lookup_node(c, "n2", &got), -XFER_EUNAVAIL);
+    uint64_t took = tr_now_ms() - t0;
+    print_message("uncached lookup with redis frozen failed after %llu ms (timeout 1000)\n",
+                  (unsigned long long)took);
+    assert_true(took >= 900 && took < 2500);
+    t0 = tr_now_ms();
+    assert_int_equal(xfer_registry_lookup_node(c, "n1", &got), 0);              /* cached */
+    assert_int_equal(xfer_registry_lookup_node(c, "n2", &got), -XFER_EUNAVAIL); /* backoff */
+    assert_true(tr_now_ms() - t0 < 100);
+    assert_true(tr_wait(c, not_watching, c, 3000));
+
+    kill(R.pid, SIGCONT);
+    assert_true(tr_wait(c, resynced, c, 8000));
+    assert_int_equal(xfer_registry_fetch_node(c, "n1", &got), 0);
+    xfer_registry_thread_stop(p);
+    xfer_registry_free(p);
+    xfer_registry_free(c);
+}
+
 static void test_start_offline_then_connect(void **state)
 {
     (void)state;
@@ -143,6 +188,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill_and_restart),
+        cmocka_unit_test(test_frozen_redis),
         cmocka_unit_test(test_start_offline_then_connect),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

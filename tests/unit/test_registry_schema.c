@@ -229,17 +229,23 @@ static void test_malformed_rows(void **state)
     longs[sizeof(longs) - 1] = '\0';
     const char *bad[][2] = {
         {"bad1", "HSET xfer:node:{bad1} data_port 1 transports tcp host_id h incarnation 1"},
-        {"bad2", "HSET xfer:node:{bad2} addr a data_port 12x transports tcp host_id h incarnation 1"},
-        {"bad3", "HSET xfer:node:{bad3} addr a data_port 99999 transports tcp host_id h incarnation 1"},
-        {"bad4", "HSET xfer:node:{bad4} addr a data_port 1 transports carrier-pigeon host_id h incarnation 1"},
-        {"bad5", "HSET xfer:node:{bad5} addr a data_port 1 transports tcp host_id h incarnation 99999999999999999999"},
+        {"bad2",
+         "HSET xfer:node:{bad2} addr a data_port 12x transports tcp host_id h incarnation 1"},
+        {"bad3",
+         "HSET xfer:node:{bad3} addr a data_port 99999 transports tcp host_id h incarnation 1"},
+        {"bad4", "HSET xfer:node:{bad4} addr a data_port 1 transports carrier-pigeon host_id h "
+                 "incarnation 1"},
+        {"bad5", "HSET xfer:node:{bad5} addr a data_port 1 transports tcp host_id h incarnation "
+                 "99999999999999999999"},
     };
     for (size_t i = 0; i < 5; i++) {
         freeReplyObject(tr_cmd(&R, bad[i][1]));
         freeReplyObject(tr_cmd(&R, "ZADD xfer:nodes 1 %s", bad[i][0]));
     }
-    freeReplyObject(tr_cmd(&R, "HSET xfer:node:{bad6} addr %s data_port 1 transports tcp "
-                               "host_id h incarnation 1", longs));
+    freeReplyObject(tr_cmd(&R,
+                           "HSET xfer:node:{bad6} addr %s data_port 1 transports tcp "
+                           "host_id h incarnation 1",
+                           longs));
     freeReplyObject(tr_cmd(&R, "ZADD xfer:nodes 1 bad6"));
     freeReplyObject(tr_cmd(&R, "ZADD xfer:nodes 1 gone")); /* expired: no hash */
     freeReplyObject(tr_cmd(&R, "ZADD xfer:nodes 1 %s", "sp ace"));
@@ -254,11 +260,16 @@ static void test_malformed_rows(void **state)
     assert_int_equal(xfer_registry_lookup_node(r, "bad6", &n), -XFER_EPROTO);
 
     /* malformed regions of a good node */
-    freeReplyObject(tr_cmd(&R, "HSET xfer:region:{n1}:r1 id 5 gen 1 kind host addr 0 len abc access rw"));
-    freeReplyObject(tr_cmd(&R, "HSET xfer:region:{n1}:r2 id 6 gen 1 kind gpu addr 0 len 1 access rw"));
-    freeReplyObject(tr_cmd(&R, "HSET xfer:region:{n1}:r3 id 7 gen 1 kind host addr 0 len 1 access x"));
-    freeReplyObject(tr_cmd(&R, "HSET xfer:region:{n1}:r4 id 8 gen 1 kind cuda:1 device 2 addr 0 len 1 access r"));
-    freeReplyObject(tr_cmd(&R, "HSET xfer:region:{n1}:r5 id 4294967296 gen 1 kind host addr 0 len 1 access r"));
+    freeReplyObject(
+        tr_cmd(&R, "HSET xfer:region:{n1}:r1 id 5 gen 1 kind host addr 0 len abc access rw"));
+    freeReplyObject(
+        tr_cmd(&R, "HSET xfer:region:{n1}:r2 id 6 gen 1 kind gpu addr 0 len 1 access rw"));
+    freeReplyObject(
+        tr_cmd(&R, "HSET xfer:region:{n1}:r3 id 7 gen 1 kind host addr 0 len 1 access x"));
+    freeReplyObject(tr_cmd(
+        &R, "HSET xfer:region:{n1}:r4 id 8 gen 1 kind cuda:1 device 2 addr 0 len 1 access r"));
+    freeReplyObject(
+        tr_cmd(&R, "HSET xfer:region:{n1}:r5 id 4294967296 gen 1 kind host addr 0 len 1 access r"));
     freeReplyObject(tr_cmd(&R, "SADD xfer:regions:{n1} r1 r2 r3 r4 r5 r6 {x}"));
     struct xfer_region_desc *regs;
     size_t nr;
@@ -298,6 +309,8 @@ static void test_publish_validation(void **state)
     tr_region(&d, "g", 1);
     d.kind = XFER_MEM_CUDA;
     d.device = -1;
+    assert_int_equal(xfer_registry_publish_region(r, &d), -XFER_EINVAL);
+    d.device = 1024;
     assert_int_equal(xfer_registry_publish_region(r, &d), -XFER_EINVAL);
     assert_int_equal(tr_int(&R, "SCARD xfer:regions:{n1}"), 0);
     /* re-publish keeps the incarnation unless a new one is given */

@@ -79,10 +79,23 @@ static void test_bad(void **state)
 {
     (void)state;
     const char *bad[] = {
-        "",      "http://h:1",  "redis://",     "redis://:1",      "redis://h:0",
-        "redis://h:65536", "redis://h:12x", "redis://h:1/x", "redis://h:1/-1", "redis://[::1",
-        "redis://[::1]x",  "unix://",       "unix://rel/path", "unix:///p?x=1", "redis://u:%zz@h",
-        "redis://u:%4@h",  "redis://user:@h",
+        "",
+        "http://h:1",
+        "redis://",
+        "redis://:1",
+        "redis://h:0",
+        "redis://h:65536",
+        "redis://h:12x",
+        "redis://h:1/x",
+        "redis://h:1/-1",
+        "redis://[::1",
+        "redis://[::1]x",
+        "unix://",
+        "unix://rel/path",
+        "unix:///p?x=1",
+        "redis://u:%zz@h",
+        "redis://u:%4@h",
+        "redis://user:@h",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct xfer_redis_url u;
