@@ -32,7 +32,8 @@ struct conn {
     struct evbuffer *in, *out;
     int fds[CONN_MAX_FDS];
     int nfds;
-    int inflight;
+    int inflight; /* requests queued or running (flow control) */
+    int refs;     /* jobs and callbacks using the struct (lifetime) */
     bool dead, reading;
     char **priv; /* private regions registered over this connection */
     size_t npriv;
@@ -63,9 +64,10 @@ struct hs_job {
     int rc;
 };
 
+/* The struct outlives conn_close() while anything still holds it. */
 static void conn_unref_maybe_free(struct conn *c)
 {
-    if (!c->dead || c->inflight > 0)
+    if (!c->dead || c->refs > 0)
         return;
     for (size_t i = 0; i < c->npriv; i++)
         free(c->priv[i]);
@@ -225,7 +227,7 @@ static void req_done(struct job *j)
     struct req_job *rj = (struct req_job *)j;
     struct conn *c = rj->c;
     c->inflight--;
-    conn_track_private(c, rj->req, &rj->resp);
+    conn_track_private(c, rj->req, &rj->resp); /* c->refs still counts this job */
     if (c->dead)
         conn_release_private(c); /* registered after the client went away */
     if (!c->dead) {
@@ -235,8 +237,9 @@ static void req_done(struct job *j)
     }
     arena_free(&rj->arena);
     xctl__request__free_unpacked(rj->req, NULL);
-    conn_unref_maybe_free(c);
     free(rj);
+    c->refs--;
+    conn_unref_maybe_free(c);
 }
 
 static void reply_now(struct conn *c, uint64_t id, int status, const char *msg)
@@ -283,9 +286,12 @@ static void dispatch(struct conn *c, Xctl__Request *req)
         rj->req = req;
         rj->fd = fd;
         c->inflight++;
+        c->refs++;
         rc = atomic_load(&d->draining) ? -XFER_EBUSY : jobq_push(d->jobs, &rj->job);
-        if (rc)
+        if (rc) {
             c->inflight--;
+            c->refs--;
+        }
     }
     if (rc) {
         atomic_fetch_add(&d->ctl_errors, 1);
@@ -346,10 +352,8 @@ static void stash_fds(struct conn *c, struct msghdr *mh)
     }
 }
 
-static void on_read(evutil_socket_t fd, short what, void *arg)
+static void read_some(struct conn *c, int fd)
 {
-    (void)what;
-    struct conn *c = arg;
     char data[65536];
     union {
         char buf[CMSG_SPACE(sizeof(int) * 4)];
@@ -377,6 +381,16 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         if ((size_t)n < sizeof(data))
             return;
     }
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct conn *c = arg;
+    c->refs++; /* a reply may close the connection under us */
+    read_some(c, fd);
+    c->refs--;
+    conn_unref_maybe_free(c);
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
