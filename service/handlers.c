@@ -223,7 +223,9 @@ static void do_register(struct xferd *d, const Xctl__RegisterRegion *m, int fd,
     pthread_rwlock_wrlock(&d->region_lock);
     int rc = fd >= 0 ? xfer_region_adopt_memfd(d->eng, m->name, fd, m->len, access, &r)
                      : xfer_region_alloc(d->eng, m->name, m->len, access, &r);
-    fd = -1; /* the engine owns it now, success or not */
+    if (rc && fd >= 0)
+        close(fd); /* the engine owns it only on success */
+    fd = -1;
     struct xfer_layout l;
     layout_from_msg(m->layout, &l);
     if (rc == 0 && m->layout && (rc = xfer_region_set_layout(r, &l)) != 0)
