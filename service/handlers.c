@@ -492,7 +492,8 @@ static void forward_whole(struct xferd *d, const char *node, const Xctl__Request
     fwd.hops = req->hops + 1;
     Xctl__Response *r = NULL;
     char why[300];
-    int rc = xferd_forward(d, node, &fwd, &r, d->cfg.request_timeout_ms, why, sizeof(why));
+    int rc = xferd_forward(d, node, &fwd, &r, xferd_clamp_deadline(d, d->cfg.request_timeout_ms),
+                           why, sizeof(why));
     if (rc) {
         fail(resp, a, rc, "%s", why);
         return;

@@ -326,6 +326,7 @@ void xferd_transfer(struct xferd *d, const Xctl__Transfer *t, uint32_t hops, int
     struct xctx x = {.d = d};
     struct side src = {0}, dst = {0};
     const char *me = d->cfg.node;
+    deadline_ms = xferd_clamp_deadline(d, deadline_ms); /* SIGTERM bounds everything */
     int rc = naddr_parse(t->src, &src.n, x.why, sizeof(x.why));
     if (!rc)
         rc = naddr_parse(t->dst, &dst.n, x.why, sizeof(x.why));
@@ -371,7 +372,8 @@ static int inline_forward(struct xferd *d, const char *node, Xctl__Request *req,
         return -XFER_EINVAL;
     }
     req->hops = hops + 1;
-    int rc = xferd_forward(d, node, req, r, d->cfg.request_timeout_ms, why, wl);
+    int rc = xferd_forward(d, node, req, r, xferd_clamp_deadline(d, d->cfg.request_timeout_ms),
+                           why, wl);
     if (rc == 0 && (*r)->status) {
         rc = (*r)->status;
         snprintf(why, wl, "%s", (*r)->message);
