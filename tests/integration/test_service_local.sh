@@ -69,6 +69,17 @@ ctl n1 put "$SVC_DIR/in.bin" n1/kv+4096 || fail "put"
 ctl n1 get n1/kv+4096 3000000 "$SVC_DIR/out.bin" || fail "get"
 cmp -s "$SVC_DIR/in.bin" "$SVC_DIR/out.bin" || fail "put/get content differs"
 ctl n1 regions | grep -q '^n1 *_' && fail "staging region left behind"
+# Progress bar only on a terminal (script(1) gives put a pty).
+ctl n1 put "$SVC_DIR/in.bin" n1/kv 2>"$SVC_DIR/put.err" || fail "put"
+[[ -s $SVC_DIR/put.err ]] && fail "progress output without a tty: $(cat "$SVC_DIR/put.err")"
+if command -v script >/dev/null; then
+    ctl n1 register big 8M || fail "register big"
+    head -c 6000000 /dev/urandom >"$SVC_DIR/big.bin"
+    script -qec "$XFERCTL --socket $SVC_DIR/n1.sock put $SVC_DIR/big.bin n1/big" /dev/null >"$SVC_DIR/tty.out" \
+        || fail "put on a tty"
+    ctl n1 deregister big || fail "deregister big"
+    grep -q 'put \[###' "$SVC_DIR/tty.out" || fail "no progress bar on a tty: $(cat -v "$SVC_DIR/tty.out")"
+fi
 [[ -z $(redis-cli -p "$REDIS_PORT" --scan --pattern 'xfer:region:{n1}:_*') ]] \
     || fail "private staging region was published"
 
