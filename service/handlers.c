@@ -276,20 +276,16 @@ static int batch_deadline(struct xferd *d, const Xctl__SubmitBatch *b)
 static void run_items(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops,
                       Xctl__ItemResult **items, struct arena *a)
 {
-    int64_t deadline = xfer_now_ms() + batch_deadline(d, b);
     for (size_t i = 0; i < b->n_items; i++) {
         items[i] = arena_alloc(a, sizeof(*items[i]));
         if (!items[i])
             return;
         xctl__item_result__init(items[i]);
-        int left = (int)(deadline - xfer_now_ms());
-        if (left <= 0) {
-            items[i]->status = -XFER_ETIMEDOUT;
-            items[i]->message = arena_strdup(a, "batch deadline passed");
-            continue;
-        }
-        xferd_transfer(d, b->items[i], hops, left, items[i], a);
     }
+    if (b->n_items == 1)
+        xferd_transfer(d, b->items[0], hops, batch_deadline(d, b), items[0], a);
+    else
+        xferd_transfer_many(d, b->items, b->n_items, hops, batch_deadline(d, b), items, a);
 }
 
 struct async_job {

@@ -9,6 +9,7 @@
 #include "ctl_client.h"
 #include "frame.h"
 #include "naddr.h"
+#include "transfer_int.h"
 #include "xferd.h"
 
 #include <stdarg.h>
@@ -17,27 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-struct inflight {
-    xfer_batch *b;
-    struct inflight *next;
-};
-
-struct side {
-    struct naddr n;
-    bool local;
-    xfer_region *lr;            /* local region */
-    struct xfer_region_desc rd; /* local or remote descriptor */
-    xfer_peer *peer;            /* remote side's peer */
-};
-
-struct xctx {
-    struct xferd *d;
-    char why[400];
-};
-
-static int why_set(struct xctx *x, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int why_set(struct xctx *x, int rc, const char *fmt, ...)
+int why_set(struct xctx *x, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -57,7 +38,7 @@ int xferd_clamp_deadline(struct xferd *d, int deadline_ms)
     return deadline_ms;
 }
 
-static void inflight_add(struct xferd *d, struct inflight *f)
+void inflight_add(struct xferd *d, struct inflight *f)
 {
     pthread_mutex_lock(&d->inflight_lock);
     f->next = d->inflight;
@@ -65,7 +46,7 @@ static void inflight_add(struct xferd *d, struct inflight *f)
     pthread_mutex_unlock(&d->inflight_lock);
 }
 
-static void inflight_del(struct xferd *d, struct inflight *f)
+void inflight_del(struct xferd *d, struct inflight *f)
 {
     pthread_mutex_lock(&d->inflight_lock);
     for (struct inflight **pp = &d->inflight; *pp; pp = &(*pp)->next)
@@ -85,7 +66,7 @@ void xferd_cancel_inflight(struct xferd *d)
 }
 
 /* The local side: region by name, described. Caller holds region_lock. */
-static int side_local(struct xctx *x, struct side *s)
+int side_local(struct xctx *x, struct side *s)
 {
     s->local = true;
     s->lr = xfer_region_find(x->d->eng, s->n.region);
@@ -95,7 +76,7 @@ static int side_local(struct xctx *x, struct side *s)
     return 0;
 }
 
-static int side_remote(struct xctx *x, struct side *s, bool connect)
+int side_remote(struct xctx *x, struct side *s, bool connect)
 {
     s->local = false;
     if (!connect) {
@@ -107,7 +88,7 @@ static int side_remote(struct xctx *x, struct side *s, bool connect)
 }
 
 /* Block addresses -> byte offsets and length, once both layouts are known. */
-static int to_bytes(struct xctx *x, struct side *src, struct side *dst, uint64_t *len)
+int to_bytes(struct xctx *x, struct side *src, struct side *dst, uint64_t *len)
 {
     if (src->n.is_block != dst->n.is_block)
         return why_set(x, -XFER_EINVAL, "mixing block (#) and byte (+) addresses");
@@ -126,7 +107,7 @@ static int to_bytes(struct xctx *x, struct side *src, struct side *dst, uint64_t
     return 0;
 }
 
-static int check_side(struct xctx *x, const struct side *s, uint64_t len, unsigned need)
+int check_side(struct xctx *x, const struct side *s, uint64_t len, unsigned need)
 {
     if (!(s->rd.access & need))
         return why_set(x, -XFER_EACCES, "region %s/%s is %s", s->n.node, s->n.region,
@@ -138,7 +119,7 @@ static int check_side(struct xctx *x, const struct side *s, uint64_t len, unsign
     return 0;
 }
 
-static int local_copy(struct xctx *x, struct side *src, struct side *dst, uint64_t len)
+int local_copy(struct xctx *x, struct side *src, struct side *dst, uint64_t len)
 {
     if (src->rd.kind != XFER_MEM_HOST || dst->rd.kind != XFER_MEM_HOST)
         return why_set(x, -XFER_ENOTSUP, "local copy between GPU regions is not supported here");
@@ -313,11 +294,26 @@ static int forward_transfer(struct xctx *x, const Xctl__Transfer *t, enum xfer_o
     return rc;
 }
 
-static uint64_t now_us(void)
+uint64_t now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+int transfer_plan(struct xctx *x, const Xctl__Transfer *t, struct side *src, struct side *dst,
+                  enum xfer_op *op, const char **exec)
+{
+    const char *me = x->d->cfg.node;
+    int rc = naddr_parse(t->src, &src->n, x->why, sizeof(x->why));
+    if (!rc)
+        rc = naddr_parse(t->dst, &dst->n, x->why, sizeof(x->why));
+    bool own_src = !rc && !strcmp(src->n.node, me), own_dst = !rc && !strcmp(dst->n.node, me);
+    *op = t->op == XCTL__OP__OP_READ ? XFER_OP_READ : XFER_OP_WRITE;
+    if (t->op == XCTL__OP__OP_AUTO)
+        *op = own_src || !own_dst ? XFER_OP_WRITE : XFER_OP_READ;
+    *exec = *op == XFER_OP_WRITE ? src->n.node : dst->n.node;
+    return rc;
 }
 
 void xferd_transfer(struct xferd *d, const Xctl__Transfer *t, uint32_t hops, int deadline_ms,
@@ -327,14 +323,9 @@ void xferd_transfer(struct xferd *d, const Xctl__Transfer *t, uint32_t hops, int
     struct side src = {0}, dst = {0};
     const char *me = d->cfg.node;
     deadline_ms = xferd_clamp_deadline(d, deadline_ms); /* SIGTERM bounds everything */
-    int rc = naddr_parse(t->src, &src.n, x.why, sizeof(x.why));
-    if (!rc)
-        rc = naddr_parse(t->dst, &dst.n, x.why, sizeof(x.why));
-    bool own_src = !rc && !strcmp(src.n.node, me), own_dst = !rc && !strcmp(dst.n.node, me);
-    enum xfer_op op = t->op == XCTL__OP__OP_READ ? XFER_OP_READ : XFER_OP_WRITE;
-    if (t->op == XCTL__OP__OP_AUTO)
-        op = own_src || !own_dst ? XFER_OP_WRITE : XFER_OP_READ;
-    const char *exec = op == XFER_OP_WRITE ? src.n.node : dst.n.node;
+    enum xfer_op op;
+    const char *exec;
+    int rc = transfer_plan(&x, t, &src, &dst, &op, &exec);
     uint64_t t0 = now_us(), bytes = 0;
     if (!rc && strcmp(exec, me)) {
         rc = forward_transfer(&x, t, op, exec, hops, deadline_ms, res, a);

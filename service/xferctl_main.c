@@ -42,6 +42,7 @@ static const char usage[] =
     "  copy SRC DST LEN            named transfer (LEN in blocks for # addresses)\n"
     "      [--op read|write] [--async]\n"
     "  status BATCH_ID             state of an --async copy\n"
+    "  batch FILE|-                lines 'SRC DST LEN' submitted as one batch [--op]\n"
     "  put FILE ADDR               file -> region, through the local xferd\n"
     "  get ADDR LEN FILE           region -> file, through the local xferd\n"
     "  probe SRC DST               short latency and bandwidth test [--size N]\n"
@@ -401,6 +402,67 @@ static int cmd_copy(const char *src, const char *dst, const char *lens)
     return 0;
 }
 
+/* Lines "SRC DST LEN" (from FILE or stdin) submitted as one batch. */
+static int cmd_batch(const char *file)
+{
+    FILE *f = strcmp(file, "-") ? fopen(file, "r") : stdin;
+    if (!f)
+        return die(EXIT_FAIL, "%s: %s", file, strerror(errno));
+    Xctl__Transfer *items = calloc(4096, sizeof(*items));
+    Xctl__Transfer **ptrs = calloc(4096, sizeof(*ptrs));
+    char line[512];
+    size_t n = 0;
+    int rc = items && ptrs ? 0 : die(EXIT_FAIL, "out of memory");
+    Xctl__Op op = parse_op();
+    while (!rc && fgets(line, sizeof(line), f)) {
+        char src[200], dst[200], lens[64];
+        if (line[0] == '#' || strspn(line, " \t\n") == strlen(line))
+            continue;
+        if (n == 4096 || sscanf(line, "%199s %199s %63s", src, dst, lens) != 3) {
+            rc = die(EXIT_USAGE, "batch line %zu: want 'SRC DST LEN' (at most 4096 lines)", n + 1);
+            break;
+        }
+        xctl__transfer__init(&items[n]);
+        items[n].op = op;
+        items[n].src = strdup(src);
+        items[n].dst = strdup(dst);
+        rc = parse_len(lens, &items[n].len);
+        ptrs[n] = &items[n];
+        n++;
+    }
+    if (f != stdin)
+        fclose(f);
+    if (!rc && n == 0)
+        rc = die(EXIT_USAGE, "empty batch");
+    if (!rc) {
+        Xctl__SubmitBatch b = XCTL__SUBMIT_BATCH__INIT;
+        b.n_items = n;
+        b.items = ptrs;
+        b.deadline_ms = (uint32_t)o.timeout_ms;
+        Xctl__Request req = XCTL__REQUEST__INIT;
+        req.body_case = XCTL__REQUEST__BODY_BATCH;
+        req.batch = &b;
+        Xctl__Response *r = NULL;
+        char why[400];
+        rc = ctl_call(cli, &req, -1, o.timeout_ms, &r, why, sizeof(why));
+        if (rc)
+            rc = die(EXIT_FAIL, "%s", why);
+        else if (r->body_case == XCTL__RESPONSE__BODY_BATCH)
+            print_batch(stdout, r->batch, o.json);
+        if (!rc && r->status)
+            rc = die(EXIT_FAIL, "%s (%s)", r->message, xfer_strerror(r->status));
+        if (r)
+            xctl__response__free_unpacked(r, NULL);
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(items[i].src);
+        free(items[i].dst);
+    }
+    free(items);
+    free(ptrs);
+    return rc;
+}
+
 static int cmd_status(const char *ids)
 {
     Xctl__QueryStatus m = XCTL__QUERY_STATUS__INIT;
@@ -717,7 +779,7 @@ static int run(int argc, char **argv)
         {"peers", 0, 0}, {"regions", 0, 1}, {"health", 0, 0}, {"stats", 0, 1},
         {"register", 2, 2}, {"deregister", 1, 1}, {"write", 2, 2}, {"read", 2, 2},
         {"copy", 3, 3}, {"status", 1, 1}, {"put", 2, 2}, {"get", 3, 3},
-        {"probe", 2, 2}, {"bench", 2, 2},
+        {"probe", 2, 2}, {"bench", 2, 2}, {"batch", 1, 1},
     };
     size_t k;
     for (k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++)
@@ -745,7 +807,8 @@ static int run(int argc, char **argv)
     case 10: return cmd_put(a0, a1);
     case 11: return cmd_get(a0, a1, a2);
     case 12: return cmd_probe(a0, a1);
-    default: return cmd_bench(a0, a1);
+    case 13: return cmd_bench(a0, a1);
+    default: return cmd_batch(a0);
     }
 }
 

@@ -72,6 +72,10 @@ void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, Xctl__Respo
  * strings are allocated in a. */
 void xferd_transfer(struct xferd *d, const Xctl__Transfer *t, uint32_t hops, int deadline_ms,
                     Xctl__ItemResult *res, struct arena *a);
+/* Runs n transfers: those this node carries out against peers go out as
+ * one engine batch; res[i] (allocated by the caller) gets item i. */
+void xferd_transfer_many(struct xferd *d, Xctl__Transfer *const *items, size_t n, uint32_t hops,
+                         int deadline_ms, Xctl__ItemResult **res, struct arena *a);
 /* Writes/reads inline bytes at a named address (forwarded to the owner).
  * read: *out is malloc'd (caller frees). */
 int xferd_write_data(struct xferd *d, const char *dst, const uint8_t *data, size_t len,

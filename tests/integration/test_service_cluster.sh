@@ -54,6 +54,32 @@ ctl n1 copy 'n1/kv#2' 'n2/kv#5' 1 >/dev/null || fail "block copy n1 -> n2"
 out=$(ctl n1 copy 'n1/kv#0' 'n3/kvx#0' 1 2>&1) && fail "layout mismatch accepted"
 [[ $out == *"layouts disagree"* ]] || fail "layout mismatch message: $out"
 
+# One batch mixing engine-batched items, a forwarded (third-party) item and
+# failing ones: each item gets its own status, the good ones land.
+ctl n1 write n1/r1+500000 'batched bytes' || fail "write for batch"
+ctl n2 write n2/r1+600000 'forwarded one' || fail "write for batch"
+cat >"$SVC_DIR/batch.txt" <<B
+n1/r1+500000 n2/r1+500000 13
+n1/r1+500000 n3/r1+500000 13
+n1/r1+500000 ghost/r1 13
+n1/r1+500000 n2/ro 13
+n2/r1+600000 n3/r1+600000 13
+n2/r1+600000 n1/r1+510000 13
+B
+out=$(ctl n1 --json batch "$SVC_DIR/batch.txt") && fail "batch with bad items succeeded"
+python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+st = [i["status"] for i in r["items"]]
+assert st[0] == 0 and st[1] == 0 and st[4] == 0 and st[5] == 0, st
+assert st[2] != 0 and "unknown node" in r["items"][2]["message"], r["items"][2]
+assert st[3] != 0 and "read-only" in r["items"][3]["message"], r["items"][3]
+assert r["items"][4]["executor"] == "n2", r["items"][4]
+' "$out" || fail "batch results: $out"
+[[ $(ctl n3 read n3/r1+500000 13) == 'batched bytes' && $(ctl n3 read n3/r1+600000 13) == 'forwarded one' &&
+   $(ctl n1 read n1/r1+510000 13) == "forwarded one" ]] || fail "batch contents"
+echo "mixed batch: per-item results ok"
+
 # The registry as redis-cli sees it: exactly the documented keys and fields.
 python3 - "$REDIS_PORT" <<'PY' || fail "redis-cli view"
 import subprocess, sys
