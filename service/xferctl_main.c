@@ -339,6 +339,13 @@ static int cmd_read(const char *addr, const char *lens)
     return fflush(stdout) ? die(EXIT_FAIL, "stdout: %s", strerror(errno)) : 0;
 }
 
+/* xferd gets a little less time than we wait, so its reason (which peer,
+ * what timed out) arrives before our own timeout would fire. */
+static uint32_t server_deadline(void)
+{
+    return (uint32_t)(o.timeout_ms > 1000 ? o.timeout_ms - 250 : o.timeout_ms * 3 / 4 + 1);
+}
+
 /* One named transfer, waited for; *res gets its result when asked. */
 static int transfer(const char *src, const char *dst, uint64_t len, Xctl__Op op, uint32_t repeat,
                     bool async, Xctl__Response **out)
@@ -354,7 +361,7 @@ static int transfer(const char *src, const char *dst, uint64_t len, Xctl__Op op,
     b.n_items = 1;
     b.items = items;
     b.async = async;
-    b.deadline_ms = (uint32_t)o.timeout_ms;
+    b.deadline_ms = server_deadline();
     Xctl__Request req = XCTL__REQUEST__INIT;
     req.body_case = XCTL__REQUEST__BODY_BATCH;
     req.batch = &b;
@@ -438,7 +445,7 @@ static int cmd_batch(const char *file)
         Xctl__SubmitBatch b = XCTL__SUBMIT_BATCH__INIT;
         b.n_items = n;
         b.items = ptrs;
-        b.deadline_ms = (uint32_t)o.timeout_ms;
+        b.deadline_ms = server_deadline();
         Xctl__Request req = XCTL__REQUEST__INIT;
         req.body_case = XCTL__REQUEST__BODY_BATCH;
         req.batch = &b;
@@ -663,7 +670,7 @@ static int cmd_bench(const char *src, const char *dst)
         items[i] = &t;
     Xctl__SubmitBatch b = XCTL__SUBMIT_BATCH__INIT;
     b.items = items;
-    b.deadline_ms = (uint32_t)o.timeout_ms;
+    b.deadline_ms = server_deadline();
     Xctl__Request req = XCTL__REQUEST__INIT;
     req.body_case = XCTL__REQUEST__BODY_BATCH;
     req.batch = &b;

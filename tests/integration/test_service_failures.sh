@@ -110,5 +110,15 @@ wait_for 5 grep -q 'event: leave n2' "$SVC_DIR/n1.log" || fail "n1 did not get '
 out=$(ctl n1 copy n1/r1 n2/r1 16 2>&1) && fail "copy to a stopped node succeeded"
 echo "SIGTERM: n2 drained and left; then: $out"
 ctl n1 peers
+
+# --- A frozen peer (SIGSTOP): the client's timeout bounds the wait.
+kill -STOP "${SVC_PID[n3]}"
+start=$(now_ms)
+out=$(CTL_TIMEOUT=1500 ctl n1 copy n1/r1 n3/r1 1M 2>&1) && fail "copy to a frozen node succeeded"
+took=$(($(now_ms) - start))
+kill -CONT "${SVC_PID[n3]}"
+((took < 3500)) || fail "copy to a frozen node took $took ms"
+[[ $out == *n3* ]] || fail "frozen-node error does not name n3: $out"
+echo "copy to frozen n3 gave up after $took ms: $out"
 svc_stop_all_checked
 echo "failures test passed"
