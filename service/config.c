@@ -384,6 +384,11 @@ int xferd_config_finish(struct xferd_config *c, char *why, size_t why_len)
     }
     if (!c->ctrl_socket[0])
         snprintf(c->ctrl_socket, sizeof(c->ctrl_socket), "/tmp/xferd-%s.sock", c->node);
+    if (!c->advertise[0] && (!strcmp(c->listen, "0.0.0.0") || !strcmp(c->listen, "::"))) {
+        snprintf(why, why_len, "listening on %s: set advertise (the address peers should use)",
+                 c->listen);
+        return -XFER_EINVAL;
+    }
     if (!c->advertise[0])
         memcpy(c->advertise, c->listen, sizeof(c->advertise));
     unsigned mask;

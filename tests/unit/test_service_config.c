@@ -122,6 +122,13 @@ static void test_bad_config(void **state)
     xferd_config_set(&c, "node", "n", why, sizeof(why));
     assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), -XFER_EINVAL);
     assert_non_null(strstr(why, "twice"));
+    xferd_config_defaults(&c);
+    xferd_config_set(&c, "node", "n", why, sizeof(why));
+    xferd_config_set(&c, "listen", "0.0.0.0", why, sizeof(why));
+    assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), -XFER_EINVAL);
+    assert_non_null(strstr(why, "advertise"));
+    xferd_config_set(&c, "advertise", "10.1.2.3", why, sizeof(why));
+    assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), 0);
 }
 
 static void test_naddr(void **state)
