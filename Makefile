@@ -42,9 +42,9 @@ endif
 ifeq ($(XFER_WITH_CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CPPFLAGS += -DXFER_WITH_CUDA=1 -I$(CUDA_HOME)/include
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++
 NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC,-Wall,-Werror -I. -Iengine -Ikernels \
-             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+             -gencode arch=compute_90,code=[sm_90,compute_90] -gencode arch=compute_80,code=sm_80
 endif
 
 LIB_SRCS :=
