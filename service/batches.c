@@ -94,8 +94,7 @@ void batch_table_finish(struct batch_table *t, uint64_t id, Xctl__ItemResult *co
     }
 }
 
-int batch_table_query(struct batch_table *t, uint64_t id, Xctl__BatchResult *res,
-                      struct arena *a)
+int batch_table_query(struct batch_table *t, uint64_t id, Xctl__BatchResult *res, struct arena *a)
 {
     pthread_mutex_lock(&t->lock);
     struct stored_batch *s = &t->slots[id % BATCH_KEEP];

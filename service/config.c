@@ -32,12 +32,22 @@ int xferd_parse_size(const char *s, uint64_t *out)
         return -XFER_EINVAL;
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {
-    case 0: break;
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    case 'T': shift = 40; break;
-    default: return -XFER_EINVAL;
+    case 0:
+        break;
+    case 'K':
+        shift = 10;
+        break;
+    case 'M':
+        shift = 20;
+        break;
+    case 'G':
+        shift = 30;
+        break;
+    case 'T':
+        shift = 40;
+        break;
+    default:
+        return -XFER_EINVAL;
     }
     if (*end) {
         end++;
@@ -122,11 +132,17 @@ struct int_key {
     size_t off;
     int lo, hi;
 };
-#define IK(k, lo, hi) {#k, offsetof(struct xferd_config, k), lo, hi}
+#define IK(k, lo, hi)                                                                              \
+    {                                                                                              \
+#k, offsetof(struct xferd_config, k), lo, hi                                               \
+    }
 static const struct int_key int_keys[] = {
-    IK(ttl_ms, 500, 3600000),          IK(heartbeat_ms, 100, 3600000),
-    IK(drain_ms, 0, 600000),           IK(connect_timeout_ms, 100, 600000),
-    IK(io_timeout_ms, 100, 3600000),   IK(request_timeout_ms, 100, 3600000),
+    IK(ttl_ms, 500, 3600000),
+    IK(heartbeat_ms, 100, 3600000),
+    IK(drain_ms, 0, 600000),
+    IK(connect_timeout_ms, 100, 600000),
+    IK(io_timeout_ms, 100, 3600000),
+    IK(request_timeout_ms, 100, 3600000),
     IK(workers, 1, 64),
 };
 
@@ -134,10 +150,12 @@ struct str_key {
     const char *key;
     size_t off, cap;
 };
-#define SK(k) {#k, offsetof(struct xferd_config, k), sizeof(((struct xferd_config *)0)->k)}
+#define SK(k)                                                                                      \
+    {                                                                                              \
+#k, offsetof(struct xferd_config, k), sizeof(((struct xferd_config *)0)->k)                \
+    }
 static const struct str_key str_keys[] = {
-    SK(redis_url), SK(secret), SK(transports), SK(advertise),
-    SK(ctrl_socket), SK(log_level),
+    SK(redis_url), SK(secret), SK(transports), SK(advertise), SK(ctrl_socket), SK(log_level),
 };
 
 static int set_port(const char *val, uint16_t *out)
@@ -275,8 +293,8 @@ static int file_section(struct xferd_config *c, char *line, struct xferd_region_
     return 0;
 }
 
-static int file_line(struct xferd_config *c, char *line, struct xferd_region_conf **cur,
-                     char *why, size_t why_len)
+static int file_line(struct xferd_config *c, char *line, struct xferd_region_conf **cur, char *why,
+                     size_t why_len)
 {
     char *hash = strchr(line, '#');
     if (hash)

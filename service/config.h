@@ -26,8 +26,8 @@
 #include <stdint.h>
 
 #define XFERD_MAX_REGIONS 64
-#define XFERD_PATH_MAX 256
-#define XFERD_STR_MAX 256
+#define XFERD_PATH_MAX    256
+#define XFERD_STR_MAX     256
 
 struct xferd_region_conf {
     char name[XFER_NAME_MAX];

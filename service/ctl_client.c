@@ -150,8 +150,8 @@ static int send_with_fd(int fd, const uint8_t *buf, size_t len, int pass_fd, int
     } ctl;
     memset(&ctl, 0, sizeof(ctl));
     struct iovec iov = {.iov_base = hdr, .iov_len = 4};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-                        .msg_controllen = sizeof(ctl.b)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b)};
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;

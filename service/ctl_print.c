@@ -44,8 +44,9 @@ void print_peers(FILE *f, const Xctl__PeerList *pl, bool json)
             json_str(f, p->transports);
             fputs(",\"host_id\":", f);
             json_str(f, p->host_id);
-            fprintf(f, ",\"incarnation\":\"%016" PRIx64 "\",\"heartbeat_ms\":%" PRIu64
-                       ",\"connected\":%s,\"transport\":",
+            fprintf(f,
+                    ",\"incarnation\":\"%016" PRIx64 "\",\"heartbeat_ms\":%" PRIu64
+                    ",\"connected\":%s,\"transport\":",
                     p->incarnation, p->heartbeat_ms, p->connected ? "true" : "false");
             json_str(f, p->transport);
             fputc('}', f);
@@ -91,8 +92,9 @@ void print_regions(FILE *f, const Xctl__RegionList *rl, bool json)
             json_str(f, r->node);
             fputs(",\"name\":", f);
             json_str(f, r->name);
-            fprintf(f, ",\"id\":%u,\"gen\":%u,\"kind\":\"%s\",\"device\":%d,\"len\":%" PRIu64
-                       ",\"access\":\"%s\",\"layout\":",
+            fprintf(f,
+                    ",\"id\":%u,\"gen\":%u,\"kind\":\"%s\",\"device\":%d,\"len\":%" PRIu64
+                    ",\"access\":\"%s\",\"layout\":",
                     r->id, r->gen, r->kind, r->device, r->len, r->access);
             layout_json(f, r->layout);
             fputc('}', f);
@@ -100,8 +102,8 @@ void print_regions(FILE *f, const Xctl__RegionList *rl, bool json)
         fputs("]\n", f);
         return;
     }
-    fprintf(f, "%-12s %-20s %-5s %-5s %-8s %-14s %-6s %s\n", "NODE", "REGION", "ID", "GEN",
-            "KIND", "LEN", "ACCESS", "LAYOUT");
+    fprintf(f, "%-12s %-20s %-5s %-5s %-8s %-14s %-6s %s\n", "NODE", "REGION", "ID", "GEN", "KIND",
+            "LEN", "ACCESS", "LAYOUT");
     for (size_t i = 0; i < rl->n_regions; i++) {
         const Xctl__Region *r = rl->regions[i];
         char kind[24], lay[200] = "-";
@@ -174,9 +176,9 @@ void print_stats(FILE *f, const Xctl__StatsInfo *si, bool json)
     }
     fprintf(f, "node %s: %" PRIu64 " control requests, %" PRIu64 " failed\n", si->node,
             si->ctl_requests, si->ctl_errors);
-    fprintf(f, "%-10s %-14s %10s %10s %14s %14s %8s %10s %14s %8s %10s\n", "SCOPE", "NAME",
-            "READS", "WRITES", "BYTES_READ", "BYTES_WRITTEN", "ERRORS", "SERVED", "SERVED_BYTES",
-            "REFUSED", "AVG_US");
+    fprintf(f, "%-10s %-14s %10s %10s %14s %14s %8s %10s %14s %8s %10s\n", "SCOPE", "NAME", "READS",
+            "WRITES", "BYTES_READ", "BYTES_WRITTEN", "ERRORS", "SERVED", "SERVED_BYTES", "REFUSED",
+            "AVG_US");
     stats_row(f, "total", si->node, si->total);
     for (size_t i = 0; i < si->n_peers; i++)
         stats_row(f, "peer", si->peers[i]->name, si->peers[i]->stats);

@@ -20,8 +20,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define CONN_MAX_FDS 8
-#define CONN_MAX_INFLIGHT 1024
+#define CONN_MAX_FDS         8
+#define CONN_MAX_INFLIGHT    1024
 #define HANDSHAKE_TIMEOUT_MS 3000
 
 struct conn {
@@ -122,8 +122,7 @@ static void conn_release_private(struct conn *c)
     c->npriv = 0;
 }
 
-static void conn_track_private(struct conn *c, const Xctl__Request *req,
-                               const Xctl__Response *resp)
+static void conn_track_private(struct conn *c, const Xctl__Request *req, const Xctl__Response *resp)
 {
     if (resp->status)
         return;
@@ -312,8 +311,8 @@ static bool parse_frames(struct conn *c)
     while (!c->dead && evbuffer_get_length(c->in) >= 4) {
         uint8_t h[4];
         evbuffer_copyout(c->in, h, 4);
-        uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                       (uint32_t)h[3] << 24;
+        uint32_t len =
+            (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
         if (len > XFER_FRAME_MAX) {
             xfer_warn("control: frame of %u bytes refused, closing", len);
             reply_now(c, 0, -XFER_EPROTO, "frame too large");
@@ -416,10 +415,14 @@ static void conn_adopt(struct ctl_server *s, int fd, bool is_unix)
     c->wev = event_new(s->d->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
     if (!c->in || !c->out || !c->rev || !c->wev) {
         xfer_err("control: out of memory for a connection");
-        if (c->in) evbuffer_free(c->in);
-        if (c->out) evbuffer_free(c->out);
-        if (c->rev) event_free(c->rev);
-        if (c->wev) event_free(c->wev);
+        if (c->in)
+            evbuffer_free(c->in);
+        if (c->out)
+            evbuffer_free(c->out);
+        if (c->rev)
+            event_free(c->rev);
+        if (c->wev)
+            event_free(c->wev);
         free(c);
         close(fd);
         return;

@@ -91,7 +91,9 @@ static void do_health(struct xferd *d, Xctl__Response *resp, struct arena *a)
     resp->health = h;
 }
 
-struct count_arg { uint32_t n; };
+struct count_arg {
+    uint32_t n;
+};
 static void count_region(const struct xfer_region_desc *rd, void *arg)
 {
     (void)rd;
@@ -249,8 +251,7 @@ out:
         close(fd);
 }
 
-static void do_deregister(struct xferd *d, const char *name, Xctl__Response *resp,
-                          struct arena *a)
+static void do_deregister(struct xferd *d, const char *name, Xctl__Response *resp, struct arena *a)
 {
     pthread_rwlock_wrlock(&d->region_lock);
     xfer_region *r = name ? xfer_region_find(d->eng, name) : NULL;
@@ -379,9 +380,9 @@ static void do_batch(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops,
         if (br->items[i]->status) {
             /* The first failure becomes the response's status and reason. */
             resp->status = br->items[i]->status;
-            resp->message = b->n_items == 1 ? br->items[i]->message
-                                            : arena_printf(a, "item %zu: %s", i,
-                                                           br->items[i]->message);
+            resp->message = b->n_items == 1
+                                ? br->items[i]->message
+                                : arena_printf(a, "item %zu: %s", i, br->items[i]->message);
             break;
         }
 }
@@ -504,8 +505,8 @@ static void forward_whole(struct xferd *d, const char *node, const Xctl__Request
     resp->id = id;
 }
 
-static void do_write(struct xferd *d, const Xctl__WriteData *m, uint32_t hops,
-                     Xctl__Response *resp, struct arena *a)
+static void do_write(struct xferd *d, const Xctl__WriteData *m, uint32_t hops, Xctl__Response *resp,
+                     struct arena *a)
 {
     char why[300];
     int rc = xferd_write_data(d, m->dst, m->data.data, m->data.len, hops, why, sizeof(why));
@@ -513,8 +514,8 @@ static void do_write(struct xferd *d, const Xctl__WriteData *m, uint32_t hops,
         fail(resp, a, rc, "%s", why);
 }
 
-static void do_read(struct xferd *d, const Xctl__ReadData *m, uint32_t hops,
-                    Xctl__Response *resp, struct arena *a)
+static void do_read(struct xferd *d, const Xctl__ReadData *m, uint32_t hops, Xctl__Response *resp,
+                    struct arena *a)
 {
     char why[300];
     uint8_t *buf = NULL;
@@ -561,16 +562,29 @@ void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, Xctl__Respo
     resp->id = req->id;
     const char *node;
     switch (req->body_case) {
-    case XCTL__REQUEST__BODY_HEALTH: do_health(d, resp, a); break;
-    case XCTL__REQUEST__BODY_PEERS: do_peers(d, resp, a); break;
+    case XCTL__REQUEST__BODY_HEALTH:
+        do_health(d, resp, a);
+        break;
+    case XCTL__REQUEST__BODY_PEERS:
+        do_peers(d, resp, a);
+        break;
     case XCTL__REQUEST__BODY_REGIONS:
         node = req->regions->node && *req->regions->node ? req->regions->node : d->cfg.node;
         do_regions(d, node, resp, a);
         break;
-    case XCTL__REQUEST__BODY_REG: do_register(d, req->reg, fd, resp, a); fd = -1; break;
-    case XCTL__REQUEST__BODY_DEREG: do_deregister(d, req->dereg->name, resp, a); break;
-    case XCTL__REQUEST__BODY_BATCH: do_batch(d, req->batch, req->hops, resp, a); break;
-    case XCTL__REQUEST__BODY_QUERY: do_query(d, req->query->batch_id, resp, a); break;
+    case XCTL__REQUEST__BODY_REG:
+        do_register(d, req->reg, fd, resp, a);
+        fd = -1;
+        break;
+    case XCTL__REQUEST__BODY_DEREG:
+        do_deregister(d, req->dereg->name, resp, a);
+        break;
+    case XCTL__REQUEST__BODY_BATCH:
+        do_batch(d, req->batch, req->hops, resp, a);
+        break;
+    case XCTL__REQUEST__BODY_QUERY:
+        do_query(d, req->query->batch_id, resp, a);
+        break;
     case XCTL__REQUEST__BODY_STATS:
         node = req->stats->node;
         if (node && *node && strcmp(node, d->cfg.node))
@@ -578,9 +592,15 @@ void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, Xctl__Respo
         else
             do_stats(d, resp, a);
         break;
-    case XCTL__REQUEST__BODY_WRITE: do_write(d, req->write, req->hops, resp, a); break;
-    case XCTL__REQUEST__BODY_READ: do_read(d, req->read, req->hops, resp, a); break;
-    default: fail(resp, a, -XFER_EPROTO, "unknown request"); break;
+    case XCTL__REQUEST__BODY_WRITE:
+        do_write(d, req->write, req->hops, resp, a);
+        break;
+    case XCTL__REQUEST__BODY_READ:
+        do_read(d, req->read, req->hops, resp, a);
+        break;
+    default:
+        fail(resp, a, -XFER_EPROTO, "unknown request");
+        break;
     }
     if (fd >= 0)
         close(fd);

@@ -47,8 +47,8 @@ int naddr_layouts_match(const struct xfer_layout *a, const struct xfer_layout *b
     }
     if (a->block_bytes != b->block_bytes || a->layers != b->layers) {
         snprintf(why, why_len, "layouts disagree: block_bytes/layers %llu/%u vs %llu/%u",
-                 (unsigned long long)a->block_bytes, a->layers,
-                 (unsigned long long)b->block_bytes, b->layers);
+                 (unsigned long long)a->block_bytes, a->layers, (unsigned long long)b->block_bytes,
+                 b->layers);
         return -XFER_EMISMATCH;
     }
     if (a->tag[0] && b->tag[0] && strcmp(a->tag, b->tag)) {

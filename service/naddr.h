@@ -14,7 +14,7 @@
 struct naddr {
     char node[XFER_NAME_MAX];
     char region[XFER_NAME_MAX];
-    uint64_t off;  /* bytes, or the block index when is_block */
+    uint64_t off; /* bytes, or the block index when is_block */
     bool is_block;
 };
 

@@ -60,8 +60,8 @@ static int node_error(struct xferd *d, const char *node, int rc, char *why, size
 }
 
 /* Caller holds peer_lock. */
-static int peer_ensure(struct xferd *d, const struct xfer_node_desc *nd, xfer_peer **out,
-                       char *why, size_t wl)
+static int peer_ensure(struct xferd *d, const struct xfer_node_desc *nd, xfer_peer **out, char *why,
+                       size_t wl)
 {
     xfer_peer *p = xfer_peer_find(d->eng, nd->peer.node_id);
     struct xfer_peer_desc cur;
@@ -71,16 +71,16 @@ static int peer_ensure(struct xferd *d, const struct xfer_node_desc *nd, xfer_pe
     if (!p || cur.incarnation != nd->peer.incarnation || strcmp(cur.addr, nd->peer.addr) ||
         cur.data_port != nd->peer.data_port) {
         if (p)
-            xfer_info("peer %s changed (incarnation %llx -> %llx): reconnecting",
-                      nd->peer.node_id, (unsigned long long)cur.incarnation,
+            xfer_info("peer %s changed (incarnation %llx -> %llx): reconnecting", nd->peer.node_id,
+                      (unsigned long long)cur.incarnation,
                       (unsigned long long)nd->peer.incarnation);
         rc = xfer_peer_add(d->eng, &nd->peer, &p);
     } else if (!xfer_peer_transport(p)) {
         rc = xfer_peer_connect(p);
     }
     if (rc) {
-        snprintf(why, wl, "cannot connect to node %s at %s:%u: %s", nd->peer.node_id,
-                 nd->peer.addr, nd->peer.data_port, xfer_engine_last_error(d->eng));
+        snprintf(why, wl, "cannot connect to node %s at %s:%u: %s", nd->peer.node_id, nd->peer.addr,
+                 nd->peer.data_port, xfer_engine_last_error(d->eng));
         return rc;
     }
     *out = p;
@@ -170,7 +170,9 @@ void xferd_on_registry_event(const struct xfer_registry_event *ev, void *arg)
     if (ev->node && !strcmp(ev->node, d->cfg.node))
         return;
     switch (ev->type) {
-    case XFER_REG_EV_JOIN: xfer_info("event: join %s", ev->node); break;
+    case XFER_REG_EV_JOIN:
+        xfer_info("event: join %s", ev->node);
+        break;
     case XFER_REG_EV_LEAVE:
         xfer_info("event: leave %s", ev->node);
         drop_peer(d, ev->node, "left");
@@ -183,7 +185,11 @@ void xferd_on_registry_event(const struct xfer_registry_event *ev, void *arg)
         xfer_debug("event: region- %s %s", ev->node, ev->region);
         drop_region(d, ev->node, ev->region);
         break;
-    case XFER_REG_EV_REGION_ADD: xfer_debug("event: region+ %s %s", ev->node, ev->region); break;
-    case XFER_REG_EV_RESYNC: xfer_info("event: registry resync"); break;
+    case XFER_REG_EV_REGION_ADD:
+        xfer_debug("event: region+ %s %s", ev->node, ev->region);
+        break;
+    case XFER_REG_EV_RESYNC:
+        xfer_info("event: registry resync");
+        break;
     }
 }

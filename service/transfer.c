@@ -83,8 +83,7 @@ int side_remote(struct xctx *x, struct side *s, bool connect)
         int rc = xfer_registry_lookup_region(x->d->reg, s->n.node, s->n.region, &s->rd);
         return rc ? why_set(x, rc, "%s", xfer_registry_last_error(x->d->reg)) : 0;
     }
-    return xferd_peer_get(x->d, s->n.node, s->n.region, &s->peer, &s->rd, x->why,
-                          sizeof(x->why));
+    return xferd_peer_get(x->d, s->n.node, s->n.region, &s->peer, &s->rd, x->why, sizeof(x->why));
 }
 
 /* Block addresses -> byte offsets and length, once both layouts are known. */
@@ -111,11 +110,13 @@ int check_side(struct xctx *x, const struct side *s, uint64_t len, unsigned need
 {
     if (!(s->rd.access & need))
         return why_set(x, -XFER_EACCES, "region %s/%s is %s", s->n.node, s->n.region,
-                       need == XFER_ACCESS_W ? "not writable (read-only)" : "not readable (write-only)");
+                       need == XFER_ACCESS_W ? "not writable (read-only)"
+                                             : "not readable (write-only)");
     if (!xfer_range_ok(s->n.off, len, s->rd.len))
-        return why_set(x, -XFER_ERANGE, "%s/%s: offset %llu + length %llu is past its end (%llu bytes)",
-                       s->n.node, s->n.region, (unsigned long long)s->n.off,
-                       (unsigned long long)len, (unsigned long long)s->rd.len);
+        return why_set(x, -XFER_ERANGE,
+                       "%s/%s: offset %llu + length %llu is past its end (%llu bytes)", s->n.node,
+                       s->n.region, (unsigned long long)s->n.off, (unsigned long long)len,
+                       (unsigned long long)s->rd.len);
     return 0;
 }
 
@@ -137,9 +138,14 @@ static int engine_op(struct xctx *x, enum xfer_op op, struct side *loc, struct s
     xfer_batch *b = xfer_batch_new(x->d->eng, &err);
     if (!b)
         return why_set(x, err, "cannot create a batch: %s", xfer_strerror(err));
-    struct xfer_item it = {.op = op, .local = loc->lr, .local_off = loc->n.off,
-                           .peer = rem->peer, .remote_id = rem->rd.id,
-                           .remote_gen = rem->rd.gen, .remote_off = rem->n.off, .len = len};
+    struct xfer_item it = {.op = op,
+                           .local = loc->lr,
+                           .local_off = loc->n.off,
+                           .peer = rem->peer,
+                           .remote_id = rem->rd.id,
+                           .remote_gen = rem->rd.gen,
+                           .remote_off = rem->n.off,
+                           .len = len};
     struct inflight f = {.b = b};
     int rc = xfer_batch_add(b, &it);
     if (rc >= 0) {
@@ -153,8 +159,8 @@ static int engine_op(struct xctx *x, enum xfer_op op, struct side *loc, struct s
     }
     if (rc < 0) {
         const char *e = xfer_batch_count(b) ? xfer_batch_item_error(b, 0) : NULL;
-        why_set(x, rc, "%s %s/%s: %s", op == XFER_OP_WRITE ? "write to" : "read from",
-                rem->n.node, rem->n.region, e && *e ? e : xfer_strerror(rc));
+        why_set(x, rc, "%s %s/%s: %s", op == XFER_OP_WRITE ? "write to" : "read from", rem->n.node,
+                rem->n.region, e && *e ? e : xfer_strerror(rc));
     }
     xfer_batch_free(b);
     return rc < 0 ? rc : 0;
@@ -241,8 +247,8 @@ int xferd_forward(struct xferd *d, const char *node, const Xctl__Request *req,
     }
     char cwhy[300] = "";
     int cto = d->cfg.connect_timeout_ms < timeout_ms ? d->cfg.connect_timeout_ms : timeout_ms;
-    struct ctl_client *c = ctl_connect_tcp(nd.peer.addr, nd.ctrl_port, d->cfg.secret, cto, &rc,
-                                           cwhy, sizeof(cwhy));
+    struct ctl_client *c =
+        ctl_connect_tcp(nd.peer.addr, nd.ctrl_port, d->cfg.secret, cto, &rc, cwhy, sizeof(cwhy));
     if (!c) {
         snprintf(why, wl, "forwarding to %s: %s", node, cwhy);
         return rc;
@@ -256,8 +262,8 @@ int xferd_forward(struct xferd *d, const char *node, const Xctl__Request *req,
 }
 
 static int forward_transfer(struct xctx *x, const Xctl__Transfer *t, enum xfer_op op,
-                            const char *node, uint32_t hops, int deadline_ms,
-                            Xctl__ItemResult *res, struct arena *a)
+                            const char *node, uint32_t hops, int deadline_ms, Xctl__ItemResult *res,
+                            struct arena *a)
 {
     if (hops >= 1)
         return why_set(x, -XFER_EINVAL, "%s does not own %s or %s (forwarded already)",
@@ -286,8 +292,8 @@ static int forward_transfer(struct xctx *x, const Xctl__Transfer *t, enum xfer_o
         res->bytes = ir->bytes;
         why_set(x, rc, "%s", ir->message ? ir->message : "");
     } else {
-        why_set(x, rc ? rc : -XFER_EPROTO, "%s", r->message && *r->message ? r->message
-                                                                            : "bad answer");
+        why_set(x, rc ? rc : -XFER_EPROTO, "%s",
+                r->message && *r->message ? r->message : "bad answer");
         rc = rc ? rc : -XFER_EPROTO;
     }
     xctl__response__free_unpacked(r, NULL);
@@ -363,8 +369,8 @@ static int inline_forward(struct xferd *d, const char *node, Xctl__Request *req,
         return -XFER_EINVAL;
     }
     req->hops = hops + 1;
-    int rc = xferd_forward(d, node, req, r, xferd_clamp_deadline(d, d->cfg.request_timeout_ms),
-                           why, wl);
+    int rc =
+        xferd_forward(d, node, req, r, xferd_clamp_deadline(d, d->cfg.request_timeout_ms), why, wl);
     if (rc == 0 && (*r)->status) {
         rc = (*r)->status;
         snprintf(why, wl, "%s", (*r)->message);
@@ -380,7 +386,8 @@ static int inline_local(struct xferd *d, const struct naddr *n, uint64_t len, un
     int rc = n->is_block ? why_set(&x, -XFER_EINVAL, "inline data takes a byte address")
                          : side_local(&x, &s);
     if (!rc && s.rd.kind != XFER_MEM_HOST)
-        rc = why_set(&x, -XFER_ENOTSUP, "inline data to a GPU region (use copy from a host region)");
+        rc =
+            why_set(&x, -XFER_ENOTSUP, "inline data to a GPU region (use copy from a host region)");
     if (!rc)
         rc = check_side(&x, &s, len, need);
     if (rc)
@@ -419,8 +426,8 @@ int xferd_write_data(struct xferd *d, const char *dst, const uint8_t *data, size
     return rc;
 }
 
-int xferd_read_data(struct xferd *d, const char *src, uint64_t len, uint32_t hops,
-                    uint8_t **out, char *why, size_t wl)
+int xferd_read_data(struct xferd *d, const char *src, uint64_t len, uint32_t hops, uint8_t **out,
+                    char *why, size_t wl)
 {
     struct naddr n;
     int rc = naddr_parse(src, &n, why, wl);

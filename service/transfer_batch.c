@@ -67,8 +67,7 @@ static int prepare(struct xferd *d, const Xctl__Transfer *t, struct prepared *p,
 }
 
 /* Posts the prepared items and waits; returns the batch's overall code. */
-static int post(struct xferd *d, struct prepared *pp, size_t n, int deadline_ms,
-                xfer_batch **out)
+static int post(struct xferd *d, struct prepared *pp, size_t n, int deadline_ms, xfer_batch **out)
 {
     int err = 0;
     xfer_batch *b = xfer_batch_new(d->eng, &err);
@@ -79,9 +78,13 @@ static int post(struct xferd *d, struct prepared *pp, size_t n, int deadline_ms,
             continue;
         struct side *loc = pp[i].op == XFER_OP_WRITE ? &pp[i].src : &pp[i].dst;
         struct side *rem = pp[i].op == XFER_OP_WRITE ? &pp[i].dst : &pp[i].src;
-        struct xfer_item it = {.op = pp[i].op, .local = loc->lr, .local_off = loc->n.off,
-                               .peer = rem->peer, .remote_id = rem->rd.id,
-                               .remote_gen = rem->rd.gen, .remote_off = rem->n.off,
+        struct xfer_item it = {.op = pp[i].op,
+                               .local = loc->lr,
+                               .local_off = loc->n.off,
+                               .peer = rem->peer,
+                               .remote_id = rem->rd.id,
+                               .remote_gen = rem->rd.gen,
+                               .remote_off = rem->n.off,
                                .len = pp[i].len};
         int idx = xfer_batch_add(b, &it);
         if (idx < 0) {
@@ -120,8 +123,8 @@ static void collect(struct xferd *d, struct prepared *pp, size_t n, xfer_batch *
         }
         char why[300];
         snprintf(why, sizeof(why), "%s %s/%s: %s",
-                 pp[i].op == XFER_OP_WRITE ? "write to" : "read from", rem->n.node,
-                 rem->n.region, e && *e ? e : xfer_strerror(rc));
+                 pp[i].op == XFER_OP_WRITE ? "write to" : "read from", rem->n.node, rem->n.region,
+                 e && *e ? e : xfer_strerror(rc));
         result(res[i], a, rc, why, d->cfg.node, pp[i].len, us);
     }
 }

@@ -43,7 +43,7 @@ struct xferd {
     size_t n_peer_uses, cap_peer_uses;
     pthread_rwlock_t region_lock; /* write: register/deregister; read: transfers */
     pthread_mutex_t inflight_lock;
-    struct inflight *inflight;  /* engine batches in flight (cancelled at drain end) */
+    struct inflight *inflight;         /* engine batches in flight (cancelled at drain end) */
     _Atomic int64_t drain_deadline_ms; /* 0 until SIGTERM */
 };
 
@@ -80,8 +80,8 @@ void xferd_transfer_many(struct xferd *d, Xctl__Transfer *const *items, size_t n
  * read: *out is malloc'd (caller frees). */
 int xferd_write_data(struct xferd *d, const char *dst, const uint8_t *data, size_t len,
                      uint32_t hops, char *why, size_t why_len);
-int xferd_read_data(struct xferd *d, const char *src, uint64_t len, uint32_t hops,
-                    uint8_t **out, char *why, size_t why_len);
+int xferd_read_data(struct xferd *d, const char *src, uint64_t len, uint32_t hops, uint8_t **out,
+                    char *why, size_t why_len);
 /* Forwards one request to node over its TCP control port; *resp is
  * protobuf-c allocated (xctl__response__free_unpacked). */
 int xferd_forward(struct xferd *d, const char *node, const Xctl__Request *req,
@@ -101,8 +101,7 @@ void batch_table_finish(struct batch_table *t, uint64_t id, Xctl__ItemResult *co
                         size_t n);
 /* Fills res from the table (allocating in a): -XFER_ENOENT for unknown or
  * forgotten ids (the newest 1024 finished batches are kept). */
-int batch_table_query(struct batch_table *t, uint64_t id, Xctl__BatchResult *res,
-                      struct arena *a);
+int batch_table_query(struct batch_table *t, uint64_t id, Xctl__BatchResult *res, struct arena *a);
 
 /* ---- peers.c: registry -> engine peers ---- */
 /* Finds the peer (adding/refreshing it from the registry) and the remote

@@ -72,12 +72,18 @@ static const struct option long_opts[] = {
 static const char *short_key(int c)
 {
     switch (c) {
-    case 'n': return "node";
-    case 'r': return "redis_url";
-    case 't': return "transports";
-    case 'l': return "listen";
-    case 's': return "ctrl_socket";
-    default: return NULL;
+    case 'n':
+        return "node";
+    case 'r':
+        return "redis_url";
+    case 't':
+        return "transports";
+    case 'l':
+        return "listen";
+    case 's':
+        return "ctrl_socket";
+    default:
+        return NULL;
     }
 }
 

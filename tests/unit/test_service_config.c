@@ -101,7 +101,8 @@ static void test_bad_config(void **state)
     struct xferd_config c;
     char why[300];
     const char *bad[] = {"node = a\nbogus = 1\n", "[region]\nsize=1\n", "[region x]\nsize=abc\n",
-                         "ttl_ms = 1\n", "just words\n", "node = a/b\n", "[region x]\nfoo=1\n"};
+                         "ttl_ms = 1\n",          "just words\n",       "node = a/b\n",
+                         "[region x]\nfoo=1\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         xferd_config_defaults(&c);
         const char *path = write_tmp(bad[i]);
