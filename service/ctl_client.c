@@ -6,6 +6,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +113,8 @@ struct ctl_client *ctl_connect_tcp(const char *host, uint16_t port, const char *
         *err = rc == -ETIMEDOUT ? -XFER_ETIMEDOUT : -XFER_ECONN;
         return NULL;
     }
+    int one = 1; /* small request/response frames: no Nagle delay */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct xfer_hs_self self = {.node_id = "xferctl", .incarnation = (uint64_t)getpid()};
     if (secret && *secret) {
         self.secret = secret;

@@ -12,6 +12,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,6 +473,8 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         conn_adopt(s, fd, true);
         return;
     }
+    int one = 1; /* small request/response frames: no Nagle delay */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     /* The handshake blocks (bounded): run it on a worker, not the loop. */
     struct hs_job *h = calloc(1, sizeof(*h));
     if (!h) {

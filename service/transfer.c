@@ -232,35 +232,6 @@ static int execute(struct xctx *x, enum xfer_op op, struct side *src, struct sid
     return rc;
 }
 
-int xferd_forward(struct xferd *d, const char *node, const Xctl__Request *req,
-                  Xctl__Response **resp, int timeout_ms, char *why, size_t wl)
-{
-    struct xfer_node_desc nd;
-    int rc = xfer_registry_lookup_node(d->reg, node, &nd);
-    if (rc) {
-        snprintf(why, wl, "%s", xfer_registry_last_error(d->reg));
-        return rc;
-    }
-    if (!nd.ctrl_port) {
-        snprintf(why, wl, "node %s has no control port to forward to", node);
-        return -XFER_ENOTSUP;
-    }
-    char cwhy[300] = "";
-    int cto = d->cfg.connect_timeout_ms < timeout_ms ? d->cfg.connect_timeout_ms : timeout_ms;
-    struct ctl_client *c =
-        ctl_connect_tcp(nd.peer.addr, nd.ctrl_port, d->cfg.secret, cto, &rc, cwhy, sizeof(cwhy));
-    if (!c) {
-        snprintf(why, wl, "forwarding to %s: %s", node, cwhy);
-        return rc;
-    }
-    Xctl__Request copy = *req;
-    rc = ctl_call(c, &copy, -1, timeout_ms, resp, cwhy, sizeof(cwhy));
-    ctl_close(c);
-    if (rc)
-        snprintf(why, wl, "forwarding to %s: %s", node, cwhy);
-    return rc;
-}
-
 static int forward_transfer(struct xctx *x, const Xctl__Transfer *t, enum xfer_op op,
                             const char *node, uint32_t hops, int deadline_ms, Xctl__ItemResult *res,
                             struct arena *a)

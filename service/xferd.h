@@ -40,6 +40,9 @@ struct xferd {
     atomic_uint_fast64_t ctl_requests, ctl_errors;
     pthread_mutex_t peer_lock;  /* peer setup/removal and the use counts below */
     struct peer_use *peer_uses; /* peers held by running transfers */
+    pthread_mutex_t fwd_lock;
+    struct fwd_conn *fwd_idle; /* idle control connections to other xferd */
+    int fwd_nidle;
     size_t n_peer_uses, cap_peer_uses;
     pthread_rwlock_t region_lock; /* write: register/deregister; read: transfers */
     pthread_mutex_t inflight_lock;
@@ -82,10 +85,14 @@ int xferd_write_data(struct xferd *d, const char *dst, const uint8_t *data, size
                      uint32_t hops, char *why, size_t why_len);
 int xferd_read_data(struct xferd *d, const char *src, uint64_t len, uint32_t hops, uint8_t **out,
                     char *why, size_t why_len);
-/* Forwards one request to node over its TCP control port; *resp is
- * protobuf-c allocated (xctl__response__free_unpacked). */
+/* ---- forward.c ---- */
+/* Forwards one request to node over its TCP control port (connections are
+ * kept for reuse); *resp is protobuf-c allocated
+ * (xctl__response__free_unpacked). */
 int xferd_forward(struct xferd *d, const char *node, const Xctl__Request *req,
                   Xctl__Response **resp, int timeout_ms, char *why, size_t why_len);
+/* Closes the idle forwarding connections (shutdown). */
+void xferd_forward_close_all(struct xferd *d);
 
 /* Cancels every engine batch still in flight (end of drain). */
 void xferd_cancel_inflight(struct xferd *d);

@@ -237,6 +237,7 @@ static void shutdown_all(struct xferd *d)
 {
     xferd_publish_stop(d); /* removes our keys, publishes "leave" */
     jobq_free(d->jobs);
+    xferd_forward_close_all(d);
     ctl_server_free(d->srv);
     batch_table_free(d->batches);
     xfer_engine_free(d->eng);
@@ -256,6 +257,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&d->peer_lock, NULL);
     pthread_mutex_init(&d->inflight_lock, NULL);
+    pthread_mutex_init(&d->fwd_lock, NULL);
     pthread_rwlock_init(&d->region_lock, NULL);
     d->started_ms = (uint64_t)xfer_now_ms();
     char why[400] = "";

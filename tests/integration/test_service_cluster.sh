@@ -129,6 +129,10 @@ for args in "--depth 1" "--depth 16" "--depth 16 --batch 32"; do
     ctl n1 bench n1/r1 n2/r1+3M --count "$count" --size 64 $args || fail "bench $args"
     ctl n1 bench n1/r1 n1/r1+3M --count "$count" --size 64 $args || fail "local bench $args"
 done
+# Third-party: asked of n3, forwarded to n1 over a pooled control connection.
+for args in "--depth 1" "--depth 16"; do
+    ctl n3 bench n1/r1 n2/r1+3M --count $((count / 4)) --size 64 $args || fail "third-party bench $args"
+done
 ctl n1 probe n1/r1 n2/r1 --size 1M --count 8 || fail "probe"
 ctl n2 stats || fail "stats"
 ctl n3 stats n1 | grep -q 'node n1' || fail "stats of another node"
