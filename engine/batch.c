@@ -589,10 +589,12 @@ int xfer_batch_cancel(xfer_batch *b)
     if (!b)
         return -XFER_EINVAL;
     pthread_mutex_lock(&b->mu);
-    if (b->state == B_RUNNING) {
-        end_open_items(b, -XFER_ECANCELED, "cancelled");
-        maybe_finish(b);
+    if (b->state != B_RUNNING) {
+        pthread_mutex_unlock(&b->mu);
+        return 0;
     }
+    end_open_items(b, -XFER_ECANCELED, "cancelled");
+    maybe_finish(b);
     /* io_begin/io_end pairs span one system call each: this is short. */
     int64_t limit = ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     struct timespec ts = abs_realtime_in_ns(limit);

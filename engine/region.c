@@ -419,6 +419,12 @@ static void describe_locked(const xfer_region *r, struct xfer_region_desc *out)
     out->len = r->len;
     out->access = r->access;
     out->layout = r->layout;
+    /* Transport-published fields (ipc handle text, rkeys). */
+    for (size_t i = 0; i < r->engine->n_transports; i++) {
+        struct xfer_transport *t = r->engine->transports[i];
+        if (t->ops->describe_region)
+            t->ops->describe_region(t, r, out);
+    }
 }
 
 void xfer_region_describe(const xfer_region *r, struct xfer_region_desc *out)

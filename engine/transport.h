@@ -59,6 +59,13 @@ struct xfer_transport_ops {
     int (*post)(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
     /* Optional: drive completions for transports without their own thread. */
     int (*progress)(struct xfer_transport *t);
+    /* Optional: fills this transport's published field of a local region's
+     * descriptor (ipc: out->ipc, e.g. "memfd", "cma:<pid>:<addr>",
+     * "cuda:<handle hex>+<off>"; rdma: out->rkeys). Called by
+     * xfer_region_describe() with the region table locked: must not call back
+     * into region functions. */
+    void (*describe_region)(struct xfer_transport *t, const xfer_region *r,
+                            struct xfer_region_desc *out);
 };
 
 struct xfer_transport {

@@ -183,6 +183,11 @@ const char *xfer_engine_last_error(const xfer_engine *e);
 void xfer_engine_describe(const xfer_engine *e, struct xfer_peer_desc *out);
 uint16_t xfer_engine_data_port(const xfer_engine *e);
 
+/* CUDA GPUs visible to this process, "idx:uuid:pci,..." (e.g.
+ * "0:GPU-8f3c...:0000:19:00.0"), published as the node's `gpus`. Returns the
+ * number of GPUs (0 and "" without CUDA) or -XFER_ENOSPC when len is short. */
+int xfer_gpus_describe(char *buf, size_t len);
+
 /* ---- regions ----------------------------------------------------------- */
 
 /* Registers caller memory [ptr, ptr+len) under name. The memory must stay

@@ -58,6 +58,7 @@ struct tcp_sock {
     bool released;     /* th->mu: owner closed it after close_req */
     bool linked;       /* th->mu: on th->socks */
     bool kicked;       /* th->mu: on the owner's kick list */
+    bool closing;      /* owner: close_req as seen when the kick was taken */
     bool in_ready;     /* owner: on the ready list (rx budget exhausted) */
     bool rx_blocked;   /* owner: target stopped reading, backlog too long */
     char name[96];     /* for log lines */

@@ -125,7 +125,7 @@ void tcp_sock_fail(struct tcp_sock *s, int status, const char *why)
 {
     struct tcp_thread *th = s->th;
     if (s->fd >= 0) {
-        if (s->close_req)
+        if (s->closing)
             ;
         else if (status == 0)
             xfer_info("tcp: connection %s closed: %s", s->name, why);

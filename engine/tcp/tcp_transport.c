@@ -92,13 +92,15 @@ static void serve_kicks(struct tcp_thread *th)
     pthread_mutex_lock(&th->mu);
     struct tcp_sock *s = th->kick_head;
     th->kick_head = NULL;
-    for (struct tcp_sock *k = s; k; k = k->kick_next)
+    for (struct tcp_sock *k = s; k; k = k->kick_next) {
         k->kicked = false;
+        k->closing = k->close_req;
+    }
     pthread_mutex_unlock(&th->mu);
     bool released = false;
     while (s) {
         struct tcp_sock *next = s->kick_next;
-        if (s->close_req) {
+        if (s->closing) {
             tcp_sock_fail(s, -XFER_ECONN, "disconnected");
             released = true;
         } else if (s->fd >= 0) {

@@ -1,0 +1,2 @@
+# Benchmarks (build/bench/<name>); bench/run.sh runs them with iperf3 as the ceiling.
+BENCH_PROGS += bench_tcp:bench/bench_tcp.c
