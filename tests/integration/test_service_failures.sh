@@ -89,7 +89,7 @@ echo "n3 restarted (incarnation $inc1 -> $inc2): transfers reach the new process
 ctl n1 copy n1/r1 n2/r1 4096 >/dev/null || fail "n1 -> n2 before SIGTERM"
 # Requests in flight while the signal comes: they finish, later ones are
 # refused with a clear error, the client never hangs.
-ctl n2 bench n2/r1 n1/r1 --count 100000000 --depth 8 >"$SVC_DIR/bench.out" 2>&1 &
+ctl n2 bench n2/r1 n1/r1 --count 5000000 --depth 8 >"$SVC_DIR/bench.out" 2>&1 &
 bench=$!
 served() { ctl n2 --json stats 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["ctl_requests"])' 2>/dev/null; }
 deadline=$((SECONDS + 10))
