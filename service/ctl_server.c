@@ -109,8 +109,10 @@ static void conn_release_private(struct conn *c)
 {
     for (size_t i = 0; i < c->npriv; i++) {
         struct dereg_job *dj = calloc(1, sizeof(*dj));
-        if (!dj)
+        if (!dj) {
+            free(c->priv[i]); /* stays registered until shutdown */
             continue;
+        }
         dj->job.run = dereg_run;
         dj->job.done = dereg_done;
         dj->d = c->s->d;
