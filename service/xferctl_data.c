@@ -89,6 +89,11 @@ struct stage {
 
 static int stage_open(struct stage *s, const char *what, uint64_t want)
 {
+    if (xctl_opt.connect)
+        return xctl_die(EXIT_USAGE,
+                        "%s needs a local xferd's unix socket (--socket or --node), "
+                        "not --connect",
+                        what);
     Xctl__Response *r;
     int rc = xctl_get_health(&r);
     if (rc)

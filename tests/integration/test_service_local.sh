@@ -111,6 +111,7 @@ port=$(redis-cli -p "$REDIS_PORT" hget 'xfer:node:{n1}' ctrl_port)
 expect_err "handshake" "$XFERCTL" --connect "127.0.0.1:$port" --secret wrong health
 "$XFERCTL" --connect "127.0.0.1:$port" --secret s3cret health | grep -q 'node n1' \
     || fail "TCP control with the right secret"
+expect_err "unix socket" "$XFERCTL" --connect "127.0.0.1:$port" --secret s3cret put "$SVC_DIR/in.bin" n1/kv
 
 # Bad input on the control socket: answered or dropped, never a crash.
 python3 - "$SVC_DIR/n1.sock" "$port" <<'PY' || fail "bad control input"
