@@ -19,7 +19,3 @@ test-deploy: deps deps-deploy
 
 .PHONY: bundle deps-deploy test-deploy
 
-# service/metrics*.c join libxfer.a through service/module.mk once service/
-# is merged; until then they are listed here (duplicates are harmless: make
-# removes repeated prerequisites).
-LIB_SRCS += service/metrics.c service/metrics_text.c
