@@ -17,7 +17,7 @@
 struct xferctl_opts {
     const char *socket, *node, *connect, *secret, *access, *layout, *op;
     int timeout_ms;
-    bool json, async;
+    bool json, async, prometheus;
     uint64_t size, count, depth, batch;
 };
 extern struct xferctl_opts xctl_opt; /* parsed options */

@@ -4,6 +4,7 @@
 #include "ctl_client.h"
 #include "ctl_print.h"
 #include "frame.h"
+#include "metrics_ctl.h"
 #include "naddr.h"
 #include "progress.h"
 #include "xferctl.h"
@@ -30,6 +31,7 @@ static const char usage[] =
     "  regions [NODE]              regions of NODE (default: the local node)\n"
     "  health                      is the xferd alive; its registry state\n"
     "  stats [NODE]                bytes, ops, errors per peer and transport\n"
+    "      [--prometheus]          as the text of xferd's /metrics\n"
     "  register NAME SIZE          allocate a host region in xferd\n"
     "      [--access r|w|rw] [--layout DTYPE:BLOCK_BYTES:NUM_BLOCKS[:LAYERS[:TAG]]]\n"
     "  deregister NAME             remove a region of the local xferd\n"
@@ -184,6 +186,22 @@ static int cmd_health(void)
     return 0;
 }
 
+/* The counters as the text of xferd's /metrics, by the same renderer. */
+static int print_stats_prometheus(const Xctl__StatsInfo *si)
+{
+    struct xfer_metrics_snapshot snap;
+    char *text = NULL;
+    int rc = xfer_metrics_from_stats_msg(si, &snap);
+    if (!rc)
+        rc = xfer_metrics_render(&snap, &text, NULL);
+    xfer_metrics_snapshot_clear(&snap);
+    if (rc)
+        return xctl_die(EXIT_FAIL, "stats: %s", xfer_strerror(rc));
+    fputs(text, stdout);
+    free(text);
+    return 0;
+}
+
 static int cmd_stats(const char *node)
 {
     Xctl__GetStats m = XCTL__GET_STATS__INIT;
@@ -195,10 +213,12 @@ static int cmd_stats(const char *node)
     int rc = xctl_call(&req, -1, &r);
     if (rc)
         return rc;
-    if (r->body_case == XCTL__RESPONSE__BODY_STATS)
+    if (r->body_case == XCTL__RESPONSE__BODY_STATS && xctl_opt.prometheus)
+        rc = print_stats_prometheus(r->stats);
+    else if (r->body_case == XCTL__RESPONSE__BODY_STATS)
         print_stats(stdout, r->stats, xctl_opt.json);
     xctl__response__free_unpacked(r, NULL);
-    return 0;
+    return rc;
 }
 
 static int parse_layout(const char *s, Xctl__Layout *l)
@@ -438,6 +458,7 @@ static const struct option long_opts[] = {
     {"count", required_argument, 0, 'N'},
     {"depth", required_argument, 0, 'D'},
     {"batch", required_argument, 0, 'B'},
+    {"prometheus", no_argument, 0, 'P'},
     {0, 0, 0, 0},
 };
 
@@ -465,6 +486,9 @@ static int parse_opts(int argc, char **argv, const char *optstring)
             break;
         case 'j':
             xctl_opt.json = true;
+            break;
+        case 'P':
+            xctl_opt.prometheus = true;
             break;
         case 'a':
             xctl_opt.access = optarg;
