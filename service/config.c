@@ -155,7 +155,7 @@ struct str_key {
 #k, offsetof(struct xferd_config, k), sizeof(((struct xferd_config *)0)->k)                \
     }
 static const struct str_key str_keys[] = {
-    SK(redis_url), SK(secret),      SK(transports),   SK(advertise),
+    SK(redis_url),   SK(secret),    SK(transports),   SK(advertise),
     SK(ctrl_socket), SK(log_level), SK(metrics_addr),
 };
 

@@ -41,14 +41,14 @@ struct xfer_metrics_registry {
 typedef void (*xfer_metrics_registry_fn)(struct xfer_metrics_registry *out, void *arg);
 
 struct xfer_metrics_named {
-    char name[XFER_NAME_MAX];       /* peer node id or transport name */
-    char transport[XFER_NAME_MAX];  /* peers only: transport in use, "" if none */
+    char name[XFER_NAME_MAX];      /* peer node id or transport name */
+    char transport[XFER_NAME_MAX]; /* peers only: transport in use, "" if none */
     struct xfer_stats st;
 };
 
 struct xfer_metrics_snapshot {
     char node[XFER_NAME_MAX];
-    bool live;          /* taken by the serving xferd: adds xfer_up, uptime */
+    bool live; /* taken by the serving xferd: adds xfer_up, uptime */
     uint64_t uptime_ms;
     bool have_registry;
     struct xfer_metrics_registry reg;
@@ -72,10 +72,10 @@ int xfer_metrics_render(const struct xfer_metrics_snapshot *s, char **out, size_
 struct xfer_metrics;
 
 struct xfer_metrics_config {
-    const char *addr;  /* listen address, default "0.0.0.0" */
-    uint16_t port;     /* 0 = ephemeral (read it back with _port()) */
-    const char *node;  /* node id shown in xfer_build_info; copied */
-    xfer_engine *engine; /* borrowed; must outlive the server */
+    const char *addr;                     /* listen address, default "0.0.0.0" */
+    uint16_t port;                        /* 0 = ephemeral (read it back with _port()) */
+    const char *node;                     /* node id shown in xfer_build_info; copied */
+    xfer_engine *engine;                  /* borrowed; must outlive the server */
     xfer_metrics_registry_fn registry_fn; /* may be NULL */
     void *registry_arg;
 };

@@ -161,8 +161,7 @@ static void render_info(FILE *f, const struct xfer_metrics_snapshot *s)
         put_sample(f, "xfer_uptime_seconds", &none, NULL, val);
     }
     if (s->have_registry) {
-        render_gauge(f, "xfer_registry_connected", "1 when Redis is reachable.",
-                     s->reg.connected);
+        render_gauge(f, "xfer_registry_connected", "1 when Redis is reachable.", s->reg.connected);
         render_gauge(f, "xfer_registry_known_peers", "Other nodes listed in the registry.",
                      s->reg.known_peers);
         render_gauge(f, "xfer_regions", "Regions this node publishes.", s->reg.regions);
@@ -216,4 +215,3 @@ int xfer_metrics_render(const struct xfer_metrics_snapshot *s, char **out, size_
         *len = n;
     return 0;
 }
-

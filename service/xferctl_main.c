@@ -442,24 +442,15 @@ static int cmd_status(const char *ids)
 }
 
 static const struct option long_opts[] = {
-    {"socket", required_argument, 0, 's'},
-    {"node", required_argument, 0, 'n'},
-    {"connect", required_argument, 0, 'C'},
-    {"secret", required_argument, 0, 'S'},
-    {"timeout", required_argument, 0, 'T'},
-    {"json", no_argument, 0, 'j'},
-    {"help", no_argument, 0, 'h'},
-    {"version", no_argument, 0, 'V'},
-    {"access", required_argument, 0, 'a'},
-    {"layout", required_argument, 0, 'L'},
-    {"op", required_argument, 0, 'o'},
-    {"async", no_argument, 0, 'A'},
-    {"size", required_argument, 0, 'z'},
-    {"count", required_argument, 0, 'N'},
-    {"depth", required_argument, 0, 'D'},
-    {"batch", required_argument, 0, 'B'},
-    {"prometheus", no_argument, 0, 'P'},
-    {0, 0, 0, 0},
+    {"socket", required_argument, 0, 's'},  {"node", required_argument, 0, 'n'},
+    {"connect", required_argument, 0, 'C'}, {"secret", required_argument, 0, 'S'},
+    {"timeout", required_argument, 0, 'T'}, {"json", no_argument, 0, 'j'},
+    {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, 'V'},
+    {"access", required_argument, 0, 'a'},  {"layout", required_argument, 0, 'L'},
+    {"op", required_argument, 0, 'o'},      {"async", no_argument, 0, 'A'},
+    {"size", required_argument, 0, 'z'},    {"count", required_argument, 0, 'N'},
+    {"depth", required_argument, 0, 'D'},   {"batch", required_argument, 0, 'B'},
+    {"prometheus", no_argument, 0, 'P'},    {0, 0, 0, 0},
 };
 
 static int parse_opts(int argc, char **argv, const char *optstring)

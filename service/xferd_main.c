@@ -328,8 +328,7 @@ int main(int argc, char **argv)
         goto fail;
     }
     d->srv = ctl_server_new(d, why, sizeof(why));
-    if (!d->srv || xferd_publish_start(d, why, sizeof(why)) ||
-        start_metrics(d, why, sizeof(why))) {
+    if (!d->srv || xferd_publish_start(d, why, sizeof(why)) || start_metrics(d, why, sizeof(why))) {
         fprintf(stderr, "xferd: %s\n", why);
         goto fail;
     }

@@ -96,7 +96,7 @@ static void test_empty_snapshot(void **state)
     assert_has_line(t, "xfer_node_bytes_total{op=\"write\"} 0");
     assert_has_line(t, "xfer_node_op_latency_seconds_count 0");
     assert_null(strstr(t, "xfer_registry_connected")); /* no registry callback */
-    assert_null(strstr(t, "peer=")); /* no peers */
+    assert_null(strstr(t, "peer="));                   /* no peers */
     free(t);
     xfer_metrics_snapshot_clear(&s);
 }
@@ -111,9 +111,14 @@ static void test_peers_transports_registry(void **state)
     s.uptime_ms = 12345;
     s.have_registry = true;
     s.reg = (struct xfer_metrics_registry){.connected = true, .known_peers = 2, .regions = 3};
-    s.total = (struct xfer_stats){.ops_read = 3, .ops_write = 5, .bytes_read = 300,
-                                  .bytes_written = 5 << 20, .errors = 1, .served_ops = 7,
-                                  .served_bytes = 700, .served_errors = 2};
+    s.total = (struct xfer_stats){.ops_read = 3,
+                                  .ops_write = 5,
+                                  .bytes_read = 300,
+                                  .bytes_written = 5 << 20,
+                                  .errors = 1,
+                                  .served_ops = 7,
+                                  .served_bytes = 700,
+                                  .served_errors = 2};
     struct xfer_metrics_named peers[2] = {
         {.name = "n2", .transport = "tcp", .st = {.ops_write = 5, .bytes_written = 5 << 20}},
         {.name = "n3", .st = {.ops_read = 3, .bytes_read = 300}},
@@ -146,8 +151,8 @@ static void test_latency_histogram_is_cumulative(void **state)
     (void)state;
     struct xfer_metrics_snapshot s;
     memset(&s, 0, sizeof(s));
-    s.total.lat_hist[0] = 1;  /* < 8 us */
-    s.total.lat_hist[3] = 2;  /* < 64 us */
+    s.total.lat_hist[0] = 1;                    /* < 8 us */
+    s.total.lat_hist[3] = 2;                    /* < 64 us */
     s.total.lat_hist[XFER_LAT_BUCKETS - 1] = 4; /* slower than the last bound */
     s.total.lat_us_sum = 2500000;
     char *t = render(&s);
@@ -255,7 +260,10 @@ static void test_http_serves_metrics(void **state)
     xfer_engine *e = xfer_engine_new(&ec, &err);
     assert_non_null(e);
     struct xfer_metrics_config mc = {
-        .addr = "127.0.0.1", .port = 0, .node = "h1", .engine = e,
+        .addr = "127.0.0.1",
+        .port = 0,
+        .node = "h1",
+        .engine = e,
         .registry_fn = fake_registry,
     };
     struct xfer_metrics *m = xfer_metrics_start(base, &mc, &err);
