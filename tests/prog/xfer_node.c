@@ -11,6 +11,9 @@
  *   xfer_node auth  --peer FILE [--secret S]    expects -XFER_EAUTH
  *   xfer_node pump  --peer FILE --ready FILE    transfers until the peer dies
  *   xfer_node demo  --peer FILE                 WRITE + READ, sizes and GB/s
+ *   xfer_node stuck --peer FILE --ready FILE    deadline while the peer is
+ *       frozen: connects, creates FILE, waits for FILE.go, then expects a
+ *       500 ms deadline to fire on time
  */
 #include "node_common.h"
 
@@ -281,6 +284,60 @@ static int run_pump(const struct opts *o)
     return rc == -XFER_ECONN ? 0 : 1;
 }
 
+/* ---- deadline while the peer is frozen (SIGSTOP) ------------------------------------- */
+
+static bool wait_file(const char *path, double seconds)
+{
+    for (double t0 = now_s(); now_s() - t0 < seconds; usleep(10000))
+        if (access(path, F_OK) == 0)
+            return true;
+    return false;
+}
+
+static int run_stuck(const struct opts *o)
+{
+    struct node_file nf;
+    if (node_file_read(o->peer, &nf) < 0)
+        return 1;
+    const struct xfer_region_desc *rd = node_region(&nf, "rw");
+    xfer_peer *p;
+    int rc;
+    xfer_engine *e = client_engine("stuck", &nf, NULL, 2, &p, &rc);
+    xfer_region *l;
+    if (!rd || !e || rc < 0 || xfer_region_alloc(e, "local", rd->len, XFER_ACCESS_RW, &l) < 0)
+        return 1;
+    CHECK(xfer_write(e, l, 0, p, rd->id, rd->gen, 0, rd->len, 5000) == 0, "warm-up write");
+    char go[512];
+    snprintf(go, sizeof(go), "%s.go", o->ready);
+    FILE *f = fopen(o->ready, "w");
+    if (f)
+        fclose(f);
+    if (!wait_file(go, 10)) {
+        fprintf(stderr, "stuck: no go\n");
+        return 1;
+    }
+    xfer_batch *b = xfer_batch_new(e, &rc);
+    uint64_t piece = rd->len / 8;
+    for (int i = 0; i < 8; i++) {
+        struct xfer_item it = {i & 1 ? XFER_OP_READ : XFER_OP_WRITE, l, i * piece, p, rd->id,
+                               rd->gen, i * piece, piece};
+        xfer_batch_add(b, &it);
+    }
+    double t0 = now_s();
+    xfer_batch_submit(b, 500);
+    rc = xfer_batch_wait(b, -1);
+    double ms = (now_s() - t0) * 1e3;
+    printf("stuck: batch with a 500 ms deadline ended with %s after %.0f ms (%s)\n",
+           xfer_strerror(rc), ms, xfer_batch_item_error(b, 0));
+    CHECK(rc == -XFER_ETIMEDOUT, "want -XFER_ETIMEDOUT");
+    CHECK(ms >= 450 && ms < 1500, "deadline fired after %.0f ms", ms);
+    t0 = now_s();
+    xfer_batch_free(b);
+    CHECK(now_s() - t0 < 0.5, "free after a timeout took %.0f ms", (now_s() - t0) * 1e3);
+    xfer_engine_free(e);
+    return failures ? 1 : 0;
+}
+
 /* ---- interim demo ---------------------------------------------------------------------- */
 
 static int run_demo(const struct opts *o)
@@ -365,6 +422,8 @@ int main(int argc, char **argv)
         return run_pump(&o);
     if (!strcmp(o.cmd, "demo"))
         return run_demo(&o);
+    if (!strcmp(o.cmd, "stuck") && o.ready)
+        return run_stuck(&o);
     fprintf(stderr, "unknown command %s\n", o.cmd);
     return 2;
 }

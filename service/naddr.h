@@ -1,0 +1,30 @@
+/*
+ * Named addresses of the control API: "node/region[+off]" (byte offset,
+ * decimal, hex or with a K/M/G suffix) or "node/region#block" (block index
+ * of a region with a typed layout).
+ */
+#ifndef XFER_SERVICE_NADDR_H
+#define XFER_SERVICE_NADDR_H
+
+#include "xfer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct naddr {
+    char node[XFER_NAME_MAX];
+    char region[XFER_NAME_MAX];
+    uint64_t off; /* bytes, or the block index when is_block */
+    bool is_block;
+};
+
+/* 0 or -XFER_EINVAL with the reason in why. */
+int naddr_parse(const char *s, struct naddr *out, char *why, size_t why_len);
+/* Bytes of one block of a layout (block_bytes * max(layers,1)), 0 = untyped. */
+uint64_t naddr_block_size(const struct xfer_layout *l);
+/* Refuses a block-level transfer between disagreeing layouts: 0 or
+ * -XFER_EMISMATCH with the difference in why. */
+int naddr_layouts_match(const struct xfer_layout *a, const struct xfer_layout *b, char *why,
+                        size_t why_len);
+
+#endif
