@@ -240,8 +240,9 @@ void fv_free_out(struct fv_out *o)
 }
 
 /* Moves the QP to ERR: stops its link, waits until no thread touches user
- * memory, then completes every outstanding WR — the oldest with `first`
- * (e.g. RETRY_EXC when the peer vanished), the rest with WR_FLUSH_ERR — and
+ * memory, then completes every outstanding WR, sent or not — the oldest
+ * with `first` (e.g. RETRY_EXC when the peer vanished), the rest with
+ * WR_FLUSH_ERR — and
  * flushes posted receives. After this no buffer of a flushed WR is touched. */
 void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first)
 {
@@ -262,10 +263,12 @@ void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first)
         free(w);
         w = next;
     }
-    while (o) {
+    while (o) { /* not sent yet: a NIC would still have retried the oldest */
         struct fv_out *next = o->next;
-        if (o->wr)
-            fv_push_send_cqe(qp, o->wr, IBV_WC_WR_FLUSH_ERR);
+        if (o->wr) {
+            fv_push_send_cqe(qp, o->wr, first);
+            first = IBV_WC_WR_FLUSH_ERR;
+        }
         fv_free_out(o);
         o = next;
     }
