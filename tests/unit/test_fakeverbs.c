@@ -486,6 +486,9 @@ static void test_peer_killed(void **state)
         post(&p, IBV_WR_RDMA_WRITE, 1, big, 4096, mbig->lkey, msg[1], (uint32_t)msg[2], true), 0);
     assert_int_equal(poll_one(p.cqa).status, IBV_WC_SUCCESS); /* the child is alive */
     kill(pid, SIGSTOP); /* stalls its receiver: the next requests stay outstanding */
+    int st;
+    assert_int_equal(waitpid(pid, &st, WUNTRACED), pid); /* stopped for sure */
+    assert_true(WIFSTOPPED(st));
     assert_int_equal(post(&p, IBV_WR_RDMA_WRITE, 2, big, sizeof(big), mbig->lkey, msg[1],
                           (uint32_t)msg[2], false),
                      0);
