@@ -86,6 +86,9 @@ struct batch_monitor { /* enforces deadlines of running batches */
     xfer_batch *head; /* running batches, doubly linked */
 };
 
+/* Drops items appended after the first n (undoes a partial multi-add). */
+void batch_truncate(xfer_batch *b, size_t n);
+xfer_engine *batch_engine(const xfer_batch *b);
 int batch_monitor_start(xfer_engine *e);
 /* Cancels every running batch, then stops the thread. */
 void batch_monitor_stop(xfer_engine *e);
