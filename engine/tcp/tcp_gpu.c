@@ -135,8 +135,11 @@ static void response_to_error(struct tcp_tx *t, int status)
 
 static int copy_failed(struct tcp_sock *s, struct tcp_tx *t, int rc, char *why, size_t why_len)
 {
-    snprintf(why, why_len, "GPU %d staging copy: %s", t->gdev,
-             t->gst ? xfer_gpu_stage_last_error(t->gst) : xfer_strerror(rc));
+    if (!t->gst && rc == -XFER_ENODEV)
+        snprintf(why, why_len, "no CUDA device (GPU %d memory over tcp)", t->gdev);
+    else
+        snprintf(why, why_len, "GPU %d staging copy: %s", t->gdev,
+                 t->gst ? xfer_gpu_stage_last_error(t->gst) : xfer_strerror(rc));
     if (t->gslot >= 0)
         xfer_gpu_stage_put(t->gst, t->gslot);
     t->gslot = -1;
@@ -153,10 +156,10 @@ static int copy_failed(struct tcp_sock *s, struct tcp_tx *t, int rc, char *why, 
 
 int tcp_gpu_tx_check(struct tcp_sock *s, struct tcp_tx *t, char *why, size_t why_len)
 {
-    if (!t->gpu || t->gready)
-        return 1;
+    if (!t->gpu || t->gready || (!t->gsrc && t->gslot < 0))
+        return 1; /* nothing staged: a READ_REQ, or an ack whose copy never started */
     if (t->gslot < 0) {
-        int rc = t->gsrc ? send_start(s, t) : 0;
+        int rc = send_start(s, t);
         if (rc < 0)
             return copy_failed(s, t, rc, why, why_len);
         tcp_gpu_wait_mark(s);
@@ -250,7 +253,9 @@ void tcp_gpu_land(struct tcp_sock *s, struct tcp_tx *t)
     if (s->rx_gslot < 0) { /* no slot could be had: the payload was discarded */
         int err = s->rx_gerr ? s->rx_gerr : -XFER_EIO;
         tcp_gpu_rx_drop(s);
-        tcp_chunk_complete(s, t, err, "no CUDA device or staging ring for the READ");
+        tcp_chunk_complete(s, t, err,
+                           err == -XFER_ENODEV ? "no CUDA device (GPU memory over tcp)"
+                                               : "no staging ring for GPU memory over tcp");
         return;
     }
     slot_to_tx(s, t);
