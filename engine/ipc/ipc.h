@@ -174,6 +174,25 @@ int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_
 int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int ticket, int timeout_ms, char *why,
                        size_t why_len);
 
+/* ---- batched GPU<->GPU copies (ipc_kbatch.c) ------------------------------ */
+
+struct xfer_kbatch;
+struct ipc_kcopy {
+    void *dst;
+    const void *src;
+    uint64_t len;
+    int exec, other; /* GPU running the copy (the peer memory's), the local GPU */
+    int ticket;      /* launch that took it, -1 = copy it otherwise */
+    int status;      /* after ipc_kbatch_finish */
+    bool ran;
+    size_t job;      /* caller's index */
+};
+/* Groups of >= XFER_KBATCH_MIN_ITEMS copies with the same GPU pair go into
+ * one kernel launch each (*kb created on first use; XFER_IPC_NO_KBATCH=1
+ * turns it off). */
+void ipc_kbatch_start(struct xfer_kbatch **kb, struct ipc_kcopy *v, size_t n);
+void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kcopy *v, size_t n, int timeout_ms);
+
 /* ---- owner side (ipc_serve.c) ------------------------------------------- */
 
 struct ipc_server;
