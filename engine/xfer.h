@@ -203,6 +203,18 @@ int xfer_region_alloc(xfer_engine *e, const char *name, size_t len, unsigned acc
  * bytes; the engine maps it and takes ownership of fd. */
 int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len,
                             unsigned access, xfer_region **out);
+/* Registers GPU memory that another process of this host exported with
+ * cudaIpcGetMemHandle (the 64-byte cudaIpcMemHandle_t of an allocation):
+ * opens it on GPU `device` of this process and registers [offset, offset+len)
+ * of the allocation as kind cuda:<device>. The mapping is closed on
+ * deregistration; the exporter must keep the allocation alive until then.
+ * Same-host peers reach it over ipc through the same handle. Errors:
+ * -XFER_ENODEV (no CUDA device), -XFER_EINVAL (bad handle length, or CUDA
+ * refused the handle: reason in the last error), -XFER_ERANGE (beyond the
+ * allocation). */
+int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
+                           size_t handle_len, int device, uint64_t offset, size_t len,
+                           unsigned access, xfer_region **out);
 /* Removes the region; peers holding its id/gen get -XFER_ESTALE/-XFER_ENOENT.
  * Waits for in-progress target-side accesses to finish. */
 int xfer_region_deregister(xfer_engine *e, xfer_region *r);

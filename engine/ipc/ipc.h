@@ -148,8 +148,11 @@ struct ipc_cuda_copier; /* streams + events of one connection */
 
 /* Number of usable CUDA devices, or -XFER_ENODEV with a reason. */
 int ipc_cuda_probe(char *why, size_t why_len);
-/* Owner: how a peer may open the device memory at ptr (device ordinal dev). */
-int ipc_cuda_export(void *ptr, int dev, struct ipc_cuda_export *out, char *why, size_t why_len);
+/* Owner: how a peer may open the device memory at ptr (device ordinal dev).
+ * known: the handle the memory was adopted from (xfer_region_adopt_cuda), or
+ * NULL; an imported allocation cannot be exported again, so it is reused. */
+int ipc_cuda_export(void *ptr, int dev, const uint8_t *known, struct ipc_cuda_export *out,
+                    char *why, size_t why_len);
 /* Initiator: opens what the owner exported (takes ownership of ex->fd). */
 int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out,
                     char *why, size_t why_len);
