@@ -160,12 +160,20 @@ static uint64_t hash(const uint8_t *b, size_t len)
 
 /* ---- the target process ------------------------------------------------------------ */
 
-enum { CMD_FILL = 1, CMD_HASH, CMD_QUIT };
+enum { CMD_FILL = 1, CMD_HASH, CMD_ADOPT, CMD_DROP, CMD_QUIT };
 struct cmd {
     int op;
     int region; /* index into the target's mems */
     uint64_t seed;
+    uint8_t handle[64]; /* CMD_ADOPT: the initiator's cudaIpcGetMemHandle */
 };
+struct adopted {
+    int rc;
+    char why[200];
+    struct xfer_region_desc rd;
+};
+#define ADOPT_OFF 4096u
+#define ADOPT_LEN (4u << 20)
 struct hello {
     int ngpu;
     struct xfer_peer_desc peer;
@@ -222,11 +230,28 @@ static int target_main(int in, int out, unsigned transports, bool bench)
         xfer_region_describe(m[i].r, &h.rd[i]);
     xwrite(out, &h, sizeof(h));
     uint8_t *shadow = malloc(REG_LEN);
+    xfer_region *adopted = NULL;
     for (;;) {
         struct cmd c;
         xread(in, &c, sizeof(c));
         if (c.op == CMD_QUIT)
             break;
+        if (c.op == CMD_ADOPT) { /* GPU memory of the other process, by handle */
+            struct adopted a = {0};
+            a.rc = xfer_region_adopt_cuda(e, "adopted", c.handle, sizeof(c.handle), 0,
+                                          ADOPT_OFF, ADOPT_LEN, XFER_ACCESS_RW, &adopted);
+            snprintf(a.why, sizeof(a.why), "%s", xfer_engine_last_error(e));
+            if (a.rc == 0)
+                xfer_region_describe(adopted, &a.rd);
+            xwrite(out, &a, sizeof(a));
+            continue;
+        }
+        if (c.op == CMD_DROP) {
+            uint64_t rc = (uint64_t)xfer_region_deregister(e, adopted);
+            adopted = NULL;
+            xwrite(out, &rc, sizeof(rc));
+            continue;
+        }
         struct mem *r = &m[c.region];
         if (c.op == CMD_FILL) {
             fill(shadow, r->len, c.seed);
@@ -492,6 +517,57 @@ static int no_device_checks(struct ctx *c)
     return failures ? 1 : 77;
 }
 
+/* GPU memory of this process, handed to the target as a CUDA IPC handle
+ * (xfer_region_adopt_cuda there), then written and read over tcp: the
+ * bytes must land in this process's allocation. */
+static void adopt_test(struct ctx *c)
+{
+#if XFER_WITH_CUDA
+    uint8_t *a = NULL;
+    struct cmd k = {.op = CMD_ADOPT};
+    cudaIpcMemHandle_t h;
+    if (cudaSetDevice(0) || cudaMalloc((void **)&a, ADOPT_OFF + ADOPT_LEN) ||
+        cudaMemset(a, 0, ADOPT_OFF + ADOPT_LEN) || cudaIpcGetMemHandle(&h, a))
+        die("cudaMalloc/cudaIpcGetMemHandle");
+    memcpy(k.handle, &h, sizeof(h));
+    xwrite(c->to, &k, sizeof(k));
+    struct adopted ad;
+    xread(c->from, &ad, sizeof(ad));
+    if (ad.rc < 0) {
+        FAIL("xfer_region_adopt_cuda: %s (%s)", xfer_strerror(ad.rc), ad.why);
+        return;
+    }
+    if (ad.rd.kind != XFER_MEM_CUDA || ad.rd.len != ADOPT_LEN)
+        FAIL("adopted region: kind %d len %llu", ad.rd.kind, (unsigned long long)ad.rd.len);
+    xfer_peer_region_add(c->p, &ad.rd);
+    struct mem *hm = &c->mine[1];
+    fill(c->model_l, REG_LEN, 4242);
+    copy_in(hm, c->model_l, REG_LEN);
+    int rc = xfer_write(c->e, hm->r, 123, c->p, ad.rd.id, ad.rd.gen, 0, ADOPT_LEN, DEADLINE_MS);
+    uint8_t *got = malloc(ADOPT_LEN);
+    if (rc == 0 && cudaMemcpy(got, a + ADOPT_OFF, ADOPT_LEN, cudaMemcpyDeviceToHost))
+        die("cudaMemcpy");
+    if (rc < 0 || memcmp(got, c->model_l + 123, ADOPT_LEN))
+        FAIL("WRITE into the adopted region: %s", xfer_strerror(rc));
+    rc = xfer_read(c->e, hm->r, 1 << 20, c->p, ad.rd.id, ad.rd.gen, 0, ADOPT_LEN, DEADLINE_MS);
+    copy_out(hm, got, 1 << 20, ADOPT_LEN);
+    if (rc < 0 || memcmp(got, c->model_l + 123, ADOPT_LEN))
+        FAIL("READ from the adopted region: %s", xfer_strerror(rc));
+    free(got);
+    k.op = CMD_DROP;
+    uint64_t drc;
+    xwrite(c->to, &k, sizeof(k));
+    xread(c->from, &drc, sizeof(drc));
+    if (drc)
+        FAIL("deregistering the adopted region: %s", xfer_strerror((int)drc));
+    cudaFree(a);
+    printf("%s adopted CUDA IPC handle on GPU %d: WRITE/READ over tcp land in the "
+           "exporter's allocation\n", failures ? "FAIL" : "ok  ", ad.rd.device);
+#else
+    (void)c;
+#endif
+}
+
 static int initiator_main(struct ctx *c, unsigned transports, bool bench_on, const char *tname)
 {
     xread(c->from, &c->h, sizeof(c->h));
@@ -518,6 +594,8 @@ static int initiator_main(struct ctx *c, unsigned transports, bool bench_on, con
     for (int l = 0; l < 2; l++)
         for (int r = 0; r < 2; r++)
             pair_tests(c, &c->mine[l], r);
+    if (!strcmp(tname, "tcp")) /* over ipc we would open our own handle */
+        adopt_test(c);
     if (bench_on) {
         mem_make(c->e, &c->mine[2], "gb", true, 0, BENCH_LEN, false);
         mem_make(c->e, &c->mine[3], "hb", false, -1, BENCH_LEN, false);
