@@ -237,12 +237,18 @@ static char *job_local(const struct ipc_job *j)
     return (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
 }
 
+/* Items this large stay with the copy engine: on 2 x H200 (NVLink) 64 and
+ * 256 MiB items reached 0.84 of cudaMemcpyPeerAsync as batched kernels and
+ * 0.92-0.95 as copy-engine copies; at 16 MiB both were 0.85-0.92, and below
+ * it the kernel was ahead (1.0-4.3x at 4 KiB..4 MiB, docs/gpu.md). */
+#define IPC_KBATCH_MAX_ITEM (16ull << 20)
+
 /* GPU<->GPU items wait in g->kc for a batched launch; true if j went there. */
 static bool kc_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
 {
     int ldev, rdev;
     char *remote = job_cuda_sides(j, &ldev, &rdev);
-    if (!g->kc || ldev < 0 || rdev < 0)
+    if (!g->kc || ldev < 0 || rdev < 0 || j->it.len >= IPC_KBATCH_MAX_ITEM)
         return false;
     char *local = job_local(j);
     bool rd = j->it.op == XFER_OP_READ;

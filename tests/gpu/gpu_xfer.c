@@ -222,8 +222,8 @@ static int target_main(int in, int out, unsigned transports, bool bench)
     mem_make(e, &m[0], "g", true, last, REG_LEN, h.ngpu == 0);
     mem_make(e, &m[1], "h", false, -1, REG_LEN, false);
     h.n = 2;
-    if (bench && h.ngpu > 0) {
-        mem_make(e, &m[2], "gb", true, last, BENCH_LEN, false);
+    if (bench) {
+        mem_make(e, &m[2], "gb", true, last, BENCH_LEN, h.ngpu == 0);
         mem_make(e, &m[3], "hb", false, -1, BENCH_LEN, false);
         h.n = 4;
     }
@@ -231,7 +231,7 @@ static int target_main(int in, int out, unsigned transports, bool bench)
     for (int i = 0; i < h.n; i++)
         xfer_region_describe(m[i].r, &h.rd[i]);
     xwrite(out, &h, sizeof(h));
-    uint8_t *shadow = malloc(REG_LEN);
+    uint8_t *shadow = malloc(h.n > 2 ? BENCH_LEN : REG_LEN); /* the largest region */
     xfer_region *adopted = NULL;
     for (;;) {
         struct cmd c;
@@ -597,6 +597,11 @@ static int initiator_main(struct ctx *c, unsigned transports, bool bench_on, con
         for (int l = 0; l < 2; l++)
             for (int r = 0; r < 2; r++)
                 pair_tests(c, &c->mine[l], r);
+        if (bench_on) { /* exercises the bench code; the numbers mean nothing */
+            mem_make(c->e, &c->mine[2], "gb", true, 0, BENCH_LEN, true);
+            mem_make(c->e, &c->mine[3], "hb", false, -1, BENCH_LEN, false);
+            bench(c, "tcp (emulated GPU staging)");
+        }
         printf("emulated GPU staging (XFER_GPU_STAGE_EMULATE, no CUDA device): %s\n",
                failures ? "FAILED" : "passed");
         return failures ? 1 : 0;
