@@ -75,10 +75,9 @@ BENCH_TARGETS := $(foreach p,$(BENCH_PROGS),$(B)/bench/$(call prog_name,$(p)))
 
 all: $(LIBXFER) $(BIN_TARGETS) $(TEST_TARGETS) $(BENCH_TARGETS) $(UNIT_BINS)
 
-# Generated protobuf-c sources must exist before anything includes them.
-$(LIB_OBJS): | $(GEN_SRCS)
-
-$(B)/obj/%.o: %.c
+# Generated protobuf-c sources must exist before anything includes them:
+# every object (library, mains, tests) waits for them.
+$(B)/obj/%.o: %.c | $(GEN_SRCS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 

@@ -155,7 +155,8 @@ struct str_key {
 #k, offsetof(struct xferd_config, k), sizeof(((struct xferd_config *)0)->k)                \
     }
 static const struct str_key str_keys[] = {
-    SK(redis_url), SK(secret), SK(transports), SK(advertise), SK(ctrl_socket), SK(log_level),
+    SK(redis_url),   SK(secret),    SK(transports),   SK(advertise),
+    SK(ctrl_socket), SK(log_level), SK(metrics_addr),
 };
 
 static int set_port(const char *val, uint16_t *out)
@@ -201,6 +202,8 @@ static int set_global_key(struct xferd_config *c, const char *key, const char *v
         return set_port(val, &c->data_port);
     if (!strcmp(key, "ctrl_port"))
         return set_port(val, &c->ctrl_port);
+    if (!strcmp(key, "metrics_port"))
+        return set_port(val, &c->metrics_port);
     if (!strcmp(key, "secret_file")) {
         FILE *f = fopen(val, "r");
         if (!f)
@@ -217,6 +220,22 @@ static int set_global_key(struct xferd_config *c, const char *key, const char *v
     return -XFER_ENOENT;
 }
 
+/* "kv:64M:rw,ro:1M:r" (XFER_REGIONS, --regions, `regions =`): one
+ * NAME:SIZE[:ACCESS] spec per comma-separated item. */
+static int add_region_list(struct xferd_config *c, const char *list, char *why, size_t why_len)
+{
+    char buf[1024], *save = NULL;
+    if (strlen(list) >= sizeof(buf)) {
+        snprintf(why, why_len, "region list too long");
+        return -XFER_EINVAL;
+    }
+    strcpy(buf, list);
+    for (char *it = strtok_r(buf, ", \t", &save); it; it = strtok_r(NULL, ", \t", &save))
+        if (xferd_config_add_region_spec(c, it, why, why_len))
+            return -XFER_EINVAL;
+    return 0;
+}
+
 int xferd_config_set(struct xferd_config *c, const char *key, const char *val, char *why,
                      size_t why_len)
 {
@@ -228,6 +247,8 @@ int xferd_config_set(struct xferd_config *c, const char *key, const char *val, c
     }
     for (size_t i = 0; i <= n; i++)
         k[i] = key[i] == '-' ? '_' : key[i];
+    if (!strcmp(k, "regions"))
+        return add_region_list(c, val, why, why_len);
     int rc = set_global_key(c, k, val);
     if (rc == -XFER_ENOENT && !strcmp(k, "secret_file"))
         snprintf(why, why_len, "cannot read secret file '%s'", val);
@@ -370,6 +391,9 @@ static const char *const env_keys[][2] = {
     {"XFER_IO_TIMEOUT_MS", "io_timeout_ms"},
     {"XFER_REQUEST_TIMEOUT_MS", "request_timeout_ms"},
     {"XFER_WORKERS", "workers"},
+    {"XFER_METRICS_PORT", "metrics_port"},
+    {"XFER_METRICS_ADDR", "metrics_addr"},
+    {"XFER_REGIONS", "regions"},
 };
 
 int xferd_config_load_env(struct xferd_config *c, char *why, size_t why_len)

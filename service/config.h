@@ -45,6 +45,8 @@ struct xferd_config {
     char advertise[XFER_ADDR_MAX];  /* published address; "" = listen */
     uint16_t data_port;             /* 0 = ephemeral */
     uint16_t ctrl_port;             /* 0 = ephemeral */
+    uint16_t metrics_port;          /* Prometheus /metrics; 0 = off */
+    char metrics_addr[XFER_ADDR_MAX]; /* "" = listen */
     char ctrl_socket[XFERD_PATH_MAX];
     char config_path[XFERD_PATH_MAX];
     int ttl_ms;

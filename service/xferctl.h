@@ -20,7 +20,7 @@ struct xferctl_opts {
     int gpu;
     uint64_t cuda_offset;
     int timeout_ms;
-    bool json, async;
+    bool json, async, prometheus;
     uint64_t size, count, depth, batch;
 };
 extern struct xferctl_opts xctl_opt; /* parsed options */

@@ -4,6 +4,7 @@
 #include "ctl_client.h"
 #include "ctl_print.h"
 #include "frame.h"
+#include "metrics_ctl.h"
 #include "naddr.h"
 #include "progress.h"
 #include "xferctl.h"
@@ -30,6 +31,7 @@ static const char usage[] =
     "  regions [NODE]              regions of NODE (default: the local node)\n"
     "  health                      is the xferd alive; its registry state\n"
     "  stats [NODE]                bytes, ops, errors per peer and transport\n"
+    "      [--prometheus]          as the text of xferd's /metrics\n"
     "  register NAME SIZE          allocate a host region in xferd\n"
     "      [--access r|w|rw] [--layout DTYPE:BLOCK_BYTES:NUM_BLOCKS[:LAYERS[:TAG]]]\n"
     "      [--cuda-ipc HEX --gpu N [--cuda-offset OFF]]  GPU memory of a local process\n"
@@ -186,6 +188,22 @@ static int cmd_health(void)
     return 0;
 }
 
+/* The counters as the text of xferd's /metrics, by the same renderer. */
+static int print_stats_prometheus(const Xctl__StatsInfo *si)
+{
+    struct xfer_metrics_snapshot snap;
+    char *text = NULL;
+    int rc = xfer_metrics_from_stats_msg(si, &snap);
+    if (!rc)
+        rc = xfer_metrics_render(&snap, &text, NULL);
+    xfer_metrics_snapshot_clear(&snap);
+    if (rc)
+        return xctl_die(EXIT_FAIL, "stats: %s", xfer_strerror(rc));
+    fputs(text, stdout);
+    free(text);
+    return 0;
+}
+
 static int cmd_stats(const char *node)
 {
     Xctl__GetStats m = XCTL__GET_STATS__INIT;
@@ -197,10 +215,12 @@ static int cmd_stats(const char *node)
     int rc = xctl_call(&req, -1, &r);
     if (rc)
         return rc;
-    if (r->body_case == XCTL__RESPONSE__BODY_STATS)
+    if (r->body_case == XCTL__RESPONSE__BODY_STATS && xctl_opt.prometheus)
+        rc = print_stats_prometheus(r->stats);
+    else if (r->body_case == XCTL__RESPONSE__BODY_STATS)
         print_stats(stdout, r->stats, xctl_opt.json);
     xctl__response__free_unpacked(r, NULL);
-    return 0;
+    return rc;
 }
 
 static int parse_layout(const char *s, Xctl__Layout *l)
@@ -437,25 +457,16 @@ static int cmd_status(const char *ids)
 }
 
 static const struct option long_opts[] = {
-    {"socket", required_argument, 0, 's'},
-    {"node", required_argument, 0, 'n'},
-    {"connect", required_argument, 0, 'C'},
-    {"secret", required_argument, 0, 'S'},
-    {"timeout", required_argument, 0, 'T'},
-    {"json", no_argument, 0, 'j'},
-    {"help", no_argument, 0, 'h'},
-    {"version", no_argument, 0, 'V'},
-    {"access", required_argument, 0, 'a'},
-    {"layout", required_argument, 0, 'L'},
-    {"op", required_argument, 0, 'o'},
-    {"async", no_argument, 0, 'A'},
-    {"size", required_argument, 0, 'z'},
-    {"count", required_argument, 0, 'N'},
-    {"depth", required_argument, 0, 'D'},
-    {"batch", required_argument, 0, 'B'},
-    {"cuda-ipc", required_argument, 0, 'I'},
-    {"gpu", required_argument, 0, 'G'},
-    {"cuda-offset", required_argument, 0, 'O'},
+    {"socket", required_argument, 0, 's'},  {"node", required_argument, 0, 'n'},
+    {"connect", required_argument, 0, 'C'}, {"secret", required_argument, 0, 'S'},
+    {"timeout", required_argument, 0, 'T'}, {"json", no_argument, 0, 'j'},
+    {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, 'V'},
+    {"access", required_argument, 0, 'a'},  {"layout", required_argument, 0, 'L'},
+    {"op", required_argument, 0, 'o'},      {"async", no_argument, 0, 'A'},
+    {"size", required_argument, 0, 'z'},    {"count", required_argument, 0, 'N'},
+    {"depth", required_argument, 0, 'D'},   {"batch", required_argument, 0, 'B'},
+    {"prometheus", no_argument, 0, 'P'},    {"cuda-ipc", required_argument, 0, 'I'},
+    {"gpu", required_argument, 0, 'G'},     {"cuda-offset", required_argument, 0, 'O'},
     {0, 0, 0, 0},
 };
 
@@ -483,6 +494,9 @@ static int parse_opts(int argc, char **argv, const char *optstring)
             break;
         case 'j':
             xctl_opt.json = true;
+            break;
+        case 'P':
+            xctl_opt.prometheus = true;
             break;
         case 'a':
             xctl_opt.access = optarg;

@@ -24,6 +24,7 @@ struct event_base;
 struct ctl_server;
 struct jobq;
 struct batch_table;
+struct xfer_metrics;
 
 struct xferd {
     struct xferd_config cfg;
@@ -33,6 +34,7 @@ struct xferd {
     struct ctl_server *srv;
     struct jobq *jobs;
     struct batch_table *batches;
+    struct xfer_metrics *metrics; /* NULL unless metrics_port is set */
     uint64_t incarnation;
     uint64_t started_ms; /* CLOCK_MONOTONIC ms */
     uint16_t ctrl_port;  /* bound TCP control port */

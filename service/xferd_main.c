@@ -2,6 +2,7 @@
  * control server. See docs/service.md. */
 #include "config.h"
 #include "frame.h"
+#include "metrics.h"
 #include "xferd.h"
 
 #include <event2/event.h>
@@ -32,6 +33,10 @@ static const char usage[] =
     "  -s, --ctrl-socket PATH    unix socket, default /tmp/xferd-NODE.sock\n"
     "                                                       (XFER_CTRL_SOCKET)\n"
     "  -R, --region NAME:SIZE[:ACCESS]  allocate a host region (repeatable)\n"
+    "      --regions LIST        the same, comma-separated  (XFER_REGIONS)\n"
+    "      --metrics-port P      Prometheus /metrics over HTTP, 0 = off\n"
+    "                                                       (XFER_METRICS_PORT)\n"
+    "      --metrics-addr ADDR   its address, default: --listen (XFER_METRICS_ADDR)\n"
     "      --ttl-ms MS           registry TTL, default 10000 (XFER_TTL_MS)\n"
     "      --heartbeat-ms MS     default ttl/3              (XFER_HEARTBEAT_MS)\n"
     "      --drain-ms MS         SIGTERM grace, default 5000 (XFER_DRAIN_MS)\n"
@@ -66,6 +71,9 @@ static const struct option long_opts[] = {
     {"request-timeout-ms", required_argument, 0, OPT_KEY},
     {"workers", required_argument, 0, OPT_KEY},
     {"log-level", required_argument, 0, OPT_KEY},
+    {"regions", required_argument, 0, OPT_KEY},
+    {"metrics-port", required_argument, 0, OPT_KEY},
+    {"metrics-addr", required_argument, 0, OPT_KEY},
     {0, 0, 0, 0},
 };
 
@@ -182,6 +190,49 @@ static int start_engine(struct xferd *d)
     return 0;
 }
 
+/* Registry state for /metrics; runs on the loop thread at each scrape. The
+ * node list is read only while Redis is up (bounded by the registry's
+ * command timeout). */
+static void count_public_region(const struct xfer_region_desc *rd, void *arg)
+{
+    if (rd->name[0] != XFERD_PRIVATE_PREFIX)
+        (*(uint32_t *)arg)++;
+}
+
+static void metrics_registry_state(struct xfer_metrics_registry *out, void *arg)
+{
+    struct xferd *d = arg;
+    out->connected = d->reg && xfer_registry_connected(d->reg);
+    xfer_region_foreach(d->eng, count_public_region, &out->regions);
+    struct xfer_node_desc *nodes = NULL;
+    size_t n = 0;
+    if (out->connected && !xfer_registry_list_nodes(d->reg, &nodes, &n)) {
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(nodes[i].peer.node_id, d->cfg.node))
+                out->known_peers++;
+        free(nodes);
+    }
+}
+
+static int start_metrics(struct xferd *d, char *why, size_t why_len)
+{
+    if (!d->cfg.metrics_port)
+        return 0;
+    struct xfer_metrics_config mc = {
+        .addr = d->cfg.metrics_addr[0] ? d->cfg.metrics_addr : d->cfg.listen,
+        .port = d->cfg.metrics_port,
+        .node = d->cfg.node,
+        .engine = d->eng,
+        .registry_fn = metrics_registry_state,
+        .registry_arg = d,
+    };
+    int err = 0;
+    d->metrics = xfer_metrics_start(d->base, &mc, &err);
+    if (!d->metrics)
+        snprintf(why, why_len, "metrics on %s:%u: %s", mc.addr, mc.port, xfer_strerror(err));
+    return d->metrics ? 0 : err;
+}
+
 struct drain {
     struct xferd *d;
     struct event *timer;
@@ -235,6 +286,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 static void shutdown_all(struct xferd *d)
 {
+    xfer_metrics_stop(d->metrics);
     xferd_publish_stop(d); /* removes our keys, publishes "leave" */
     jobq_free(d->jobs);
     xferd_forward_close_all(d);
@@ -276,7 +328,7 @@ int main(int argc, char **argv)
         goto fail;
     }
     d->srv = ctl_server_new(d, why, sizeof(why));
-    if (!d->srv || xferd_publish_start(d, why, sizeof(why))) {
+    if (!d->srv || xferd_publish_start(d, why, sizeof(why)) || start_metrics(d, why, sizeof(why))) {
         fprintf(stderr, "xferd: %s\n", why);
         goto fail;
     }

@@ -41,6 +41,7 @@ struct tcp_tx {
     uint32_t hdr_sent;
     uint8_t *payload; /* WRITE_REQ: local memory; READ_RESP: region memory */
     uint64_t payload_len, payload_sent;
+    bool pad; /* item ended mid-frame: the rest goes out as zeros */
     /* initiator chunk */
     xfer_batch *b; /* held */
     size_t idx;

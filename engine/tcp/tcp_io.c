@@ -186,6 +186,13 @@ static bool has_work(struct tcp_sock *s)
 void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms)
 {
     int limit = xfer_engine_config_get(s->tt->engine)->io_timeout_ms;
+    if (!s->target && s->fd >= 0) { /* belt and braces: queued work is never left behind */
+        pthread_mutex_lock(&s->qmu);
+        bool queued = s->q_head != NULL;
+        pthread_mutex_unlock(&s->qmu);
+        if (queued)
+            tcp_sock_writable(s);
+    }
     if (s->fd < 0 || !has_work(s) || now_ms - s->last_progress_ms <= limit)
         return;
     char why[96];
@@ -325,25 +332,42 @@ struct gather {
     struct iovec iov[2 * TCP_IOV_MAX];
     struct tcp_tx *pinned[TCP_IOV_MAX];
     int niov, npinned;
+    bool last; /* the frame just added is only partly covered */
 };
 
 /* Adds t to g; false = stop gathering here (t goes next round). An
- * initiator's WRITE payload is local memory: pinned for this call only. */
+ * initiator's WRITE payload is local memory: pinned for this call only. If
+ * its item ended while the frame is half sent, the rest of the frame is sent
+ * as zeros: the stream stays in sync (other chunks on this socket are not
+ * hurt) and the cancelled item's remote range is undefined anyway. */
+static const uint8_t zeros[65536];
+
 static bool gather_add(struct tcp_sock *s, struct gather *g, struct tcp_tx *t, bool head)
 {
-    bool needs_mem = !s->target && t->payload_sent < t->payload_len;
+    bool needs_mem = !s->target && !t->pad && t->payload_sent < t->payload_len;
     if (!s->target && !head && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
         return false;
     if (needs_mem) {
-        if (!xfer_batch_io_begin(t->b, t->idx))
-            return false;
-        g->pinned[g->npinned++] = t;
+        if (xfer_batch_io_begin(t->b, t->idx)) {
+            g->pinned[g->npinned++] = t;
+        } else if (t->hdr_sent == 0) {
+            return false; /* not started: dropped when it reaches the head */
+        } else {
+            t->pad = true;
+        }
     }
     if (t->hdr_sent < XFER_WIRE_HDR_LEN)
         g->iov[g->niov++] = (struct iovec){t->hdr + t->hdr_sent, XFER_WIRE_HDR_LEN - t->hdr_sent};
-    if (t->payload_sent < t->payload_len)
+    uint64_t left = t->payload_len - t->payload_sent;
+    if (left && t->pad) {
         g->iov[g->niov++] =
-            (struct iovec){t->payload + t->payload_sent, t->payload_len - t->payload_sent};
+            (struct iovec){(void *)zeros, left < sizeof(zeros) ? (size_t)left : sizeof(zeros)};
+        /* tx_advance() assumes each frame's iovs cover all it has left, so a
+         * frame sent only in part by this call must be the last one. */
+        g->last = left > sizeof(zeros);
+    }
+    else if (left)
+        g->iov[g->niov++] = (struct iovec){t->payload + t->payload_sent, left};
     return true;
 }
 
@@ -405,17 +429,15 @@ void tcp_sock_writable(struct tcp_sock *s)
             break;
         struct gather g;
         g.niov = g.npinned = 0;
+        g.last = false;
         int n_ent = 0;
-        for (struct tcp_tx *t = s->tx_head; t && n_ent < TCP_IOV_MAX; t = t->next, n_ent++)
+        for (struct tcp_tx *t = s->tx_head; t && n_ent < TCP_IOV_MAX && !g.last;
+             t = t->next, n_ent++)
             if ((t != s->tx_head && t->gpu && tcp_gpu_tx_check(s, t, NULL, 0) != 1) ||
                 !gather_add(s, &g, t, t == s->tx_head))
                 break;
-        if (n_ent == 0 && s->tx_head->hdr_sent == 0)
-            continue; /* the head just ended: dropped next round */
-        if (n_ent == 0) { /* the head ended while partly sent: stream broken */
-            tcp_sock_fail(s, -XFER_ECONN, "item ended in the middle of its payload");
-            return;
-        }
+        if (n_ent == 0)
+            continue; /* the unsent head just ended: dropped next round */
         struct msghdr msg = {.msg_iov = g.iov, .msg_iovlen = (size_t)g.niov};
         ssize_t n = sendmsg(s->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
         int err = errno;

@@ -86,20 +86,22 @@ void tcp_thread_kick(struct tcp_sock *s)
         wake(th->wakefd);
 }
 
-/* Sends what posters queued; closes sockets disconnect asked for. */
+/* Sends what posters queued; closes sockets disconnect asked for. A socket
+ * stays marked kicked until its turn, so a concurrent kick cannot relink it
+ * (and so redirect this walk) while it still waits in the detached list. */
 static void serve_kicks(struct tcp_thread *th)
 {
     pthread_mutex_lock(&th->mu);
     struct tcp_sock *s = th->kick_head;
     th->kick_head = NULL;
-    for (struct tcp_sock *k = s; k; k = k->kick_next) {
-        k->kicked = false;
-        k->closing = k->close_req;
-    }
     pthread_mutex_unlock(&th->mu);
     bool released = false;
     while (s) {
+        pthread_mutex_lock(&th->mu);
         struct tcp_sock *next = s->kick_next;
+        s->kicked = false;
+        s->closing = s->close_req;
+        pthread_mutex_unlock(&th->mu);
         if (s->closing) {
             tcp_sock_fail(s, -XFER_ECONN, "disconnected");
             released = true;
