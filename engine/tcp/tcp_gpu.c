@@ -135,6 +135,11 @@ static void response_to_error(struct tcp_tx *t, int status)
 
 static int copy_failed(struct tcp_sock *s, struct tcp_tx *t, int rc, char *why, size_t why_len)
 {
+    char local[200];
+    if (!why || !why_len) { /* a frame behind the head: reason logged only */
+        why = local;
+        why_len = sizeof(local);
+    }
     if (!t->gst && rc == -XFER_ENODEV)
         snprintf(why, why_len, "no CUDA device (GPU %d memory over tcp)", t->gdev);
     else
