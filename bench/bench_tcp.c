@@ -5,7 +5,9 @@
  * each point runs for --seconds. Prints GB/s (1e9 bytes/s) and ops/s, and
  * the ratio to --ceiling-gbps (iperf3 single stream, from bench/run.sh).
  *
- *   bench_tcp [--seconds 0.5] [--ceiling-gbps X] [--sizes 4096,1048576,...]
+ *   bench_tcp [--seconds 0.5] [--repeat N (best of N)] [--ceiling-gbps X]
+ *             [--sizes 4096,1048576,...]
+ *   env XFER_BENCH_CHUNK=bytes overrides chunk_bytes (tuning)
  */
 #include "xfer.h"
 
@@ -32,6 +34,9 @@ static xfer_engine *engine(const char *name, int sockets)
     cfg.node_id = name;
     cfg.transports = XFER_TRANSPORT_TCP;
     cfg.sockets_per_peer = sockets;
+    const char *chunk = getenv("XFER_BENCH_CHUNK"); /* bytes, for tuning */
+    if (chunk)
+        cfg.chunk_bytes = strtoull(chunk, NULL, 0);
     int rc;
     xfer_engine *e = xfer_engine_new(&cfg, &rc);
     if (!e)
@@ -78,7 +83,7 @@ static struct point run_point(xfer_engine *e, xfer_peer *p, xfer_region *l,
         int rc = xfer_batch_wait(b[k], -1);
         if (rc < 0) {
             pt.errors++;
-            fprintf(stderr, "bench: %s\n", xfer_strerror(rc));
+            fprintf(stderr, "bench: %s: %s\n", xfer_strerror(rc), xfer_batch_item_error(b[k], 0));
         }
         ops += xfer_batch_count(b[k]);
         bytes += xfer_batch_count(b[k]) * size;
@@ -106,8 +111,10 @@ static void size_text(uint64_t s, char *out, size_t len)
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {{"seconds", 1, 0, 't'}, {"ceiling-gbps", 1, 0, 'c'},
-                                       {"sizes", 1, 0, 's'}, {0, 0, 0, 0}};
+                                       {"sizes", 1, 0, 's'}, {"repeat", 1, 0, 'r'},
+                                       {0, 0, 0, 0}};
     double seconds = 0.5, ceiling = 0;
+    int repeat = 1;
     uint64_t sizes[16] = {4096, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
     int n_sizes = 6;
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
@@ -115,6 +122,8 @@ int main(int argc, char **argv)
             seconds = atof(optarg);
         else if (c == 'c')
             ceiling = atof(optarg);
+        else if (c == 'r')
+            repeat = atoi(optarg) > 0 ? atoi(optarg) : 1;
         else if (c == 's') {
             n_sizes = 0;
             for (char *tok = strtok(optarg, ","); tok && n_sizes < 16; tok = strtok(NULL, ","))
@@ -145,7 +154,13 @@ int main(int argc, char **argv)
         memset(xfer_region_ptr(l), 2, REGION_BYTES);
         for (int op = XFER_OP_WRITE; op >= XFER_OP_READ; op--) {
             for (int i = 0; i < n_sizes; i++) {
-                struct point pt = run_point(e, p, l, &rd, op, sizes[i], seconds);
+                struct point pt = {0}; /* best of `repeat`: the machine is shared */
+                for (int k = 0; k < repeat; k++) {
+                    struct point q = run_point(e, p, l, &rd, op, sizes[i], seconds);
+                    pt.errors += q.errors;
+                    if (q.gbps > pt.gbps)
+                        pt.gbps = q.gbps, pt.ops = q.ops;
+                }
                 char sz[32];
                 size_text(sizes[i], sz, sizeof(sz));
                 printf("%-6s %-8s %7d %9.2f %11.0f", op == XFER_OP_WRITE ? "WRITE" : "READ", sz,

@@ -26,9 +26,11 @@ struct stage_slot {
     cudaEvent_t ev;  /* after the slot's last copy */
     bool taken;      /* between get and put */
     bool busy;       /* ev recorded and not yet seen complete */
+    int fake_polls;  /* emulated: polls that still answer "in progress" */
 };
 
 struct xfer_gpu_stage {
+    bool emulated; /* XFER_GPU_STAGE_EMULATE test mode, see emulated_new() */
     int device;
     size_t slot_bytes;
     unsigned nslots;
@@ -74,6 +76,12 @@ void xfer_gpu_stage_free(struct xfer_gpu_stage *s)
 {
     if (!s)
         return;
+    if (s->emulated) {
+        for (unsigned i = 0; i < s->nslots; i++)
+            free(s->slot[i].host);
+        free(s);
+        return;
+    }
     cudaSetDevice(s->device);
     for (unsigned i = 0; i < s->nslots; i++) {
         struct stage_slot *sl = &s->slot[i];
@@ -91,6 +99,27 @@ void xfer_gpu_stage_free(struct xfer_gpu_stage *s)
     free(s);
 }
 
+/* Test mode for machines without a GPU (XFER_GPU_STAGE_EMULATE=1 and no CUDA
+ * device): "device" memory is host memory, copies are memcpy done at once
+ * but reported in progress for the first two polls, so the callers' waiting
+ * paths (tcp_gpu.c) run in CI. Never chosen when a device exists. */
+static int emulated_new(size_t slot_bytes, unsigned nslots, struct xfer_gpu_stage **out)
+{
+    struct xfer_gpu_stage *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -XFER_ENOMEM;
+    s->emulated = true;
+    s->slot_bytes = slot_bytes ? slot_bytes : STAGE_DEF_SLOT;
+    s->nslots = nslots ? nslots : STAGE_DEF_SLOTS;
+    for (unsigned i = 0; i < s->nslots; i++)
+        if (!(s->slot[i].host = malloc(s->slot_bytes))) {
+            xfer_gpu_stage_free(s);
+            return -XFER_ENOMEM;
+        }
+    *out = s;
+    return 0;
+}
+
 int xfer_gpu_stage_new(int device, size_t slot_bytes, unsigned nslots, struct xfer_gpu_stage **out)
 {
     int n = 0;
@@ -99,6 +128,9 @@ int xfer_gpu_stage_new(int device, size_t slot_bytes, unsigned nslots, struct xf
     *out = NULL;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
         (void)cudaGetLastError();
+        const char *emu = getenv("XFER_GPU_STAGE_EMULATE");
+        if (emu && *emu == '1' && nslots <= STAGE_MAX_SLOTS)
+            return emulated_new(slot_bytes, nslots, out);
         return -XFER_ENODEV;
     }
     if (device < 0 || device >= n || nslots > STAGE_MAX_SLOTS)
@@ -155,6 +187,13 @@ static int slot_copy(struct xfer_gpu_stage *s, int slot, void *dst, const void *
     struct stage_slot *sl = &s->slot[slot];
     if (sl->busy)
         return stage_err(s, -XFER_EBUSY, "slot %d still has a copy in flight", slot);
+    if (s->emulated) {
+        if (len)
+            memcpy(dst, src, len);
+        sl->busy = true;
+        sl->fake_polls = 2;
+        return 0;
+    }
     cudaError_t e = cudaSetDevice(s->device);
     if (e == cudaSuccess && len)
         e = cudaMemcpyAsync(dst, src, len, kind, st);
@@ -187,6 +226,12 @@ int xfer_gpu_stage_poll(struct xfer_gpu_stage *s, int slot)
     struct stage_slot *sl = &s->slot[slot];
     if (!sl->busy)
         return 0;
+    if (s->emulated) {
+        if (sl->fake_polls-- > 0)
+            return -XFER_EINPROGRESS;
+        sl->busy = false;
+        return 0;
+    }
     cudaError_t e = cudaEventQuery(sl->ev);
     if (e == cudaErrorNotReady)
         return -XFER_EINPROGRESS;

@@ -183,6 +183,7 @@ static xfer_region *region_new(xfer_engine *e, const char *name, size_t len, uns
 
 static void region_free_memory(xfer_region *r)
 {
+    region_cuda_close(r);
     if (r->owns_map && r->ptr)
         munmap(r->ptr, r->len);
     if (r->memfd >= 0)

@@ -104,6 +104,10 @@ uint32_t xfer_region_id(const xfer_region *r);
 uint32_t xfer_region_gen(const xfer_region *r);
 enum xfer_mem_kind xfer_region_kind(const xfer_region *r);
 int xfer_region_device(const xfer_region *r);
+/* The 64-byte CUDA IPC handle a region was adopted from
+ * (xfer_region_adopt_cuda), else NULL: such memory cannot be exported again,
+ * so the handle itself is what same-host peers open. */
+const uint8_t *xfer_region_cuda_ipc_handle(const xfer_region *r);
 /* Per-transport private data slot for a region (e.g. an MR), indexed by the
  * transport's bit position. */
 void *xfer_region_transport_data(const xfer_region *r, unsigned bit);

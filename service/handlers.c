@@ -223,8 +223,16 @@ static void do_register(struct xferd *d, const Xctl__RegisterRegion *m, int fd,
     bool priv = m->private_ || m->name[0] == XFERD_PRIVATE_PREFIX;
     xfer_region *r = NULL;
     pthread_rwlock_wrlock(&d->region_lock);
-    int rc = fd >= 0 ? xfer_region_adopt_memfd(d->eng, m->name, fd, m->len, access, &r)
-                     : xfer_region_alloc(d->eng, m->name, m->len, access, &r);
+    int rc;
+    if (m->cuda_ipc.len && fd < 0)
+        rc = xfer_region_adopt_cuda(d->eng, m->name, m->cuda_ipc.data, m->cuda_ipc.len, m->gpu,
+                                    m->cuda_offset, m->len, access, &r);
+    else if (m->cuda_ipc.len)
+        rc = -XFER_EINVAL; /* memory is either a memfd or a CUDA handle */
+    else if (fd >= 0)
+        rc = xfer_region_adopt_memfd(d->eng, m->name, fd, m->len, access, &r);
+    else
+        rc = xfer_region_alloc(d->eng, m->name, m->len, access, &r);
     if (rc && fd >= 0)
         close(fd); /* the engine owns it only on success */
     fd = -1;

@@ -20,11 +20,7 @@ struct naddr {
 
 /* 0 or -XFER_EINVAL with the reason in why. */
 int naddr_parse(const char *s, struct naddr *out, char *why, size_t why_len);
-/* Bytes of one block of a layout (block_bytes * max(layers,1)), 0 = untyped. */
-uint64_t naddr_block_size(const struct xfer_layout *l);
-/* Refuses a block-level transfer between disagreeing layouts: 0 or
- * -XFER_EMISMATCH with the difference in why. */
-int naddr_layouts_match(const struct xfer_layout *a, const struct xfer_layout *b, char *why,
-                        size_t why_len);
+/* Block sizes and layout checks of NODE/REGION#B addresses are the engine's:
+ * xfer_layout_block_size() and xfer_layouts_match() (engine/blocks.c). */
 
 #endif

@@ -32,6 +32,10 @@ int xferd_publish_start(struct xferd *d, char *why, size_t wl)
     xfer_engine_describe(d->eng, &nd.peer);
     snprintf(nd.peer.addr, sizeof(nd.peer.addr), "%s", d->cfg.advertise);
     gethostname(nd.host, sizeof(nd.host) - 1);
+    if (xfer_gpus_describe(nd.gpus, sizeof(nd.gpus)) < 0) { /* too many to list */
+        xfer_warn("GPU list does not fit the node's gpus field; published empty");
+        nd.gpus[0] = '\0';
+    }
     nd.ctrl_port = d->ctrl_port;
     nd.pid = (uint32_t)getpid();
     snprintf(nd.version, sizeof(nd.version), "%s", XFER_VERSION_STRING);

@@ -93,10 +93,10 @@ int to_bytes(struct xctx *x, struct side *src, struct side *dst, uint64_t *len)
         return why_set(x, -XFER_EINVAL, "mixing block (#) and byte (+) addresses");
     if (!src->n.is_block)
         return 0;
-    int rc = naddr_layouts_match(&src->rd.layout, &dst->rd.layout, x->why, sizeof(x->why));
+    int rc = xfer_layouts_match(&src->rd.layout, &dst->rd.layout, x->why, sizeof(x->why));
     if (rc)
         return rc;
-    uint64_t bs = naddr_block_size(&src->rd.layout);
+    uint64_t bs = xfer_layout_block_size(&src->rd.layout);
     if (src->n.off > UINT64_MAX / bs || dst->n.off > UINT64_MAX / bs || *len > UINT64_MAX / bs)
         return why_set(x, -XFER_ERANGE, "block index out of range");
     src->n.off *= bs;
@@ -318,7 +318,7 @@ void xferd_transfer(struct xferd *d, const Xctl__Transfer *t, uint32_t hops, int
         rc = left > 0 ? execute(&x, op, &s2, &d2, t->len, left)
                       : why_set(&x, -XFER_ETIMEDOUT, "deadline passed");
         if (!rc && i == 0)
-            bytes = t->len * (src.n.is_block ? naddr_block_size(&s2.rd.layout) : 1);
+            bytes = t->len * (src.n.is_block ? xfer_layout_block_size(&s2.rd.layout) : 1);
     }
     pthread_rwlock_unlock(&d->region_lock);
     res->bytes = bytes * reps;

@@ -16,6 +16,9 @@
 
 struct xferctl_opts {
     const char *socket, *node, *connect, *secret, *access, *layout, *op;
+    const char *cuda_ipc; /* register: hex of a cudaIpcMemHandle_t */
+    int gpu;
+    uint64_t cuda_offset;
     int timeout_ms;
     bool json, async, prometheus;
     uint64_t size, count, depth, batch;

@@ -34,6 +34,8 @@ static const char usage[] =
     "      [--prometheus]          as the text of xferd's /metrics\n"
     "  register NAME SIZE          allocate a host region in xferd\n"
     "      [--access r|w|rw] [--layout DTYPE:BLOCK_BYTES:NUM_BLOCKS[:LAYERS[:TAG]]]\n"
+    "      [--cuda-ipc HEX --gpu N [--cuda-offset OFF]]  GPU memory of a local process\n"
+    "                              (its cudaIpcGetMemHandle, 128 hex digits)\n"
     "  deregister NAME             remove a region of the local xferd\n"
     "  write ADDR DATA|-           write DATA (or stdin) at ADDR\n"
     "  read ADDR LEN               print LEN bytes at ADDR to stdout\n"
@@ -252,6 +254,19 @@ int xctl_register(const char *name, uint64_t len, const char *access, int fd, bo
     m.memfd = fd >= 0;
     m.private_ = priv;
     int rc = 0;
+    uint8_t handle[64];
+    if (xctl_opt.cuda_ipc) {
+        const char *h = xctl_opt.cuda_ipc;
+        size_t n = 0;
+        while (n < sizeof(handle) && sscanf(h + 2 * n, "%2hhx", &handle[n]) == 1)
+            n++;
+        if (n != sizeof(handle) || strlen(h) != 2 * sizeof(handle))
+            return xctl_die(EXIT_USAGE, "--cuda-ipc wants %zu hex digits", 2 * sizeof(handle));
+        m.cuda_ipc.data = handle;
+        m.cuda_ipc.len = sizeof(handle);
+        m.gpu = xctl_opt.gpu;
+        m.cuda_offset = xctl_opt.cuda_offset;
+    }
     if (xctl_opt.layout && fd < 0) {
         if ((rc = parse_layout(xctl_opt.layout, &l)) != 0)
             return rc;
@@ -450,7 +465,9 @@ static const struct option long_opts[] = {
     {"op", required_argument, 0, 'o'},      {"async", no_argument, 0, 'A'},
     {"size", required_argument, 0, 'z'},    {"count", required_argument, 0, 'N'},
     {"depth", required_argument, 0, 'D'},   {"batch", required_argument, 0, 'B'},
-    {"prometheus", no_argument, 0, 'P'},    {0, 0, 0, 0},
+    {"prometheus", no_argument, 0, 'P'},    {"cuda-ipc", required_argument, 0, 'I'},
+    {"gpu", required_argument, 0, 'G'},     {"cuda-offset", required_argument, 0, 'O'},
+    {0, 0, 0, 0},
 };
 
 static int parse_opts(int argc, char **argv, const char *optstring)
@@ -504,6 +521,15 @@ static int parse_opts(int argc, char **argv, const char *optstring)
             break;
         case 'B':
             num = &xctl_opt.batch;
+            break;
+        case 'I':
+            xctl_opt.cuda_ipc = optarg;
+            break;
+        case 'G':
+            xctl_opt.gpu = atoi(optarg);
+            break;
+        case 'O':
+            num = &xctl_opt.cuda_offset;
             break;
         case 'h':
             fputs(usage, stdout);

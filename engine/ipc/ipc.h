@@ -148,8 +148,11 @@ struct ipc_cuda_copier; /* streams + events of one connection */
 
 /* Number of usable CUDA devices, or -XFER_ENODEV with a reason. */
 int ipc_cuda_probe(char *why, size_t why_len);
-/* Owner: how a peer may open the device memory at ptr (device ordinal dev). */
-int ipc_cuda_export(void *ptr, int dev, struct ipc_cuda_export *out, char *why, size_t why_len);
+/* Owner: how a peer may open the device memory at ptr (device ordinal dev).
+ * known: the handle the memory was adopted from (xfer_region_adopt_cuda), or
+ * NULL; an imported allocation cannot be exported again, so it is reused. */
+int ipc_cuda_export(void *ptr, int dev, const uint8_t *known, struct ipc_cuda_export *out,
+                    char *why, size_t why_len);
 /* Initiator: opens what the owner exported (takes ownership of ex->fd). */
 int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out,
                     char *why, size_t why_len);
@@ -173,6 +176,25 @@ int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_
 /* Waits for ticket within timeout_ms, then frees it: 0 or -XFER_E*. */
 int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int ticket, int timeout_ms, char *why,
                        size_t why_len);
+
+/* ---- batched GPU<->GPU copies (ipc_kbatch.c) ------------------------------ */
+
+struct xfer_kbatch;
+struct ipc_kcopy {
+    void *dst;
+    const void *src;
+    uint64_t len;
+    int exec, other; /* GPU running the copy (the peer memory's), the local GPU */
+    int ticket;      /* launch that took it, -1 = copy it otherwise */
+    int status;      /* after ipc_kbatch_finish */
+    bool ran;
+    size_t job;      /* caller's index */
+};
+/* Groups of >= XFER_KBATCH_MIN_ITEMS copies with the same GPU pair go into
+ * one kernel launch each (*kb created on first use; XFER_IPC_NO_KBATCH=1
+ * turns it off). */
+void ipc_kbatch_start(struct xfer_kbatch **kb, struct ipc_kcopy *v, size_t n);
+void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kcopy *v, size_t n, int timeout_ms);
 
 /* ---- owner side (ipc_serve.c) ------------------------------------------- */
 

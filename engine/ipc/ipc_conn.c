@@ -11,6 +11,7 @@
 #include "handshake.h"
 #include "ipc.h"
 #include "ipc_map.h"
+#include "xfer_kernels.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -40,6 +41,7 @@ struct ipc_conn {
     bool stop, broken;
     struct ipc_map_cache maps;
     struct ipc_cuda_copier *copier; /* created on the first CUDA item */
+    struct xfer_kbatch *kb;         /* batched GPU<->GPU copies, ipc_kbatch.c */
 };
 
 struct ipc_job {
@@ -189,13 +191,21 @@ static void job_copy_host(struct ipc_conn *c, struct ipc_job *j, char *local)
     j->status = rc;
 }
 
-static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
+/* Local and remote GPU (-1 = host memory) and the remote address of j. */
+static char *job_cuda_sides(const struct ipc_job *j, int *ldev, int *rdev)
 {
     const struct xfer_item *it = &j->it;
     const struct ipc_map *m = j->map;
-    int ldev = xfer_region_kind(it->local) == XFER_MEM_CUDA ? xfer_region_device(it->local) : -1;
-    int rdev = m->cuda ? ipc_cuda_import_device(m->cuda) : -1;
-    char *remote = (char *)(m->cuda ? ipc_cuda_import_ptr(m->cuda) : m->base) + it->remote_off;
+    *ldev = xfer_region_kind(it->local) == XFER_MEM_CUDA ? xfer_region_device(it->local) : -1;
+    *rdev = m->cuda ? ipc_cuda_import_device(m->cuda) : -1;
+    return (char *)(m->cuda ? ipc_cuda_import_ptr(m->cuda) : m->base) + it->remote_off;
+}
+
+static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
+{
+    const struct xfer_item *it = &j->it;
+    int ldev, rdev;
+    char *remote = job_cuda_sides(j, &ldev, &rdev);
     int rc = 0;
     if (!c->copier)
         c->copier = ipc_cuda_copier_new(&rc);
@@ -211,12 +221,69 @@ static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
         j->ticket = rc;
 }
 
-/* Host copies run here; CUDA copies are started and left in flight behind a
- * mark (returned in *mark, NULL when none). */
-static void jobs_copy_start(struct ipc_conn *c, struct ipc_job *jobs, size_t n,
-                            struct ipc_cuda_mark **mark)
+/* A group of up to IPC_BATCH_MAX items, pinned at the owner together. */
+struct ipc_group {
+    struct ipc_job *jobs;
+    size_t n;
+    int rc; /* connection error while starting */
+    struct ipc_cuda_mark *mark; /* CUDA copies still in flight */
+    struct ipc_kcopy *kc;       /* GPU<->GPU items, batched when many */
+    size_t nkc;
+    bool kc_running;            /* some launched as batched kernels */
+};
+
+static char *job_local(const struct ipc_job *j)
 {
+    return (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
+}
+
+/* Items this large stay with the copy engine: on 2 x H200 (NVLink) 64 and
+ * 256 MiB items reached 0.84 of cudaMemcpyPeerAsync as batched kernels and
+ * 0.92-0.95 as copy-engine copies; at 16 MiB both were 0.85-0.92, and below
+ * it the kernel was ahead (1.0-4.3x at 4 KiB..4 MiB, docs/gpu.md). */
+#define IPC_KBATCH_MAX_ITEM (16ull << 20)
+
+/* GPU<->GPU items wait in g->kc for a batched launch; true if j went there. */
+static bool kc_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
+{
+    int ldev, rdev;
+    char *remote = job_cuda_sides(j, &ldev, &rdev);
+    if (!g->kc || ldev < 0 || rdev < 0 || j->it.len >= IPC_KBATCH_MAX_ITEM)
+        return false;
+    char *local = job_local(j);
+    bool rd = j->it.op == XFER_OP_READ;
+    g->kc[g->nkc++] = (struct ipc_kcopy){.dst = rd ? local : remote, .src = rd ? remote : local,
+                                         .len = j->it.len, .exec = rdev, .other = ldev,
+                                         .ticket = -1, .job = i};
+    return true;
+}
+
+/* Launches the batched GPU<->GPU copies; the rest become per-item copies. */
+static bool kc_start(struct ipc_conn *c, struct ipc_group *g)
+{
+    bool any_item = false;
+    ipc_kbatch_start(&c->kb, g->kc, g->nkc);
+    for (size_t k = 0; k < g->nkc; k++) {
+        if (g->kc[k].ticket >= 0) {
+            g->kc_running = true;
+            continue;
+        }
+        struct ipc_job *j = &g->jobs[g->kc[k].job];
+        job_copy_cuda(c, j, job_local(j));
+        any_item |= j->ticket >= 0;
+    }
+    return any_item;
+}
+
+/* Host copies run here; CUDA copies are started and left in flight behind a
+ * mark (g->mark, NULL when none) or as batched kernels (g->kc_running). */
+static void jobs_copy_start(struct ipc_conn *c, struct ipc_group *g)
+{
+    struct ipc_job *jobs = g->jobs;
+    size_t n = g->n;
     bool any_cuda = false;
+    g->nkc = 0;
+    g->kc_running = false;
     for (size_t i = 0; i < n; i++) {
         struct ipc_job *j = &jobs[i];
         if (!j->pinned)
@@ -229,7 +296,9 @@ static void jobs_copy_start(struct ipc_conn *c, struct ipc_job *jobs, size_t n,
         char *local = (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
         bool cuda = j->map->mech == IPC_MECH_CUDA || j->map->mech == IPC_MECH_CUMEM ||
                     xfer_region_kind(j->it.local) == XFER_MEM_CUDA;
-        if (cuda) {
+        if (cuda && kc_defer(g, j, i)) {
+            continue;
+        } else if (cuda) {
             job_copy_cuda(c, j, local);
             any_cuda |= j->ticket >= 0;
         } else {
@@ -238,17 +307,28 @@ static void jobs_copy_start(struct ipc_conn *c, struct ipc_job *jobs, size_t n,
             j->begun = false;
         }
     }
+    if (g->nkc)
+        any_cuda |= kc_start(c, g);
     int err = 0;
-    *mark = any_cuda ? ipc_cuda_mark_new(c->copier, &err) : NULL;
+    g->mark = any_cuda ? ipc_cuda_mark_new(c->copier, &err) : NULL;
 }
 
 /* Waits for the group's CUDA copies (if any) and ends their local I/O. */
-static void jobs_copy_finish(struct ipc_conn *c, struct ipc_job *jobs, size_t n,
-                             struct ipc_cuda_mark *mark)
+static void jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g)
 {
+    struct ipc_job *jobs = g->jobs;
+    size_t n = g->n;
     char why[160];
-    if (mark && ipc_cuda_mark_wait(mark, c->io_timeout_ms, why, sizeof(why)) < 0)
+    if (g->mark && ipc_cuda_mark_wait(g->mark, c->io_timeout_ms, why, sizeof(why)) < 0)
         xfer_warn("ipc: %s", why); /* each ticket below then reports its own state */
+    if (g->kc_running) {
+        ipc_kbatch_finish(c->kb, g->kc, g->nkc, c->io_timeout_ms);
+        for (size_t k = 0; k < g->nkc; k++)
+            if (g->kc[k].ran && g->kc[k].status < 0)
+                job_fail(&jobs[g->kc[k].job], g->kc[k].status, "batched GPU copy: %s",
+                         xfer_kbatch_last_error(c->kb));
+        g->kc_running = false;
+    }
     for (size_t i = 0; i < n; i++) {
         struct ipc_job *j = &jobs[i];
         if (j->ticket >= 0)
@@ -270,14 +350,6 @@ static void jobs_report(struct ipc_job *jobs, size_t n)
     }
 }
 
-/* A group of up to IPC_BATCH_MAX items, pinned at the owner together. */
-struct ipc_group {
-    struct ipc_job *jobs;
-    size_t n;
-    int rc; /* connection error while starting */
-    struct ipc_cuda_mark *mark; /* CUDA copies still in flight */
-};
-
 /* Checks, pins and starts the copies of g. */
 static void group_start(struct ipc_conn *c, struct ipc_group *g)
 {
@@ -292,13 +364,13 @@ static void group_start(struct ipc_conn *c, struct ipc_group *g)
     }
     g->rc = jobs_acquire(c, g->jobs, g->n);
     if (g->rc == 0)
-        jobs_copy_start(c, g->jobs, g->n, &g->mark);
+        jobs_copy_start(c, g);
 }
 
 /* Waits for g's copies, unpins and reports; < 0 if the connection broke. */
 static int group_finish(struct ipc_conn *c, struct ipc_group *g)
 {
-    jobs_copy_finish(c, g->jobs, g->n, g->mark);
+    jobs_copy_finish(c, g);
     g->mark = NULL;
     int rc = g->rc, rel = jobs_release(c, g->jobs, g->n);
     if (rc == 0)
@@ -346,6 +418,9 @@ static void *worker_main(void *arg)
     struct ipc_conn *c = arg;
     struct ipc_group g[2] = {{.jobs = calloc(IPC_BATCH_MAX, sizeof(struct ipc_job))},
                              {.jobs = calloc(IPC_BATCH_MAX, sizeof(struct ipc_job))}};
+    /* without room for batched copies, items are copied one by one */
+    g[0].kc = c->t->cuda_devices > 0 ? calloc(IPC_BATCH_MAX, sizeof(struct ipc_kcopy)) : NULL;
+    g[1].kc = c->t->cuda_devices > 0 ? calloc(IPC_BATCH_MAX, sizeof(struct ipc_kcopy)) : NULL;
     struct ipc_group *pending = NULL;
     int cur = 0, rc = 0;
     pthread_mutex_lock(&c->mu);
@@ -373,7 +448,7 @@ static void *worker_main(void *arg)
         if (pending)
             rc = group_finish(c, pending);
         pending = NULL;
-        if (ng->mark) {
+        if (ng->mark || ng->kc_running) {
             pending = ng;
         } else {
             int r = group_finish(c, ng);
@@ -394,6 +469,8 @@ static void *worker_main(void *arg)
         fail_queued(c, g[0].jobs, "ipc connection closed");
     free(g[0].jobs);
     free(g[1].jobs);
+    free(g[0].kc);
+    free(g[1].kc);
     return NULL;
 }
 
@@ -529,6 +606,7 @@ void ipc_conn_close(struct xfer_conn *xc)
     pthread_join(c->worker, NULL);
     ipc_map_clear(&c->maps);
     ipc_cuda_copier_free(c->copier);
+    xfer_kbatch_free(c->kb);
     close(c->fd);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);

@@ -154,7 +154,8 @@ static int export_cumem(CUmemGenericAllocationHandle h, struct ipc_cuda_export *
     return rc;
 }
 
-int ipc_cuda_export(void *ptr, int dev, struct ipc_cuda_export *out, char *why, size_t why_len)
+int ipc_cuda_export(void *ptr, int dev, const uint8_t *known, struct ipc_cuda_export *out,
+                    char *why, size_t why_len)
 {
     int n = ipc_cuda_probe(why, why_len);
     if (n < 0)
@@ -186,6 +187,11 @@ int ipc_cuda_export(void *ptr, int dev, struct ipc_cuda_export *out, char *why, 
     }
     out->alloc_off = (uint64_t)((uintptr_t)ptr - base);
     out->alloc_len = size;
+    if (known) { /* adopted from another process's handle: hand that one on */
+        memcpy(out->handle, known, IPC_HANDLE_LEN);
+        out->mech = IPC_MECH_CUDA;
+        return 0;
+    }
     CUmemGenericAllocationHandle h;
     if (cu.retain && cu.release && cu.retain(&h, ptr) == CUDA_SUCCESS)
         return export_cumem(h, out, why, why_len);
@@ -402,9 +408,10 @@ static int no_cuda(char *why, size_t why_len)
 }
 
 int ipc_cuda_probe(char *why, size_t why_len) { return no_cuda(why, why_len); }
-int ipc_cuda_export(void *ptr, int dev, struct ipc_cuda_export *out, char *why, size_t why_len)
+int ipc_cuda_export(void *ptr, int dev, const uint8_t *known, struct ipc_cuda_export *out,
+                    char *why, size_t why_len)
 {
-    (void)ptr, (void)dev, (void)out;
+    (void)ptr, (void)dev, (void)known, (void)out;
     return no_cuda(why, why_len);
 }
 int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out,

@@ -117,7 +117,8 @@ static void describe_reach(struct ipc_server *s, xfer_region *r, struct ipc_map_
     *fd_out = -1;
     if (xfer_region_kind(r) == XFER_MEM_CUDA) {
         struct ipc_cuda_export ex;
-        m->status = ipc_cuda_export(xfer_region_ptr(r), xfer_region_device(r), &ex, m->why,
+        m->status = ipc_cuda_export(xfer_region_ptr(r), xfer_region_device(r),
+                                    xfer_region_cuda_ipc_handle(r), &ex, m->why,
                                     sizeof(m->why));
         if (m->status == 0) {
             m->mech = ex.mech;

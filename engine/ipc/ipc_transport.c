@@ -80,8 +80,8 @@ void ipc_region_describe(const xfer_region *r, char *out, size_t len)
     if (xfer_region_kind(r) == XFER_MEM_CUDA) {
         struct ipc_cuda_export ex;
         char why[128];
-        if (ipc_cuda_export(xfer_region_ptr(r), xfer_region_device(r), &ex, why,
-                            sizeof(why)) < 0) {
+        if (ipc_cuda_export(xfer_region_ptr(r), xfer_region_device(r),
+                            xfer_region_cuda_ipc_handle(r), &ex, why, sizeof(why)) < 0) {
             snprintf(out, len, "cuda:unavailable");
             return;
         }

@@ -86,20 +86,22 @@ void tcp_thread_kick(struct tcp_sock *s)
         wake(th->wakefd);
 }
 
-/* Sends what posters queued; closes sockets disconnect asked for. */
+/* Sends what posters queued; closes sockets disconnect asked for. A socket
+ * stays marked kicked until its turn, so a concurrent kick cannot relink it
+ * (and so redirect this walk) while it still waits in the detached list. */
 static void serve_kicks(struct tcp_thread *th)
 {
     pthread_mutex_lock(&th->mu);
     struct tcp_sock *s = th->kick_head;
     th->kick_head = NULL;
-    for (struct tcp_sock *k = s; k; k = k->kick_next) {
-        k->kicked = false;
-        k->closing = k->close_req;
-    }
     pthread_mutex_unlock(&th->mu);
     bool released = false;
     while (s) {
+        pthread_mutex_lock(&th->mu);
         struct tcp_sock *next = s->kick_next;
+        s->kicked = false;
+        s->closing = s->close_req;
+        pthread_mutex_unlock(&th->mu);
         if (s->closing) {
             tcp_sock_fail(s, -XFER_ECONN, "disconnected");
             released = true;
@@ -150,7 +152,7 @@ static void *thread_main(void *arg)
     struct epoll_event ev[64];
     int64_t next_check = xfer_now_ms() + 100;
     while (!tt->stop) {
-        int n = epoll_wait(th->epfd, ev, 64, th->ready_head ? 0 : 100);
+        int n = epoll_wait(th->epfd, ev, 64, th->ready_head || th->gpu_head ? 0 : 100);
         for (int i = 0; i < n; i++) {
             struct tcp_sock *s = ev[i].data.ptr;
             if (!s) {
@@ -166,6 +168,8 @@ static void *thread_main(void *arg)
         }
         serve_kicks(th);
         serve_ready(th);
+        if (th->gpu_head)
+            tcp_gpu_pump(th);
         int64_t now = xfer_now_ms();
         if (now >= next_check) {
             check_timeouts(th);
@@ -320,6 +324,7 @@ static void tcp_close(struct xfer_transport *t)
                 th->socks = s->th_next;
             }
         }
+        tcp_gpu_thread_free(th);
         if (th->epfd >= 0)
             close(th->epfd);
         if (th->wakefd >= 0)
@@ -379,7 +384,11 @@ fail:
 const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .name = "tcp",
     .bit = XFER_TRANSPORT_TCP,
+#if XFER_WITH_CUDA /* through pinned staging slots, tcp_gpu.c */
+    .caps = XFER_CAP_HOST_MEM | XFER_CAP_CUDA_MEM,
+#else
     .caps = XFER_CAP_HOST_MEM,
+#endif
     .preference = 100,
     .probe = tcp_probe,
     .open = tcp_open,

@@ -2,7 +2,8 @@
 # A deadline fires on time even when the transport is stuck: the target is
 # frozen with SIGSTOP mid-run; the initiator's 500 ms batch must end with
 # -XFER_ETIMEDOUT within 1.5 s and be freeable at once. Then the target is
-# thawed and must still shut down cleanly.
+# thawed; 40 batches are then cancelled mid-flight (cancel must return fast,
+# the data path must still verify afterwards) and the target shuts down cleanly.
 set -u
 source "$XFER_ROOT/tests/lib/core.sh"
 core_start frozen --region rw:rw:67108864:3 || exit 1
@@ -21,5 +22,7 @@ wait "$client"; rc=$?
 kill -CONT "$PID_frozen"
 cat "$CORE_TMP/stuck.out"
 ((rc == 0)) || core_fail "deadline did not fire as expected"
+# Cancels racing with transfers return quickly, and the node serves on.
+"$CORE_BIN/xfer_node" cancel --peer "$CORE_TMP/frozen.node" || core_fail "cancel mid-flight"
 core_stop frozen
 echo "PASS"

@@ -11,6 +11,7 @@
  *   xfer_node auth  --peer FILE [--secret S]    expects -XFER_EAUTH
  *   xfer_node pump  --peer FILE --ready FILE    transfers until the peer dies
  *   xfer_node demo  --peer FILE                 WRITE + READ, sizes and GB/s
+ *   xfer_node cancel --peer FILE   cancels 40 batches mid-flight, then verifies
  *   xfer_node stuck --peer FILE --ready FILE    deadline while the peer is
  *       frozen: connects, creates FILE, waits for FILE.go, then expects a
  *       500 ms deadline to fire on time
@@ -338,6 +339,63 @@ static int run_stuck(const struct opts *o)
     return failures ? 1 : 0;
 }
 
+/* ---- cancel racing with transfers ------------------------------------------------------- */
+
+static int run_cancel(const struct opts *o)
+{
+    struct node_file nf;
+    if (node_file_read(o->peer, &nf) < 0)
+        return 1;
+    const struct xfer_region_desc *rd = node_region(&nf, "rw");
+    xfer_peer *p;
+    int rc;
+    xfer_engine *e = client_engine("canceller", &nf, NULL, 4, &p, &rc);
+    xfer_region *l;
+    if (!rd || !e || rc < 0 || xfer_region_alloc(e, "local", rd->len, XFER_ACCESS_RW, &l) < 0)
+        return 1;
+    uint8_t *lp = xfer_region_ptr(l);
+    uint64_t piece = rd->len / 16;
+    double worst = 0;
+    int cancelled = 0, lost = 0;
+    for (int round = 0; round < 40; round++) {
+        xfer_batch *b = xfer_batch_new(e, &rc);
+        for (int i = 0; i < 16; i++) {
+            struct xfer_item it = {(i + round) & 1 ? XFER_OP_READ : XFER_OP_WRITE, l, i * piece,
+                                   p, rd->id, rd->gen, i * piece, piece};
+            xfer_batch_add(b, &it);
+        }
+        xfer_batch_submit(b, 10000);
+        usleep((useconds_t)(round % 8) * 3000); /* 0..21 ms: some items finish */
+        double t0 = now_s();
+        CHECK(xfer_batch_cancel(b) == 0, "cancel failed");
+        double ms = (now_s() - t0) * 1e3;
+        worst = ms > worst ? ms : worst;
+        for (size_t i = 0; i < 16; i++) {
+            int st = xfer_batch_item_status(b, i);
+            cancelled += st == -XFER_ECANCELED;
+            lost += st == -XFER_ECONN;
+            CHECK(st == 0 || st == -XFER_ECANCELED || st == -XFER_ECONN, "item %zu: %s", i,
+                  xfer_strerror(st));
+        }
+        xfer_batch_free(b);
+        if (round % 10 == 9)
+            CHECK(xfer_peer_connect(p) == 0, "reconnect"); /* explicit reconnects, mid-run */
+    }
+    printf("cancel: 40 rounds, %d items cancelled, %d failed with a lost socket, slowest cancel "
+           "%.1f ms\n", cancelled, lost, worst);
+    CHECK(worst < 1000, "cancel took %.0f ms", worst);
+    CHECK(lost == 0, "a cancel must not cost other chunks their socket");
+    CHECK(xfer_peer_connect(p) == 0, "reconnect: %s", xfer_engine_last_error(e));
+    pattern_fill(lp, rd->len, 4242, 0);
+    uint64_t sum = checksum(lp, rd->len);
+    CHECK(xfer_write(e, l, 0, p, rd->id, rd->gen, 0, rd->len, 10000) == 0, "write after cancels");
+    memset(lp, 0, rd->len);
+    CHECK(xfer_read(e, l, 0, p, rd->id, rd->gen, 0, rd->len, 10000) == 0, "read after cancels");
+    CHECK(checksum(lp, rd->len) == sum, "data after cancels differs");
+    xfer_engine_free(e);
+    return failures ? 1 : 0;
+}
+
 /* ---- interim demo ---------------------------------------------------------------------- */
 
 static int run_demo(const struct opts *o)
@@ -422,6 +480,8 @@ int main(int argc, char **argv)
         return run_pump(&o);
     if (!strcmp(o.cmd, "demo"))
         return run_demo(&o);
+    if (!strcmp(o.cmd, "cancel"))
+        return run_cancel(&o);
     if (!strcmp(o.cmd, "stuck") && o.ready)
         return run_stuck(&o);
     fprintf(stderr, "unknown command %s\n", o.cmd);

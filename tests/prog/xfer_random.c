@@ -2,7 +2,7 @@
  * Random READ/WRITE items against a served node, every byte verified.
  *
  *   xfer_random --peer FILE [--region rw] [--pattern-seed N] [--items N]
- *               [--seed N] [--sockets N]
+ *               [--seed N] [--sockets N] [--threads N]
  *
  * The served region starts as pattern(pattern-seed); this program keeps a
  * shadow copy of what it must contain. Per batch (1..256 items) the remote
@@ -11,16 +11,19 @@
  * random bytes, READ destinations are poisoned first; after each batch every
  * READ is compared with the shadow and every WRITE is applied to it. At the
  * end the whole region is read back and compared by checksum and memcmp.
+ * With --threads N, N workers submit concurrently, each in its own slice of
+ * the region (and of the local buffer), with its own batches.
  * Lengths: 97% log-uniform in [1 B, 1 MiB], 3% in [1 MiB, 64 MiB].
  */
 #include "node_common.h"
 
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 
 #define MAX_BATCH 256
 
-static uint64_t rng_state;
+static __thread uint64_t rng_state; /* per worker thread */
 static uint64_t rnd(void)
 {
     rng_state += 0x9e3779b97f4a7c15ull;
@@ -59,6 +62,11 @@ static bool place(const struct span *v, int n, uint64_t size, uint64_t len, uint
 }
 
 struct run {
+    uint64_t base;  /* this worker's slice of both regions: [base, base+size) */
+    uint64_t seed;
+    long todo;
+    int batches;
+    double busy;
     xfer_engine *e;
     xfer_peer *p;
     const struct xfer_region_desc *rd;
@@ -77,6 +85,8 @@ static int build_batch(struct run *r, xfer_batch *b, int want, struct xfer_item 
         uint64_t len = rnd01() < 0.97 ? log_uniform(1, 1 << 20) : log_uniform(1 << 20, 64 << 20);
         if (len < 1)
             len = 1;
+        if (len > r->size)
+            len = r->size;
         uint64_t roff, loff;
         bool ok;
         for (;;) { /* shrink until it fits beside the others */
@@ -88,14 +98,16 @@ static int build_batch(struct run *r, xfer_batch *b, int want, struct xfer_item 
         if (!ok)
             break;
         struct xfer_item *it = &items[n];
+        rs[n] = (struct span){roff, len};
+        ls[n] = (struct span){loff, len};
+        loff += r->base;
+        roff += r->base;
         *it = (struct xfer_item){rnd() & 1 ? XFER_OP_READ : XFER_OP_WRITE, r->local, loff, r->p,
                                  r->rd->id, r->rd->gen, roff, len};
         if (it->op == XFER_OP_WRITE)
             pattern_fill(r->lp + loff, len, rnd(), loff);
         else
             memset(r->lp + loff, 0xa5, len);
-        rs[n] = (struct span){roff, len};
-        ls[n] = (struct span){loff, len};
         if (xfer_batch_add(b, it) < 0) {
             fprintf(stderr, "batch_add: %s\n", xfer_engine_last_error(r->e));
             r->failures++;
@@ -157,14 +169,43 @@ static void final_check(struct run *r)
         r->failures++;
 }
 
+/* One worker: its own batch, slice and random stream. */
+static void *worker(void *arg)
+{
+    struct run *r = arg;
+    rng_state = r->seed;
+    int rc;
+    xfer_batch *b = xfer_batch_new(r->e, &rc);
+    struct xfer_item batch_items[MAX_BATCH];
+    while (r->items < (uint64_t)r->todo && r->failures == 0) {
+        xfer_batch_reset(b);
+        long left = r->todo - (long)r->items;
+        int want = 1 + (int)(rnd() % MAX_BATCH);
+        int n = build_batch(r, b, want < left ? want : (int)left, batch_items);
+        double t1 = now_s();
+        rc = xfer_batch_submit(b, 60000);
+        if (rc == 0)
+            rc = xfer_batch_wait(b, -1);
+        r->busy += now_s() - t1;
+        if (rc < 0 && rc != -XFER_EINPROGRESS)
+            fprintf(stderr, "batch %d: %s\n", r->batches, xfer_strerror(rc));
+        check_batch(r, b, batch_items, n);
+        r->batches++;
+    }
+    xfer_batch_free(b);
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {{"peer", 1, 0, 'p'},  {"region", 1, 0, 'r'},
                                        {"items", 1, 0, 'i'}, {"seed", 1, 0, 's'},
                                        {"pattern-seed", 1, 0, 'P'}, {"sockets", 1, 0, 'k'},
+                                       {"threads", 1, 0, 'T'},
                                        {0, 0, 0, 0}};
     const char *peer = NULL, *region = "rw";
     long items = 10000, sockets = 4;
+    int threads = 1;
     uint64_t pseed = 0;
     rng_state = 1;
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
@@ -175,6 +216,7 @@ int main(int argc, char **argv)
         case 's': rng_state = strtoull(optarg, NULL, 0); break;
         case 'P': pseed = strtoull(optarg, NULL, 0); break;
         case 'k': sockets = atol(optarg); break;
+        case 'T': threads = atoi(optarg) < 1 ? 1 : atoi(optarg) > 16 ? 16 : atoi(optarg); break;
         default: return 2;
         }
     }
@@ -195,26 +237,32 @@ int main(int argc, char **argv)
         return 1;
     r.lp = xfer_region_ptr(r.local);
     pattern_fill(r.shadow, r.size, pseed, 0);
-    printf("random: %ld items, seed %llu, region %s of %llu bytes, %ld sockets\n", items,
-           (unsigned long long)rng_state, region, (unsigned long long)r.size, sockets);
-    xfer_batch *b = xfer_batch_new(r.e, &rc);
-    struct xfer_item batch_items[MAX_BATCH];
-    double t0 = now_s(), busy = 0;
+    printf("random: %ld items, seed %llu, region %s of %llu bytes, %ld sockets, %d threads\n",
+           items, (unsigned long long)rng_state, region, (unsigned long long)r.size, sockets,
+           threads);
+    pthread_t tids[16];
+    struct run w[16];
+    uint64_t slice = r.size / (uint64_t)threads;
+    double t0 = now_s();
+    for (int i = 0; i < threads; i++) {
+        w[i] = r;
+        w[i].base = (uint64_t)i * slice;
+        w[i].size = slice;
+        w[i].seed = rng_state + (uint64_t)i * 0x1000193;
+        w[i].todo = items / threads + (i < items % threads);
+        pthread_create(&tids[i], NULL, worker, &w[i]);
+    }
+    double busy = 0;
     int batches = 0;
-    while (r.items < (uint64_t)items && r.failures == 0) {
-        xfer_batch_reset(b);
-        long left = items - (long)r.items;
-        int want = 1 + (int)(rnd() % MAX_BATCH);
-        int n = build_batch(&r, b, want < left ? want : (int)left, batch_items);
-        double t1 = now_s();
-        rc = xfer_batch_submit(b, 60000);
-        if (rc == 0)
-            rc = xfer_batch_wait(b, -1);
-        busy += now_s() - t1;
-        if (rc < 0 && rc != -XFER_EINPROGRESS)
-            fprintf(stderr, "batch %d: %s\n", batches, xfer_strerror(rc));
-        check_batch(&r, b, batch_items, n);
-        batches++;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(tids[i], NULL);
+        r.items += w[i].items;
+        r.reads += w[i].reads;
+        r.writes += w[i].writes;
+        r.bytes += w[i].bytes;
+        r.failures += w[i].failures;
+        batches += w[i].batches;
+        busy = w[i].busy > busy ? w[i].busy : busy;
     }
     double total = now_s() - t0;
     printf("random: %llu items (%llu READ, %llu WRITE) in %d batches, %.2f GB moved, "
@@ -223,7 +271,6 @@ int main(int argc, char **argv)
            batches, r.bytes / 1e9, total, busy > 0 ? r.bytes / busy / 1e9 : 0.0);
     if (r.failures == 0)
         final_check(&r);
-    xfer_batch_free(b);
     xfer_engine_free(r.e);
     free(r.shadow);
     printf("random: %s (%d failures)\n", r.failures ? "FAILED" : "passed", r.failures);

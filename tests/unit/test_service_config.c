@@ -158,15 +158,15 @@ static void test_layouts(void **state)
     char why[200];
     struct xfer_layout a = {.dtype = "bf16", .block_bytes = 4096, .num_blocks = 8, .layers = 2};
     struct xfer_layout b = a, none = {0};
-    assert_int_equal(naddr_layouts_match(&a, &b, why, sizeof(why)), 0);
-    assert_int_equal(naddr_block_size(&a), 8192);
+    assert_int_equal(xfer_layouts_match(&a, &b, why, sizeof(why)), 0);
+    assert_int_equal(xfer_layout_block_size(&a), 8192);
     b.block_bytes = 2048;
-    assert_int_equal(naddr_layouts_match(&a, &b, why, sizeof(why)), -XFER_EMISMATCH);
+    assert_int_equal(xfer_layouts_match(&a, &b, why, sizeof(why)), -XFER_EMISMATCH);
     assert_non_null(strstr(why, "disagree"));
     b = a;
     strcpy(b.dtype, "fp8");
-    assert_int_equal(naddr_layouts_match(&a, &b, why, sizeof(why)), -XFER_EMISMATCH);
-    assert_int_equal(naddr_layouts_match(&a, &none, why, sizeof(why)), -XFER_EMISMATCH);
+    assert_int_equal(xfer_layouts_match(&a, &b, why, sizeof(why)), -XFER_EMISMATCH);
+    assert_int_equal(xfer_layouts_match(&a, &none, why, sizeof(why)), -XFER_EMISMATCH);
 }
 
 int main(void)
