@@ -42,9 +42,9 @@ endif
 ifeq ($(XFER_WITH_CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CPPFLAGS += -DXFER_WITH_CUDA=1 -I$(CUDA_HOME)/include
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++
 NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC,-Wall,-Werror -I. -Iengine -Ikernels \
-             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+             -gencode arch=compute_90,code=[sm_90,compute_90] -gencode arch=compute_80,code=sm_80
 endif
 
 LIB_SRCS :=
@@ -55,7 +55,7 @@ BENCH_PROGS :=    # $(B)/bench/name
 PROTOS :=
 GEN_SRCS :=
 
-include $(sort $(wildcard */module.mk))
+include $(sort $(wildcard */module.mk */*/module.mk))
 
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(UNIT_SRCS))
@@ -75,10 +75,9 @@ BENCH_TARGETS := $(foreach p,$(BENCH_PROGS),$(B)/bench/$(call prog_name,$(p)))
 
 all: $(LIBXFER) $(BIN_TARGETS) $(TEST_TARGETS) $(BENCH_TARGETS) $(UNIT_BINS)
 
-# Generated protobuf-c sources must exist before anything includes them.
-$(LIB_OBJS): | $(GEN_SRCS)
-
-$(B)/obj/%.o: %.c
+# Generated protobuf-c sources must exist before anything includes them:
+# every object (library, mains, tests) waits for them.
+$(B)/obj/%.o: %.c | $(GEN_SRCS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -131,7 +130,7 @@ format:
 	clang-format -i $(shell git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf build build-san dist
+	rm -rf build build-san build-fuzz dist
 
 .PHONY: all deps test test-unit demo bench install format clean
 

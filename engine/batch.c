@@ -272,6 +272,19 @@ int xfer_batch_reset(xfer_batch *b)
     return rc;
 }
 
+void batch_truncate(xfer_batch *b, size_t n)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->state != B_RUNNING && n < b->n)
+        b->n = n;
+    pthread_mutex_unlock(&b->mu);
+}
+
+xfer_engine *batch_engine(const xfer_batch *b)
+{
+    return b->engine;
+}
+
 int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
 {
     if (!b || !it)

@@ -254,4 +254,7 @@ void xfer_engine_describe(const xfer_engine *e, struct xfer_peer_desc *out)
     snprintf(out->host_id, sizeof(out->host_id), "%s", e->host_id);
     out->transports = e->transport_mask;
     out->incarnation = e->incarnation;
+    for (size_t i = 0; i < e->n_transports; i++)
+        if (e->transports[i]->ops->describe)
+            e->transports[i]->ops->describe(e->transports[i], out);
 }

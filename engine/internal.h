@@ -29,6 +29,9 @@ struct xfer_region {
     struct xfer_layout layout;
     int memfd;        /* -1 unless backed by a memfd */
     bool owns_map;    /* munmap ptr on deregistration */
+    void *cuda_ipc_base; /* xfer_region_adopt_cuda: opened mapping, closed on free */
+    uint8_t cuda_ipc_handle[64];
+    bool has_cuda_ipc_handle;
     int pins;         /* target accesses + running batches; table mu */
     bool dead;        /* deregistration started; table mu */
     void *tdata[XFER_MAX_TRANSPORTS];
@@ -49,6 +52,8 @@ struct region_table {
     uint32_t next_id;
 };
 
+/* Closes an adopted CUDA IPC mapping (region_cuda.c). */
+void region_cuda_close(xfer_region *r);
 /* Initiator-side pin of a local region for a running batch. */
 bool region_pin(xfer_region *r);
 void region_unpin(xfer_region *r);
@@ -86,6 +91,9 @@ struct batch_monitor { /* enforces deadlines of running batches */
     xfer_batch *head; /* running batches, doubly linked */
 };
 
+/* Drops items appended after the first n (undoes a partial multi-add). */
+void batch_truncate(xfer_batch *b, size_t n);
+xfer_engine *batch_engine(const xfer_batch *b);
 int batch_monitor_start(xfer_engine *e);
 /* Cancels every running batch, then stops the thread. */
 void batch_monitor_stop(xfer_engine *e);

@@ -183,6 +183,7 @@ static xfer_region *region_new(xfer_engine *e, const char *name, size_t len, uns
 
 static void region_free_memory(xfer_region *r)
 {
+    region_cuda_close(r);
     if (r->owns_map && r->ptr)
         munmap(r->ptr, r->len);
     if (r->memfd >= 0)
@@ -419,6 +420,12 @@ static void describe_locked(const xfer_region *r, struct xfer_region_desc *out)
     out->len = r->len;
     out->access = r->access;
     out->layout = r->layout;
+    /* Transport-published fields (ipc handle text, rkeys). */
+    for (size_t i = 0; i < r->engine->n_transports; i++) {
+        struct xfer_transport *t = r->engine->transports[i];
+        if (t->ops->describe_region)
+            t->ops->describe_region(t, r, out);
+    }
 }
 
 void xfer_region_describe(const xfer_region *r, struct xfer_region_desc *out)

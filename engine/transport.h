@@ -59,6 +59,16 @@ struct xfer_transport_ops {
     int (*post)(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
     /* Optional: drive completions for transports without their own thread. */
     int (*progress)(struct xfer_transport *t);
+    /* Optional: adds this transport's part of the node's own descriptor
+     * (rdma: the NIC list in self->nics). Called by xfer_engine_describe(). */
+    void (*describe)(struct xfer_transport *t, struct xfer_peer_desc *self);
+    /* Optional: fills this transport's published field of a local region's
+     * descriptor (ipc: out->ipc, e.g. "memfd", "cma:<pid>:<addr>",
+     * "cuda:<handle hex>+<off>"; rdma: out->rkeys). Called by
+     * xfer_region_describe() with the region table locked: must not call back
+     * into region functions. */
+    void (*describe_region)(struct xfer_transport *t, const xfer_region *r,
+                            struct xfer_region_desc *out);
 };
 
 struct xfer_transport {
@@ -94,6 +104,10 @@ uint32_t xfer_region_id(const xfer_region *r);
 uint32_t xfer_region_gen(const xfer_region *r);
 enum xfer_mem_kind xfer_region_kind(const xfer_region *r);
 int xfer_region_device(const xfer_region *r);
+/* The 64-byte CUDA IPC handle a region was adopted from
+ * (xfer_region_adopt_cuda), else NULL: such memory cannot be exported again,
+ * so the handle itself is what same-host peers open. */
+const uint8_t *xfer_region_cuda_ipc_handle(const xfer_region *r);
 /* Per-transport private data slot for a region (e.g. an MR), indexed by the
  * transport's bit position. */
 void *xfer_region_transport_data(const xfer_region *r, unsigned bit);

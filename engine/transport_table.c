@@ -3,8 +3,12 @@
 #include "transport.h"
 
 extern const struct xfer_transport_ops xfer_tcp_transport_ops;
+extern const struct xfer_transport_ops xfer_ipc_transport_ops;
+extern const struct xfer_transport_ops xfer_rdma_transport_ops;
 
 const struct xfer_transport_ops *const xfer_transport_table[] = {
+    &xfer_ipc_transport_ops,
+    &xfer_rdma_transport_ops,
     &xfer_tcp_transport_ops,
     NULL,
 };

@@ -31,6 +31,7 @@ extern "C" {
 #define XFER_DTYPE_MAX   16
 #define XFER_TAG_MAX     128
 #define XFER_BLOB_MAX    256 /* transport-specific opaque data per region */
+#define XFER_NICS_MAX    1024 /* a node's RDMA NIC list: 8+ NICs at ~60 chars each */
 
 /* ---- errors ------------------------------------------------------------ */
 enum xfer_err {
@@ -144,7 +145,7 @@ struct xfer_peer_desc {
     char host_id[XFER_HOSTID_MAX]; /* same host_id => same kernel */
     unsigned transports;           /* XFER_TRANSPORT_* the peer offers */
     uint64_t incarnation;          /* fresh random value per process start */
-    char nics[XFER_BLOB_MAX];      /* RDMA NICs, as published */
+    char nics[XFER_NICS_MAX];      /* RDMA NICs, as published */
 };
 
 /* ---- engine ------------------------------------------------------------ */
@@ -183,6 +184,11 @@ const char *xfer_engine_last_error(const xfer_engine *e);
 void xfer_engine_describe(const xfer_engine *e, struct xfer_peer_desc *out);
 uint16_t xfer_engine_data_port(const xfer_engine *e);
 
+/* CUDA GPUs visible to this process, "idx:uuid:pci,..." (e.g.
+ * "0:GPU-8f3c...:0000:19:00.0"), published as the node's `gpus`. Returns the
+ * number of GPUs (0 and "" without CUDA) or -XFER_ENOSPC when len is short. */
+int xfer_gpus_describe(char *buf, size_t len);
+
 /* ---- regions ----------------------------------------------------------- */
 
 /* Registers caller memory [ptr, ptr+len) under name. The memory must stay
@@ -198,6 +204,18 @@ int xfer_region_alloc(xfer_engine *e, const char *name, size_t len, unsigned acc
  * bytes; the engine maps it and takes ownership of fd. */
 int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len,
                             unsigned access, xfer_region **out);
+/* Registers GPU memory that another process of this host exported with
+ * cudaIpcGetMemHandle (the 64-byte cudaIpcMemHandle_t of an allocation):
+ * opens it on GPU `device` of this process and registers [offset, offset+len)
+ * of the allocation as kind cuda:<device>. The mapping is closed on
+ * deregistration; the exporter must keep the allocation alive until then.
+ * Same-host peers reach it over ipc through the same handle. Errors:
+ * -XFER_ENODEV (no CUDA device), -XFER_EINVAL (bad handle length, or CUDA
+ * refused the handle: reason in the last error), -XFER_ERANGE (beyond the
+ * allocation). */
+int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
+                           size_t handle_len, int device, uint64_t offset, size_t len,
+                           unsigned access, xfer_region **out);
 /* Removes the region; peers holding its id/gen get -XFER_ESTALE/-XFER_ENOENT.
  * Waits for in-progress target-side accesses to finish. */
 int xfer_region_deregister(xfer_engine *e, xfer_region *r);
@@ -274,6 +292,29 @@ int xfer_batch_item_status(const xfer_batch *b, size_t i);
 const char *xfer_batch_item_error(const xfer_batch *b, size_t i);
 /* Clears items so the batch can be filled again (not while in flight). */
 int xfer_batch_reset(xfer_batch *b);
+
+/* ---- KV blocks ---------------------------------------------------------- */
+/* Block i of a region with a layout is the xfer_layout_block_size() bytes
+ * at offset i * that: block-major, [num_blocks][max(layers, 1)][block_bytes]
+ * (the same blocks xferctl's NODE/REGION#B addresses). */
+uint64_t xfer_layout_block_size(const struct xfer_layout *l);
+/* 0 when blocks of a and b can be copied onto each other: both typed
+ * (block_bytes > 0), same dtype, block_bytes and layers, same tag when both
+ * have one. Else -XFER_EMISMATCH and the reason in why (may be NULL). */
+int xfer_layouts_match(const struct xfer_layout *a, const struct xfer_layout *b, char *why,
+                       size_t why_len);
+/* Moves blocks local_ids[i] <-> remote_ids[i] (i < n) between the local
+ * region and the peer's region remote_id (its descriptor must be cached with
+ * xfer_peer_region_add). Checks both layouts (-XFER_EMISMATCH), block ids
+ * against num_blocks and the regions' lengths (-XFER_ERANGE), then appends
+ * one item per run of blocks that are consecutive on both sides: "7, 8, 9 ->
+ * 40, 41, 42" is one item, "7, 19, 3 -> 40, 2, 11" three. Returns the number
+ * of items appended (the first has index xfer_batch_count() before the
+ * call), or a negative code with nothing appended; the reason is in
+ * xfer_engine_last_error(). The id arrays are only read during the call. */
+int xfer_batch_add_blocks(xfer_batch *b, enum xfer_op op, xfer_region *local,
+                          const uint64_t *local_ids, xfer_peer *peer, uint32_t remote_id,
+                          uint32_t remote_gen, const uint64_t *remote_ids, size_t n);
 
 /* ---- statistics -------------------------------------------------------- */
 #define XFER_LAT_BUCKETS 16 /* bucket i counts ops taking < 2^i * 8 us; last = the rest */

@@ -1,19 +1,9 @@
 #!/usr/bin/env bash
-# Interim demo (until the registry and xferd exist): two nodes on loopback.
-# Node "demo-b" serves a 64 MiB region; node "demo-a" WRITEs data into it and
-# READs it back at several sizes, verifies every byte and prints times and
-# GB/s. The service helper replaces this with xferd + Redis.
-set -u
+# `make demo`: a local redis-server and two xferd moving a file by name
+# (mk/demo_service.sh), then the engine alone moving data both ways with
+# READ and WRITE at several sizes, with times and GB/s (mk/demo_engine.sh).
+set -eu
 cd "$(dirname "$0")/.."
-B=${B:-build}
-tmp=$(mktemp -d /tmp/xfer-demo.XXXXXX)
-"$B/tests/xfer_node" serve --node demo-b --out "$tmp/b.node" --region rw:rw:67108864 \
-    >"$tmp/b.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-for _ in $(seq 200); do [[ -s $tmp/b.node ]] && break; sleep 0.05; done
-[[ -s $tmp/b.node ]] || { echo "demo: node demo-b did not start"; cat "$tmp/b.log"; exit 1; }
-echo "demo: node demo-b serves region rw (64 MiB) on 127.0.0.1:$(sed -n 's/^port=//p' "$tmp/b.node")"
-echo "demo: node demo-a writes to it and reads back over tcp (4 sockets)"
-"$B/tests/xfer_node" demo --peer "$tmp/b.node" || { echo "demo: FAILED"; exit 1; }
-echo "demo: ok"
+bash mk/demo_service.sh
+printf '\n\033[1m== the engine alone: READ and WRITE over tcp, sizes, times, GB/s\033[0m\n'
+bash mk/demo_engine.sh

@@ -23,9 +23,15 @@
 #define TCP_IOV_MAX 64              /* frames gathered into one sendmsg */
 #define TCP_TXQ_HIGH 4096           /* target stops reading above this backlog */
 #define TCP_HANDSHAKES_MAX 64       /* concurrent inbound handshakes */
+/* GPU memory goes through pinned staging slots (engine/gpu_stage, tcp_gpu.c):
+ * chunks touching GPU memory are at most one slot long. */
+#define TCP_GPU_SLOT (4u << 20)
+#define TCP_GPU_SLOTS 4u  /* per thread, GPU and direction */
+#define TCP_GPU_MAX_DEV 16
 
 struct tcp_transport;
 struct tcp_thread;
+struct xfer_gpu_stage;
 
 /* One frame to send. Initiator: a request chunk that afterwards waits for
  * its response on the in-flight FIFO. Target: a response, possibly carrying
@@ -46,6 +52,16 @@ struct tcp_tx {
     uint8_t *local;  /* READ: where the response payload goes */
     /* target response */
     xfer_region *region; /* pinned, released when sent */
+    /* GPU memory (tcp_gpu.c). Payload from GPU memory (gsrc set): sent from
+     * a staging slot once its D2H finished. Target WRITE into GPU memory
+     * (gsrc NULL): the WRITE_RESP waits for the H2D out of gslot. */
+    bool gpu;
+    bool gready;               /* staging copy seen finished */
+    bool gpin;                 /* initiator: io_begin held for the copy */
+    int gdev;                  /* CUDA ordinal of the GPU memory */
+    int gslot;                 /* -1 = none taken yet */
+    struct xfer_gpu_stage *gst;
+    const uint8_t *gsrc;       /* device memory to send */
 };
 
 enum tcp_rx_state { RX_HDR, RX_PAYLOAD };
@@ -86,6 +102,15 @@ struct tcp_sock {
     xfer_region *rx_region;
     int rx_status;
     int rx_errno;          /* why the last recv failed, 0 = EOF */
+    /* payload into GPU memory: received into a staging slot first */
+    bool rx_gpu;
+    int rx_gslot;          /* -1 = none yet */
+    int rx_gerr;           /* initiator: no slot could be had, discard */
+    struct xfer_gpu_stage *rx_gst;
+    uint8_t *rx_host;
+    bool gpu_wait;         /* owner: on th->gpu_head */
+    struct tcp_sock *gpu_next;
+    struct tcp_tx *land_head, *land_tail; /* initiator: READ chunks whose H2D runs */
 };
 
 struct tcp_thread {
@@ -99,6 +124,8 @@ struct tcp_thread {
     struct tcp_sock *ready_head;
     struct tcp_sock *grave; /* target sockets to free after this round */
     uint8_t scratch[65536]; /* discarded payload lands here */
+    struct xfer_gpu_stage *gst[TCP_GPU_MAX_DEV][2]; /* [gpu][send, recv], lazily */
+    struct tcp_sock *gpu_head; /* sockets waiting for a staging copy or slot */
 };
 
 struct tcp_transport {
@@ -144,6 +171,34 @@ void tcp_sock_writable(struct tcp_sock *s);
 void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);
 void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms);
 void tcp_tx_free(struct tcp_tx *t);
+/* Initiator chunk finished: reports it to the batch, frees t. */
+void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why);
+
+/* tcp_gpu.c: GPU memory through pinned staging slots */
+/* Starts D2H copies for the first queued frames whose payload is GPU memory. */
+void tcp_gpu_prefetch(struct tcp_sock *s);
+/* May t be sent now? 1 yes, 0 not yet (the socket is re-driven when the
+ * copy finishes), or a negative code with why (initiator chunk: fail it). */
+int tcp_gpu_tx_check(struct tcp_sock *s, struct tcp_tx *t, char *why, size_t why_len);
+/* t was sent whole: its slot goes back. */
+void tcp_gpu_tx_sent(struct tcp_tx *t);
+/* t is dropped: waits (bounded) for its copy, gives back slot and pin. */
+void tcp_gpu_tx_release(struct tcp_tx *t);
+/* Receiving payload for GPU memory `dev` into a slot: 0 and s->rx_host set,
+ * -XFER_EBUSY (no free slot: the socket is re-driven later), or an error. */
+int tcp_gpu_rx_slot(struct tcp_sock *s, int dev, char *why, size_t why_len);
+void tcp_gpu_rx_drop(struct tcp_sock *s);
+/* Initiator READ chunk t fully received into s's slot: H2D into its local
+ * memory, completed when the copy is (tcp_gpu_pump). */
+void tcp_gpu_land(struct tcp_sock *s, struct tcp_tx *t);
+/* Target WRITE fully received into s's slot: starts the H2D to dst and
+ * attaches the slot to the response t. Returns 0 or an error (slot freed). */
+int tcp_gpu_ack_start(struct tcp_sock *s, struct tcp_tx *t, uint8_t *dst, uint64_t len);
+void tcp_gpu_wait_mark(struct tcp_sock *s);
+void tcp_gpu_sock_fail(struct tcp_sock *s); /* from tcp_sock_fail */
+/* Progress loop: re-drives sockets whose staging copies finished. */
+void tcp_gpu_pump(struct tcp_thread *th);
+void tcp_gpu_thread_free(struct tcp_thread *th);
 
 /* tcp_conn.c */
 int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms,

@@ -233,6 +233,15 @@ static struct tcp_tx *make_chunk(struct tcp_transport *tt, xfer_batch *b, size_t
     } else {
         t->local = local;
     }
+    t->gslot = -1;
+    if (xfer_region_kind(it->local) == XFER_MEM_CUDA) { /* staged (tcp_gpu.c) */
+        t->gpu = true;
+        t->gdev = xfer_region_device(it->local);
+        if (it->op == XFER_OP_WRITE) {
+            t->gsrc = local;
+            t->payload = NULL;
+        }
+    }
     struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION, .op = t->op, .req_id = t->req_id,
                               .region_id = it->remote_id, .gen = it->remote_gen,
                               .offset = it->remote_off + off, .length = len,
@@ -240,6 +249,16 @@ static struct tcp_tx *make_chunk(struct tcp_transport *tt, xfer_batch *b, size_t
     xfer_wire_encode(&h, t->hdr);
     xfer_batch_hold(b);
     return t;
+}
+
+/* GPU memory on either side moves through staging slots of TCP_GPU_SLOT. */
+static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it)
+{
+    struct xfer_region_desc rd;
+    if (xfer_region_kind(it->local) == XFER_MEM_CUDA)
+        return true;
+    return xfer_peer_region_get(tc->base.peer, it->remote_id, &rd) == 0 &&
+           rd.kind == XFER_MEM_CUDA;
 }
 
 /* Splits item i into chunks spread over the sockets. */
@@ -250,6 +269,8 @@ static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chu
         xfer_batch_chunk_done(b, i, 0, -XFER_ERANGE, "remote offset + length overflows");
         return;
     }
+    if (gpu_item(tc, it) && chunk > TCP_GPU_SLOT)
+        chunk = TCP_GPU_SLOT;
     uint64_t off = 0;
     do {
         uint64_t len = it->len - off < chunk ? it->len - off : chunk;

@@ -35,6 +35,7 @@ struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, con
     pthread_mutex_init(&s->qmu, NULL);
     s->last_progress_ms = xfer_now_ms();
     s->rx_state = RX_HDR;
+    s->rx_gslot = -1;
     return s;
 }
 
@@ -72,8 +73,9 @@ static uint64_t chunk_load(const struct tcp_tx *t)
 }
 
 /* Initiator chunk finished (status 0: all its bytes arrived/landed). */
-static void chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why)
+void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why)
 {
+    tcp_gpu_tx_release(t);
     __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
     xfer_batch_chunk_done(t->b, t->idx, status == 0 ? t->len : 0, status, why);
     xfer_batch_put(t->b);
@@ -82,6 +84,7 @@ static void chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, con
 
 static void response_done(struct tcp_tx *t)
 {
+    tcp_gpu_tx_release(t);
     if (t->region)
         xfer_region_release(t->region);
     tcp_tx_free(t);
@@ -94,7 +97,7 @@ static void drop_list(struct tcp_sock *s, struct tcp_tx *t, const char *why)
         if (s->target)
             response_done(t);
         else
-            chunk_complete(s, t, -XFER_ECONN, why);
+            tcp_chunk_complete(s, t, -XFER_ECONN, why);
         t = next;
     }
 }
@@ -153,6 +156,7 @@ void tcp_sock_fail(struct tcp_sock *s, int status, const char *why)
     s->rx_state = RX_HDR;
     s->rx_lo = s->rx_hi = 0;
     ready_unlink(s);
+    tcp_gpu_sock_fail(s);
     pthread_mutex_lock(&th->mu);
     if (s->linked) {
         if (s->th_prev)
@@ -320,7 +324,7 @@ static void drop_dead_heads(struct tcp_sock *s)
            !xfer_batch_item_live(s->tx_head->b, s->tx_head->idx)) {
         struct tcp_tx *t = s->tx_head;
         tx_pop(s);
-        chunk_complete(s, t, -XFER_ECANCELED, "item ended before it was sent");
+        tcp_chunk_complete(s, t, -XFER_ECANCELED, "item ended before it was sent");
     }
 }
 
@@ -385,11 +389,26 @@ static void tx_advance(struct tcp_sock *s, size_t n)
         if (t->hdr_sent < XFER_WIRE_HDR_LEN || t->payload_sent < t->payload_len)
             return;
         tx_pop(s);
+        tcp_gpu_tx_sent(t);
         if (s->target)
             response_done(t);
         else
             inflight_push(s, t);
     }
+}
+
+/* Is the head's GPU payload (or the GPU copy its ack waits for) done? 1 yes,
+ * 0 not yet, -1 the head was a chunk whose copy failed (completed, popped). */
+static int gpu_head_ready(struct tcp_sock *s)
+{
+    struct tcp_tx *t = s->tx_head;
+    char why[240];
+    int rc = tcp_gpu_tx_check(s, t, why, sizeof(why));
+    if (rc >= 0)
+        return rc;
+    tx_pop(s);
+    tcp_chunk_complete(s, t, rc, why);
+    return -1;
 }
 
 void tcp_sock_writable(struct tcp_sock *s)
@@ -402,13 +421,20 @@ void tcp_sock_writable(struct tcp_sock *s)
         drop_dead_heads(s);
         if (!s->tx_head)
             break;
+        tcp_gpu_prefetch(s);
+        int ready = gpu_head_ready(s);
+        if (ready < 0)
+            continue;
+        if (ready == 0)
+            break;
         struct gather g;
         g.niov = g.npinned = 0;
         g.last = false;
         int n_ent = 0;
         for (struct tcp_tx *t = s->tx_head; t && n_ent < TCP_IOV_MAX && !g.last;
              t = t->next, n_ent++)
-            if (!gather_add(s, &g, t, t == s->tx_head))
+            if ((t != s->tx_head && t->gpu && tcp_gpu_tx_check(s, t, NULL, 0) != 1) ||
+                !gather_add(s, &g, t, t == s->tx_head))
                 break;
         if (n_ent == 0)
             continue; /* the unsent head just ended: dropped next round */
@@ -448,7 +474,7 @@ static void remote_refused(struct tcp_sock *s, struct tcp_tx *t, int status)
 {
     char why[160];
     snprintf(why, sizeof(why), "target %s refused: %s", s->name, xfer_strerror(status));
-    chunk_complete(s, t, status, why);
+    tcp_chunk_complete(s, t, status, why);
 }
 
 /* Header of a response: checks it against the oldest request. 1 = go on. */
@@ -475,15 +501,44 @@ static int initiator_header(struct tcp_sock *s)
     if (h->status < 0)
         remote_refused(s, t, h->status);
     else
-        chunk_complete(s, t, 0, NULL);
+        tcp_chunk_complete(s, t, 0, NULL);
     return 1;
 }
 
 /* READ payload into local memory, pinned per call; discarded if the item
  * ended meanwhile. */
+/* READ payload for local GPU memory: into a staging slot, then H2D. */
+static ssize_t initiator_payload_gpu(struct tcp_sock *s, struct tcp_tx *t)
+{
+    if (s->rx_gslot < 0 && s->rx_gerr == 0) {
+        char why[160];
+        int rc = tcp_gpu_rx_slot(s, t->gdev, why, sizeof(why));
+        if (rc == -XFER_EBUSY)
+            return 0;
+        if (rc < 0) {
+            xfer_warn("tcp: %s: %s", s->name, why);
+            s->rx_gerr = rc;
+        }
+    }
+    uint64_t left = t->len - s->rx_got;
+    ssize_t n = payload_in(s, s->rx_gslot >= 0 ? s->rx_host + s->rx_got : NULL, left);
+    if (n < 0)
+        rx_failed(s);
+    if (n <= 0)
+        return n;
+    s->rx_got += (uint64_t)n;
+    if (s->rx_got == t->len) {
+        s->rx_state = RX_HDR;
+        tcp_gpu_land(s, inflight_pop(s));
+    }
+    return n;
+}
+
 static ssize_t initiator_payload(struct tcp_sock *s)
 {
     struct tcp_tx *t = s->inf_head;
+    if (t->gpu)
+        return initiator_payload_gpu(s, t);
     uint64_t left = t->len - s->rx_got;
     bool live = xfer_batch_io_begin(t->b, t->idx);
     ssize_t n = payload_in(s, live ? t->local + s->rx_got : NULL, left);
@@ -496,7 +551,7 @@ static ssize_t initiator_payload(struct tcp_sock *s)
     s->rx_got += (uint64_t)n;
     if (s->rx_got == t->len) {
         s->rx_state = RX_HDR;
-        chunk_complete(s, inflight_pop(s), 0, NULL);
+        tcp_chunk_complete(s, inflight_pop(s), 0, NULL);
     }
     return n;
 }
@@ -529,15 +584,15 @@ static void initiator_readable(struct tcp_sock *s)
 
 /* ---- target: requests ---------------------------------------------------------- */
 
-static void queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
-                           int status, xfer_region *r, uint8_t *payload)
+static struct tcp_tx *queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req,
+                                     uint8_t op, int status, xfer_region *r, uint8_t *payload)
 {
     struct tcp_tx *t = calloc(1, sizeof(*t));
     if (!t) {
         if (r)
             xfer_region_release(r);
         tcp_sock_fail(s, -XFER_ENOMEM, "out of memory for a response");
-        return;
+        return NULL;
     }
     struct xfer_wire_hdr h = *req;
     h.op = op;
@@ -547,6 +602,13 @@ static void queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, 
     t->region = r;
     t->payload = payload;
     t->payload_len = h.payload;
+    t->gslot = -1;
+    if (r && t->payload_len && xfer_region_kind(r) == XFER_MEM_CUDA) {
+        t->gpu = true; /* sent from a staging slot after its D2H */
+        t->gdev = xfer_region_device(r);
+        t->gsrc = payload;
+        t->payload = NULL;
+    }
     if (s->tx_tail)
         s->tx_tail->next = t;
     else
@@ -555,6 +617,7 @@ static void queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, 
     s->tx_count++;
     if (s->tx_count > TCP_TXQ_HIGH)
         s->rx_blocked = true;
+    return t;
 }
 
 static void served(struct tcp_sock *s, uint64_t bytes, int status)
@@ -562,6 +625,19 @@ static void served(struct tcp_sock *s, uint64_t bytes, int status)
     xfer_engine_count_served(s->tt->engine, XFER_TRANSPORT_TCP, bytes, status);
     if (status < 0)
         xfer_debug("tcp: refused request from %s: %s", s->name, xfer_strerror(status));
+}
+
+/* A chunk of a GPU region must fit one staging slot (our initiators split
+ * them so); a larger one is refused and r released. */
+static xfer_region *gpu_chunk_fits(struct tcp_sock *s, xfer_region *r, uint64_t len, int *err)
+{
+    if (!r || xfer_region_kind(r) != XFER_MEM_CUDA || len <= TCP_GPU_SLOT)
+        return r;
+    xfer_warn("tcp: %s: refused a %llu-byte chunk of GPU memory (staging slots hold %u)",
+              s->name, (unsigned long long)len, TCP_GPU_SLOT);
+    xfer_region_release(r);
+    *err = -XFER_ENOTSUP;
+    return NULL;
 }
 
 static int target_header(struct tcp_sock *s)
@@ -576,6 +652,7 @@ static int target_header(struct tcp_sock *s)
     if (h->op == XFER_WIRE_READ_REQ) {
         xfer_region *r = xfer_region_acquire(s->tt->engine, h->region_id, h->gen, XFER_OP_READ,
                                              h->offset, h->length, &err);
+        r = gpu_chunk_fits(s, r, h->length, &err);
         served(s, r ? h->length : 0, err);
         queue_response(s, h, XFER_WIRE_READ_RESP, err, r,
                        r ? (uint8_t *)xfer_region_ptr(r) + h->offset : NULL);
@@ -588,21 +665,65 @@ static int target_header(struct tcp_sock *s)
     /* Refused writes still consume their payload so the stream stays in sync. */
     s->rx_region = xfer_region_acquire(s->tt->engine, h->region_id, h->gen, XFER_OP_WRITE,
                                        h->offset, h->length, &err);
+    s->rx_region = gpu_chunk_fits(s, s->rx_region, h->length, &err);
     s->rx_status = err;
     s->rx_dst = s->rx_region ? (uint8_t *)xfer_region_ptr(s->rx_region) + h->offset : NULL;
+    s->rx_gpu = s->rx_region && xfer_region_kind(s->rx_region) == XFER_MEM_CUDA && h->length;
     s->rx_got = 0;
     s->rx_state = RX_PAYLOAD;
     return 1;
 }
 
+/* The payload is in the region, or (GPU region) in a staging slot whose
+ * H2D must finish before the ack goes out; the region stays pinned till then. */
 static void target_write_done(struct tcp_sock *s)
 {
-    served(s, s->rx_status == 0 ? s->rh.length : 0, s->rx_status);
-    if (s->rx_region)
-        xfer_region_release(s->rx_region);
+    xfer_region *r = s->rx_region;
     s->rx_region = NULL;
     s->rx_state = RX_HDR;
-    queue_response(s, &s->rh, XFER_WIRE_WRITE_RESP, s->rx_status, NULL, NULL);
+    bool gpu = s->rx_gpu;
+    s->rx_gpu = false;
+    struct tcp_tx *t = queue_response(s, &s->rh, XFER_WIRE_WRITE_RESP, s->rx_status,
+                                      gpu ? r : NULL, NULL);
+    if (!gpu && r)
+        xfer_region_release(r);
+    if (gpu && t) {
+        t->gdev = xfer_region_device(r);
+        uint8_t *dst = (uint8_t *)xfer_region_ptr(r) + s->rh.offset;
+        int rc = tcp_gpu_ack_start(s, t, dst, s->rh.length);
+        if (rc < 0) {
+            s->rx_status = rc;
+            struct xfer_wire_hdr h = s->rh;
+            h.op = XFER_WIRE_WRITE_RESP;
+            h.status = rc;
+            h.payload = 0;
+            xfer_wire_encode(&h, t->hdr);
+        }
+    }
+    served(s, s->rx_status == 0 ? s->rh.length : 0, s->rx_status);
+}
+
+/* A GPU region's payload goes into a staging slot: 1 = have one (or the
+ * payload is discarded), 0 = wait for one. */
+static int target_gpu_slot(struct tcp_sock *s)
+{
+    if (!s->rx_gpu || s->rx_gslot >= 0)
+        return 1;
+    char why[160];
+    int rc = tcp_gpu_rx_slot(s, xfer_region_device(s->rx_region), why, sizeof(why));
+    if (rc == -XFER_EBUSY)
+        return 0;
+    if (rc < 0) { /* no device: refuse, discard the payload */
+        xfer_warn("tcp: %s: %s", s->name, why);
+        xfer_region_release(s->rx_region);
+        s->rx_region = NULL;
+        s->rx_gpu = false;
+        s->rx_status = rc;
+        s->rx_dst = NULL;
+        return 1;
+    }
+    s->rx_dst = s->rx_host;
+    return 1;
 }
 
 static void target_readable(struct tcp_sock *s)
@@ -615,6 +736,8 @@ static void target_readable(struct tcp_sock *s)
                 break;
             continue;
         }
+        if (!target_gpu_slot(s))
+            break;
         uint64_t left = s->rh.length - s->rx_got;
         ssize_t n = left ? payload_in(s, s->rx_dst ? s->rx_dst + s->rx_got : NULL, left) : 0;
         if (n < 0)

@@ -153,7 +153,7 @@ static void *thread_main(void *arg)
     struct epoll_event ev[64];
     int64_t next_check = xfer_now_ms() + 100;
     while (!tt->stop) {
-        int n = epoll_wait(th->epfd, ev, 64, th->ready_head ? 0 : 100);
+        int n = epoll_wait(th->epfd, ev, 64, th->ready_head || th->gpu_head ? 0 : 100);
         for (int i = 0; i < n; i++) {
             struct tcp_sock *s = ev[i].data.ptr;
             if (!s) {
@@ -169,6 +169,8 @@ static void *thread_main(void *arg)
         }
         serve_kicks(th);
         serve_ready(th);
+        if (th->gpu_head)
+            tcp_gpu_pump(th);
         int64_t now = xfer_now_ms();
         if (now >= next_check) {
             check_timeouts(th);
@@ -392,6 +394,7 @@ static void tcp_close(struct xfer_transport *t)
                 th->socks = s->th_next;
             }
         }
+        tcp_gpu_thread_free(th);
         if (th->epfd >= 0)
             close(th->epfd);
         if (th->wakefd >= 0)
@@ -457,7 +460,11 @@ fail:
 const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .name = "tcp",
     .bit = XFER_TRANSPORT_TCP,
+#if XFER_WITH_CUDA /* through pinned staging slots, tcp_gpu.c */
+    .caps = XFER_CAP_HOST_MEM | XFER_CAP_CUDA_MEM,
+#else
     .caps = XFER_CAP_HOST_MEM,
+#endif
     .preference = 100,
     .probe = tcp_probe,
     .open = tcp_open,

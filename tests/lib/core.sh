@@ -2,7 +2,7 @@
 # Every process started with core_start is killed on exit, even on failure.
 : "${B:=build}"
 : "${XFER_ROOT:=$PWD}"
-CORE_BIN=$XFER_ROOT/$B/tests
+CORE_BIN=${CORE_BIN:-$XFER_ROOT/$B/tests} # another build of the helpers (e.g. tests/fake)
 CORE_TMP=$(mktemp -d /tmp/xfer-core.XXXXXX)
 CORE_PIDS=()
 

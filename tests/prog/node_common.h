@@ -30,7 +30,15 @@ static inline double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* node=, port=, incarnation=, host_id=, region=NAME ID GEN LEN ACCESS */
+/* Transports of the test engines: tcp, unless XFER_TRANSPORTS names them
+ * (0 lets the engine read that variable). */
+static inline unsigned node_transports(void)
+{
+    return getenv("XFER_TRANSPORTS") ? 0 : XFER_TRANSPORT_TCP;
+}
+
+/* node=, port=, incarnation=, host_id=, transports=, nics=,
+ * region=NAME ID GEN LEN ACCESS [ADDR RKEYS] */
 static inline int node_file_read(const char *path, struct node_file *nf)
 {
     memset(nf, 0, sizeof(*nf));
@@ -39,7 +47,7 @@ static inline int node_file_read(const char *path, struct node_file *nf)
         fprintf(stderr, "cannot open node file %s\n", path);
         return -1;
     }
-    char line[512];
+    char line[XFER_NICS_MAX + 64]; /* the nics= line is the longest */
     snprintf(nf->peer.addr, sizeof(nf->peer.addr), "127.0.0.1");
     nf->peer.transports = XFER_TRANSPORT_TCP;
     while (fgets(line, sizeof(line), f)) {
@@ -56,19 +64,27 @@ static inline int node_file_read(const char *path, struct node_file *nf)
             nf->peer.incarnation = strtoull(v, NULL, 10);
         else if (!strcmp(line, "host_id"))
             snprintf(nf->peer.host_id, sizeof(nf->peer.host_id), "%s", v);
+        else if (!strcmp(line, "transports"))
+            nf->peer.transports = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(line, "nics") && strcmp(v, "-"))
+            snprintf(nf->peer.nics, sizeof(nf->peer.nics), "%s", v);
         else if (!strcmp(line, "region") && nf->n_regions < NODE_MAX_REGIONS) {
             struct xfer_region_desc *d = &nf->regions[nf->n_regions];
-            char acc[8];
-            unsigned long long len;
-            if (sscanf(v, "%63s %u %u %llu %7s", d->name, &d->id, &d->gen, &len, acc) == 5 &&
-                xfer_access_parse(acc, &d->access) == 0) {
+            char acc[8], rkeys[XFER_BLOB_MAX] = "-";
+            unsigned long long len, addr = 0;
+            int got = sscanf(v, "%63s %u %u %llu %7s %llu %255s", d->name, &d->id, &d->gen, &len,
+                             acc, &addr, rkeys);
+            if (got >= 5 && xfer_access_parse(acc, &d->access) == 0) {
                 d->len = len;
+                d->addr = addr;
+                if (strcmp(rkeys, "-"))
+                    snprintf(d->rkeys, sizeof(d->rkeys), "%s", rkeys);
                 nf->n_regions++;
             }
         }
     }
     fclose(f);
-    return nf->peer.data_port ? 0 : -1;
+    return nf->peer.data_port || nf->peer.nics[0] ? 0 : -1; /* rdma alone has no data port */
 }
 
 static inline const struct xfer_region_desc *node_region(const struct node_file *nf,
@@ -132,7 +148,7 @@ static inline xfer_engine *client_engine(const char *node_id, const struct node_
     struct xfer_engine_config cfg;
     xfer_engine_config_init(&cfg);
     cfg.node_id = node_id;
-    cfg.transports = XFER_TRANSPORT_TCP;
+    cfg.transports = node_transports();
     if (sockets > 0)
         cfg.sockets_per_peer = sockets;
     if (secret) {

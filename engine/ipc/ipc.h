@@ -1,0 +1,227 @@
+/*
+ * Same-host IPC transport: private declarations shared by the engine/ipc files.
+ *
+ * Shape. Each node listens on an abstract unix socket named after its node id
+ * and incarnation. An initiator connects, runs the engine handshake, then
+ * speaks the small binary protocol below. The owner of a region never copies
+ * bytes: it validates and pins. The initiator copies directly between its own
+ * memory and the owner's memory, reached through
+ *   memfd   the owner's memfd, passed once with SCM_RIGHTS and mmapped
+ *           (cached per region id + generation);
+ *   cma     process_vm_readv/writev into the owner's address space, for
+ *           regions registered from a plain user pointer;
+ *   cuda    a CUDA IPC handle (cudaIpcGetMemHandle) or a cuMem POSIX fd,
+ *           opened once per region id + generation.
+ * Every copy is bracketed by ACQ (owner checks id, generation, access and
+ * bounds with xfer_region_acquire and keeps the region pinned) and REL, so a
+ * region is never deregistered under a copy and stale ids fail cleanly.
+ */
+#ifndef XFER_IPC_H
+#define XFER_IPC_H
+
+#include "transport.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- wire (same host, host byte order, fixed-size records) -------------- */
+
+#define IPC_MAGIC      0x43504958u /* "XIPC" */
+#define IPC_VERSION    1u
+#define IPC_BATCH_MAX  512u        /* records per ACQ/REL message */
+#define IPC_HANDLE_LEN 64u         /* cudaIpcMemHandle_t */
+#define IPC_UUID_LEN   16u
+
+enum ipc_msg_type {
+    IPC_HELLO = 1,    /* owner -> initiator after the handshake */
+    IPC_MAP_REQ = 2,  /* how do I reach region (id, gen)? */
+    IPC_MAP_RESP = 3, /* + one fd (memfd / cuMem) when the mechanism has one */
+    IPC_ACQ_REQ = 4,  /* validate + pin count regions ranges */
+    IPC_ACQ_RESP = 5,
+    IPC_REL = 6, /* unpin slots, no answer */
+};
+
+enum ipc_mech { IPC_MECH_NONE = 0, IPC_MECH_MEMFD, IPC_MECH_CMA, IPC_MECH_CUDA, IPC_MECH_CUMEM };
+
+struct ipc_hdr {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t version;
+    uint32_t count; /* records following */
+    uint32_t bytes; /* payload bytes following this header */
+};
+
+struct ipc_hello {
+    int32_t pid;
+    uint32_t probe_len;
+    uint64_t probe_addr; /* owner memory holding probe_cookie, for a CMA probe */
+    uint8_t probe_cookie[16];
+};
+
+struct ipc_map_req {
+    uint32_t id, gen;
+    uint32_t op; /* enum xfer_op the initiator needs */
+    uint32_t pad;
+};
+
+struct ipc_map_resp {
+    int32_t status; /* 0 or -XFER_E* */
+    uint32_t mech;  /* enum ipc_mech */
+    uint32_t access;
+    int32_t has_fd;
+    uint64_t len;       /* region length */
+    uint64_t addr;      /* region address in the owner (CMA) */
+    uint64_t alloc_off; /* CUDA: region start minus allocation start */
+    uint64_t alloc_len; /* CUDA: allocation length (cuMem mapping) */
+    uint8_t uuid[IPC_UUID_LEN];        /* CUDA: owner GPU */
+    uint8_t handle[IPC_HANDLE_LEN];    /* CUDA IPC handle */
+    char why[96];                      /* reason when status != 0 */
+};
+
+struct ipc_acq_req {
+    uint32_t id, gen;
+    uint32_t op;
+    uint32_t pad;
+    uint64_t off, len;
+};
+
+struct ipc_acq_resp {
+    int32_t status;
+    uint32_t slot; /* pin to hand back in IPC_REL */
+};
+
+/* Appended to an IPC_ACQ_RESP after its count records: regions this peer
+ * mapped that are no longer registered, so it can drop the mappings (and the
+ * owner's memory can really go). */
+struct ipc_revoked {
+    uint32_t id, gen;
+};
+#define IPC_REVOKED_MAX 64
+
+/* ---- sockets (ipc_sock.c) ---------------------------------------------- */
+
+/* Abstract socket address for a node incarnation; returns the address length. */
+int ipc_sock_addr(const char *node_id, uint64_t incarnation, void *sun, size_t sun_size);
+int ipc_sock_listen(const char *node_id, uint64_t incarnation, char *why, size_t why_len);
+int ipc_sock_connect(const char *node_id, uint64_t incarnation, int timeout_ms, char *why,
+                     size_t why_len);
+/* Sends header + payload (+ fd when fd >= 0) within timeout_ms. */
+int ipc_send(int fd, uint16_t type, uint32_t count, const void *payload, uint32_t bytes,
+             int pass_fd, int timeout_ms);
+/* Receives one message; payload (<= max bytes) into buf. *got_fd = received fd or
+ * -1 (when got_fd is NULL, a received fd is closed). */
+int ipc_recv(int fd, struct ipc_hdr *h, void *buf, uint32_t max, int *got_fd, int timeout_ms);
+/* Waits until fd is readable (POLLIN) within timeout_ms: 0, -XFER_ETIMEDOUT, -XFER_ECONN. */
+int ipc_wait_readable(int fd, int timeout_ms);
+pid_t ipc_sock_peer_pid(int fd);
+
+/* ---- host memory (ipc_host.c) ------------------------------------------- */
+
+/* Maps len bytes of memfd (rw when writable). NULL + *err on failure. */
+void *ipc_host_map(int fd, size_t len, bool writable, int *err);
+void ipc_host_unmap(void *p, size_t len);
+/* Copies between local memory and [raddr, raddr+len) of process pid.
+ * -XFER_EACCES with a reason when the kernel refuses (ptrace policy). */
+int ipc_cma_read(pid_t pid, uint64_t raddr, void *local, size_t len, char *why, size_t why_len);
+int ipc_cma_write(pid_t pid, uint64_t raddr, const void *local, size_t len, char *why,
+                  size_t why_len);
+/* Lets same-uid peers attach with process_vm_* despite Yama ptrace_scope=1. */
+void ipc_cma_allow_peers(void);
+/* Kernel's view, for error messages: "ptrace_scope=N" or "no Yama". */
+void ipc_cma_policy(char *buf, size_t len);
+/* Reopens a memfd read-only, so a peer that may only READ cannot map it rw. */
+int ipc_memfd_reopen_ro(int fd);
+
+/* ---- CUDA (ipc_cuda.c; stubs return -XFER_ENODEV without XFER_WITH_CUDA) - */
+
+struct ipc_cuda_export {
+    uint32_t mech; /* IPC_MECH_CUDA or IPC_MECH_CUMEM */
+    uint8_t handle[IPC_HANDLE_LEN];
+    uint8_t uuid[IPC_UUID_LEN];
+    uint64_t alloc_off, alloc_len;
+    int fd; /* cuMem POSIX fd (caller closes), else -1 */
+};
+struct ipc_cuda_import; /* opened remote GPU memory */
+struct ipc_cuda_copier; /* streams + events of one connection */
+
+/* Number of usable CUDA devices, or -XFER_ENODEV with a reason. */
+int ipc_cuda_probe(char *why, size_t why_len);
+/* Owner: how a peer may open the device memory at ptr (device ordinal dev).
+ * known: the handle the memory was adopted from (xfer_region_adopt_cuda), or
+ * NULL; an imported allocation cannot be exported again, so it is reused. */
+int ipc_cuda_export(void *ptr, int dev, const uint8_t *known, struct ipc_cuda_export *out,
+                    char *why, size_t why_len);
+/* Initiator: opens what the owner exported (takes ownership of ex->fd). */
+int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out,
+                    char *why, size_t why_len);
+void ipc_cuda_import_close(struct ipc_cuda_import *imp);
+/* Device pointer of the region start within an import. */
+void *ipc_cuda_import_ptr(const struct ipc_cuda_import *imp);
+int ipc_cuda_import_device(const struct ipc_cuda_import *imp);
+
+struct ipc_cuda_copier *ipc_cuda_copier_new(int *err);
+void ipc_cuda_copier_free(struct ipc_cuda_copier *c);
+/* Starts an async copy of len bytes; dst_dev/src_dev are local ordinals, -1 for
+ * host memory; remote_dev is the GPU holding the peer's side (or -1). Returns a
+ * ticket (>= 0) or a negative code. */
+int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const void *src,
+                        int src_dev, int remote_dev, size_t len, char *why, size_t why_len);
+/* A mark after the copies started so far; waiting on it sleeps (no polling)
+ * until they have finished. mark_wait frees the mark in every case. */
+struct ipc_cuda_mark;
+struct ipc_cuda_mark *ipc_cuda_mark_new(struct ipc_cuda_copier *c, int *err);
+int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_t why_len);
+/* Waits for ticket within timeout_ms, then frees it: 0 or -XFER_E*. */
+int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int ticket, int timeout_ms, char *why,
+                       size_t why_len);
+
+/* ---- batched GPU<->GPU copies (ipc_kbatch.c) ------------------------------ */
+
+struct xfer_kbatch;
+struct ipc_kcopy {
+    void *dst;
+    const void *src;
+    uint64_t len;
+    int exec, other; /* GPU running the copy (the peer memory's), the local GPU */
+    int ticket;      /* launch that took it, -1 = copy it otherwise */
+    int status;      /* after ipc_kbatch_finish */
+    bool ran;
+    size_t job;      /* caller's index */
+};
+/* Groups of >= XFER_KBATCH_MIN_ITEMS copies with the same GPU pair go into
+ * one kernel launch each (*kb created on first use; XFER_IPC_NO_KBATCH=1
+ * turns it off). */
+void ipc_kbatch_start(struct xfer_kbatch **kb, struct ipc_kcopy *v, size_t n);
+void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kcopy *v, size_t n, int timeout_ms);
+
+/* ---- owner side (ipc_serve.c) ------------------------------------------- */
+
+struct ipc_server;
+struct ipc_server *ipc_server_start(xfer_engine *e, const char *node_id, uint64_t incarnation,
+                                    int *err, char *why, size_t why_len);
+void ipc_server_stop(struct ipc_server *s);
+
+/* ---- initiator side (ipc_conn.c) ---------------------------------------- */
+
+struct ipc_transport {
+    struct xfer_transport base;
+    struct ipc_server *server;
+    char host_id[XFER_HOSTID_MAX];
+    char node_id[XFER_NAME_MAX];
+    uint64_t incarnation;
+    int cuda_devices; /* > 0 when CUDA copies are possible */
+};
+
+int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms,
+                  struct xfer_conn **out);
+void ipc_conn_close(struct xfer_conn *c);
+int ipc_conn_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
+
+extern const struct xfer_transport_ops xfer_ipc_transport_ops;
+
+/* Text published in struct xfer_region_desc.ipc for a local region. */
+void ipc_region_describe(const xfer_region *r, char *out, size_t len);
+
+#endif

@@ -1,0 +1,615 @@
+/*
+ * Initiator side of the ipc transport: one unix connection per peer and one
+ * worker thread that takes posted items in groups of up to IPC_BATCH_MAX,
+ *   1. checks each against the peer's published descriptor (generation,
+ *      access, bounds) and the owner's own answer (mapping cache),
+ *   2. pins all of them at the owner with one IPC_ACQ_REQ round trip,
+ *   3. copies (memcpy on a memfd mapping, process_vm_*v, or async CUDA copies,
+ *      all of a group in flight at once),
+ *   4. unpins with one IPC_REL and reports each item.
+ */
+#include "handshake.h"
+#include "ipc.h"
+#include "ipc_map.h"
+#include "xfer_kernels.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct ipc_work {
+    xfer_batch *b;
+    size_t i;
+};
+
+struct ipc_conn {
+    struct xfer_conn base;
+    struct ipc_transport *t;
+    int fd;
+    pid_t pid;
+    int io_timeout_ms;
+    pthread_t worker;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ipc_work *q; /* ring of queued items */
+    size_t qhead, qlen, qcap;
+    bool stop, broken;
+    struct ipc_map_cache maps;
+    struct ipc_cuda_copier *copier; /* created on the first CUDA item */
+    struct xfer_kbatch *kb;         /* batched GPU<->GPU copies, ipc_kbatch.c */
+};
+
+struct ipc_job {
+    xfer_batch *b;
+    size_t i;
+    struct xfer_item it;
+    const struct ipc_map *map;
+    uint32_t slot;
+    int status;
+    bool pinned, begun, skip;
+    int ticket; /* CUDA copy in flight, else -1 */
+    char why[200];
+};
+
+static void job_fail(struct ipc_job *j, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void job_fail(struct ipc_job *j, int status, const char *fmt, ...)
+{
+    if (j->status)
+        return;
+    j->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->why, sizeof(j->why), fmt, ap);
+    va_end(ap);
+}
+
+/* Checks the item against the peer's descriptor and the owner's answer. */
+static void job_check(struct ipc_conn *c, struct ipc_job *j)
+{
+    const struct xfer_item *it = &j->it;
+    struct xfer_region_desc d;
+    unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
+    if (xfer_peer_region_get(c->base.peer, it->remote_id, &d) < 0)
+        return job_fail(j, -XFER_ENOENT, "remote region %u unknown", it->remote_id);
+    if (d.gen != it->remote_gen)
+        return job_fail(j, -XFER_ESTALE, "remote region %s: generation %u, item has %u", d.name,
+                        d.gen, it->remote_gen);
+    if (!(d.access & need))
+        return job_fail(j, -XFER_EACCES, "remote region %s is '%s'", d.name,
+                        xfer_access_str(d.access));
+    if (!xfer_range_ok(it->remote_off, it->len, d.len))
+        return job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
+                        (unsigned long long)it->remote_off, (unsigned long long)it->len, d.name,
+                        (unsigned long long)d.len);
+    char why[256] = "";
+    int rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op,
+                         c->io_timeout_ms, &j->map, why, sizeof(why));
+    if (rc < 0)
+        return job_fail(j, rc, "%s", why);
+    const struct ipc_map *m = j->map;
+    if (!(m->access & need) || !xfer_range_ok(it->remote_off, it->len, m->len))
+        return job_fail(j, -XFER_ERANGE, "owner's view of region %u differs (len %llu, '%s')",
+                        it->remote_id, (unsigned long long)m->len, xfer_access_str(m->access));
+    bool cuda = m->mech == IPC_MECH_CUDA || m->mech == IPC_MECH_CUMEM ||
+                xfer_region_kind(it->local) == XFER_MEM_CUDA;
+    if (cuda && c->t->cuda_devices <= 0)
+        return job_fail(j, -XFER_ENODEV, "no CUDA device in this process");
+    if (cuda && m->mech == IPC_MECH_CMA)
+        return job_fail(j, -XFER_ENOTSUP,
+                        "GPU memory to a peer's plain host pointer is not supported by ipc; "
+                        "register the host region with xfer_region_alloc (memfd)");
+}
+
+/* Pins every checked job at the owner in one round trip. */
+static int jobs_acquire(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
+{
+    struct ipc_acq_req req[IPC_BATCH_MAX];
+    size_t map_of[IPC_BATCH_MAX], k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i].status || jobs[i].skip)
+            continue;
+        const struct xfer_item *it = &jobs[i].it;
+        req[k] = (struct ipc_acq_req){.id = it->remote_id, .gen = it->remote_gen, .op = it->op,
+                                      .off = it->remote_off, .len = it->len};
+        map_of[k++] = i;
+    }
+    if (k == 0)
+        return 0;
+    int rc = ipc_send(c->fd, IPC_ACQ_REQ, (uint32_t)k, req, (uint32_t)(k * sizeof(req[0])), -1,
+                      c->io_timeout_ms);
+    struct ipc_hdr h;
+    struct {
+        struct ipc_acq_resp r[IPC_BATCH_MAX];
+        struct ipc_revoked gone[IPC_REVOKED_MAX];
+    } reply;
+    struct ipc_acq_resp *resp = reply.r;
+    if (rc == 0)
+        rc = ipc_recv(c->fd, &h, &reply, sizeof(reply), NULL, c->io_timeout_ms);
+    size_t extra = rc == 0 ? h.bytes - (size_t)k * sizeof(resp[0]) : 0;
+    if (rc == 0 && (h.type != IPC_ACQ_RESP || h.count != k || h.bytes < k * sizeof(resp[0]) ||
+                    extra % sizeof(struct ipc_revoked) != 0))
+        rc = -XFER_EPROTO;
+    if (rc < 0)
+        return rc;
+    /* Regions the owner deregistered: retire our mappings of them. */
+    const struct ipc_revoked *gone = (const void *)((char *)resp + k * sizeof(resp[0]));
+    for (size_t x = 0; x < extra / sizeof(*gone); x++)
+        ipc_map_forget_gen(&c->maps, gone[x].id, gone[x].gen);
+    for (size_t x = 0; x < k; x++) {
+        struct ipc_job *j = &jobs[map_of[x]];
+        if (resp[x].status == 0) {
+            j->pinned = true;
+            j->slot = resp[x].slot;
+        } else {
+            job_fail(j, resp[x].status, "owner refused region %u gen %u [%llu+%llu]: %s",
+                     j->it.remote_id, j->it.remote_gen, (unsigned long long)j->it.remote_off,
+                     (unsigned long long)j->it.len, xfer_strerror(resp[x].status));
+            if (resp[x].status == -XFER_ESTALE || resp[x].status == -XFER_ENOENT)
+                ipc_map_forget(&c->maps, j->it.remote_id);
+        }
+    }
+    return 0;
+}
+
+static int jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
+{
+    uint32_t slot[IPC_BATCH_MAX];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].pinned)
+            slot[k++] = jobs[i].slot;
+    if (k == 0)
+        return 0;
+    return ipc_send(c->fd, IPC_REL, (uint32_t)k, slot, (uint32_t)(k * sizeof(slot[0])), -1,
+                    c->io_timeout_ms);
+}
+
+static void job_copy_host(struct ipc_conn *c, struct ipc_job *j, char *local)
+{
+    const struct xfer_item *it = &j->it;
+    const struct ipc_map *m = j->map;
+    int rc = 0;
+    if (m->mech == IPC_MECH_MEMFD) {
+        char *remote = (char *)m->base + it->remote_off;
+        if (it->op == XFER_OP_READ)
+            memcpy(local, remote, it->len);
+        else
+            memcpy(remote, local, it->len);
+    } else if (it->op == XFER_OP_READ) {
+        rc = ipc_cma_read(c->pid, m->addr + it->remote_off, local, it->len, j->why,
+                          sizeof(j->why));
+    } else {
+        rc = ipc_cma_write(c->pid, m->addr + it->remote_off, local, it->len, j->why,
+                           sizeof(j->why));
+    }
+    j->status = rc;
+}
+
+/* Local and remote GPU (-1 = host memory) and the remote address of j. */
+static char *job_cuda_sides(const struct ipc_job *j, int *ldev, int *rdev)
+{
+    const struct xfer_item *it = &j->it;
+    const struct ipc_map *m = j->map;
+    *ldev = xfer_region_kind(it->local) == XFER_MEM_CUDA ? xfer_region_device(it->local) : -1;
+    *rdev = m->cuda ? ipc_cuda_import_device(m->cuda) : -1;
+    return (char *)(m->cuda ? ipc_cuda_import_ptr(m->cuda) : m->base) + it->remote_off;
+}
+
+static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
+{
+    const struct xfer_item *it = &j->it;
+    int ldev, rdev;
+    char *remote = job_cuda_sides(j, &ldev, &rdev);
+    int rc = 0;
+    if (!c->copier)
+        c->copier = ipc_cuda_copier_new(&rc);
+    if (rc == 0 && it->op == XFER_OP_READ)
+        rc = ipc_cuda_copy_start(c->copier, local, ldev, remote, rdev, rdev, it->len, j->why,
+                                 sizeof(j->why));
+    else if (rc == 0)
+        rc = ipc_cuda_copy_start(c->copier, remote, rdev, local, ldev, rdev, it->len, j->why,
+                                 sizeof(j->why));
+    if (rc < 0)
+        j->status = rc;
+    else
+        j->ticket = rc;
+}
+
+/* A group of up to IPC_BATCH_MAX items, pinned at the owner together. */
+struct ipc_group {
+    struct ipc_job *jobs;
+    size_t n;
+    int rc; /* connection error while starting */
+    struct ipc_cuda_mark *mark; /* CUDA copies still in flight */
+    struct ipc_kcopy *kc;       /* GPU<->GPU items, batched when many */
+    size_t nkc;
+    bool kc_running;            /* some launched as batched kernels */
+};
+
+static char *job_local(const struct ipc_job *j)
+{
+    return (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
+}
+
+/* Items this large stay with the copy engine: on 2 x H200 (NVLink) 64 and
+ * 256 MiB items reached 0.84 of cudaMemcpyPeerAsync as batched kernels and
+ * 0.92-0.95 as copy-engine copies; at 16 MiB both were 0.85-0.92, and below
+ * it the kernel was ahead (1.0-4.3x at 4 KiB..4 MiB, docs/gpu.md). */
+#define IPC_KBATCH_MAX_ITEM (16ull << 20)
+
+/* GPU<->GPU items wait in g->kc for a batched launch; true if j went there. */
+static bool kc_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
+{
+    int ldev, rdev;
+    char *remote = job_cuda_sides(j, &ldev, &rdev);
+    if (!g->kc || ldev < 0 || rdev < 0 || j->it.len >= IPC_KBATCH_MAX_ITEM)
+        return false;
+    char *local = job_local(j);
+    bool rd = j->it.op == XFER_OP_READ;
+    g->kc[g->nkc++] = (struct ipc_kcopy){.dst = rd ? local : remote, .src = rd ? remote : local,
+                                         .len = j->it.len, .exec = rdev, .other = ldev,
+                                         .ticket = -1, .job = i};
+    return true;
+}
+
+/* Launches the batched GPU<->GPU copies; the rest become per-item copies. */
+static bool kc_start(struct ipc_conn *c, struct ipc_group *g)
+{
+    bool any_item = false;
+    ipc_kbatch_start(&c->kb, g->kc, g->nkc);
+    for (size_t k = 0; k < g->nkc; k++) {
+        if (g->kc[k].ticket >= 0) {
+            g->kc_running = true;
+            continue;
+        }
+        struct ipc_job *j = &g->jobs[g->kc[k].job];
+        job_copy_cuda(c, j, job_local(j));
+        any_item |= j->ticket >= 0;
+    }
+    return any_item;
+}
+
+/* Host copies run here; CUDA copies are started and left in flight behind a
+ * mark (g->mark, NULL when none) or as batched kernels (g->kc_running). */
+static void jobs_copy_start(struct ipc_conn *c, struct ipc_group *g)
+{
+    struct ipc_job *jobs = g->jobs;
+    size_t n = g->n;
+    bool any_cuda = false;
+    g->nkc = 0;
+    g->kc_running = false;
+    for (size_t i = 0; i < n; i++) {
+        struct ipc_job *j = &jobs[i];
+        if (!j->pinned)
+            continue;
+        if (!xfer_batch_io_begin(j->b, j->i)) {
+            j->skip = true; /* cancelled or timed out: memory is off limits */
+            continue;
+        }
+        j->begun = true;
+        char *local = (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
+        bool cuda = j->map->mech == IPC_MECH_CUDA || j->map->mech == IPC_MECH_CUMEM ||
+                    xfer_region_kind(j->it.local) == XFER_MEM_CUDA;
+        if (cuda && kc_defer(g, j, i)) {
+            continue;
+        } else if (cuda) {
+            job_copy_cuda(c, j, local);
+            any_cuda |= j->ticket >= 0;
+        } else {
+            job_copy_host(c, j, local);
+            xfer_batch_io_end(j->b, j->i);
+            j->begun = false;
+        }
+    }
+    if (g->nkc)
+        any_cuda |= kc_start(c, g);
+    int err = 0;
+    g->mark = any_cuda ? ipc_cuda_mark_new(c->copier, &err) : NULL;
+}
+
+/* Waits for the group's CUDA copies (if any) and ends their local I/O. */
+static void jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g)
+{
+    struct ipc_job *jobs = g->jobs;
+    size_t n = g->n;
+    char why[160];
+    if (g->mark && ipc_cuda_mark_wait(g->mark, c->io_timeout_ms, why, sizeof(why)) < 0)
+        xfer_warn("ipc: %s", why); /* each ticket below then reports its own state */
+    if (g->kc_running) {
+        ipc_kbatch_finish(c->kb, g->kc, g->nkc, c->io_timeout_ms);
+        for (size_t k = 0; k < g->nkc; k++)
+            if (g->kc[k].ran && g->kc[k].status < 0)
+                job_fail(&jobs[g->kc[k].job], g->kc[k].status, "batched GPU copy: %s",
+                         xfer_kbatch_last_error(c->kb));
+        g->kc_running = false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct ipc_job *j = &jobs[i];
+        if (j->ticket >= 0)
+            j->status = ipc_cuda_copy_wait(c->copier, j->ticket, c->io_timeout_ms, j->why,
+                                           sizeof(j->why));
+        if (j->begun)
+            xfer_batch_io_end(j->b, j->i);
+    }
+}
+
+static void jobs_report(struct ipc_job *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct ipc_job *j = &jobs[i];
+        if (!j->skip)
+            xfer_batch_chunk_done(j->b, j->i, j->status ? 0 : j->it.len, j->status,
+                                  j->status ? j->why : NULL);
+        xfer_batch_put(j->b);
+    }
+}
+
+/* Checks, pins and starts the copies of g. */
+static void group_start(struct ipc_conn *c, struct ipc_group *g)
+{
+    g->mark = NULL;
+    for (size_t i = 0; i < g->n; i++) {
+        struct ipc_job *j = &g->jobs[i];
+        j->it = *xfer_batch_item(j->b, j->i);
+        if (!xfer_batch_item_live(j->b, j->i))
+            j->skip = true;
+        else
+            job_check(c, j);
+    }
+    g->rc = jobs_acquire(c, g->jobs, g->n);
+    if (g->rc == 0)
+        jobs_copy_start(c, g);
+}
+
+/* Waits for g's copies, unpins and reports; < 0 if the connection broke. */
+static int group_finish(struct ipc_conn *c, struct ipc_group *g)
+{
+    jobs_copy_finish(c, g);
+    g->mark = NULL;
+    int rc = g->rc, rel = jobs_release(c, g->jobs, g->n);
+    if (rc == 0)
+        rc = rel;
+    for (size_t i = 0; rc < 0 && i < g->n; i++)
+        job_fail(&g->jobs[i], -XFER_ECONN, "ipc connection to the owner lost: %s",
+                 xfer_strerror(rc));
+    jobs_report(g->jobs, g->n);
+    return rc;
+}
+
+static size_t take_work(struct ipc_conn *c, struct ipc_job *jobs)
+{
+    size_t n = 0;
+    while (c->qlen && n < IPC_BATCH_MAX) {
+        struct ipc_work *w = &c->q[c->qhead];
+        jobs[n] = (struct ipc_job){.b = w->b, .i = w->i, .ticket = -1};
+        n++;
+        c->qhead = (c->qhead + 1) % c->qcap;
+        c->qlen--;
+    }
+    return n;
+}
+
+static void fail_queued(struct ipc_conn *c, struct ipc_job *jobs, const char *why)
+{
+    size_t n;
+    pthread_mutex_lock(&c->mu);
+    while ((n = take_work(c, jobs)) > 0) {
+        pthread_mutex_unlock(&c->mu);
+        for (size_t i = 0; i < n; i++) {
+            xfer_batch_chunk_done(jobs[i].b, jobs[i].i, 0, -XFER_ECONN, why);
+            xfer_batch_put(jobs[i].b);
+        }
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Two groups alternate: while the GPU runs one group's copies, the next one
+ * is checked, pinned and started, so the owner round trip and the thread
+ * wake-ups overlap the copies. Host copies finish inside group_start. */
+static void *worker_main(void *arg)
+{
+    struct ipc_conn *c = arg;
+    struct ipc_group g[2] = {{.jobs = calloc(IPC_BATCH_MAX, sizeof(struct ipc_job))},
+                             {.jobs = calloc(IPC_BATCH_MAX, sizeof(struct ipc_job))}};
+    /* without room for batched copies, items are copied one by one */
+    g[0].kc = c->t->cuda_devices > 0 ? calloc(IPC_BATCH_MAX, sizeof(struct ipc_kcopy)) : NULL;
+    g[1].kc = c->t->cuda_devices > 0 ? calloc(IPC_BATCH_MAX, sizeof(struct ipc_kcopy)) : NULL;
+    struct ipc_group *pending = NULL;
+    int cur = 0, rc = 0;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop && g[0].jobs && g[1].jobs && rc == 0) {
+        if (c->qlen == 0 && pending) {
+            pthread_mutex_unlock(&c->mu);
+            rc = group_finish(c, pending);
+            pending = NULL;
+            ipc_map_gc(&c->maps); /* nothing in flight: retired mappings can go */
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
+        if (c->qlen == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            continue;
+        }
+        struct ipc_group *ng = &g[cur];
+        cur ^= 1;
+        ng->n = take_work(c, ng->jobs);
+        pthread_mutex_unlock(&c->mu);
+        group_start(c, ng);
+        if (pending)
+            rc = group_finish(c, pending);
+        pending = NULL;
+        if (ng->mark || ng->kc_running) {
+            pending = ng;
+        } else {
+            int r = group_finish(c, ng);
+            rc = rc ? rc : r;
+            ipc_map_gc(&c->maps);
+        }
+        pthread_mutex_lock(&c->mu);
+    }
+    if (rc < 0) {
+        c->broken = true;
+        xfer_warn("ipc: connection to %s lost: %s", xfer_peer_desc_get(c->base.peer)->node_id,
+                  xfer_strerror(rc));
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (pending)
+        group_finish(c, pending);
+    if (g[0].jobs)
+        fail_queued(c, g[0].jobs, "ipc connection closed");
+    free(g[0].jobs);
+    free(g[1].jobs);
+    free(g[0].kc);
+    free(g[1].kc);
+    return NULL;
+}
+
+int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
+{
+    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    if (c->broken || c->stop) {
+        rc = -XFER_ECONN;
+    } else if (c->qlen + n > c->qcap) {
+        size_t cap = c->qcap ? c->qcap : 256;
+        while (cap < c->qlen + n)
+            cap *= 2;
+        struct ipc_work *q = malloc(cap * sizeof(*q));
+        if (!q) {
+            rc = -XFER_ENOMEM;
+        } else {
+            for (size_t k = 0; k < c->qlen; k++)
+                q[k] = c->q[(c->qhead + k) % c->qcap];
+            free(c->q);
+            c->q = q;
+            c->qhead = 0;
+            c->qcap = cap;
+        }
+    }
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        xfer_batch_hold(b); /* b must outlive our queue entry; put after the report */
+        c->q[(c->qhead + c->qlen) % c->qcap] = (struct ipc_work){b, idx[k]};
+        c->qlen++;
+    }
+    if (rc == 0)
+        pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Handshake, then the owner's HELLO, then a CMA probe: if the kernel will not
+ * let us attach to the owner, this peer is not reachable by ipc at all, and
+ * the engine falls back to the next transport (tcp). */
+static int conn_hello(struct ipc_conn *c, const struct xfer_peer_desc *pd, int timeout_ms,
+                      char *why, size_t why_len)
+{
+    const struct xfer_engine_config *cfg = xfer_engine_config_get(c->t->base.engine);
+    struct xfer_hs_self self = {.node_id = c->t->node_id, .incarnation = c->t->incarnation,
+                                .secret = cfg->secret, .secret_len = cfg->secret_len};
+    struct xfer_hs_peer hp;
+    int rc = xfer_handshake_client(c->fd, &self, timeout_ms, &hp, why, why_len);
+    if (rc < 0)
+        return rc;
+    if (strcmp(hp.node_id, pd->node_id) != 0 || hp.incarnation != pd->incarnation) {
+        snprintf(why, why_len, "socket answered as %s/%llx, expected %s/%llx", hp.node_id,
+                 (unsigned long long)hp.incarnation, pd->node_id,
+                 (unsigned long long)pd->incarnation);
+        return -XFER_ESTALE;
+    }
+    struct ipc_hdr h;
+    struct ipc_hello hello;
+    rc = ipc_recv(c->fd, &h, &hello, sizeof(hello), NULL, timeout_ms);
+    if (rc == 0 && (h.type != IPC_HELLO || h.bytes != sizeof(hello) ||
+                    hello.probe_len != sizeof(hello.probe_cookie)))
+        rc = -XFER_EPROTO;
+    if (rc < 0) {
+        snprintf(why, why_len, "no ipc hello from the peer: %s", xfer_strerror(rc));
+        return rc;
+    }
+    c->pid = ipc_sock_peer_pid(c->fd); /* in our pid namespace, unlike hello.pid */
+    if (c->pid <= 0) {
+        snprintf(why, why_len, "peer process (pid %d) is in another pid namespace", hello.pid);
+        return -XFER_ENOTSUP;
+    }
+    uint8_t got[sizeof(hello.probe_cookie)];
+    rc = ipc_cma_read(c->pid, hello.probe_addr, got, sizeof(got), why, why_len);
+    if (rc == 0 && memcmp(got, hello.probe_cookie, sizeof(got)) != 0) {
+        snprintf(why, why_len, "cross-memory attach probe read the wrong bytes (pid reuse?)");
+        rc = -XFER_EPROTO;
+    }
+    return rc;
+}
+
+int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms,
+                  struct xfer_conn **out)
+{
+    const struct xfer_peer_desc *pd = xfer_peer_desc_get(peer);
+    char why[256] = "";
+    struct ipc_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -XFER_ENOMEM;
+    c->base = (struct xfer_conn){.transport = &t->base, .peer = peer};
+    c->t = t;
+    c->io_timeout_ms = xfer_engine_config_get(t->base.engine)->io_timeout_ms;
+    c->fd = ipc_sock_connect(pd->node_id, pd->incarnation, timeout_ms, why, sizeof(why));
+    int rc = c->fd < 0 ? c->fd : conn_hello(c, pd, timeout_ms, why, sizeof(why));
+    if (rc == -XFER_EACCES)
+        rc = -XFER_ENOTSUP; /* the kernel's policy, not a region's access mode */
+    if (rc < 0)
+        goto out_fail;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&c->mu, NULL);
+    if (pthread_create(&c->worker, NULL, worker_main, c) != 0) {
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        snprintf(why, sizeof(why), "cannot start the ipc worker thread");
+        rc = -XFER_ENOMEM;
+        goto out_fail;
+    }
+    *out = &c->base;
+    return 0;
+out_fail:
+    xfer_warn("ipc: cannot use ipc with %s: %s; falling back to the next transport (tcp)",
+              pd->node_id, why);
+    xfer_engine_set_error(t->base.engine, "ipc to %s: %s", pd->node_id, why);
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c);
+    return rc;
+}
+
+void ipc_conn_close(struct xfer_conn *xc)
+{
+    if (!xc)
+        return;
+    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    shutdown(c->fd, SHUT_RDWR); /* wakes the worker out of a pending round trip */
+    pthread_join(c->worker, NULL);
+    ipc_map_clear(&c->maps);
+    ipc_cuda_copier_free(c->copier);
+    xfer_kbatch_free(c->kb);
+    close(c->fd);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c->q);
+    free(c);
+}

@@ -1,0 +1,457 @@
+/*
+ * Owner side of the ipc transport. The owner never copies: for each request
+ * it validates id, generation, access and bounds against its own region table
+ * (xfer_region_acquire), keeps the region pinned until the initiator says it
+ * is done (IPC_REL) or the connection drops, and tells initiators how to
+ * reach a region (memfd over SCM_RIGHTS, CMA address, CUDA handle).
+ *
+ * One accept thread plus one thread per connection: peers are few (one
+ * connection per same-host node) and blocking I/O with deadlines keeps a slow
+ * peer from stalling the others.
+ */
+#include "handshake.h"
+#include "ipc.h"
+
+#define IPC_MAP_TRACK 1024 /* mappings tracked per peer for revocation */
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct serve_conn {
+    struct ipc_server *srv;
+    int fd;
+    pthread_t thread;
+    bool done; /* thread finished; joined by the reaper */
+    xfer_region **slots;
+    uint32_t *free_next; /* free list threaded through slot indices */
+    uint32_t nslots, free_head;
+    struct ipc_revoked mapped[IPC_MAP_TRACK]; /* (id, gen) this peer mapped */
+    uint32_t nmapped;
+    int64_t revoke_check_ms; /* last scan of mapped[] for deregistered regions */
+    struct serve_conn *next;
+};
+
+struct ipc_server {
+    xfer_engine *engine;
+    char node_id[XFER_NAME_MAX];
+    uint64_t incarnation;
+    int listen_fd, stop_fd;
+    pthread_t accept_thread;
+    pthread_mutex_t mu;
+    struct serve_conn *conns;
+    bool stopping;
+    bool cma_allowed;
+    uint8_t probe_cookie[16];
+};
+
+#define SLOT_NONE UINT32_MAX
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int slot_alloc(struct serve_conn *c, xfer_region *r, uint32_t *out)
+{
+    if (c->free_head == SLOT_NONE) {
+        uint32_t n = c->nslots ? c->nslots * 2 : 64;
+        if (n > (1u << 20))
+            return -XFER_ENOSPC; /* a peer pinning a million ranges is misbehaving */
+        xfer_region **s = realloc(c->slots, n * sizeof(*s));
+        if (!s)
+            return -XFER_ENOMEM;
+        c->slots = s;
+        uint32_t *f = realloc(c->free_next, n * sizeof(*f));
+        if (!f)
+            return -XFER_ENOMEM;
+        c->free_next = f;
+        for (uint32_t i = c->nslots; i < n; i++) {
+            s[i] = NULL;
+            f[i] = i + 1 < n ? i + 1 : SLOT_NONE;
+        }
+        c->free_head = c->nslots;
+        c->nslots = n;
+    }
+    uint32_t i = c->free_head;
+    c->free_head = c->free_next[i];
+    c->slots[i] = r;
+    *out = i;
+    return 0;
+}
+
+static int slot_release(struct serve_conn *c, uint32_t i)
+{
+    if (i >= c->nslots || !c->slots[i])
+        return -XFER_EPROTO;
+    xfer_region_release(c->slots[i]);
+    c->slots[i] = NULL;
+    c->free_next[i] = c->free_head;
+    c->free_head = i;
+    return 0;
+}
+
+static int serve_timeout(struct ipc_server *s)
+{
+    return xfer_engine_config_get(s->engine)->io_timeout_ms;
+}
+
+/* Fills how a peer reaches r; *fd_out is an fd to pass (caller closes) or -1. */
+static void describe_reach(struct ipc_server *s, xfer_region *r, struct ipc_map_resp *m,
+                           int *fd_out)
+{
+    struct xfer_region_desc d;
+    xfer_region_describe(r, &d);
+    m->access = d.access;
+    m->len = d.len;
+    m->addr = (uint64_t)(uintptr_t)xfer_region_ptr(r);
+    *fd_out = -1;
+    if (xfer_region_kind(r) == XFER_MEM_CUDA) {
+        struct ipc_cuda_export ex;
+        m->status = ipc_cuda_export(xfer_region_ptr(r), xfer_region_device(r),
+                                    xfer_region_cuda_ipc_handle(r), &ex, m->why,
+                                    sizeof(m->why));
+        if (m->status == 0) {
+            m->mech = ex.mech;
+            memcpy(m->handle, ex.handle, sizeof(m->handle));
+            memcpy(m->uuid, ex.uuid, sizeof(m->uuid));
+            m->alloc_off = ex.alloc_off;
+            m->alloc_len = ex.alloc_len;
+            *fd_out = ex.fd;
+        }
+        return;
+    }
+    int mfd = xfer_region_memfd(r);
+    if (mfd >= 0) {
+        m->mech = IPC_MECH_MEMFD;
+        /* A peer that may not write gets a read-only fd: the kernel then
+         * refuses a writable mapping, whatever the peer's code does. */
+        *fd_out = (d.access & XFER_ACCESS_W) ? dup(mfd) : ipc_memfd_reopen_ro(mfd);
+        if (*fd_out < 0) {
+            m->status = -XFER_EIO;
+            snprintf(m->why, sizeof(m->why), "cannot share memfd: %s", strerror(errno));
+        }
+        return;
+    }
+    m->mech = IPC_MECH_CMA;
+    pthread_mutex_lock(&s->mu);
+    if (!s->cma_allowed) {
+        ipc_cma_allow_peers();
+        s->cma_allowed = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
+{
+    struct ipc_server *s = c->srv;
+    struct ipc_map_req q;
+    if (h->count != 1 || h->bytes != sizeof(q))
+        return -XFER_EPROTO;
+    memcpy(&q, buf, sizeof(q));
+    struct ipc_map_resp m;
+    memset(&m, 0, sizeof(m));
+    int fd = -1, err = 0;
+    if (q.op != XFER_OP_READ && q.op != XFER_OP_WRITE)
+        return -XFER_EPROTO;
+    xfer_region *r = xfer_region_acquire(s->engine, q.id, q.gen, q.op, 0, 0, &err);
+    if (!r) {
+        m.status = err;
+        snprintf(m.why, sizeof(m.why), "region %u gen %u: %s", q.id, q.gen,
+                 xfer_strerror(err));
+    } else {
+        describe_reach(s, r, &m, &fd);
+        xfer_region_release(r);
+        if (m.status == 0 && m.mech != IPC_MECH_CMA && c->nmapped < IPC_MAP_TRACK)
+            c->mapped[c->nmapped++] = (struct ipc_revoked){q.id, q.gen};
+    }
+    m.has_fd = fd >= 0;
+    int rc = ipc_send(c->fd, IPC_MAP_RESP, 1, &m, sizeof(m), fd, serve_timeout(s));
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* At most every 100 ms: which regions this peer has mapped are gone? */
+static uint32_t find_revoked(struct serve_conn *c, struct ipc_revoked *gone)
+{
+    int64_t now = mono_ms();
+    if (c->nmapped == 0 || now - c->revoke_check_ms < 100)
+        return 0;
+    c->revoke_check_ms = now;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < c->nmapped && n < IPC_REVOKED_MAX;) {
+        int err = 0;
+        xfer_region *r = xfer_region_acquire(c->srv->engine, c->mapped[i].id, c->mapped[i].gen,
+                                             XFER_OP_READ, 0, 0, &err);
+        if (r)
+            xfer_region_release(r);
+        if (err == -XFER_ENOENT || err == -XFER_ESTALE) {
+            gone[n++] = c->mapped[i];
+            c->mapped[i] = c->mapped[--c->nmapped];
+        } else {
+            i++;
+        }
+    }
+    return n;
+}
+
+static int handle_acquire(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
+{
+    struct ipc_server *s = c->srv;
+    if (h->count == 0 || h->count > IPC_BATCH_MAX ||
+        h->bytes != h->count * sizeof(struct ipc_acq_req))
+        return -XFER_EPROTO;
+    struct {
+        struct ipc_acq_resp r[IPC_BATCH_MAX];
+        struct ipc_revoked gone[IPC_REVOKED_MAX];
+    } reply;
+    struct ipc_acq_resp *out = reply.r;
+    const struct ipc_acq_req *q = buf;
+    for (uint32_t i = 0; i < h->count; i++) {
+        int err = 0;
+        out[i].slot = SLOT_NONE;
+        if (q[i].op != XFER_OP_READ && q[i].op != XFER_OP_WRITE) {
+            out[i].status = -XFER_EINVAL;
+            continue;
+        }
+        xfer_region *r =
+            xfer_region_acquire(s->engine, q[i].id, q[i].gen, q[i].op, q[i].off, q[i].len, &err);
+        if (r && (err = slot_alloc(c, r, &out[i].slot)) < 0)
+            xfer_region_release(r);
+        out[i].status = err;
+        xfer_engine_count_served(s->engine, XFER_TRANSPORT_IPC, err ? 0 : q[i].len, err);
+    }
+    /* Revocations ride on the answer: records follow the count responses. */
+    uint32_t ngone = find_revoked(c, reply.gone);
+    memmove((char *)out + h->count * sizeof(out[0]), reply.gone, ngone * sizeof(reply.gone[0]));
+    return ipc_send(c->fd, IPC_ACQ_RESP, h->count, out,
+                    h->count * sizeof(out[0]) + ngone * sizeof(reply.gone[0]), -1,
+                    serve_timeout(s));
+}
+
+static int handle_release(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
+{
+    if (h->count > IPC_BATCH_MAX || h->bytes != h->count * sizeof(uint32_t))
+        return -XFER_EPROTO;
+    const uint32_t *slot = buf;
+    for (uint32_t i = 0; i < h->count; i++)
+        if (slot_release(c, slot[i]) < 0)
+            return -XFER_EPROTO;
+    return 0;
+}
+
+static int conn_handshake(struct serve_conn *c)
+{
+    struct ipc_server *s = c->srv;
+    const struct xfer_engine_config *cfg = xfer_engine_config_get(s->engine);
+    struct xfer_hs_self self = {.node_id = s->node_id, .incarnation = s->incarnation,
+                                .secret = cfg->secret, .secret_len = cfg->secret_len};
+    struct xfer_hs_peer peer;
+    char why[256] = "";
+    /* Without a secret, only our own uid may reach our memory (the rule the
+     * kernel applies to cross-memory attach anyway). */
+    struct ucred cred;
+    socklen_t clen = sizeof(cred);
+    if (!cfg->secret && (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
+                         cred.uid != geteuid())) {
+        xfer_warn("ipc: refused a connection from uid %d: not ours and no secret configured",
+                  (int)cred.uid);
+        return -XFER_EAUTH;
+    }
+    int rc = xfer_handshake_server(c->fd, &self, cfg->connect_timeout_ms, &peer, why,
+                                   sizeof(why));
+    if (rc < 0) {
+        xfer_warn("ipc: refused a connection: %s", why);
+        return rc;
+    }
+    struct ipc_hello hello = {.pid = getpid(), .probe_len = sizeof(s->probe_cookie),
+                              .probe_addr = (uint64_t)(uintptr_t)s->probe_cookie};
+    memcpy(hello.probe_cookie, s->probe_cookie, sizeof(hello.probe_cookie));
+    ipc_cma_allow_peers(); /* the peer probes CMA right after HELLO */
+    return ipc_send(c->fd, IPC_HELLO, 1, &hello, sizeof(hello), -1, cfg->connect_timeout_ms);
+}
+
+static void *conn_main(void *arg)
+{
+    struct serve_conn *c = arg;
+    struct ipc_server *s = c->srv;
+    /* Big enough for the largest request (an ACQ of IPC_BATCH_MAX records). */
+    size_t max = IPC_BATCH_MAX * sizeof(struct ipc_acq_req);
+    void *buf = malloc(max);
+    int rc = buf ? conn_handshake(c) : -XFER_ENOMEM;
+    while (rc == 0) {
+        pthread_mutex_lock(&s->mu);
+        bool stop = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (stop)
+            break;
+        rc = ipc_wait_readable(c->fd, 500);
+        if (rc == -XFER_ETIMEDOUT) {
+            rc = 0;
+            continue;
+        }
+        struct ipc_hdr h;
+        if (rc == 0)
+            rc = ipc_recv(c->fd, &h, buf, (uint32_t)max, NULL, serve_timeout(s));
+        if (rc < 0)
+            break;
+        switch (h.type) {
+        case IPC_MAP_REQ: rc = handle_map(c, &h, buf); break;
+        case IPC_ACQ_REQ: rc = handle_acquire(c, &h, buf); break;
+        case IPC_REL: rc = handle_release(c, &h, buf); break;
+        default: rc = -XFER_EPROTO;
+        }
+        if (rc == -XFER_EPROTO)
+            xfer_warn("ipc: malformed message (type %u) from peer, closing", h.type);
+    }
+    for (uint32_t i = 0; i < c->nslots; i++)
+        if (c->slots[i])
+            slot_release(c, i);
+    free(buf);
+    shutdown(c->fd, SHUT_RDWR);
+    pthread_mutex_lock(&s->mu);
+    c->done = true;
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void conn_free(struct serve_conn *c)
+{
+    pthread_join(c->thread, NULL);
+    close(c->fd);
+    free(c->slots);
+    free(c->free_next);
+    free(c);
+}
+
+/* Joins finished connection threads; with all, stops and joins every one. */
+static void reap_conns(struct ipc_server *s, bool all)
+{
+    pthread_mutex_lock(&s->mu);
+    struct serve_conn **pp = &s->conns, *gone = NULL;
+    while (*pp) {
+        struct serve_conn *c = *pp;
+        if (all || c->done) {
+            *pp = c->next;
+            c->next = gone;
+            gone = c;
+            if (all)
+                shutdown(c->fd, SHUT_RDWR); /* wakes a thread blocked in I/O */
+        } else {
+            pp = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    while (gone) {
+        struct serve_conn *c = gone;
+        gone = c->next;
+        conn_free(c);
+    }
+}
+
+static void accept_one(struct ipc_server *s)
+{
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return;
+    struct serve_conn *c = calloc(1, sizeof(*c));
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->srv = s;
+    c->fd = fd;
+    c->free_head = SLOT_NONE;
+    pthread_mutex_lock(&s->mu);
+    if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
+        pthread_mutex_unlock(&s->mu);
+        close(fd);
+        free(c);
+        return;
+    }
+    c->next = s->conns;
+    s->conns = c;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *accept_main(void *arg)
+{
+    struct ipc_server *s = arg;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = s->listen_fd, .events = POLLIN},
+                              {.fd = s->stop_fd, .events = POLLIN}};
+        int n = poll(p, 2, 1000);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (p[1].revents)
+            break;
+        if (n > 0 && (p[0].revents & POLLIN))
+            accept_one(s);
+        reap_conns(s, false);
+    }
+    return NULL;
+}
+
+struct ipc_server *ipc_server_start(xfer_engine *e, const char *node_id, uint64_t incarnation,
+                                    int *err, char *why, size_t why_len)
+{
+    struct ipc_server *s = calloc(1, sizeof(*s));
+    if (!s) {
+        *err = -XFER_ENOMEM;
+        return NULL;
+    }
+    s->engine = e;
+    snprintf(s->node_id, sizeof(s->node_id), "%s", node_id);
+    s->incarnation = incarnation;
+    if (getrandom(s->probe_cookie, sizeof(s->probe_cookie), 0) != sizeof(s->probe_cookie))
+        memset(s->probe_cookie, 0x5a, sizeof(s->probe_cookie));
+    pthread_mutex_init(&s->mu, NULL);
+    s->stop_fd = eventfd(0, EFD_CLOEXEC);
+    s->listen_fd = ipc_sock_listen(node_id, incarnation, why, why_len);
+    if (s->stop_fd < 0 || s->listen_fd < 0) {
+        *err = s->listen_fd < 0 ? s->listen_fd : -XFER_EIO;
+        goto out_close;
+    }
+    if (pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
+        *err = -XFER_ENOMEM;
+        snprintf(why, why_len, "cannot start the ipc accept thread");
+        goto out_close;
+    }
+    return s;
+out_close:
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    if (s->stop_fd >= 0)
+        close(s->stop_fd);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return NULL;
+}
+
+void ipc_server_stop(struct ipc_server *s)
+{
+    if (!s)
+        return;
+    uint64_t one = 1;
+    if (write(s->stop_fd, &one, sizeof(one)) < 0)
+        xfer_warn("ipc: cannot wake the accept thread: %s", strerror(errno));
+    pthread_join(s->accept_thread, NULL);
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_mutex_unlock(&s->mu);
+    reap_conns(s, true);
+    close(s->listen_fd);
+    close(s->stop_fd);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

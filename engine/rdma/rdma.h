@@ -1,0 +1,224 @@
+/*
+ * rdma transport — private state shared by the files of engine/rdma/.
+ *
+ *   rdma_device.c     verbs devices, active ports, GID choice, NIC list
+ *   rdma_mr.c         memory registration (host, CUDA dma-buf), rkeys
+ *   rdma_cm.c         the CM thread: listeners, accepts, QP (re)connection
+ *   xrdma_post.c       chunking, striping, posting WRs (the data path)
+ *   rdma_progress.c   progress threads: one CQ per thread and NIC
+ *   rdma_transport.c  the ops table, open/close, connect/disconnect
+ *   rdma_plan.c       pure arithmetic and formats;  rdma_auth.c  CM private data
+ *
+ * Threads: the CM thread alone creates and destroys cm ids and QPs. Progress
+ * threads poll CQs and complete chunks. post() runs in the caller's thread.
+ * Locks: conn->lock before slot->lock; t->lock only for the slot table and
+ * the connection list. Completions reach the engine (chunk_done, io_end,
+ * put) with no slot lock held; the engine's batch lock is a leaf (it never
+ * calls back into a transport), so io_begin under conn and slot locks and
+ * the rare failed-post completion under the conn lock cannot deadlock.
+ */
+#ifndef XFER_RDMA_H
+#define XFER_RDMA_H
+
+#include "rdma_auth.h"
+#include "rdma_plan.h"
+#include "transport.h"
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <pthread.h>
+#include <sys/socket.h>
+
+#define RDMA_MAX_SLOTS    4096 /* QPs per transport (12 bits of wr_id) */
+#define RDMA_MAX_PROGRESS 8
+#define RDMA_SEQ_BITS     40
+#define RDMA_SEQ_MASK     ((1ull << RDMA_SEQ_BITS) - 1)
+/* A flushed chunk did nothing wrong (another WR put its QP in error) and is
+ * re-posted; every QP error ends the item at its head, so this cap is only a
+ * safety net against a QP that fails with no culprit over and over. */
+#define RDMA_MAX_RETRIES 64
+
+enum rdma_tag { TAG_LISTENER = 1, TAG_SLOT, TAG_ACCEPTED };
+
+struct rdma_nic {
+    enum rdma_tag tag; /* id->context of the listener */
+    int index;
+    struct ibv_context *ctx; /* librdmacm's context (rdma_get_devices) */
+    struct xfer_rdma_nic_desc desc;
+    int gid_index;
+    enum ibv_mtu mtu;
+    char sysfs[256]; /* realpath of <ibdev>/device, "" if unknown */
+    uint32_t max_qp_wr;
+    uint8_t rd_atom; /* RDMA READs in flight per QP */
+    uint32_t max_msg;
+    struct ibv_pd *pd;
+    struct ibv_cq *passive_cq; /* QPs accepted as target: they post nothing */
+    struct rdma_cm_id *listen_id;
+    struct sockaddr_storage addr; /* where this NIC listens / connects from */
+};
+
+struct rdma_progress {
+    struct rdma_transport *t;
+    int index;
+    pthread_t thread;
+    bool running;
+    int wake_fd; /* eventfd: stop */
+    struct ibv_comp_channel *ch[XFER_RDMA_MAX_NICS];
+    struct ibv_cq *cq[XFER_RDMA_MAX_NICS];
+    uint32_t cq_room[XFER_RDMA_MAX_NICS]; /* CQEs not yet promised to a QP */
+};
+
+enum slot_state {
+    SLOT_FREE = 0,
+    SLOT_IDLE,       /* allocated, waiting for the CM thread to connect */
+    SLOT_CONNECTING, /* resolving / connecting */
+    SLOT_READY,      /* connected: chunks may be posted */
+    SLOT_ERROR,      /* QP in error: no posts, waiting for the ring to drain */
+    SLOT_DEAD,       /* ring drained: the CM thread tears it down */
+    SLOT_FAILED,     /* refused for good (authentication, version) */
+};
+
+struct rdma_conn;
+
+/* One RC QP of a connection, reached from wr_id by its table index. */
+struct rdma_slot {
+    enum rdma_tag tag; /* id->context */
+    pthread_mutex_t lock;
+    enum slot_state state;
+    uint32_t index;
+    uint16_t uid; /* incarnation; stale CQEs carry an old one */
+    struct rdma_conn *conn;
+    int lnic, rnic;
+    struct rdma_progress *prog;
+    struct rdma_cm_id *id;
+    uint64_t nonce;      /* of the REQ in flight, to check the REP proof */
+    uint32_t depth;      /* send queue depth */
+    uint32_t unsignaled; /* posted unsignaled since the last signaled WR */
+    uint64_t next_seq;
+    struct xfer_rdma_ring ring; /* posted, not yet completed */
+    int64_t retry_at_ms;
+    int failures; /* connection attempts failed in a row */
+};
+
+struct rdma_pending {
+    struct rdma_pending *next;
+    struct xfer_rdma_chunk c;
+};
+
+struct rdma_conn {
+    struct xfer_conn base;
+    struct rdma_transport *t;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* slot state changes, teardown, refs */
+    struct xfer_peer_desc peer;
+    int n_rnics;
+    struct xfer_rdma_nic_desc rnics[XFER_RDMA_MAX_NICS];
+    int n_slots;
+    uint32_t slots[XFER_RDMA_MAX_NICS * 16];
+    struct rdma_pending *head, *tail; /* chunks waiting for a QP */
+    uint32_t rr;                      /* striping cursor */
+    bool closing, torn_down;
+    int refs;      /* progress threads using conn outside its lock */
+    char why[192]; /* last connection failure */
+    int why_rc;
+    struct rdma_conn *next; /* t->conns */
+};
+
+struct rdma_accepted {
+    enum rdma_tag tag;
+    struct rdma_cm_id *id;
+    char node[17];
+    struct rdma_accepted *next;
+};
+
+struct rdma_transport {
+    struct xfer_transport base;
+    const struct xfer_engine_config *cfg;
+    struct xfer_rdma_self self;
+    int n_nics;
+    struct rdma_nic nics[XFER_RDMA_MAX_NICS];
+    struct ibv_context **dev_list; /* rdma_get_devices() */
+    char nic_list[XFER_NICS_MAX];
+    /* tunables (env) */
+    int qps_per_nic;
+    uint32_t sq_depth, signal_every, cq_depth;
+    uint64_t chunk;
+    /* threads */
+    struct rdma_event_channel *channel;
+    pthread_t cm_thread;
+    bool cm_running, stopping;
+    int cm_wake_fd; /* eventfd */
+    int n_progress;
+    struct rdma_progress progress[RDMA_MAX_PROGRESS];
+    /* slot table and connections */
+    pthread_mutex_t lock;
+    struct rdma_slot *slots; /* RDMA_MAX_SLOTS */
+    struct rdma_conn *conns;
+    struct rdma_region *regions;    /* registered, under lock */
+    struct rdma_accepted *accepted; /* CM thread only */
+    struct xfer_rdma_replay replay; /* CM thread only */
+};
+
+/* Per-region registration: one MR per local NIC. */
+struct rdma_region {
+    int n;
+    struct ibv_mr *mr[XFER_RDMA_MAX_NICS];
+    int device; /* CUDA ordinal or -1: picks the nearest NICs */
+    uint32_t near_mask;
+    xfer_region *owner;
+    struct rdma_region *prev, *next; /* t->regions: released by close */
+};
+
+static inline struct rdma_transport *xrdma_of(struct xfer_transport *t)
+{
+    return container_of(t, struct rdma_transport, base);
+}
+
+/* rdma_device.c */
+int xrdma_devices_probe(char *why, size_t why_len);
+int xrdma_devices_open(struct rdma_transport *t, char *why, size_t why_len);
+void xrdma_devices_close(struct rdma_transport *t);
+/* Local NICs nearest (PCI) to CUDA device dev; all NICs for host memory. */
+uint32_t xrdma_nics_near(struct rdma_transport *t, int cuda_device);
+
+/* rdma_mr.c */
+int xrdma_reg_mem(struct xfer_transport *t, xfer_region *r);
+void xrdma_dereg_mem(struct xfer_transport *t, xfer_region *r);
+/* Deregisters what the engine did not (it closes transports first). */
+void xrdma_regions_release(struct rdma_transport *t);
+void xrdma_describe_region(struct xfer_transport *t, const xfer_region *r,
+                           struct xfer_region_desc *out);
+
+/* rdma_cm.c */
+int xrdma_cm_start(struct rdma_transport *t, char *why, size_t why_len);
+void xrdma_cm_stop(struct rdma_transport *t);
+void xrdma_cm_kick(struct rdma_transport *t);
+
+/* rdma_progress.c */
+int xrdma_progress_start(struct rdma_transport *t, char *why, size_t why_len);
+void xrdma_progress_stop(struct rdma_transport *t);
+
+/* xrdma_post.c */
+int xrdma_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
+/* Posts waiting chunks on QPs with room. conn->lock held. */
+void xrdma_pump_locked(struct rdma_conn *c);
+/* Completes a chunk: io_end if begun, chunk_done, put. No lock held. */
+void xrdma_chunk_finish(struct xfer_rdma_chunk *ch, bool io_begun);
+/* A flushed chunk goes back to the connection's queue when it may be
+ * retried, else it is finished with its error. io already ended. */
+void xrdma_chunk_retry_or_fail(struct rdma_conn *c, struct xfer_rdma_chunk *ch);
+/* Fails every waiting chunk of c with rc/why. conn->lock held; the engine
+ * callbacks run after it is released via the list returned. */
+struct rdma_pending *xrdma_take_pending_locked(struct rdma_conn *c);
+void xrdma_fail_pending(struct rdma_pending *list, int rc, const char *why);
+
+static inline uint64_t xrdma_wr_id(const struct rdma_slot *s, uint64_t seq)
+{
+    return (uint64_t)s->index << 52 | (uint64_t)(s->uid & 0xfff) << RDMA_SEQ_BITS |
+           (seq & RDMA_SEQ_MASK);
+}
+
+int64_t xrdma_now_ms(void);
+
+#endif

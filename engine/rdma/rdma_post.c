@@ -1,0 +1,359 @@
+/* rdma: the data path. post() checks each item against the cached remote
+ * region, splits it into chunks and queues them on the connection; the pump
+ * stripes waiting chunks over the connected QPs that have send-queue room,
+ * signalling every N-th WR and the last one posted. */
+#include "rdma.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int64_t xrdma_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void xrdma_chunk_finish(struct xfer_rdma_chunk *ch, bool io_begun)
+{
+    if (io_begun)
+        xfer_batch_io_end(ch->b, ch->item);
+    xfer_batch_chunk_done(ch->b, ch->item, ch->status ? 0 : ch->len, ch->status, ch->why);
+    xfer_batch_put(ch->b);
+}
+
+static void drop_chunk(struct xfer_rdma_chunk *ch)
+{
+    xfer_batch_put(ch->b);
+}
+
+static void append_locked(struct rdma_conn *c, struct rdma_pending *p)
+{
+    p->next = NULL;
+    if (c->tail)
+        c->tail->next = p;
+    else
+        c->head = p;
+    c->tail = p;
+}
+
+void xrdma_chunk_retry_or_fail(struct rdma_conn *c, struct xfer_rdma_chunk *ch)
+{
+    struct rdma_pending *p = NULL;
+    if (ch->retries < RDMA_MAX_RETRIES && xfer_batch_item_live(ch->b, ch->item))
+        p = malloc(sizeof(*p));
+    if (!p) {
+        xrdma_chunk_finish(ch, false);
+        return;
+    }
+    p->c = *ch;
+    p->c.retries++;
+    p->c.status = 0;
+    p->c.why = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (c->closing) {
+        pthread_mutex_unlock(&c->lock);
+        xrdma_chunk_finish(&p->c, false);
+        free(p);
+        return;
+    }
+    append_locked(c, p);
+    xrdma_pump_locked(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
+struct rdma_pending *xrdma_take_pending_locked(struct rdma_conn *c)
+{
+    struct rdma_pending *l = c->head;
+    c->head = c->tail = NULL;
+    return l;
+}
+
+void xrdma_fail_pending(struct rdma_pending *l, int rc, const char *why)
+{
+    while (l) {
+        struct rdma_pending *n = l->next;
+        if (xfer_batch_item_live(l->c.b, l->c.item)) {
+            l->c.status = rc;
+            l->c.why = why;
+            xrdma_chunk_finish(&l->c, false);
+        } else {
+            drop_chunk(&l->c);
+        }
+        free(l);
+        l = n;
+    }
+}
+
+/* Posts one chunk on slot s (s->lock held, state READY, room checked). */
+static int post_chunk(struct rdma_transport *t, struct rdma_slot *s, struct xfer_rdma_chunk *ch,
+                      bool last)
+{
+    const struct rdma_region *lr = ch->lmr;
+    struct ibv_sge sge = {
+        .addr = ch->laddr, .length = (uint32_t)ch->len, .lkey = lr->mr[s->lnic]->lkey};
+    struct ibv_send_wr wr = {.sg_list = &sge,
+                             .num_sge = ch->len ? 1 : 0,
+                             .opcode =
+                                 ch->op == XFER_OP_WRITE ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ};
+    bool full = s->ring.n + 1 >= s->depth;
+    ch->signaled = xfer_rdma_should_signal(s->unsignaled, t->signal_every, last || full);
+    if (ch->signaled)
+        wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = ch->raddr;
+    wr.wr.rdma.rkey = ch->rkey[s->rnic];
+    ch->seq = s->next_seq;
+    wr.wr_id = xrdma_wr_id(s, ch->seq);
+    struct ibv_send_wr *bad = NULL;
+    int rc = ibv_post_send(s->id->qp, &wr, &bad);
+    if (rc)
+        return rc;
+    s->next_seq++;
+    s->unsignaled = ch->signaled ? 0 : s->unsignaled + 1;
+    xfer_rdma_ring_push(&s->ring, ch); /* cannot fail: ring.cap == depth */
+    return 0;
+}
+
+/* The pump works in two phases so that the last WR each QP gets in a round
+ * is signaled: chunks are first assigned to QPs (round-robin from the
+ * striping cursor, over READY QPs with room on a NIC the chunk may use),
+ * then each QP's share is posted under its lock. */
+struct share {
+    struct rdma_pending *head, *tail;
+};
+
+static int pick_slot(struct rdma_conn *c, const uint32_t *room, uint32_t mask)
+{
+    for (int k = 0; k < c->n_slots; k++) {
+        int i = (int)xfer_rdma_stripe_slot(c->rr, (size_t)k, (size_t)c->n_slots);
+        if (room[i] && (mask & (1u << c->t->slots[c->slots[i]].lnic))) {
+            c->rr = (uint32_t)(i + 1);
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
+{
+    uint32_t all = (1u << c->t->n_nics) - 1;
+    struct rdma_pending **pp = &c->head, *prev = NULL;
+    while (*pp) {
+        struct rdma_pending *p = *pp;
+        bool live = xfer_batch_item_live(p->c.b, p->c.item);
+        int i = live ? pick_slot(c, room, p->c.nic_mask) : -1;
+        if (live && i < 0) { /* no room on its NICs now: keep it */
+            if (p->c.nic_mask == all)
+                break;
+            prev = p;
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        if (c->tail == p)
+            c->tail = prev;
+        p->next = NULL;
+        if (!live) {
+            drop_chunk(&p->c);
+            free(p);
+            continue;
+        }
+        room[i]--;
+        if (sh[i].tail)
+            sh[i].tail->next = p;
+        else
+            sh[i].head = p;
+        sh[i].tail = p;
+    }
+}
+
+/* A post failed after unsignaled WRs went out: no completion would ever
+ * report them, so the QP is moved to error, which flushes every WR with a
+ * completion; the CM thread then re-establishes it. s->lock held. */
+static bool break_qp_locked(struct rdma_slot *s)
+{
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+    s->state = SLOT_ERROR;
+    ibv_modify_qp(s->id->qp, &a, IBV_QP_STATE);
+    if (s->ring.n == 0) {
+        s->state = SLOT_DEAD;
+        return true; /* nothing will complete: the CM thread must look now */
+    }
+    return false;
+}
+
+/* Posts one QP's share; what cannot be posted goes back to the queue. The
+ * live chunks are picked (io_begin) before posting, so that the last WR
+ * actually posted is the signaled one. */
+static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *sh)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->state != SLOT_READY) { /* went to error meanwhile */
+        pthread_mutex_unlock(&s->lock);
+        sh->tail->next = c->head;
+        if (!c->head)
+            c->tail = sh->tail;
+        c->head = sh->head;
+        return;
+    }
+    struct rdma_pending *go = NULL, **tail = &go;
+    for (struct rdma_pending *p = sh->head, *n; p; p = n) {
+        n = p->next;
+        if (xfer_batch_io_begin(p->c.b, p->c.item)) {
+            *tail = p;
+            tail = &p->next;
+            p->next = NULL;
+        } else { /* ended meanwhile (cancel, deadline, an error) */
+            drop_chunk(&p->c);
+            free(p);
+        }
+    }
+    bool kick = false;
+    for (struct rdma_pending *p = go, *n; p; p = n) {
+        n = p->next;
+        struct xfer_rdma_chunk *ch = &p->c;
+        if (s->state != SLOT_READY || post_chunk(c->t, s, ch, n == NULL)) {
+            if (s->state == SLOT_READY) {
+                xfer_warn("rdma: ibv_post_send to %s failed: QP re-established", c->peer.node_id);
+                kick = break_qp_locked(s);
+            }
+            ch->status = -XFER_EIO;
+            ch->why = "ibv_post_send refused the work request";
+            pthread_mutex_unlock(&s->lock);
+            xrdma_chunk_finish(ch, true);
+            pthread_mutex_lock(&s->lock);
+        }
+        free(p);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (kick)
+        xrdma_cm_kick(c->t);
+}
+
+void xrdma_pump_locked(struct rdma_conn *c)
+{
+    if (!c->head)
+        return;
+    struct rdma_transport *t = c->t;
+    uint32_t room[XFER_RDMA_MAX_NICS * 16];
+    struct share sh[XFER_RDMA_MAX_NICS * 16];
+    bool any = false;
+    for (int i = 0; i < c->n_slots; i++) {
+        struct rdma_slot *s = &t->slots[c->slots[i]];
+        pthread_mutex_lock(&s->lock);
+        room[i] = s->state == SLOT_READY ? s->depth - s->ring.n : 0;
+        pthread_mutex_unlock(&s->lock);
+        any |= room[i] > 0;
+        sh[i].head = sh[i].tail = NULL;
+    }
+    if (!any)
+        return;
+    assign_locked(c, room, sh);
+    for (int i = 0; i < c->n_slots; i++)
+        if (sh[i].head)
+            post_share(c, &t->slots[c->slots[i]], &sh[i]);
+}
+
+/* Checks item i against what this node knows of the remote region and
+ * queues its chunks on list; 0 or the item's error (reported by caller). */
+static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_pending **list,
+                     const char **why)
+{
+    const struct xfer_item *it = xfer_batch_item(b, i);
+    struct xfer_region_desc rd;
+    if (xfer_peer_region_get(c->base.peer, it->remote_id, &rd) < 0)
+        return *why = "remote region unknown to this node", -XFER_ENOENT;
+    if (rd.gen != it->remote_gen)
+        return *why = "remote region was registered again (stale generation)", -XFER_ESTALE;
+    if (!xfer_range_ok(it->remote_off, it->len, rd.len))
+        return *why = "range outside the remote region", -XFER_ERANGE;
+    unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
+    if (!(rd.access & need))
+        return *why = it->op == XFER_OP_READ ? "remote region is not readable"
+                                             : "remote region is not writable",
+               -XFER_EACCES;
+    uint32_t rkeys[XFER_RDMA_MAX_NICS];
+    int nk = xfer_rdma_rkeys_parse(rd.rkeys, rkeys, XFER_RDMA_MAX_NICS);
+    if (nk == 0)
+        return *why = "remote region is not registered for RDMA (GPU memory without "
+                      "GPUDirect RDMA on the peer?)",
+               -XFER_ENOTSUP;
+    if (nk < c->n_rnics)
+        return *why = "remote region has no rkey for every NIC of the peer", -XFER_EPROTO;
+    const struct rdma_region *lr = xfer_region_transport_data(it->local, XFER_TRANSPORT_RDMA);
+    if (!lr)
+        return *why = "local region is not registered for RDMA (GPU memory without "
+                      "GPUDirect RDMA here?)",
+               -XFER_ENOTSUP;
+    uint8_t *lbase = (uint8_t *)xfer_region_ptr(it->local) + it->local_off;
+    size_t n = xfer_rdma_chunk_count(it->len, c->t->chunk);
+    for (size_t k = 0; k < n; k++) {
+        struct rdma_pending *p = calloc(1, sizeof(*p));
+        if (!p)
+            return *why = "out of memory", -XFER_ENOMEM;
+        uint64_t off, len;
+        xfer_rdma_chunk_at(it->len, c->t->chunk, k, &off, &len);
+        p->c = (struct xfer_rdma_chunk){.b = b,
+                                        .item = i,
+                                        .op = it->op,
+                                        .laddr = (uintptr_t)(lbase + off),
+                                        .raddr = rd.addr + it->remote_off + off,
+                                        .len = len,
+                                        .lmr = lr,
+                                        .nic_mask = lr->near_mask};
+        memcpy(p->c.rkey, rkeys, sizeof(rkeys));
+        p->next = *list;
+        *list = p;
+    }
+    return 0;
+}
+
+int xrdma_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
+{
+    struct rdma_conn *c = container_of(xc, struct rdma_conn, base);
+    for (size_t k = 0; k < n; k++) {
+        struct rdma_pending *list = NULL, *rev = NULL;
+        const char *why = NULL;
+        int rc = plan_item(c, b, idx[k], &list, &why);
+        while (list) { /* back into chunk order */
+            struct rdma_pending *p = list;
+            list = p->next;
+            p->next = rev;
+            rev = p;
+        }
+        if (rc < 0) {
+            for (struct rdma_pending *p = rev, *nx; p; p = nx) {
+                nx = p->next;
+                free(p);
+            }
+            xfer_batch_chunk_done(b, idx[k], 0, rc, why);
+            continue;
+        }
+        pthread_mutex_lock(&c->lock);
+        if (c->closing) {
+            pthread_mutex_unlock(&c->lock);
+            for (struct rdma_pending *p = rev, *nx; p; p = nx) {
+                nx = p->next;
+                free(p);
+            }
+            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ECONN, "rdma connection closing");
+            continue;
+        }
+        for (struct rdma_pending *p = rev, *nx; p; p = nx) {
+            nx = p->next;
+            xfer_batch_hold(b);
+            append_locked(c, p);
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    pthread_mutex_lock(&c->lock);
+    xrdma_pump_locked(c);
+    bool none = c->head != NULL;
+    pthread_mutex_unlock(&c->lock);
+    if (none)
+        xrdma_cm_kick(c->t); /* chunks wait: make sure a reconnect is under way */
+    return 0;
+}

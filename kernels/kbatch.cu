@@ -1,0 +1,201 @@
+/* Engine helper around the batched copy: per-device stage + stream, and
+ * tickets (events) that a transport's progress loop can poll. */
+#include "xfer.h"
+#include "xfer_kernels.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KB_MAX_DEVS 64
+#define KB_FREE_WAIT_MS 30000
+
+struct kb_dev {
+    struct xfer_kstage *stage;
+    cudaStream_t stream;
+    uint64_t peer_on;  /* peers whose access from this device is enabled */
+    uint64_t peer_bad; /* peers this device cannot access */
+};
+
+struct kb_ticket {
+    cudaEvent_t ev;
+    int dev;
+    bool used;
+};
+
+struct xfer_kbatch {
+    int ndev;
+    struct kb_dev dev[KB_MAX_DEVS];
+    struct kb_ticket *t;
+    int nt;
+    char err[256];
+};
+
+static int kb_fail(struct xfer_kbatch *b, int rc, const char *what, cudaError_t e)
+{
+    snprintf(b->err, sizeof(b->err), "%s: %s", what, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return rc;
+}
+
+extern "C" const char *xfer_kbatch_last_error(const struct xfer_kbatch *b)
+{
+    return b ? b->err : "no batch helper";
+}
+
+extern "C" int xfer_kbatch_new(struct xfer_kbatch **out)
+{
+    int n = 0, rc;
+    if (!out)
+        return -XFER_EINVAL;
+    *out = NULL;
+    if ((rc = xfer_kernels_probe(&n)))
+        return rc;
+    struct xfer_kbatch *b = (struct xfer_kbatch *)calloc(1, sizeof(*b));
+    if (!b)
+        return -XFER_ENOMEM;
+    b->ndev = n < KB_MAX_DEVS ? n : KB_MAX_DEVS;
+    *out = b;
+    return 0;
+}
+
+extern "C" void xfer_kbatch_free(struct xfer_kbatch *b)
+{
+    if (!b)
+        return;
+    for (int i = 0; i < b->nt; i++) {
+        if (b->t[i].used)
+            xfer_kbatch_wait(b, i, KB_FREE_WAIT_MS);
+        cudaSetDevice(b->t[i].dev);
+        cudaEventDestroy(b->t[i].ev);
+    }
+    for (int d = 0; d < b->ndev; d++) {
+        if (b->dev[d].stage)
+            xfer_kstage_free(b->dev[d].stage);
+        if (b->dev[d].stream) {
+            cudaSetDevice(d);
+            cudaStreamDestroy(b->dev[d].stream);
+        }
+    }
+    free(b->t);
+    free(b);
+}
+
+/* Stage, stream and peer access of device d for peers in mask. */
+static int kb_dev_ready(struct xfer_kbatch *b, int d, uint64_t mask)
+{
+    struct kb_dev *k = &b->dev[d];
+    cudaError_t e = cudaSetDevice(d);
+    if (e != cudaSuccess)
+        return kb_fail(b, -XFER_ENODEV, "selecting the copy GPU", e);
+    if (!k->stream && (e = cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking)))
+        return kb_fail(b, -XFER_EIO, "creating a stream", e);
+    int rc;
+    if (!k->stage && (rc = xfer_kstage_new(d, &k->stage))) {
+        snprintf(b->err, sizeof(b->err), "creating staging for GPU %d", d);
+        return rc;
+    }
+    mask &= ~(1ull << d);
+    for (int p = 0; p < b->ndev && (mask & ~k->peer_on); p++) {
+        uint64_t bit = 1ull << p;
+        if (!(mask & bit) || (k->peer_on & bit))
+            continue;
+        int can = 0;
+        if (!(k->peer_bad & bit) && cudaDeviceCanAccessPeer(&can, d, p) == cudaSuccess && can) {
+            e = cudaDeviceEnablePeerAccess(p, 0);
+            if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) {
+                (void)cudaGetLastError();
+                k->peer_on |= bit;
+                continue;
+            }
+        }
+        k->peer_bad |= bit;
+        snprintf(b->err, sizeof(b->err), "GPU %d cannot access GPU %d as a peer", d, p);
+        (void)cudaGetLastError();
+        return -XFER_ENOTSUP;
+    }
+    return 0;
+}
+
+/* A free ticket with an event on device d. */
+static int kb_ticket_get(struct xfer_kbatch *b, int d)
+{
+    for (int i = 0; i < b->nt; i++)
+        if (!b->t[i].used && b->t[i].dev == d)
+            return i;
+    struct kb_ticket *t = (struct kb_ticket *)realloc(b->t, (b->nt + 1) * sizeof(*t));
+    if (!t)
+        return -XFER_ENOMEM;
+    b->t = t;
+    cudaError_t e = cudaEventCreateWithFlags(&t[b->nt].ev, cudaEventDisableTiming);
+    if (e != cudaSuccess)
+        return kb_fail(b, -XFER_EIO, "creating an event", e);
+    t[b->nt].dev = d;
+    t[b->nt].used = false;
+    return b->nt++;
+}
+
+extern "C" int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                                 const struct xfer_copy_desc *d, size_t n)
+{
+    if (!b || exec < 0 || exec >= b->ndev || (n && !d))
+        return -XFER_EINVAL;
+    if (b->ndev < 64 && (peer_mask >> b->ndev))
+        return -XFER_EINVAL; /* a device that does not exist */
+    int saved = -1, rc, t;
+    cudaGetDevice(&saved);
+    if ((rc = kb_dev_ready(b, exec, peer_mask)) || (t = kb_ticket_get(b, exec)) < 0) {
+        rc = rc ? rc : t;
+        goto out;
+    }
+    rc = xfer_kernels_batched_copy(b->dev[exec].stage, d, n, b->dev[exec].stream);
+    if (rc) {
+        snprintf(b->err, sizeof(b->err), "%s", xfer_kstage_last_error(b->dev[exec].stage));
+        goto out;
+    }
+    cudaError_t e;
+    if ((e = cudaEventRecord(b->t[t].ev, b->dev[exec].stream)) != cudaSuccess) {
+        cudaStreamSynchronize(b->dev[exec].stream);
+        rc = kb_fail(b, -XFER_EIO, "recording completion", e);
+        goto out;
+    }
+    b->t[t].used = true;
+    rc = t;
+out:
+    if (saved >= 0)
+        cudaSetDevice(saved);
+    return rc;
+}
+
+extern "C" int xfer_kbatch_poll(struct xfer_kbatch *b, int t)
+{
+    if (!b || t < 0 || t >= b->nt || !b->t[t].used)
+        return -XFER_EINVAL;
+    cudaError_t e = cudaEventQuery(b->t[t].ev);
+    if (e == cudaErrorNotReady)
+        return -XFER_EINPROGRESS;
+    b->t[t].used = false;
+    return e == cudaSuccess ? 0 : kb_fail(b, -XFER_EIO, "batched copy", e);
+}
+
+extern "C" int xfer_kbatch_wait(struct xfer_kbatch *b, int t, int timeout_ms)
+{
+    struct timespec t0, now, nap = {0, 2000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int rc = xfer_kbatch_poll(b, t);
+        if (rc != -XFER_EINPROGRESS)
+            return rc;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (ms >= timeout_ms) {
+            snprintf(b->err, sizeof(b->err), "batched copy not finished after %d ms", timeout_ms);
+            return -XFER_ETIMEDOUT;
+        }
+        nanosleep(&nap, NULL);
+        if (nap.tv_nsec < 500000)
+            nap.tv_nsec *= 2;
+    }
+}

@@ -1,0 +1,359 @@
+/* Copy kernels: a byte range per thread block, widest accesses that the
+ * relative alignment of src and dst allows, several loads in flight. */
+#include "klaunch.h"
+
+#include "xfer_kernels.h"
+
+#define KCOPY_UNROLL 4
+
+/* A piece: one contiguous copy inside one thread block's byte range. */
+struct kpiece {
+    char *dst;
+    const char *src;
+    uint32_t len;
+};
+
+#include "kbulk.cuh"
+
+template <typename T, int HINT>
+__device__ __forceinline__ T kload(const T *p)
+{
+    if (HINT)
+        return __ldcs(p); /* streaming: evict first, the data is used once */
+    return *p;
+}
+
+template <typename T, int HINT>
+__device__ __forceinline__ void kstore(T *p, T v)
+{
+    if (HINT)
+        __stcs(p, v);
+    else
+        *p = v;
+}
+
+/* Thread tid of nt copies its share of n elements; loads of one round are
+ * all issued before the first store so U requests are in flight. */
+template <typename T, int U, int HINT = 0>
+__device__ __forceinline__ void copy_elems(T *__restrict__ d, const T *__restrict__ s, uint32_t n,
+                                           unsigned tid, unsigned nt)
+{
+    for (uint32_t base = tid; base < n; base += nt * U) {
+        T v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint32_t i = base + u * nt;
+            if (i < n)
+                v[u] = kload<T, HINT>(s + i);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint32_t i = base + u * nt;
+            if (i < n)
+                kstore<T, HINT>(d + i, v[u]);
+        }
+    }
+}
+
+/* dst and src have equal address modulo sizeof(T): bytes up to dst's
+ * alignment, then T-wide elements, then the tail bytes. len < 4 GiB: one
+ * call copies at most one block's chunk. */
+template <typename T, int U = KCOPY_UNROLL, int HINT = 0>
+__device__ __forceinline__ void copy_as(char *dst, const char *src, uint32_t len, unsigned tid,
+                                        unsigned nt)
+{
+    const uint32_t w = sizeof(T);
+    uint32_t head = (w - ((uint32_t)(uintptr_t)dst & (w - 1))) & (w - 1);
+    if (head > len)
+        head = len;
+    if (tid < head)
+        dst[tid] = src[tid];
+    uint32_t body = (len - head) / w;
+    copy_elems<T, U, HINT>((T *)(dst + head), (const T *)(src + head), body, tid, nt);
+    uint32_t done = head + body * w;
+    if (tid < len - done)
+        dst[done + tid] = src[done + tid];
+}
+
+/* src and dst differ in alignment modulo 16: the widest access both allow. */
+__device__ __forceinline__ void copy_narrow(char *dst, const char *src, uint32_t len, unsigned tid,
+                                            unsigned nt)
+{
+    unsigned mis = (unsigned)(((uintptr_t)dst ^ (uintptr_t)src) & 15);
+    if ((mis & 7) == 0)
+        copy_as<uint2>(dst, src, len, tid, nt);
+    else if ((mis & 3) == 0)
+        copy_as<uint32_t>(dst, src, len, tid, nt);
+    else if ((mis & 1) == 0)
+        copy_as<uint16_t>(dst, src, len, tid, nt);
+    else
+        copy_elems<uint8_t, 2 * KCOPY_UNROLL>((uint8_t *)dst, (const uint8_t *)src, len, tid, nt);
+}
+
+/* The threads [0, nt) copy one piece. */
+template <int U, int HINT>
+__device__ __forceinline__ void copy_piece(const kpiece &p, unsigned tid, unsigned nt)
+{
+    if ((((uintptr_t)p.dst ^ (uintptr_t)p.src) & 15) == 0)
+        copy_as<uint4, U, HINT>(p.dst, p.src, p.len, tid, nt);
+    else
+        copy_narrow(p.dst, p.src, p.len, tid, nt);
+}
+
+/* What the bulk pipeline leaves: head and tail bytes of aligned pieces, and
+ * the whole of relatively misaligned ones. */
+__device__ __forceinline__ void copy_fringe(const kpiece &p, unsigned tid, unsigned nt)
+{
+    uint32_t head, body;
+    if ((((uintptr_t)p.dst ^ (uintptr_t)p.src) & 15) != 0 || !bulk_body(p.dst, p.len, &head, &body)) {
+        copy_piece<KCOPY_UNROLL, 0>(p, tid, nt);
+        return;
+    }
+    if (tid < head)
+        p.dst[tid] = p.src[tid];
+    uint32_t done = head + body;
+    if (tid < p.len - done)
+        p.dst[done + tid] = p.src[done + tid];
+}
+
+/* Pieces of the batched copy in bytes [lo, hi) of the concatenation of all
+ * descriptors; k starts at the first descriptor that reaches past lo. */
+struct desc_walk {
+    const uint64_t *desc, *start;
+    uint32_t n, k;
+    uint64_t lo, hi;
+    __device__ bool next(kpiece &p)
+    {
+        while (k < n && start[k] < hi) {
+            uint64_t s0 = start[k], s1 = start[k + 1];
+            uint64_t a = max(lo, s0) - s0, b = min(hi, s1) - s0;
+            const uint64_t *d = desc + 3 * (uint64_t)k++;
+            if (b > a) {
+                p.dst = (char *)d[0] + a;
+                p.src = (const char *)d[1] + a;
+                p.len = (uint32_t)(b - a);
+                return true;
+            }
+        }
+        return false;
+    }
+};
+
+/* Pieces of a KV gather/scatter in bytes [pos, hi) of the contiguous buffer;
+ * piece q is block ids[q % n_ids] of layer q / n_ids. */
+struct kv_walk {
+    const uint64_t *layer_base, *ids;
+    uint64_t n_ids, block_bytes, block_stride;
+    char *buf;
+    uint64_t pos, hi, q, off;
+    int scatter;
+    __device__ bool next(kpiece &p)
+    {
+        if (pos >= hi)
+            return false;
+        uint64_t l = q / n_ids, i = q - l * n_ids;
+        char *blk = (char *)layer_base[l] + ids[i] * block_stride + off;
+        uint64_t take = min(block_bytes - off, hi - pos);
+        p.dst = scatter ? blk : buf + pos;
+        p.src = scatter ? buf + pos : blk;
+        p.len = (uint32_t)take;
+        pos += take;
+        q++;
+        off = 0;
+        return true;
+    }
+};
+
+/* Default variants (chosen by measurement, docs/kernels.md): KAUTO for any
+ * batch, KAUTO_ALIGNED when every piece has src == dst modulo 16 (the bulk
+ * engine, 64 threads: 1-3 % ahead of vec4 on one H200, equal across GPUs). */
+#define KAUTO KV_VEC4
+#define KAUTO_ALIGNED KV_BULK
+#define KBULK_THREADS 64
+
+/* Variants (xfer_kernels_tune): 16-byte vector copy with U loads in flight
+ * per thread, optionally with streaming cache hints; or the bulk engine. */
+enum { KV_VEC4 = 1, KV_VEC8, KV_VEC4S, KV_VEC8S, KV_BULK, KV_NVARIANTS };
+
+/* 8 loads in flight need more than 64 registers per thread. */
+#define KMINBLOCKS(V) (((V) == KV_VEC8 || (V) == KV_VEC8S) ? 1 : 2)
+
+/* Runs a block's pieces with variant V. */
+template <int V, class W>
+__device__ __forceinline__ void run_block(W w)
+{
+    if constexpr (V == KV_BULK) {
+        extern __shared__ __align__(128) char kdyn[]; /* KBULK_SMEM bytes */
+        uint64_t *bar = (uint64_t *)kdyn;
+        char *stage = kdyn + 128;
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < KBULK_STAGES; i++)
+                mbar_init(&bar[i]);
+            mbar_init_fence();
+            bulk_pipeline(w, stage, bar);
+        } else if (threadIdx.x >= 32) {
+            kpiece p;
+            while (w.next(p))
+                copy_fringe(p, threadIdx.x - 32, blockDim.x - 32);
+        }
+    } else {
+        constexpr int U = (V == KV_VEC8 || V == KV_VEC8S) ? 8 : 4;
+        constexpr int H = (V == KV_VEC4S || V == KV_VEC8S) ? 1 : 0;
+        kpiece p;
+        while (w.next(p))
+            copy_piece<U, H>(p, threadIdx.x, blockDim.x);
+    }
+}
+
+/* Block b copies global bytes [b*chunk, (b+1)*chunk) of the concatenation of
+ * all descriptors; first[b] is the first descriptor it touches. */
+template <int V>
+__global__ void __launch_bounds__(512, KMINBLOCKS(V))
+    batched_copy_kernel(const uint64_t *__restrict__ desc, const uint64_t *__restrict__ start,
+                        const uint32_t *__restrict__ first, uint32_t n, uint64_t total,
+                        uint64_t chunk)
+{
+    desc_walk w;
+    w.desc = desc, w.start = start, w.n = n, w.k = first[blockIdx.x];
+    w.lo = (uint64_t)blockIdx.x * chunk;
+    w.hi = min(w.lo + chunk, total);
+    run_block<V>(w);
+}
+
+/* Block b copies bytes [b*chunk, (b+1)*chunk) of the contiguous buffer. */
+template <int V>
+__global__ void __launch_bounds__(512, KMINBLOCKS(V))
+    kv_kernel(const uint64_t *__restrict__ layer_base, const uint64_t *__restrict__ ids,
+              uint64_t n_ids, uint64_t block_bytes, uint64_t block_stride, char *buf,
+              uint64_t total, uint64_t chunk, int scatter)
+{
+    kv_walk w;
+    w.layer_base = layer_base, w.ids = ids, w.n_ids = n_ids, w.block_bytes = block_bytes;
+    w.block_stride = block_stride, w.buf = buf, w.scatter = scatter;
+    w.pos = (uint64_t)blockIdx.x * chunk;
+    w.hi = min(w.pos + chunk, total);
+    w.q = w.pos / block_bytes;
+    w.off = w.pos - w.q * block_bytes;
+    run_block<V>(w);
+}
+
+static uint64_t tune_chunk;
+static unsigned tune_threads;
+static int tune_variant;
+
+extern "C" void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int variant)
+{
+    /* one block's range must stay < 4 GiB (32-bit indices inside a block) */
+    tune_chunk = (chunk_bytes > (1ull << 30) ? 1ull << 30 : chunk_bytes) & ~(uint64_t)15;
+    tune_threads = (threads >= 32 && threads <= 512) ? threads & ~31u : 0;
+    tune_variant = variant > 0 && variant < KV_NVARIANTS ? variant : 0;
+}
+
+struct kgrid kgrid_pick(uint64_t total, int sms, int cc_major, bool aligned)
+{
+    struct kgrid g;
+    g.variant = tune_variant ? tune_variant : (aligned && cc_major >= 9 ? KAUTO_ALIGNED : KAUTO);
+    if (g.variant == KV_BULK && (!aligned || cc_major < 9))
+        g.variant = KAUTO; /* bulk copies need 16-byte alignment and sm_90 */
+    g.threads = tune_threads ? tune_threads : (g.variant == KV_BULK ? KBULK_THREADS : 256);
+    if (g.variant == KV_BULK && g.threads < 64)
+        g.threads = 64; /* warp 0 drives the bulk engine, the rest copy fringes */
+    g.chunk = tune_chunk;
+    if (!g.chunk) {
+        /* 64 KiB per block measured best on H100 for 64 MiB..1 GiB batches
+         * (docs/kernels.md); smaller batches get smaller ranges so that
+         * every SM still has about two blocks. */
+        const uint64_t unit = 4096, best = 65536;
+        uint64_t want = total / ((uint64_t)(sms > 0 ? sms : 1) * 2);
+        g.chunk = (want + unit - 1) / unit * unit;
+        if (g.chunk < unit)
+            g.chunk = unit;
+        if (g.chunk > best)
+            g.chunk = best;
+    }
+    return g;
+}
+
+unsigned kgrid_blocks(uint64_t total, struct kgrid g)
+{
+    return (unsigned)((total + g.chunk - 1) / g.chunk);
+}
+
+#define KBULK_SMEM (128 + KBULK_STAGES * KBULK_SUB)
+
+/* The bulk kernels need more than the default 48 KiB of dynamic shared
+ * memory; the attribute is per function and device, set on first use. */
+template <class K>
+static cudaError_t bulk_smem(K *kernel, int *done)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess && dev < 64 && !done[dev]) {
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KBULK_SMEM);
+        if (e == cudaSuccess)
+            done[dev] = 1;
+    }
+    return e;
+}
+
+#define KLAUNCH(kernel, V, g, blocks, st, ...)                                                     \
+    kernel<V><<<(blocks), (g).threads, (V) == KV_BULK ? KBULK_SMEM : 0, (st)>>>(__VA_ARGS__)
+
+cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start,
+                                 const uint32_t *first, uint32_t n, uint64_t total,
+                                 struct kgrid g, cudaStream_t st)
+{
+    static int smem_set[64];
+    unsigned blocks = kgrid_blocks(total, g);
+    if (!total)
+        return cudaSuccess;
+    if ((total + g.chunk - 1) / g.chunk > 0x7fffffffu)
+        return cudaErrorInvalidValue;
+    switch (g.variant) {
+    case KV_VEC4: KLAUNCH(batched_copy_kernel, KV_VEC4, g, blocks, st, desc, start, first, n, total, g.chunk); break;
+    case KV_VEC8: KLAUNCH(batched_copy_kernel, KV_VEC8, g, blocks, st, desc, start, first, n, total, g.chunk); break;
+    case KV_VEC4S: KLAUNCH(batched_copy_kernel, KV_VEC4S, g, blocks, st, desc, start, first, n, total, g.chunk); break;
+    case KV_VEC8S: KLAUNCH(batched_copy_kernel, KV_VEC8S, g, blocks, st, desc, start, first, n, total, g.chunk); break;
+    case KV_BULK: {
+        cudaError_t e = bulk_smem(batched_copy_kernel<KV_BULK>, smem_set);
+        if (e != cudaSuccess)
+            return e;
+        KLAUNCH(batched_copy_kernel, KV_BULK, g, blocks, st, desc, start, first, n, total, g.chunk);
+        break;
+    }
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t n_ids,
+                       uint32_t layers, uint64_t block_bytes, uint64_t block_stride, char *buf,
+                       int scatter, struct kgrid g, cudaStream_t st)
+{
+    static int smem_set[64];
+    uint64_t total = (uint64_t)layers * n_ids * block_bytes;
+    unsigned blocks = kgrid_blocks(total, g);
+    if (!total)
+        return cudaSuccess;
+    if ((total + g.chunk - 1) / g.chunk > 0x7fffffffu)
+        return cudaErrorInvalidValue;
+#define KV_ARGS layer_base, ids, n_ids, block_bytes, block_stride, buf, total, g.chunk, scatter
+    switch (g.variant) {
+    case KV_VEC4: KLAUNCH(kv_kernel, KV_VEC4, g, blocks, st, KV_ARGS); break;
+    case KV_VEC8: KLAUNCH(kv_kernel, KV_VEC8, g, blocks, st, KV_ARGS); break;
+    case KV_VEC4S: KLAUNCH(kv_kernel, KV_VEC4S, g, blocks, st, KV_ARGS); break;
+    case KV_VEC8S: KLAUNCH(kv_kernel, KV_VEC8S, g, blocks, st, KV_ARGS); break;
+    case KV_BULK: {
+        cudaError_t e = bulk_smem(kv_kernel<KV_BULK>, smem_set);
+        if (e != cudaSuccess)
+            return e;
+        KLAUNCH(kv_kernel, KV_BULK, g, blocks, st, KV_ARGS);
+        break;
+    }
+    default:
+        return cudaErrorInvalidValue;
+    }
+#undef KV_ARGS
+    return cudaGetLastError();
+}

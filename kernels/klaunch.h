@@ -1,0 +1,36 @@
+/* Internal (CUDA C++ only): launches on device-resident descriptors. */
+#ifndef XFER_KLAUNCH_H
+#define XFER_KLAUNCH_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* Grid shape: bytes per thread block and threads per block. */
+struct kgrid {
+    uint64_t chunk;
+    unsigned threads;
+    int variant;
+};
+
+/* Picks the grid and variant for `total` bytes on a device with `sms`
+ * multiprocessors and compute capability cc_major, honouring
+ * xfer_kernels_tune(). aligned: every piece has src == dst modulo 16 and
+ * starts 16-byte aligned in whole 16-byte units (the bulk engine may run). */
+struct kgrid kgrid_pick(uint64_t total, int sms, int cc_major, bool aligned);
+/* Thread blocks of a launch of `total` bytes. */
+unsigned kgrid_blocks(uint64_t total, struct kgrid g);
+
+/* desc: n descriptors {dst, src, len} (24 bytes each) in device memory;
+ * start: n + 1 prefix sums of len, start[n] == total; first: per thread
+ * block, the first descriptor whose bytes reach past the block's start. */
+cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start,
+                                 const uint32_t *first, uint32_t n, uint64_t total,
+                                 struct kgrid g, cudaStream_t st);
+
+/* layer_base: one block-table base per layer; ids: n_ids block ids; both in
+ * device memory. buf is the contiguous side (layer-major). */
+cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t n_ids,
+                       uint32_t layers, uint64_t block_bytes, uint64_t block_stride, char *buf,
+                       int scatter, struct kgrid g, cudaStream_t st);
+
+#endif

@@ -1,0 +1,81 @@
+/* CPU reference for the GPU kernels, and the layout checks both share. */
+#include "xfer_kernels.h"
+
+#include "xfer.h"
+
+#include <string.h>
+
+static uint64_t kv_block_stride(const struct xfer_kv_layout *lay)
+{
+    return lay->block_stride ? lay->block_stride : lay->block_bytes;
+}
+
+static uint64_t kv_layer_stride(const struct xfer_kv_layout *lay)
+{
+    return lay->layer_stride ? lay->layer_stride : lay->num_blocks * kv_block_stride(lay);
+}
+
+int xfer_kv_check(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t n_ids)
+{
+    if (!lay || (n_ids && !ids) || !lay->num_layers || !lay->block_bytes || !lay->num_blocks)
+        return -XFER_EINVAL;
+    if (kv_block_stride(lay) < lay->block_bytes)
+        return -XFER_EINVAL;
+    if (!lay->layer_base && !lay->base)
+        return -XFER_EINVAL;
+    if (!lay->layer_base && lay->layer_stride && lay->layer_stride < lay->num_blocks * kv_block_stride(lay))
+        return -XFER_EINVAL;
+    for (uint32_t l = 0; lay->layer_base && l < lay->num_layers; l++)
+        if (!lay->layer_base[l])
+            return -XFER_EINVAL;
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] >= lay->num_blocks)
+            return -XFER_ERANGE;
+    return 0;
+}
+
+char *xfer_kv_block_addr(const struct xfer_kv_layout *lay, uint32_t l, uint64_t id)
+{
+    char *layer = lay->layer_base ? (char *)lay->layer_base[l]
+                                  : (char *)lay->base + (uint64_t)l * kv_layer_stride(lay);
+    return layer + id * kv_block_stride(lay);
+}
+
+void xfer_kref_batched_copy(const struct xfer_copy_desc *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (d[i].len)
+            memcpy(d[i].dst, d[i].src, d[i].len);
+}
+
+static int kref_kv(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t n_ids, char *buf,
+                   int scatter)
+{
+    int rc = xfer_kv_check(lay, ids, n_ids);
+    if (rc)
+        return rc;
+    if (n_ids && !buf)
+        return -XFER_EINVAL;
+    for (uint32_t l = 0; l < lay->num_layers; l++)
+        for (size_t i = 0; i < n_ids; i++) {
+            char *blk = xfer_kv_block_addr(lay, l, ids[i]);
+            char *b = buf + ((uint64_t)l * n_ids + i) * lay->block_bytes;
+            if (scatter)
+                memcpy(blk, b, lay->block_bytes);
+            else
+                memcpy(b, blk, lay->block_bytes);
+        }
+    return 0;
+}
+
+int xfer_kref_kv_gather(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t n_ids,
+                        void *buf)
+{
+    return kref_kv(lay, ids, n_ids, buf, 0);
+}
+
+int xfer_kref_kv_scatter(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t n_ids,
+                         const void *buf)
+{
+    return kref_kv(lay, ids, n_ids, (char *)buf, 1);
+}

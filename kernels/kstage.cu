@@ -1,0 +1,372 @@
+/* Staging of descriptors and block tables into device memory, and the public
+ * entry points. A stage owns a ring of slots (pinned host + device buffer +
+ * event); a slot is reused only once the launch that read it has finished,
+ * so callers never wait unless they are KSTAGE_SLOTS launches ahead. */
+#include "klaunch.h"
+
+#include "xfer.h"
+#include "xfer_kernels.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KSTAGE_SLOTS 4
+#define KSTAGE_MIN_BYTES (64u << 10)
+#define KSTAGE_WAIT_S 30 /* a slot's previous launch must finish within this */
+
+static_assert(sizeof(struct xfer_copy_desc) == 24, "descriptor is three 64-bit words");
+
+struct kslot {
+    void *host; /* pinned */
+    void *dev;
+    size_t cap;
+    cudaEvent_t uploaded; /* on the upload stream, after the slot's upload */
+    cudaEvent_t done;     /* on the caller's stream, after the launch */
+    bool pending;         /* done was recorded after a launch that reads this slot */
+};
+
+/* Uploads run on a stream of their own so that they overlap the caller's
+ * earlier work; the caller's stream waits for them before the launch. */
+struct xfer_kstage {
+    int device;
+    int sms;
+    int cc_major;
+    cudaStream_t up;
+    unsigned next;
+    struct kslot slot[KSTAGE_SLOTS];
+    char err[256];
+};
+
+static int cuda_to_xfer(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess:
+        return 0;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorCompatNotSupportedOnDevice:
+        return -XFER_ENODEV;
+    case cudaErrorMemoryAllocation:
+        return -XFER_ENOMEM;
+    case cudaErrorInvalidValue:
+        return -XFER_EINVAL;
+    default:
+        return -XFER_EIO;
+    }
+}
+
+/* Records "what: cuda error text" on the stage and returns the xfer code. */
+static int stage_fail(struct xfer_kstage *s, cudaError_t e, const char *what)
+{
+    if (s)
+        snprintf(s->err, sizeof(s->err), "%s: %s", what, cudaGetErrorString(e));
+    return cuda_to_xfer(e);
+}
+
+static int stage_failx(struct xfer_kstage *s, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof(s->err), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+extern "C" int xfer_kernels_probe(int *count)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (count)
+        *count = e == cudaSuccess ? n : 0;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky "no driver" error */
+        return -XFER_ENODEV;
+    }
+    return n > 0 ? 0 : -XFER_ENODEV;
+}
+
+extern "C" const char *xfer_kstage_last_error(const struct xfer_kstage *s)
+{
+    return s ? s->err : "no stage";
+}
+
+/* A NULL stage: "no CUDA device" when that is why there is none. */
+static int no_stage(void)
+{
+    return xfer_kernels_probe(NULL) ? -XFER_ENODEV : -XFER_EINVAL;
+}
+
+/* Switches to the stage's device for the life of the object. */
+struct device_scope {
+    int saved;
+    bool ok;
+    explicit device_scope(int dev) : saved(-1), ok(false)
+    {
+        if (cudaGetDevice(&saved) != cudaSuccess)
+            saved = -1;
+        ok = cudaSetDevice(dev) == cudaSuccess;
+    }
+    ~device_scope()
+    {
+        if (saved >= 0)
+            cudaSetDevice(saved);
+    }
+};
+
+static void slot_release(struct kslot *sl)
+{
+    if (sl->host)
+        cudaFreeHost(sl->host);
+    if (sl->dev)
+        cudaFree(sl->dev);
+    sl->host = sl->dev = NULL;
+    sl->cap = 0;
+}
+
+extern "C" void xfer_kstage_free(struct xfer_kstage *s)
+{
+    if (!s)
+        return;
+    device_scope ds(s->device);
+    for (int i = 0; i < KSTAGE_SLOTS; i++) {
+        struct kslot *sl = &s->slot[i];
+        if (sl->done) {
+            if (sl->pending)
+                cudaEventSynchronize(sl->done);
+            cudaEventDestroy(sl->done);
+        }
+        if (sl->uploaded)
+            cudaEventDestroy(sl->uploaded);
+        slot_release(sl);
+    }
+    if (s->up)
+        cudaStreamDestroy(s->up);
+    free(s);
+}
+
+extern "C" int xfer_kstage_new(int device, struct xfer_kstage **out)
+{
+    int n = 0, rc;
+    if (!out)
+        return -XFER_EINVAL;
+    *out = NULL;
+    if ((rc = xfer_kernels_probe(&n)))
+        return rc;
+    if (device < 0 || device >= n)
+        return -XFER_EINVAL;
+    struct xfer_kstage *s = (struct xfer_kstage *)calloc(1, sizeof(*s));
+    if (!s)
+        return -XFER_ENOMEM;
+    s->device = device;
+    device_scope ds(device);
+    cudaError_t e = ds.ok ? cudaSuccess : cudaErrorInvalidDevice;
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&s->sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&s->cc_major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&s->up, cudaStreamNonBlocking);
+    for (int i = 0; e == cudaSuccess && i < KSTAGE_SLOTS; i++) {
+        e = cudaEventCreateWithFlags(&s->slot[i].done, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&s->slot[i].uploaded, cudaEventDisableTiming);
+    }
+    if (e != cudaSuccess) {
+        rc = cuda_to_xfer(e);
+        xfer_kstage_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+/* Waits, with a deadline, until the slot's last launch has finished. */
+static int slot_wait(struct xfer_kstage *s, struct kslot *sl)
+{
+    struct timespec t0, now, nap = {0, 20000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned spins = 0;; spins++) {
+        cudaError_t e = cudaEventQuery(sl->done);
+        if (e == cudaSuccess) {
+            sl->pending = false;
+            return 0;
+        }
+        if (e != cudaErrorNotReady)
+            return stage_fail(s, e, "waiting for an earlier launch");
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > KSTAGE_WAIT_S)
+            return stage_failx(s, -XFER_ETIMEDOUT, "earlier launch still running after %d s",
+                               KSTAGE_WAIT_S);
+        if (spins > 64)
+            nanosleep(&nap, NULL);
+    }
+}
+
+/* Next free slot with at least `bytes` of room. */
+static int slot_get(struct xfer_kstage *s, size_t bytes, struct kslot **out)
+{
+    struct kslot *sl = &s->slot[s->next++ % KSTAGE_SLOTS];
+    int rc;
+    if (sl->pending && (rc = slot_wait(s, sl)))
+        return rc;
+    if (sl->cap < bytes) {
+        size_t cap = sl->cap * 2 > bytes ? sl->cap * 2 : bytes;
+        if (cap < KSTAGE_MIN_BYTES)
+            cap = KSTAGE_MIN_BYTES;
+        slot_release(sl);
+        cudaError_t e = cudaMallocHost(&sl->host, cap);
+        if (e == cudaSuccess)
+            e = cudaMalloc(&sl->dev, cap);
+        if (e != cudaSuccess) {
+            slot_release(sl);
+            return stage_fail(s, e, "allocating staging memory");
+        }
+        sl->cap = cap;
+    }
+    *out = sl;
+    return 0;
+}
+
+/* Uploads the slot's first `bytes` on the upload stream, makes `st` wait
+ * for it, lets `launch` run on st, then marks the slot busy until st passes
+ * this point (which is after the upload too). */
+template <typename F>
+static int stage_run(struct xfer_kstage *s, struct kslot *sl, size_t bytes, cudaStream_t st,
+                     F launch)
+{
+    cudaError_t e = cudaMemcpyAsync(sl->dev, sl->host, bytes, cudaMemcpyHostToDevice, s->up);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(sl->uploaded, s->up);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(st, sl->uploaded, 0);
+    if (e != cudaSuccess) {
+        cudaStreamSynchronize(s->up);
+        return stage_fail(s, e, "uploading descriptors");
+    }
+    e = launch();
+    if (e != cudaSuccess) {
+        /* the upload may still be reading the slot */
+        if (cudaEventRecord(sl->done, st) == cudaSuccess)
+            sl->pending = true;
+        return stage_fail(s, e, "launching copy kernel");
+    }
+    e = cudaEventRecord(sl->done, st);
+    if (e != cudaSuccess) {
+        cudaStreamSynchronize(st);
+        return stage_fail(s, e, "recording completion");
+    }
+    sl->pending = true;
+    return 0;
+}
+
+extern "C" int xfer_kernels_batched_copy(struct xfer_kstage *s, const struct xfer_copy_desc *d,
+                                         size_t n, void *stream)
+{
+    if (!s)
+        return no_stage();
+    if (!n)
+        return 0;
+    if (!d || n >= UINT32_MAX)
+        return stage_failx(s, -XFER_EINVAL, "bad descriptor array");
+    uint64_t total = 0;
+    bool all_aligned = true;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i].len && (!d[i].dst || !d[i].src))
+            return stage_failx(s, -XFER_EINVAL, "descriptor %zu: NULL pointer", i);
+        if (((uintptr_t)d[i].dst ^ (uintptr_t)d[i].src) & 15)
+            all_aligned = false;
+        if (total + d[i].len < total)
+            return stage_failx(s, -XFER_EINVAL, "descriptor lengths overflow");
+        total += d[i].len;
+    }
+    if (!total)
+        return 0;
+    device_scope ds(s->device);
+    if (!ds.ok)
+        return stage_failx(s, -XFER_ENODEV, "cannot select device %d", s->device);
+    struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, all_aligned);
+    size_t blocks = kgrid_blocks(total, g);
+    size_t off_start = n * sizeof(*d), off_first = off_start + (n + 1) * sizeof(uint64_t);
+    size_t bytes = off_first + blocks * sizeof(uint32_t);
+    struct kslot *sl;
+    int rc = slot_get(s, bytes, &sl);
+    if (rc)
+        return rc;
+    memcpy(sl->host, d, n * sizeof(*d));
+    uint64_t *start = (uint64_t *)((char *)sl->host + off_start), acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        start[i] = acc;
+        acc += d[i].len;
+    }
+    start[n] = acc;
+    uint32_t *first = (uint32_t *)((char *)sl->host + off_first), k = 0;
+    for (size_t b = 0; b < blocks; b++) { /* first descriptor reaching past b's start */
+        while (start[k + 1] <= b * g.chunk)
+            k++;
+        first[b] = k;
+    }
+    const uint64_t *ddesc = (const uint64_t *)sl->dev;
+    const uint64_t *dstart = (const uint64_t *)((char *)sl->dev + off_start);
+    const uint32_t *dfirst = (const uint32_t *)((char *)sl->dev + off_first);
+    cudaStream_t st = (cudaStream_t)stream;
+    return stage_run(s, sl, bytes, st, [&] {
+        return klaunch_batched_copy(ddesc, dstart, dfirst, (uint32_t)n, total, g, st);
+    });
+}
+
+static int kv_run(struct xfer_kstage *s, const struct xfer_kv_layout *lay, const uint64_t *ids,
+                  size_t n_ids, char *buf, int scatter, void *stream)
+{
+    int rc;
+    if (!s)
+        return no_stage();
+    if ((rc = xfer_kv_check(lay, ids, n_ids)))
+        return stage_failx(s, rc, "bad KV layout or block id");
+    if (!n_ids)
+        return 0;
+    if (!buf)
+        return stage_failx(s, -XFER_EINVAL, "NULL buffer");
+    uint64_t per_layer = n_ids * lay->block_bytes;
+    if (per_layer / lay->block_bytes != n_ids || per_layer * lay->num_layers / lay->num_layers != per_layer)
+        return stage_failx(s, -XFER_EINVAL, "KV transfer size overflows");
+    device_scope ds(s->device);
+    if (!ds.ok)
+        return stage_failx(s, -XFER_ENODEV, "cannot select device %d", s->device);
+    size_t bytes = ((size_t)lay->num_layers + n_ids) * sizeof(uint64_t);
+    struct kslot *sl;
+    if ((rc = slot_get(s, bytes, &sl)))
+        return rc;
+    uint64_t *hb = (uint64_t *)sl->host;
+    for (uint32_t l = 0; l < lay->num_layers; l++)
+        hb[l] = (uint64_t)(uintptr_t)xfer_kv_block_addr(lay, l, 0);
+    memcpy(hb + lay->num_layers, ids, n_ids * sizeof(*ids));
+    const uint64_t *dbase = (const uint64_t *)sl->dev;
+    uint64_t stride = lay->block_stride ? lay->block_stride : lay->block_bytes;
+    bool aligned = (lay->block_bytes % 16) == 0 && (stride % 16) == 0 && ((uintptr_t)buf % 16) == 0;
+    for (uint32_t l = 0; aligned && l < lay->num_layers; l++)
+        aligned = (hb[l] % 16) == 0;
+    struct kgrid g = kgrid_pick(per_layer * lay->num_layers, s->sms, s->cc_major, aligned);
+    cudaStream_t st = (cudaStream_t)stream;
+    return stage_run(s, sl, bytes, st, [&] {
+        return klaunch_kv(dbase, dbase + lay->num_layers, n_ids, lay->num_layers,
+                          lay->block_bytes, stride, buf, scatter, g, st);
+    });
+}
+
+extern "C" int xfer_kernels_kv_gather(struct xfer_kstage *s, const struct xfer_kv_layout *lay,
+                                      const uint64_t *ids, size_t n_ids, void *buf, void *stream)
+{
+    return kv_run(s, lay, ids, n_ids, (char *)buf, 0, stream);
+}
+
+extern "C" int xfer_kernels_kv_scatter(struct xfer_kstage *s, const struct xfer_kv_layout *lay,
+                                       const uint64_t *ids, size_t n_ids, const void *buf,
+                                       void *stream)
+{
+    return kv_run(s, lay, ids, n_ids, (char *)buf, 1, stream);
+}

@@ -1,0 +1,10 @@
+# kernels/: CUDA kernels behind a C ABI (xfer_kernels.h) and their CPU reference.
+LIB_SRCS += kernels/kref.c
+ifeq ($(XFER_WITH_CUDA),1)
+CU_SRCS += kernels/kcopy.cu kernels/kstage.cu kernels/kbatch.cu
+else
+LIB_SRCS += kernels/nocuda.c
+endif
+TEST_PROGS += test_kernels:tests/gpu/test_kernels.c
+BENCH_PROGS += bench_kernels:bench/bench_kernels.c
+TEST_PROGS += test_gpu_stage:tests/gpu/test_gpu_stage.c

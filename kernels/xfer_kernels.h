@@ -1,0 +1,165 @@
+/*
+ * xfer kernels — GPU data-path kernels behind a plain C ABI.
+ *
+ *  - batched copy: one launch copies N (dst, src, len) descriptors; the bytes
+ *    are spread evenly over thread blocks (prefix sum of lengths), 16-byte
+ *    vector accesses where src/dst allow, narrower ones elsewhere.
+ *  - paged KV gather/scatter: the listed blocks of every layer of a paged KV
+ *    pool to/from one contiguous buffer, in one launch.
+ *
+ * Pointers are device pointers valid on the device of the stream (own memory,
+ * or a peer GPU's memory with peer access enabled, or mapped pinned host
+ * memory). Copying from GPU a to GPU b is fastest launched on a's stream
+ * (local reads, remote writes): see docs/kernels.md.
+ *
+ * Host-side descriptors and block tables go to the GPU through a staging
+ * object (struct xfer_kstage: pinned host + device memory, a small ring of
+ * slots), so the caller's arrays may be reused as soon as a call returns.
+ * All calls are asynchronous on the given stream (a cudaStream_t passed as
+ * void *; NULL means the legacy default stream of the stage's device).
+ *
+ * Every function returns 0 or a negative XFER_E* code. With no usable CUDA
+ * device (no GPU, no driver, or a build without CUDA) they return
+ * -XFER_ENODEV. The CPU reference functions (xfer_kref_*) always work and are
+ * what the tests compare against.
+ *
+ * Plain C11: this header needs no CUDA header.
+ */
+#ifndef XFER_KERNELS_H
+#define XFER_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One copy: len bytes from src to dst. Ranges of one batch must not overlap
+ * any destination range of the same batch (they run concurrently). */
+struct xfer_copy_desc {
+    void *dst;
+    const void *src;
+    uint64_t len;
+};
+
+/*
+ * A paged KV pool: num_layers tensors, each [num_blocks][block_stride] bytes,
+ * of which the first block_bytes of each block are the payload.
+ *  - per-layer tensors: layer_base[l] is layer l's base (num_layers entries;
+ *    the array is read during the call only), base is ignored;
+ *  - one tensor [layers][num_blocks][block_stride]: layer_base = NULL,
+ *    base is the tensor, layer_stride the bytes between layers
+ *    (0 means num_blocks * block_stride).
+ * block_stride 0 means block_bytes.
+ */
+struct xfer_kv_layout {
+    uint32_t num_layers;
+    uint64_t num_blocks;
+    uint64_t block_bytes;
+    uint64_t block_stride;
+    void *const *layer_base;
+    void *base;
+    uint64_t layer_stride;
+};
+
+/*
+ * The contiguous side of a gather/scatter is layer-major:
+ *   buf[(l * n_ids + i) * block_bytes ...] = block ids[i] of layer l.
+ * So a gather on one node with its block ids and a scatter on another with
+ * different ids move "blocks 7, 19, 3" into "blocks 40, 2, 11".
+ */
+
+/* Number of CUDA devices in *count (may be NULL): 0, or -XFER_ENODEV when
+ * there is no usable device or driver. Never crashes without a GPU. */
+int xfer_kernels_probe(int *count);
+
+struct xfer_kstage;
+
+/* Creates staging for device `device` (pinned host + device memory, grown on
+ * demand). One stage serves one thread at a time; it may be used with any
+ * stream of its device. Returns 0 and *out, or -XFER_ENODEV/-XFER_EINVAL/
+ * -XFER_ENOMEM. Free with xfer_kstage_free(), which waits for the stage's
+ * launches to finish. */
+int xfer_kstage_new(int device, struct xfer_kstage **out);
+void xfer_kstage_free(struct xfer_kstage *s);
+/* Text of the stage's last error ("" if none); valid until the next call. */
+const char *xfer_kstage_last_error(const struct xfer_kstage *s);
+
+/* Copies n descriptors in one launch on `stream`. The descriptor array is
+ * read before the call returns. Zero-length descriptors are allowed; n == 0
+ * does nothing. -XFER_EINVAL for NULL pointers with len > 0. */
+int xfer_kernels_batched_copy(struct xfer_kstage *s, const struct xfer_copy_desc *d, size_t n,
+                              void *stream);
+
+/* Copies layout's blocks ids[0..n_ids) of every layer into buf (gather) or
+ * buf into them (scatter), in one launch. ids are read before the call
+ * returns. -XFER_ERANGE if an id >= num_blocks, -XFER_EINVAL for a bad
+ * layout. Scatter with a repeated id leaves that block holding one of the
+ * sources (which one is unspecified). */
+int xfer_kernels_kv_gather(struct xfer_kstage *s, const struct xfer_kv_layout *lay,
+                           const uint64_t *ids, size_t n_ids, void *buf, void *stream);
+int xfer_kernels_kv_scatter(struct xfer_kstage *s, const struct xfer_kv_layout *lay,
+                            const uint64_t *ids, size_t n_ids, const void *buf, void *stream);
+
+/*
+ * Engine helper: batched device-to-device copies with tickets, for a
+ * transport that would otherwise issue one cudaMemcpyAsync per item (the ipc
+ * transport's GPU<->GPU items). One object per connection or thread; it owns
+ * a stage and a non-blocking stream per device it launches on.
+ *
+ * Worth it from about XFER_KBATCH_MIN_ITEMS items (docs/kernels.md: a lone
+ * launch costs ~20-40 us of staging + launch; one 16 KiB cudaMemcpyAsync
+ * ~4 us); fewer items: keep per-item copies.
+ */
+#define XFER_KBATCH_MIN_ITEMS 8
+
+struct xfer_kbatch;
+
+/* 0 and *out, or -XFER_ENODEV (no GPU) / -XFER_ENOMEM. */
+int xfer_kbatch_new(struct xfer_kbatch **out);
+/* Waits (at most 30 s) for outstanding launches, then frees; NULL is fine. */
+void xfer_kbatch_free(struct xfer_kbatch *b);
+
+/* Starts one launch on GPU `exec` copying d[0..n) (read before returning).
+ * Every pointer is device memory of exec or of a GPU in peer_mask (bit i =
+ * device i), for which peer access from exec is enabled here on first use.
+ * Launch on the source GPU (push) for GPU->GPU items. Returns a ticket >= 0,
+ * or -XFER_ENOTSUP when exec cannot reach a GPU of peer_mask as a peer
+ * (then use copy-engine copies, e.g. cudaMemcpyPeerAsync), -XFER_EINVAL,
+ * -XFER_ENODEV, -XFER_EIO. */
+int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                      const struct xfer_copy_desc *d, size_t n);
+/* 0 when the ticket's copies are done (the ticket is then freed),
+ * -XFER_EINPROGRESS while running, else the CUDA error (ticket freed). */
+int xfer_kbatch_poll(struct xfer_kbatch *b, int ticket);
+/* poll() until done or timeout_ms: -XFER_ETIMEDOUT keeps the ticket. */
+int xfer_kbatch_wait(struct xfer_kbatch *b, int ticket, int timeout_ms);
+/* Text of the last error ("" if none). */
+const char *xfer_kbatch_last_error(const struct xfer_kbatch *b);
+
+/* Benchmark knobs: bytes per thread block (multiple of 16, 0 = automatic),
+ * threads per block (32..512, multiple of 32, 0 = automatic) and kernel
+ * variant (0 = automatic; 1..4: 16-byte vector copy with 4 or 8 loads in
+ * flight per thread, 3 and 4 with streaming cache hints; 5: Hopper bulk
+ * copy engine, used only where every src/dst pair agrees modulo 16, else
+ * automatic). Process-wide, not thread-safe; meant for bench_kernels and the
+ * tests. */
+void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int variant);
+
+/* CPU reference implementations on host memory (same semantics). */
+void xfer_kref_batched_copy(const struct xfer_copy_desc *d, size_t n);
+int xfer_kref_kv_gather(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t n_ids,
+                        void *buf);
+int xfer_kref_kv_scatter(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t n_ids,
+                         const void *buf);
+/* Checks a layout and ids (shared by the GPU and CPU paths): 0,
+ * -XFER_EINVAL or -XFER_ERANGE. */
+int xfer_kv_check(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t n_ids);
+/* Address of block `id` of layer l (no checks). */
+char *xfer_kv_block_addr(const struct xfer_kv_layout *lay, uint32_t l, uint64_t id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

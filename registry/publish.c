@@ -1,0 +1,391 @@
+/* Publisher: the own node and its regions, written in MULTI/EXEC blocks and
+ * pipelined; heartbeat (TTL refresh), republish, removal, reaping of nodes
+ * whose TTL ran out. The registry keeps a copy of everything it published
+ * (r->own, r->own_regions) so it can republish without the caller. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "reg_internal.h"
+
+#define NODE_GROUP   7 /* commands in append_node */
+#define REGION_GROUP 7 /* commands in append_region */
+
+static void append(xfer_registry *r, struct reg_args *a)
+{
+    redisAppendCommandArgv(r->ctx, a->argc, a->argv, a->len);
+}
+
+static void append_simple(xfer_registry *r, const char *c0, const char *c1, const char *c2,
+                          const char *c3)
+{
+    struct reg_args a;
+    reg_args_reset(&a);
+    const char *v[] = {c0, c1, c2, c3};
+    for (int i = 0; i < 4 && v[i]; i++)
+        reg_args_add(&a, v[i]);
+    append(r, &a);
+}
+
+static void append_pexpire(xfer_registry *r, const char *key)
+{
+    char ttl[16];
+    snprintf(ttl, sizeof(ttl), "%d", r->cfg.ttl_ms);
+    append_simple(r, "PEXPIRE", key, ttl, NULL);
+}
+
+/* MULTI, HSET node, PEXPIRE node, PEXPIRE set, ZADD, PUBLISH join, EXEC. */
+static void append_node(xfer_registry *r)
+{
+    const char *id = r->own.peer.node_id;
+    char key[REG_KEY_MAX], set[REG_KEY_MAX], score[24], msg[XFER_NAME_MAX + 8];
+    struct reg_args a;
+    reg_key_node(key, id);
+    reg_key_regions(set, id);
+    append_simple(r, "MULTI", NULL, NULL, NULL);
+    reg_args_reset(&a);
+    reg_args_add(&a, "HSET");
+    reg_args_add(&a, key);
+    reg_args_node_fields(&a, &r->own);
+    append(r, &a);
+    append_pexpire(r, key);
+    append_pexpire(r, set);
+    snprintf(score, sizeof(score), "%llu", (unsigned long long)r->own.heartbeat_ms);
+    append_simple(r, "ZADD", REG_NODES_KEY, score, id);
+    snprintf(msg, sizeof(msg), "join %s", id);
+    append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
+    append_simple(r, "EXEC", NULL, NULL, NULL);
+}
+
+/* MULTI, HSET region, PEXPIRE region, SADD set, PEXPIRE set, PUBLISH region+, EXEC. */
+static void append_region(xfer_registry *r, const struct xfer_region_desc *d, uint64_t now)
+{
+    const char *id = r->own.peer.node_id;
+    char key[REG_KEY_MAX], set[REG_KEY_MAX], msg[2 * XFER_NAME_MAX + 16];
+    struct reg_args a;
+    reg_key_region(key, id, d->name);
+    reg_key_regions(set, id);
+    append_simple(r, "MULTI", NULL, NULL, NULL);
+    reg_args_reset(&a);
+    reg_args_add(&a, "HSET");
+    reg_args_add(&a, key);
+    reg_args_region_fields(&a, d, now);
+    append(r, &a);
+    append_pexpire(r, key);
+    append_simple(r, "SADD", set, d->name, NULL);
+    append_pexpire(r, set);
+    snprintf(msg, sizeof(msg), "region+ %s %s", id, d->name);
+    append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
+    append_simple(r, "EXEC", NULL, NULL, NULL);
+}
+
+/* An EXEC reply: an array whose elements are no errors. */
+static int check_exec(const redisReply *rep)
+{
+    if (!rep || rep->type != REDIS_REPLY_ARRAY)
+        return reg_reply_check(rep, "MULTI/EXEC") ? -XFER_EPROTO
+                                                  : reg_set_err(-XFER_EPROTO, "EXEC aborted");
+    for (size_t i = 0; i < rep->elements; i++)
+        if (reg_reply_check(rep->element[i], "a command in MULTI/EXEC"))
+            return -XFER_EPROTO;
+    return 0;
+}
+
+/* Reads groups*per replies of pipelined MULTI/EXEC groups; checks each EXEC.
+ * The first failure is returned after every reply was consumed. */
+static int read_groups(xfer_registry *r, size_t groups, size_t per)
+{
+    int first = 0;
+    for (size_t i = 0; i < groups * per; i++) {
+        redisReply *rep;
+        int rc = reg_read_replies(r, 1, &rep);
+        if (rc)
+            return rc;
+        if (i % per == per - 1 && (rc = check_exec(rep)) && !first)
+            first = rc;
+        freeReplyObject(rep);
+    }
+    return first;
+}
+
+/* Writes regions d[0..n) of the own node, REG_PIPE_CHUNK per round trip. */
+static int write_regions(xfer_registry *r, const struct xfer_region_desc *const *d, size_t n)
+{
+    uint64_t now = reg_now_ms();
+    for (size_t i = 0; i < n; i += REG_PIPE_CHUNK) {
+        size_t k = n - i < REG_PIPE_CHUNK ? n - i : REG_PIPE_CHUNK;
+        for (size_t j = 0; j < k; j++)
+            append_region(r, d[i + j], now);
+        int rc = read_groups(r, k, REGION_GROUP);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static void collect(const char *key, void *value, void *arg)
+{
+    (void)key;
+    const struct xfer_region_desc ***p = arg;
+    *(*p)++ = value;
+}
+
+/* Array of pointers to every own region (borrowed); NULL+0 when none. */
+static const struct xfer_region_desc **own_region_list(xfer_registry *r, size_t *n)
+{
+    *n = r->own_regions.count;
+    if (!*n)
+        return NULL;
+    const struct xfer_region_desc **v = malloc(*n * sizeof(*v)), **p = v;
+    if (v)
+        strmap_foreach(&r->own_regions, collect, &p);
+    return v;
+}
+
+/* First publish of a node by this process: region keys left in Redis by a
+ * previous incarnation (crashed, not yet expired) are deleted, so nobody
+ * looks up a region of the old process through the new node. */
+static int purge_old_regions(xfer_registry *r, const char *id)
+{
+    char set[REG_KEY_MAX];
+    reg_key_regions(set, id);
+    const char *argv[] = {"SMEMBERS", set};
+    redisReply *names;
+    int rc = reg_cmd(r, &names, 2, argv, NULL);
+    if (rc || (rc = reg_reply_check(names, "SMEMBERS")) || names->type != REDIS_REPLY_ARRAY ||
+        !names->elements) {
+        if (names)
+            freeReplyObject(names);
+        return rc;
+    }
+    size_t k = 0;
+    append_simple(r, "MULTI", NULL, NULL, NULL);
+    for (size_t i = 0; i < names->elements; i++) {
+        const redisReply *e = names->element[i];
+        if (e->type != REDIS_REPLY_STRING || !xfer_registry_name_ok(e->str))
+            continue;
+        char key[REG_KEY_MAX];
+        reg_key_region(key, id, e->str);
+        append_simple(r, "DEL", key, NULL, NULL);
+        k++;
+    }
+    append_simple(r, "DEL", set, NULL, NULL);
+    append_simple(r, "EXEC", NULL, NULL, NULL);
+    xfer_info("registry: removed %zu regions of a previous incarnation of %s", k, id);
+    freeReplyObject(names);
+    return read_groups(r, 1, k + 3);
+}
+
+int reg_republish_locked(xfer_registry *r)
+{
+    if (!r->own_valid || !r->ctx)
+        return r->own_valid ? -XFER_EUNAVAIL : 0;
+    size_t n;
+    const struct xfer_region_desc **v = own_region_list(r, &n);
+    if (n && !v)
+        return reg_set_err(-XFER_ENOMEM, "out of memory republishing");
+    int rc = r->purge_pending ? purge_old_regions(r, r->own.peer.node_id) : 0;
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    r->purge_pending = false;
+    r->own.heartbeat_ms = reg_now_ms();
+    append_node(r);
+    rc = read_groups(r, 1, NODE_GROUP);
+    if (!rc)
+        rc = write_regions(r, v, n);
+    free(v);
+    if (!rc) {
+        r->need_republish = false;
+        r->next_heartbeat_ms = reg_now_ms() + (uint64_t)r->cfg.heartbeat_ms;
+        xfer_info("registry: published node %s and %zu regions to %s", r->own.peer.node_id, n,
+                  r->url_shown);
+    }
+    return rc;
+}
+
+static uint64_t fresh_incarnation(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+        v = reg_now_ms() * 6364136223846793005ull ^ (uint64_t)getpid() << 32;
+    return v ? v : 1;
+}
+
+int xfer_registry_publish_node(xfer_registry *r, const struct xfer_node_desc *node)
+{
+    if (!r)
+        return -XFER_EINVAL;
+    int rc = reg_check_node(node);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&r->cmd_lock);
+    if (r->own_valid && strcmp(r->own.peer.node_id, node->peer.node_id)) {
+        rc = reg_set_err(-XFER_EINVAL, "this registry handle already publishes node %s",
+                         r->own.peer.node_id);
+        goto out;
+    }
+    rc = reg_conn_ensure(r);
+    struct xfer_node_desc prev = r->own;
+    bool had = r->own_valid;
+    r->own = *node;
+    if (!r->own.peer.incarnation)
+        r->own.peer.incarnation =
+            had && prev.peer.incarnation ? prev.peer.incarnation : fresh_incarnation();
+    if (!r->own.started_ms)
+        r->own.started_ms = had && prev.started_ms ? prev.started_ms : reg_now_ms();
+    r->own.heartbeat_ms = reg_now_ms();
+    r->own_valid = true;
+    r->need_republish = true;
+    if (!had)
+        r->purge_pending = true;
+    if (!rc)
+        rc = reg_republish_locked(r);
+out:
+    pthread_mutex_unlock(&r->cmd_lock);
+    return rc;
+}
+
+int xfer_registry_own_node(xfer_registry *r, struct xfer_node_desc *out)
+{
+    pthread_mutex_lock(&r->cmd_lock);
+    int rc = r->own_valid ? 0 : reg_set_err(-XFER_ENOENT, "no node published by this handle");
+    if (!rc)
+        *out = r->own;
+    pthread_mutex_unlock(&r->cmd_lock);
+    return rc;
+}
+
+/* Records copies of d[0..n) as own regions (replacing same names). */
+static int remember_regions(xfer_registry *r, const struct xfer_region_desc *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct xfer_region_desc *c = malloc(sizeof(*c));
+        void *old = NULL;
+        if (!c || strmap_put(&r->own_regions, d[i].name, c, &old)) {
+            free(c);
+            return reg_set_err(-XFER_ENOMEM, "out of memory recording regions");
+        }
+        *c = d[i];
+        free(old);
+    }
+    return 0;
+}
+
+int xfer_registry_publish_regions(xfer_registry *r, const struct xfer_region_desc *d, size_t n)
+{
+    if (!r || (!d && n))
+        return -XFER_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = reg_check_region(&d[i]);
+        if (rc)
+            return rc;
+    }
+    pthread_mutex_lock(&r->cmd_lock);
+    int rc = 0;
+    if (!r->own_valid) {
+        rc = reg_set_err(-XFER_EINVAL, "publish the node before its regions");
+        goto out;
+    }
+    int conn = reg_conn_ensure(r); /* may republish what was recorded before */
+    rc = remember_regions(r, d, n);
+    if (rc)
+        goto out;
+    if (conn) {
+        rc = conn;
+        goto out;
+    }
+    const struct xfer_region_desc **v = malloc((n ? n : 1) * sizeof(*v));
+    if (!v) {
+        rc = reg_set_err(-XFER_ENOMEM, "out of memory publishing regions");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        v[i] = &d[i];
+    rc = write_regions(r, v, n);
+    free(v);
+out:
+    pthread_mutex_unlock(&r->cmd_lock);
+    return rc;
+}
+
+int xfer_registry_unpublish_region(xfer_registry *r, const char *name)
+{
+    if (!r || !name)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&r->cmd_lock);
+    struct xfer_region_desc *d = strmap_del(&r->own_regions, name);
+    int rc = d ? reg_conn_ensure(r)
+               : reg_set_err(-XFER_ENOENT, "region %s was not published by this handle", name);
+    free(d);
+    if (!rc) {
+        const char *id = r->own.peer.node_id;
+        char key[REG_KEY_MAX], set[REG_KEY_MAX], msg[2 * XFER_NAME_MAX + 16];
+        reg_key_region(key, id, name);
+        reg_key_regions(set, id);
+        snprintf(msg, sizeof(msg), "region- %s %s", id, name);
+        append_simple(r, "MULTI", NULL, NULL, NULL);
+        append_simple(r, "DEL", key, NULL, NULL);
+        append_simple(r, "SREM", set, name, NULL);
+        append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
+        append_simple(r, "EXEC", NULL, NULL, NULL);
+        rc = read_groups(r, 1, 5);
+    }
+    pthread_mutex_unlock(&r->cmd_lock);
+    return rc;
+}
+
+static void append_del_region(const char *name, void *value, void *arg)
+{
+    (void)value;
+    xfer_registry *r = arg;
+    char key[REG_KEY_MAX];
+    reg_key_region(key, r->own.peer.node_id, name);
+    append_simple(r, "DEL", key, NULL, NULL);
+}
+
+static void free_value(void *v)
+{
+    free(v);
+}
+
+int xfer_registry_unpublish_node(xfer_registry *r)
+{
+    if (!r)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&r->cmd_lock);
+    int rc = r->own_valid ? 0 : reg_set_err(-XFER_ENOENT, "no node published by this handle");
+    if (!rc) {
+        r->need_republish = false; /* a reconnect inside ensure must not re-add it */
+        r->own_valid = false;
+        rc = reg_conn_ensure(r);
+        r->own_valid = true;
+    }
+    if (!rc) {
+        const char *id = r->own.peer.node_id;
+        char key[REG_KEY_MAX], set[REG_KEY_MAX], msg[XFER_NAME_MAX + 8];
+        reg_key_node(key, id);
+        reg_key_regions(set, id);
+        snprintf(msg, sizeof(msg), "leave %s", id);
+        append_simple(r, "MULTI", NULL, NULL, NULL);
+        strmap_foreach(&r->own_regions, append_del_region, r);
+        append_simple(r, "DEL", set, NULL, NULL);
+        append_simple(r, "DEL", key, NULL, NULL);
+        append_simple(r, "ZREM", REG_NODES_KEY, id, NULL);
+        append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
+        append_simple(r, "EXEC", NULL, NULL, NULL);
+        size_t per = r->own_regions.count + 6;
+        rc = read_groups(r, 1, per);
+    }
+    if (rc != -XFER_ENOENT) {
+        reg_cache_drop_node(r, r->own.peer.node_id);
+        r->own_valid = false; /* if Redis is down the keys expire by TTL */
+        r->need_republish = false;
+        strmap_clear(&r->own_regions, free_value);
+    }
+    pthread_mutex_unlock(&r->cmd_lock);
+    return rc;
+}

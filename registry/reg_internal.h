@@ -1,0 +1,155 @@
+/* Registry internals shared by the registry sources (not installed). */
+#ifndef XFER_REG_INTERNAL_H
+#define XFER_REG_INTERNAL_H
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "strmap.h"
+#include "xfer_registry.h"
+
+#define REG_NODES_KEY   "xfer:nodes"
+#define REG_EVENTS_CHAN "xfer:events"
+#define REG_KEY_MAX     (XFER_NAME_MAX * 2 + 32)
+#define REG_ERR_MAX     512
+#define REG_PIPE_CHUNK  256 /* regions per pipelined round trip */
+
+struct reg_cached_region {
+    struct xfer_region_desc desc;
+    uint64_t fetched_ms;
+    bool stale;
+};
+
+struct reg_cached_node {
+    struct xfer_node_desc desc;
+    uint64_t fetched_ms;
+    bool stale;
+    struct strmap regions; /* name -> struct reg_cached_region * */
+};
+
+struct xfer_registry {
+    struct xfer_registry_config cfg;
+    char *url_text;      /* cfg.url copy */
+    char url_shown[640]; /* URL without the password, for messages */
+    struct xfer_redis_url url;
+    int wake_fd; /* eventfd: wakes xfer_registry_poll (thread stop) */
+
+    /* Command connection and publisher state, under cmd_lock. */
+    pthread_mutex_t cmd_lock;
+    redisContext *ctx; /* NULL while down */
+    uint64_t next_connect_ms;
+    int backoff_ms;
+    atomic_bool connected;
+    atomic_uint cmd_failures; /* bumped by reg_conn_fail; the watcher resubscribes on change */
+    bool need_republish;
+    bool purge_pending; /* first publish: delete regions of an old incarnation */
+    bool own_valid;
+    struct xfer_node_desc own;
+    struct strmap own_regions; /* name -> struct xfer_region_desc * */
+    uint64_t next_heartbeat_ms, next_reap_ms;
+
+    /* Cache, under cache_lock (taken after cmd_lock, never before). */
+    pthread_mutex_t cache_lock;
+    struct strmap cache; /* node id -> struct reg_cached_node * */
+
+    pthread_mutex_t cb_lock;
+    xfer_registry_event_fn event_fn;
+    void *event_arg;
+
+    /* Watcher: touched by the driver thread only. */
+    bool watch_on;
+    xfer_registry_attach_fn attach_fn;
+    void *attach_arg;
+    redisAsyncContext *wac;
+    atomic_bool subscribed;
+    unsigned watch_fail_mark; /* cmd_failures when the watcher subscribed */
+    bool wac_connected;
+    bool want_read, want_write; /* internal adapter state */
+    uint64_t watch_deadline_ms; /* connect + subscribe must finish by then */
+    uint64_t watch_next_ms;     /* next (re)connect attempt */
+    int watch_backoff_ms;
+    int events_delivered;
+
+    /* Own thread. */
+    pthread_t thread;
+    bool thread_on;
+    atomic_bool thread_stop;
+};
+
+/* ---- util (registry.c) ---- */
+uint64_t reg_now_ms(void);
+/* Records the calling thread's last error and returns err (negative). */
+int reg_set_err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void reg_key_node(char *buf, const char *node);
+void reg_key_regions(char *buf, const char *node);
+void reg_key_region(char *buf, const char *node, const char *name);
+void reg_emit(xfer_registry *r, const struct xfer_registry_event *ev);
+
+/* ---- connection (conn.c), cmd_lock held ---- */
+/* Opens a blocking connection with timeouts, AUTH and SELECT done. NULL with
+ * the error recorded (-XFER_EUNAVAIL / -XFER_EAUTH) in *err. */
+redisContext *reg_redis_connect(const xfer_registry *r, int *err);
+/* Connects if down and due (else fails fast), republishes when needed. */
+int reg_conn_ensure(xfer_registry *r);
+/* Drops a broken connection, schedules the reconnect; returns -XFER_EUNAVAIL. */
+int reg_conn_fail(xfer_registry *r, const char *what);
+/* One command (connecting first if needed); *out is the reply to free. */
+int reg_cmd(xfer_registry *r, redisReply **out, int argc, const char **argv, const size_t *lens);
+/* Reads n pipelined replies into out[0..n) (caller frees them), or frees
+ * them when out is NULL. 0 or -XFER_EUNAVAIL (nothing left to free). */
+int reg_read_replies(xfer_registry *r, size_t n, redisReply **out);
+/* "ERR ..." reply -> -XFER_EPROTO with its text recorded; else 0. */
+int reg_reply_check(const redisReply *rep, const char *what);
+/* Next backoff delay after a failure (doubling, bounded, jittered). */
+int reg_backoff_next(const xfer_registry *r, int *backoff_ms);
+
+/* ---- rows (rows.c) ---- */
+struct reg_args {
+    int argc;
+    const char *argv[48];
+    size_t len[48];
+    char buf[4096];
+    size_t used;
+};
+void reg_args_reset(struct reg_args *a);
+void reg_args_add(struct reg_args *a, const char *s);
+void reg_args_addf(struct reg_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends "field value ..." of a node / region hash. */
+void reg_args_node_fields(struct reg_args *a, const struct xfer_node_desc *n);
+void reg_args_region_fields(struct reg_args *a, const struct xfer_region_desc *d, uint64_t now);
+/* HGETALL reply -> struct. -XFER_ENOENT for an empty reply (no key),
+ * -XFER_EPROTO for a malformed row (reason recorded in last error). */
+int reg_parse_node(const redisReply *rep, const char *node_id, struct xfer_node_desc *out);
+int reg_parse_region(const redisReply *rep, const char *node_id, const char *name,
+                     struct xfer_region_desc *out);
+/* Checks a descriptor before publishing: 0 or -XFER_EINVAL (recorded). */
+int reg_check_node(const struct xfer_node_desc *n);
+int reg_check_region(const struct xfer_region_desc *d);
+
+/* ---- publisher (publish.c), cmd_lock held ---- */
+int reg_republish_locked(xfer_registry *r);
+int reg_heartbeat_locked(xfer_registry *r);
+int reg_reap_locked(xfer_registry *r);
+
+/* ---- cache (cache.c) ---- */
+void reg_cache_free(xfer_registry *r);
+void reg_cache_mark_all_stale(xfer_registry *r);
+void reg_cache_mark_node_stale(xfer_registry *r, const char *node, bool *was_cached);
+void reg_cache_drop_node(xfer_registry *r, const char *node);
+void reg_cache_drop_region(xfer_registry *r, const char *node, const char *name);
+/* Caches a node read from Redis (emits RESTARTED on a new incarnation). */
+void reg_cache_store_node(xfer_registry *r, const struct xfer_node_desc *d);
+/* Caches regions of a node if the cached node has incarnation inc. */
+void reg_cache_store_regions(xfer_registry *r, const char *node, uint64_t inc,
+                             const struct xfer_region_desc *v, size_t n);
+
+/* ---- watcher (watch.c), driver thread ---- */
+void reg_watch_tick(xfer_registry *r, uint64_t now, uint64_t *next_due);
+void reg_watch_stop(xfer_registry *r);
+/* Internal adapter: fills a pollfd for the subscriber; false when none. */
+bool reg_watch_pollfd(xfer_registry *r, int *fd, short *events);
+void reg_watch_handle(xfer_registry *r, short revents);
+
+#endif

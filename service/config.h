@@ -1,0 +1,84 @@
+/*
+ * xferd configuration: built-in defaults, then a config file, then XFER_*
+ * environment variables, then command-line flags (later wins).
+ *
+ * File format (docs/service.md has the full list):
+ *
+ *     # comment
+ *     node = n1
+ *     redis_url = redis://127.0.0.1:6379
+ *     listen = 10.0.0.1          # data-plane address (port: data_port)
+ *     [region kv]
+ *     size = 64M
+ *     access = rw
+ *     dtype = bf16
+ *     block_bytes = 4096
+ *
+ * Keys before the first section are global; each `[region NAME]` section
+ * declares one host pool that xferd allocates at start.
+ */
+#ifndef XFER_SERVICE_CONFIG_H
+#define XFER_SERVICE_CONFIG_H
+
+#include "xfer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XFERD_MAX_REGIONS 64
+#define XFERD_PATH_MAX    256
+#define XFERD_STR_MAX     256
+
+struct xferd_region_conf {
+    char name[XFER_NAME_MAX];
+    uint64_t size;
+    unsigned access;
+    struct xfer_layout layout;
+};
+
+struct xferd_config {
+    char node[XFER_NAME_MAX];
+    char redis_url[XFERD_STR_MAX];
+    char secret[XFERD_STR_MAX];
+    char transports[XFERD_STR_MAX]; /* "" = engine default */
+    char listen[XFER_ADDR_MAX];     /* data and control TCP address */
+    char advertise[XFER_ADDR_MAX];  /* published address; "" = listen */
+    uint16_t data_port;             /* 0 = ephemeral */
+    uint16_t ctrl_port;             /* 0 = ephemeral */
+    uint16_t metrics_port;          /* Prometheus /metrics; 0 = off */
+    char metrics_addr[XFER_ADDR_MAX]; /* "" = listen */
+    char ctrl_socket[XFERD_PATH_MAX];
+    char config_path[XFERD_PATH_MAX];
+    int ttl_ms;
+    int heartbeat_ms;
+    int drain_ms;
+    int connect_timeout_ms;
+    int io_timeout_ms;
+    int request_timeout_ms; /* default deadline of a named transfer */
+    int workers;
+    char log_level[16];
+    int nregions;
+    struct xferd_region_conf regions[XFERD_MAX_REGIONS];
+};
+
+/* Fills defaults (no node, socket path derived from the node later). */
+void xferd_config_defaults(struct xferd_config *c);
+/* Parses a config file; on error returns -XFER_EINVAL with "file:line: why"
+ * in why. A missing file is -XFER_ENOENT. */
+int xferd_config_load_file(struct xferd_config *c, const char *path, char *why, size_t why_len);
+/* Applies XFER_* environment variables. */
+int xferd_config_load_env(struct xferd_config *c, char *why, size_t why_len);
+/* Sets one key (file keys and flag names are the same, '-' == '_').
+ * section: NULL for globals, else the region being declared. */
+int xferd_config_set(struct xferd_config *c, const char *key, const char *val, char *why,
+                     size_t why_len);
+/* Fills derived defaults and checks the result (node given, ...). */
+int xferd_config_finish(struct xferd_config *c, char *why, size_t why_len);
+
+/* "64M", "4k", "1G", "123" -> bytes (binary units). */
+int xferd_parse_size(const char *s, uint64_t *out);
+/* Declares a region from "NAME:SIZE[:ACCESS]" (the --region flag). */
+int xferd_config_add_region_spec(struct xferd_config *c, const char *spec, char *why,
+                                 size_t why_len);
+
+#endif

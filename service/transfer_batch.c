@@ -1,0 +1,168 @@
+/*
+ * Many named transfers as one engine batch: the items this node carries out
+ * against remote peers are resolved and checked one by one, then posted
+ * together and waited for once. Items that must be forwarded, repeated
+ * (probe), or retried after a stale descriptor or a connection failure take
+ * the one-at-a-time path of transfer.c afterwards.
+ */
+#include "frame.h"
+#include "transfer_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct prepared {
+    struct side src, dst;
+    enum xfer_op op;
+    uint64_t len; /* bytes */
+    bool posted, single;
+};
+
+static void result(Xctl__ItemResult *res, struct arena *a, int rc, const char *why,
+                   const char *exec, uint64_t bytes, uint64_t us)
+{
+    res->status = rc;
+    res->message = arena_strdup(a, rc ? why : "");
+    res->executor = arena_strdup(a, exec);
+    res->bytes = rc ? 0 : bytes;
+    res->elapsed_us = us;
+}
+
+/* Resolves item t; 1: add it to the engine batch, 0: finished here (local
+ * copy or error, res filled), 2: leave it to the one-at-a-time path. */
+static int prepare(struct xferd *d, const Xctl__Transfer *t, struct prepared *p,
+                   Xctl__ItemResult *res, struct arena *a)
+{
+    struct xctx x = {.d = d};
+    const char *exec, *me = d->cfg.node;
+    uint64_t t0 = now_us();
+    int rc = transfer_plan(&x, t, &p->src, &p->dst, &p->op, &exec);
+    if (!rc && (strcmp(exec, me) || t->repeat > 1))
+        return 2;
+    struct side *loc = p->op == XFER_OP_WRITE ? &p->src : &p->dst;
+    struct side *rem = p->op == XFER_OP_WRITE ? &p->dst : &p->src;
+    bool held = false;
+    p->len = t->len;
+    if (!rc)
+        rc = side_local(&x, loc);
+    if (!rc && !strcmp(rem->n.node, me))
+        rc = side_local(&x, rem);
+    else if (!rc)
+        held = (rc = side_remote(&x, rem, true)) == 0;
+    if (!rc)
+        rc = to_bytes(&x, &p->src, &p->dst, &p->len);
+    if (!rc)
+        rc = check_side(&x, &p->src, p->len, XFER_ACCESS_R);
+    if (!rc)
+        rc = check_side(&x, &p->dst, p->len, XFER_ACCESS_W);
+    if (!rc && held && p->len > 0)
+        return 1; /* the peer stays held until the batch is done */
+    if (!rc && rem->local && p->len > 0)
+        rc = local_copy(&x, &p->src, &p->dst, p->len);
+    if (held)
+        xferd_peer_put(d, rem->n.node);
+    result(res, a, rc, x.why, me, p->len, now_us() - t0);
+    return 0;
+}
+
+/* Posts the prepared items and waits; returns the batch's overall code. */
+static int post(struct xferd *d, struct prepared *pp, size_t n, int deadline_ms, xfer_batch **out)
+{
+    int err = 0;
+    xfer_batch *b = xfer_batch_new(d->eng, &err);
+    if (!b)
+        return err;
+    for (size_t i = 0; i < n; i++) {
+        if (!pp[i].posted)
+            continue;
+        struct side *loc = pp[i].op == XFER_OP_WRITE ? &pp[i].src : &pp[i].dst;
+        struct side *rem = pp[i].op == XFER_OP_WRITE ? &pp[i].dst : &pp[i].src;
+        struct xfer_item it = {.op = pp[i].op,
+                               .local = loc->lr,
+                               .local_off = loc->n.off,
+                               .peer = rem->peer,
+                               .remote_id = rem->rd.id,
+                               .remote_gen = rem->rd.gen,
+                               .remote_off = rem->n.off,
+                               .len = pp[i].len};
+        int idx = xfer_batch_add(b, &it);
+        if (idx < 0) {
+            xfer_batch_free(b);
+            return idx;
+        }
+    }
+    *out = b;
+    struct inflight f = {.b = b};
+    inflight_add(d, &f);
+    int rc = xfer_batch_submit(b, xferd_clamp_deadline(d, deadline_ms));
+    if (rc == 0)
+        rc = xfer_batch_wait(b, -1);
+    if (rc == -XFER_EINPROGRESS)
+        xfer_batch_cancel(b);
+    inflight_del(d, &f);
+    return rc;
+}
+
+/* Item results from the engine batch; stale or lost ones go single. */
+static void collect(struct xferd *d, struct prepared *pp, size_t n, xfer_batch *b, int brc,
+                    uint64_t us, Xctl__ItemResult **res, struct arena *a)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!pp[i].posted)
+            continue;
+        struct side *rem = pp[i].op == XFER_OP_WRITE ? &pp[i].dst : &pp[i].src;
+        int rc = b ? xfer_batch_item_status(b, k) : brc;
+        const char *e = b ? xfer_batch_item_error(b, k) : NULL;
+        k++;
+        xferd_peer_put(d, rem->n.node);
+        if (rc == -XFER_ESTALE || rc == -XFER_ECONN) {
+            pp[i].single = true; /* re-resolved and retried alone */
+            continue;
+        }
+        char why[300];
+        snprintf(why, sizeof(why), "%s %s/%s: %s",
+                 pp[i].op == XFER_OP_WRITE ? "write to" : "read from", rem->n.node, rem->n.region,
+                 e && *e ? e : xfer_strerror(rc));
+        result(res[i], a, rc, why, d->cfg.node, pp[i].len, us);
+    }
+}
+
+void xferd_transfer_many(struct xferd *d, Xctl__Transfer *const *items, size_t n, uint32_t hops,
+                         int deadline_ms, Xctl__ItemResult **res, struct arena *a)
+{
+    int64_t deadline = xfer_now_ms() + xferd_clamp_deadline(d, deadline_ms);
+    struct prepared *pp = calloc(n, sizeof(*pp));
+    if (!pp) {
+        for (size_t i = 0; i < n; i++)
+            result(res[i], a, -XFER_ENOMEM, "out of memory", d->cfg.node, 0, 0);
+        return;
+    }
+    size_t nposted = 0;
+    uint64_t t0 = now_us();
+    pthread_rwlock_rdlock(&d->region_lock);
+    for (size_t i = 0; i < n; i++) {
+        int how = prepare(d, items[i], &pp[i], res[i], a);
+        pp[i].posted = how == 1;
+        pp[i].single = how == 2;
+        nposted += how == 1;
+    }
+    if (nposted) {
+        xfer_batch *b = NULL;
+        int brc = post(d, pp, n, (int)(deadline - xfer_now_ms()), &b);
+        collect(d, pp, n, b, brc, now_us() - t0, res, a);
+        xfer_batch_free(b);
+    }
+    pthread_rwlock_unlock(&d->region_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (!pp[i].single)
+            continue;
+        int left = (int)(deadline - xfer_now_ms());
+        if (left > 0)
+            xferd_transfer(d, items[i], hops, left, res[i], a);
+        else
+            result(res[i], a, -XFER_ETIMEDOUT, "batch deadline passed", d->cfg.node, 0, 0);
+    }
+    free(pp);
+}

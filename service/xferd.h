@@ -1,0 +1,141 @@
+/*
+ * State of one xferd process, shared by the service files.
+ *
+ * Threads: the libevent loop thread owns listeners and control connections
+ * and does I/O only; requests run on a pool of worker threads (jobs.c), which
+ * may block (engine batches, registry lookups, forwarding) within their
+ * deadlines; the registry runs on its own thread and calls back into
+ * peers.c for events. Peer setup is serialised by peer_lock.
+ */
+#ifndef XFER_SERVICE_XFERD_H
+#define XFER_SERVICE_XFERD_H
+
+#include "arena.h"
+#include "config.h"
+#include "xfer.h"
+#include "xfer_registry.h"
+#include "proto/control.pb-c.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+struct event_base;
+struct ctl_server;
+struct jobq;
+struct batch_table;
+struct xfer_metrics;
+
+struct xferd {
+    struct xferd_config cfg;
+    xfer_engine *eng;
+    xfer_registry *reg;
+    struct event_base *base;
+    struct ctl_server *srv;
+    struct jobq *jobs;
+    struct batch_table *batches;
+    struct xfer_metrics *metrics; /* NULL unless metrics_port is set */
+    uint64_t incarnation;
+    uint64_t started_ms; /* CLOCK_MONOTONIC ms */
+    uint16_t ctrl_port;  /* bound TCP control port */
+    atomic_bool draining;
+    atomic_uint_fast64_t ctl_requests, ctl_errors;
+    pthread_mutex_t peer_lock;  /* peer setup/removal and the use counts below */
+    struct peer_use *peer_uses; /* peers held by running transfers */
+    pthread_mutex_t fwd_lock;
+    struct fwd_conn *fwd_idle; /* idle control connections to other xferd */
+    int fwd_nidle;
+    size_t n_peer_uses, cap_peer_uses;
+    pthread_rwlock_t region_lock; /* write: register/deregister; read: transfers */
+    pthread_mutex_t inflight_lock;
+    struct inflight *inflight;         /* engine batches in flight (cancelled at drain end) */
+    _Atomic int64_t drain_deadline_ms; /* 0 until SIGTERM */
+};
+
+/* ---- jobs.c: worker pool; done callbacks run on the loop thread ---- */
+struct job {
+    void (*run)(struct job *j);  /* worker thread */
+    void (*done)(struct job *j); /* loop thread; frees the job */
+    struct job *next;
+};
+struct jobq *jobq_new(struct event_base *base, int workers);
+/* Queues j; -XFER_EBUSY once stopping. */
+int jobq_push(struct jobq *q, struct job *j);
+/* Jobs queued or running. */
+int jobq_pending(struct jobq *q);
+/* Runs remaining done callbacks, joins workers, frees. */
+void jobq_free(struct jobq *q);
+
+/* ---- handlers.c: one request -> one response (worker thread) ---- */
+/* fd: memfd attached to the request (ownership passes), or -1. Everything
+ * resp points to is allocated in a (freed after the response is sent). */
+void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, Xctl__Response *resp,
+                  struct arena *a);
+
+/* ---- transfer.c: named transfers ---- */
+/* Runs one transfer (possibly forwarding it) within deadline_ms; res's
+ * strings are allocated in a. */
+void xferd_transfer(struct xferd *d, const Xctl__Transfer *t, uint32_t hops, int deadline_ms,
+                    Xctl__ItemResult *res, struct arena *a);
+/* Runs n transfers: those this node carries out against peers go out as
+ * one engine batch; res[i] (allocated by the caller) gets item i. */
+void xferd_transfer_many(struct xferd *d, Xctl__Transfer *const *items, size_t n, uint32_t hops,
+                         int deadline_ms, Xctl__ItemResult **res, struct arena *a);
+/* Writes/reads inline bytes at a named address (forwarded to the owner).
+ * read: *out is malloc'd (caller frees). */
+int xferd_write_data(struct xferd *d, const char *dst, const uint8_t *data, size_t len,
+                     uint32_t hops, char *why, size_t why_len);
+int xferd_read_data(struct xferd *d, const char *src, uint64_t len, uint32_t hops, uint8_t **out,
+                    char *why, size_t why_len);
+/* ---- forward.c ---- */
+/* Forwards one request to node over its TCP control port (connections are
+ * kept for reuse); *resp is protobuf-c allocated
+ * (xctl__response__free_unpacked). */
+int xferd_forward(struct xferd *d, const char *node, const Xctl__Request *req,
+                  Xctl__Response **resp, int timeout_ms, char *why, size_t why_len);
+/* Closes the idle forwarding connections (shutdown). */
+void xferd_forward_close_all(struct xferd *d);
+
+/* Cancels every engine batch still in flight (end of drain). */
+void xferd_cancel_inflight(struct xferd *d);
+/* Deadline for new work: min(deadline_ms, time left to drain). */
+int xferd_clamp_deadline(struct xferd *d, int deadline_ms);
+
+/* ---- batches.c: async batches polled with QueryStatus ---- */
+struct batch_table *batch_table_new(void);
+void batch_table_free(struct batch_table *t);
+uint64_t batch_table_add(struct batch_table *t, size_t nitems);
+/* Stores (copies) the results of batch id. */
+void batch_table_finish(struct batch_table *t, uint64_t id, Xctl__ItemResult *const *items,
+                        size_t n);
+/* Fills res from the table (allocating in a): -XFER_ENOENT for unknown or
+ * forgotten ids (the newest 1024 finished batches are kept). */
+int batch_table_query(struct batch_table *t, uint64_t id, Xctl__BatchResult *res, struct arena *a);
+
+/* ---- peers.c: registry -> engine peers ---- */
+/* Finds the peer (adding/refreshing it from the registry) and the remote
+ * region's descriptor (cached into the engine). region may be NULL. On
+ * success the peer is held: it is not removed from the engine (leave
+ * events are deferred) until xferd_peer_put(). */
+int xferd_peer_get(struct xferd *d, const char *node, const char *region, xfer_peer **peer,
+                   struct xfer_region_desc *rd, char *why, size_t why_len);
+void xferd_peer_put(struct xferd *d, const char *node);
+void xferd_peers_free(struct xferd *d);
+void xferd_on_registry_event(const struct xfer_registry_event *ev, void *arg);
+
+/* ---- publish.c: this node and its regions in the registry ---- */
+int xferd_publish_start(struct xferd *d, char *why, size_t why_len);
+int xferd_publish_region(struct xferd *d, xfer_region *r);
+void xferd_unpublish_region(struct xferd *d, const char *name);
+void xferd_publish_stop(struct xferd *d);
+
+/* ---- ctl_server.c ---- */
+struct ctl_server *ctl_server_new(struct xferd *d, char *why, size_t why_len);
+/* Closes listeners; connections get -XFER_EBUSY for new requests. */
+void ctl_server_stop_accepting(struct ctl_server *s);
+void ctl_server_free(struct ctl_server *s);
+
+/* Private regions (client staging) start with this and are not published. */
+#define XFERD_PRIVATE_PREFIX '_'
+
+#endif

@@ -1,0 +1,359 @@
+/* xferd: one transfer node = engine + config + registry publisher +
+ * control server. See docs/service.md. */
+#include "config.h"
+#include "frame.h"
+#include "metrics.h"
+#include "xferd.h"
+
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char usage[] =
+    "usage: xferd [options]\n"
+    "Runs one xfer node: registers memory regions, publishes them to Redis and\n"
+    "serves named transfers on a control port and a unix socket.\n"
+    "\n"
+    "  -c, --config FILE         config file (key = value, [region NAME] sections)\n"
+    "  -n, --node ID             node id                    (XFER_NODE)\n"
+    "  -r, --redis-url URL       redis://[user:pw@]host:port[/db] or unix:///path\n"
+    "                                                       (XFER_REDIS_URL)\n"
+    "      --secret S            cluster secret             (XFER_SECRET)\n"
+    "      --secret-file F       read the secret from F     (XFER_SECRET_FILE)\n"
+    "  -t, --transports LIST     e.g. tcp,ipc               (XFER_TRANSPORTS)\n"
+    "  -l, --listen ADDR[:PORT]  data/control address, data port\n"
+    "                                                       (XFER_LISTEN)\n"
+    "      --advertise ADDR      address published to peers (XFER_ADVERTISE)\n"
+    "      --data-port P         data-plane port, 0 = any   (XFER_DATA_PORT)\n"
+    "      --ctrl-port P         control TCP port, 0 = any  (XFER_CTRL_PORT)\n"
+    "  -s, --ctrl-socket PATH    unix socket, default /tmp/xferd-NODE.sock\n"
+    "                                                       (XFER_CTRL_SOCKET)\n"
+    "  -R, --region NAME:SIZE[:ACCESS]  allocate a host region (repeatable)\n"
+    "      --regions LIST        the same, comma-separated  (XFER_REGIONS)\n"
+    "      --metrics-port P      Prometheus /metrics over HTTP, 0 = off\n"
+    "                                                       (XFER_METRICS_PORT)\n"
+    "      --metrics-addr ADDR   its address, default: --listen (XFER_METRICS_ADDR)\n"
+    "      --ttl-ms MS           registry TTL, default 10000 (XFER_TTL_MS)\n"
+    "      --heartbeat-ms MS     default ttl/3              (XFER_HEARTBEAT_MS)\n"
+    "      --drain-ms MS         SIGTERM grace, default 5000 (XFER_DRAIN_MS)\n"
+    "      --connect-timeout-ms, --io-timeout-ms, --request-timeout-ms MS\n"
+    "      --workers N           request worker threads, default 4\n"
+    "      --log-level L         error|warn|info|debug      (XFER_LOG_LEVEL)\n"
+    "  -h, --help                this text\n"
+    "  -V, --version             print the version\n"
+    "Precedence: flags > environment > config file > defaults.\n";
+
+enum { OPT_KEY = 1000 };
+static const struct option long_opts[] = {
+    {"config", required_argument, 0, 'c'},
+    {"node", required_argument, 0, 'n'},
+    {"redis-url", required_argument, 0, 'r'},
+    {"transports", required_argument, 0, 't'},
+    {"listen", required_argument, 0, 'l'},
+    {"ctrl-socket", required_argument, 0, 's'},
+    {"region", required_argument, 0, 'R'},
+    {"help", no_argument, 0, 'h'},
+    {"version", no_argument, 0, 'V'},
+    {"secret", required_argument, 0, OPT_KEY},
+    {"secret-file", required_argument, 0, OPT_KEY},
+    {"advertise", required_argument, 0, OPT_KEY},
+    {"data-port", required_argument, 0, OPT_KEY},
+    {"ctrl-port", required_argument, 0, OPT_KEY},
+    {"ttl-ms", required_argument, 0, OPT_KEY},
+    {"heartbeat-ms", required_argument, 0, OPT_KEY},
+    {"drain-ms", required_argument, 0, OPT_KEY},
+    {"connect-timeout-ms", required_argument, 0, OPT_KEY},
+    {"io-timeout-ms", required_argument, 0, OPT_KEY},
+    {"request-timeout-ms", required_argument, 0, OPT_KEY},
+    {"workers", required_argument, 0, OPT_KEY},
+    {"log-level", required_argument, 0, OPT_KEY},
+    {"regions", required_argument, 0, OPT_KEY},
+    {"metrics-port", required_argument, 0, OPT_KEY},
+    {"metrics-addr", required_argument, 0, OPT_KEY},
+    {0, 0, 0, 0},
+};
+
+static const char *short_key(int c)
+{
+    switch (c) {
+    case 'n':
+        return "node";
+    case 'r':
+        return "redis_url";
+    case 't':
+        return "transports";
+    case 'l':
+        return "listen";
+    case 's':
+        return "ctrl_socket";
+    default:
+        return NULL;
+    }
+}
+
+/* Flags > env > file: find the config file first, load it, apply the
+ * environment, then the flags. Returns 0, 1 (help/version printed) or -1. */
+static int load_config(int argc, char **argv, struct xferd_config *c)
+{
+    char why[400];
+    const char *file = getenv("XFER_CONFIG");
+    for (int i = 1; i < argc; i++) {
+        if ((!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) && i + 1 < argc)
+            file = argv[i + 1];
+        else if (!strncmp(argv[i], "--config=", 9))
+            file = argv[i] + 9;
+    }
+    xferd_config_defaults(c);
+    if (file && *file && xferd_config_load_file(c, file, why, sizeof(why)))
+        goto bad;
+    if (xferd_config_load_env(c, why, sizeof(why)))
+        goto bad;
+    int opt, idx;
+    while ((opt = getopt_long(argc, argv, "c:n:r:t:l:s:R:hV", long_opts, &idx)) != -1) {
+        const char *key = opt == OPT_KEY ? long_opts[idx].name : short_key(opt);
+        if (opt == 'h') {
+            fputs(usage, stdout);
+            return 1;
+        } else if (opt == 'V') {
+            printf("xferd %s (protocol %u)\n", XFER_VERSION_STRING, XFER_PROTO_VERSION);
+            return 1;
+        } else if (opt == 'c') {
+            continue;
+        } else if (opt == 'R') {
+            if (xferd_config_add_region_spec(c, optarg, why, sizeof(why)))
+                goto bad;
+        } else if (key) {
+            if (xferd_config_set(c, key, optarg, why, sizeof(why)))
+                goto bad;
+        } else {
+            fprintf(stderr, "xferd: try --help\n");
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        snprintf(why, sizeof(why), "unexpected argument '%s'", argv[optind]);
+        goto bad;
+    }
+    if (xferd_config_finish(c, why, sizeof(why)))
+        goto bad;
+    return 0;
+bad:
+    fprintf(stderr, "xferd: %s\n", why);
+    return -1;
+}
+
+static void apply_log_level(const char *s)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; s && *s && i < 4; i++)
+        if (!strcasecmp(s, names[i]))
+            xfer_log_set_level((enum xfer_log_level)i);
+}
+
+static int start_engine(struct xferd *d)
+{
+    struct xfer_engine_config ec;
+    xfer_engine_config_init(&ec);
+    ec.node_id = d->cfg.node;
+    ec.listen_addr = d->cfg.listen;
+    ec.data_port = d->cfg.data_port;
+    if (d->cfg.secret[0]) {
+        ec.secret = d->cfg.secret;
+        ec.secret_len = strlen(d->cfg.secret);
+    }
+    if (d->cfg.transports[0] && xfer_transports_parse(d->cfg.transports, &ec.transports))
+        return -XFER_EINVAL;
+    ec.connect_timeout_ms = d->cfg.connect_timeout_ms;
+    ec.io_timeout_ms = d->cfg.io_timeout_ms;
+    ec.default_deadline_ms = d->cfg.request_timeout_ms;
+    int err = 0;
+    d->eng = xfer_engine_new(&ec, &err);
+    if (!d->eng) {
+        fprintf(stderr, "xferd: engine: %s\n", xfer_strerror(err));
+        return err;
+    }
+    for (int i = 0; i < d->cfg.nregions; i++) {
+        const struct xferd_region_conf *rc = &d->cfg.regions[i];
+        xfer_region *r;
+        err = xfer_region_alloc(d->eng, rc->name, rc->size, rc->access, &r);
+        if (!err && (rc->layout.block_bytes || rc->layout.dtype[0] || rc->layout.tag[0]))
+            err = xfer_region_set_layout(r, &rc->layout);
+        if (err) {
+            fprintf(stderr, "xferd: region %s: %s\n", rc->name, xfer_engine_last_error(d->eng));
+            return err;
+        }
+    }
+    return 0;
+}
+
+/* Registry state for /metrics; runs on the loop thread at each scrape. The
+ * node list is read only while Redis is up (bounded by the registry's
+ * command timeout). */
+static void count_public_region(const struct xfer_region_desc *rd, void *arg)
+{
+    if (rd->name[0] != XFERD_PRIVATE_PREFIX)
+        (*(uint32_t *)arg)++;
+}
+
+static void metrics_registry_state(struct xfer_metrics_registry *out, void *arg)
+{
+    struct xferd *d = arg;
+    out->connected = d->reg && xfer_registry_connected(d->reg);
+    xfer_region_foreach(d->eng, count_public_region, &out->regions);
+    struct xfer_node_desc *nodes = NULL;
+    size_t n = 0;
+    if (out->connected && !xfer_registry_list_nodes(d->reg, &nodes, &n)) {
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(nodes[i].peer.node_id, d->cfg.node))
+                out->known_peers++;
+        free(nodes);
+    }
+}
+
+static int start_metrics(struct xferd *d, char *why, size_t why_len)
+{
+    if (!d->cfg.metrics_port)
+        return 0;
+    struct xfer_metrics_config mc = {
+        .addr = d->cfg.metrics_addr[0] ? d->cfg.metrics_addr : d->cfg.listen,
+        .port = d->cfg.metrics_port,
+        .node = d->cfg.node,
+        .engine = d->eng,
+        .registry_fn = metrics_registry_state,
+        .registry_arg = d,
+    };
+    int err = 0;
+    d->metrics = xfer_metrics_start(d->base, &mc, &err);
+    if (!d->metrics)
+        snprintf(why, why_len, "metrics on %s:%u: %s", mc.addr, mc.port, xfer_strerror(err));
+    return d->metrics ? 0 : err;
+}
+
+struct drain {
+    struct xferd *d;
+    struct event *timer;
+    int64_t deadline;
+    bool cancelled;
+};
+
+/* Polls until in-flight requests are done or the deadline passed; at the
+ * deadline the engine batches still running are cancelled (they fail with
+ * -XFER_ECANCELED) and the loop ends once the workers are free. */
+static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct drain *dr = arg;
+    int pending = jobq_pending(dr->d->jobs);
+    if (pending == 0 || xfer_now_ms() > dr->deadline + 2000) {
+        if (pending)
+            xfer_warn("drain: %d requests still running after the deadline", pending);
+        event_base_loopbreak(dr->d->base);
+        return;
+    }
+    if (xfer_now_ms() >= dr->deadline && !dr->cancelled) {
+        xfer_warn("drain: deadline passed, cancelling %d requests", pending);
+        xferd_cancel_inflight(dr->d);
+        dr->cancelled = true;
+    }
+    struct timeval tv = {0, 20000};
+    evtimer_add(dr->timer, &tv);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    struct drain *dr = arg;
+    struct xferd *d = dr->d;
+    if (atomic_load(&d->draining)) {
+        xfer_warn("second signal %d: stopping now", (int)sig);
+        dr->deadline = 0;
+        xferd_cancel_inflight(d);
+        return;
+    }
+    xfer_info("signal %d: draining (up to %d ms)", (int)sig, d->cfg.drain_ms);
+    dr->deadline = xfer_now_ms() + d->cfg.drain_ms;
+    atomic_store(&d->drain_deadline_ms, dr->deadline);
+    atomic_store(&d->draining, true);
+    ctl_server_stop_accepting(d->srv);
+    struct timeval tv = {0, 0};
+    evtimer_add(dr->timer, &tv);
+}
+
+static void shutdown_all(struct xferd *d)
+{
+    xfer_metrics_stop(d->metrics);
+    xferd_publish_stop(d); /* removes our keys, publishes "leave" */
+    jobq_free(d->jobs);
+    xferd_forward_close_all(d);
+    ctl_server_free(d->srv);
+    batch_table_free(d->batches);
+    xfer_engine_free(d->eng);
+    xferd_peers_free(d);
+    if (d->base)
+        event_base_free(d->base);
+}
+
+int main(int argc, char **argv)
+{
+    static struct xferd dd;
+    struct xferd *d = &dd;
+    int rc = load_config(argc, argv, &d->cfg);
+    if (rc)
+        return rc > 0 ? 0 : 2;
+    apply_log_level(d->cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_mutex_init(&d->peer_lock, NULL);
+    pthread_mutex_init(&d->inflight_lock, NULL);
+    pthread_mutex_init(&d->fwd_lock, NULL);
+    pthread_rwlock_init(&d->region_lock, NULL);
+    d->started_ms = (uint64_t)xfer_now_ms();
+    char why[400] = "";
+    struct drain dr = {.d = d};
+    struct event *sigs[2] = {0};
+    if (start_engine(d))
+        goto fail;
+    struct xfer_peer_desc self;
+    xfer_engine_describe(d->eng, &self);
+    d->incarnation = self.incarnation;
+    d->base = event_base_new();
+    d->jobs = d->base ? jobq_new(d->base, d->cfg.workers) : NULL;
+    d->batches = batch_table_new();
+    if (!d->jobs || !d->batches) {
+        fprintf(stderr, "xferd: out of memory at start\n");
+        goto fail;
+    }
+    d->srv = ctl_server_new(d, why, sizeof(why));
+    if (!d->srv || xferd_publish_start(d, why, sizeof(why)) || start_metrics(d, why, sizeof(why))) {
+        fprintf(stderr, "xferd: %s\n", why);
+        goto fail;
+    }
+    dr.timer = evtimer_new(d->base, on_drain_tick, &dr);
+    sigs[0] = evsignal_new(d->base, SIGTERM, on_signal, &dr);
+    sigs[1] = evsignal_new(d->base, SIGINT, on_signal, &dr);
+    if (!dr.timer || !sigs[0] || !sigs[1] || evsignal_add(sigs[0], NULL) ||
+        evsignal_add(sigs[1], NULL)) {
+        fprintf(stderr, "xferd: event setup failed\n");
+        goto fail;
+    }
+    fprintf(stderr, "xferd: node %s ready: control %s:%u and %s, data port %u\n", d->cfg.node,
+            d->cfg.listen, d->ctrl_port, d->cfg.ctrl_socket, xfer_engine_data_port(d->eng));
+    event_base_dispatch(d->base);
+    xfer_info("xferd %s: stopping", d->cfg.node);
+    rc = 0;
+    goto out;
+fail:
+    rc = 1;
+out:
+    for (int i = 0; i < 2; i++)
+        if (sigs[i])
+            event_free(sigs[i]);
+    if (dr.timer)
+        event_free(dr.timer);
+    shutdown_all(d);
+    return rc;
+}

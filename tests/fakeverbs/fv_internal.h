@@ -1,0 +1,193 @@
+/*
+ * fakeverbs — a software stand-in for the subset of libibverbs and librdmacm
+ * that engine/rdma uses. Test builds only (never in libxfer.a).
+ *
+ * Every verbs object is the real rdma-core struct embedded in a private one.
+ * A connected RC QP is a TCP socket to its peer QP plus two threads: a sender
+ * (the only writer: requests of the send queue and responses) and a receiver
+ * (the only reader: it serves the peer's WRITE/READ requests against the
+ * local MR table, enforcing rkey, access and bounds, and completes our own
+ * requests when their responses arrive). Because the reader never writes, the
+ * socket always drains and two QPs cannot deadlock each other.
+ *
+ * Environment (read once):
+ *   XFER_FAKEVERBS_DEVICES  number of fake devices (default 1, 0 = none)
+ *   XFER_FAKEVERBS_ADDR     IPv4 address of every device (default 127.0.0.<1+i>)
+ */
+#ifndef FV_INTERNAL_H
+#define FV_INTERNAL_H
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define FV_MAX_DEVICES   8
+#define FV_MAX_PDATA     56 /* REQ private data, as for RDMA_PS_TCP */
+#define FV_MAX_REP_PDATA 196
+#define FV_MAX_MSG       (1u << 31) /* port max_msg_sz */
+
+#ifndef container_of
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#endif
+
+struct fv_device {
+    struct ibv_device dev;
+    int index;
+    struct in_addr addr;
+};
+
+struct fv_mr {
+    struct ibv_mr mr;
+    int access;
+};
+
+struct fv_context {
+    struct ibv_context ctx;
+    struct fv_device *dev;
+    pthread_rwlock_t mr_lock; /* readers: remote access; writer: reg/dereg */
+    struct fv_mr **mrs;       /* index = key >> 8 */
+    uint32_t n_mrs;
+    uint8_t key_variant;
+};
+
+struct fv_comp_channel {
+    struct ibv_comp_channel ch;
+    int wfd;
+};
+
+struct fv_cqe {
+    struct ibv_wc wc;
+    struct fv_qp *qp; /* send CQEs: reclaim SQ slots when polled */
+    uint64_t seq;
+};
+
+struct fv_cq {
+    struct ibv_cq cq;
+    pthread_mutex_t lock;
+    struct fv_cqe *ring;
+    int cap, head, count;
+    bool overflow;
+    bool armed;
+};
+
+/* One send WR as copied at post time. */
+struct fv_wr {
+    struct fv_wr *next;
+    uint64_t wr_id;
+    uint64_t seq;
+    enum ibv_wr_opcode opcode;
+    bool signaled;
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint32_t len;
+    int num_sge;
+    struct ibv_sge sge[];
+};
+
+enum fv_msg_type { M_WRITE = 1, M_READ, M_ECHO, M_ACK, M_READ_RESP };
+enum fv_nak { NAK_OK = 0, NAK_ACCESS, NAK_INVALID, NAK_LOCAL };
+
+struct fv_msg {
+    uint8_t type, status;
+    uint16_t pad;
+    uint32_t rkey;
+    uint64_t addr;
+    uint32_t len;
+    uint32_t pad2;
+};
+
+/* Queued for the sender thread: a request (wr) or a response (payload). */
+struct fv_out {
+    struct fv_out *next;
+    struct fv_msg hdr;
+    void *payload; /* owned (responses) */
+    struct fv_wr *wr;
+};
+
+struct fv_qp {
+    struct ibv_qp qp;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    enum ibv_qp_state st;
+    int qp_access;              /* from INIT/RTR attributes */
+    uint8_t max_dest_rd_atomic; /* 0: this QP serves no RDMA READ */
+    uint64_t *rq_ids;           /* posted receive wr_ids (flushed on error) */
+    uint32_t rq_count;
+    uint32_t max_send_wr, max_recv_wr, max_sge;
+    bool sq_sig_all;
+    uint64_t sq_posted, sq_reclaimed;    /* seq numbers; depth = posted - reclaimed */
+    struct fv_out *out_head, *out_tail;  /* to send */
+    struct fv_wr *wait_head, *wait_tail; /* sent, awaiting response */
+    int busy;                            /* threads touching user memory right now */
+    int sock;                            /* -1 until connected */
+    bool threads_running, stopping, peer_closed_cleanly;
+    pthread_t sender, receiver;
+    struct fv_id *cm_id; /* for DISCONNECTED events */
+};
+
+struct fv_event {
+    struct rdma_cm_event ev;
+    struct fv_event *next;
+    uint8_t pdata[FV_MAX_REP_PDATA];
+};
+
+struct fv_channel {
+    struct rdma_event_channel ch;
+    int wfd;
+    pthread_mutex_t lock;
+    struct fv_event *head, *tail;
+};
+
+struct fv_id {
+    struct rdma_cm_id id;
+    int listen_sock;  /* listening ids, else -1 */
+    int conn_sock;    /* child ids before accept, active ids before REP */
+    pthread_t thread; /* acceptor (listening) or connector (active) */
+    bool thread_running;
+    struct sockaddr_storage dst;
+    uint8_t req_pdata[FV_MAX_PDATA];
+    uint8_t req_len;
+    uint8_t initiator_depth, responder_resources;
+    bool disconnected; /* DISCONNECTED already reported */
+};
+
+/* CM messages on the connection socket before it becomes the QP link. */
+enum fv_cm_type { CM_REQ = 1, CM_REP, CM_REJ };
+struct fv_cm_msg {
+    uint32_t magic;
+    uint8_t type, pdata_len, initiator_depth, responder_resources;
+    uint8_t pdata[FV_MAX_REP_PDATA];
+};
+#define FV_CM_MAGIC 0x46564d43u
+
+/* ---- internal API between the files ---- */
+struct fv_context *fv_context_of(struct ibv_context *c);
+struct fv_device *fv_device_for_addr(const struct sockaddr *sa);
+struct ibv_context *fv_shared_context(int index);
+int fv_device_count(void);
+/* Under mr_lock (read) — the caller holds it while touching memory. */
+struct fv_mr *fv_mr_lookup(struct fv_context *c, uint32_t key);
+
+void fv_cq_push(struct ibv_cq *cq, const struct ibv_wc *wc, struct fv_qp *qp, uint64_t seq);
+void fv_cq_forget_qp(struct ibv_cq *cq, struct fv_qp *qp);
+
+/* QP link: starts threads on a connected socket (state must be RTS/RTR). */
+int fv_qp_start_link(struct fv_qp *qp, int sock);
+int fv_qp_set_state(struct fv_qp *qp, enum ibv_qp_state st, int access, bool responder_read);
+void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first);
+void fv_cm_post_disconnected(struct fv_id *id);
+
+void fv_push_send_cqe(struct fv_qp *qp, const struct fv_wr *wr, enum ibv_wc_status st);
+enum ibv_wc_status fv_nak_status(int nak);
+void fv_free_out(struct fv_out *o);
+void fv_qp_stop_link(struct fv_qp *qp);
+
+/* Blocking full I/O on sockets (MSG_NOSIGNAL); 0 or -1. */
+int fv_send_all(int fd, const void *buf, size_t len);
+int fv_recv_all(int fd, void *buf, size_t len);
+
+#endif

@@ -1,0 +1,318 @@
+/* fakeverbs: the link between two connected QPs. The sender thread is the
+ * only writer of the socket, the receiver the only reader; the receiver
+ * serves the peer's requests against this process's MR table exactly where a
+ * NIC would check them (rkey, PD, access flags, bounds, QP access). */
+#include "fv_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define PIECE (1u << 20) /* WRITE payloads are applied in pieces of this */
+
+static bool range_inside(uint64_t addr, uint64_t len, uint64_t base, uint64_t size)
+{
+    return addr >= base && addr - base <= size && len <= size - (addr - base);
+}
+
+/* Local checks the NIC does when it fetches a WR: lkey, PD, bounds, and
+ * local write access for the buffers a READ lands in. */
+static int check_local(struct fv_qp *qp, const struct fv_wr *w)
+{
+    struct fv_context *c = fv_context_of(qp->qp.context);
+    int nak = NAK_OK;
+    pthread_rwlock_rdlock(&c->mr_lock);
+    for (int i = 0; i < w->num_sge && nak == NAK_OK; i++) {
+        struct fv_mr *m = fv_mr_lookup(c, w->sge[i].lkey);
+        if (!m || m->mr.pd != qp->qp.pd ||
+            !range_inside(w->sge[i].addr, w->sge[i].length, (uintptr_t)m->mr.addr, m->mr.length) ||
+            (w->opcode == IBV_WR_RDMA_READ && !(m->access & IBV_ACCESS_LOCAL_WRITE)))
+            nak = NAK_LOCAL;
+    }
+    pthread_rwlock_unlock(&c->mr_lock);
+    return nak;
+}
+
+/* Responder checks; the caller holds mr_lock for reading. */
+static int check_remote(struct fv_qp *qp, const struct fv_msg *h, int need)
+{
+    pthread_mutex_lock(&qp->lock);
+    int qp_access = qp->qp_access;
+    bool reads = qp->max_dest_rd_atomic > 0;
+    pthread_mutex_unlock(&qp->lock);
+    if (need == IBV_ACCESS_REMOTE_READ && !reads)
+        return NAK_INVALID; /* no responder resources for RDMA READ */
+    if (!(qp_access & need))
+        return NAK_ACCESS;
+    struct fv_mr *m = fv_mr_lookup(fv_context_of(qp->qp.context), h->rkey);
+    if (!m || m->mr.pd != qp->qp.pd || !(m->access & need) ||
+        !range_inside(h->addr, h->len, (uintptr_t)m->mr.addr, m->mr.length))
+        return NAK_ACCESS;
+    return NAK_OK;
+}
+
+static void enqueue(struct fv_qp *qp, struct fv_out *o)
+{
+    pthread_mutex_lock(&qp->lock);
+    if (qp->st == IBV_QPS_ERR || qp->stopping) {
+        pthread_mutex_unlock(&qp->lock);
+        fv_free_out(o);
+        return;
+    }
+    if (qp->out_tail)
+        qp->out_tail->next = o;
+    else
+        qp->out_head = o;
+    qp->out_tail = o;
+    pthread_cond_broadcast(&qp->cond);
+    pthread_mutex_unlock(&qp->lock);
+}
+
+static void respond(struct fv_qp *qp, uint8_t type, int status, void *payload, uint32_t len)
+{
+    struct fv_out *o = calloc(1, sizeof(*o));
+    if (!o) {
+        free(payload);
+        return; /* the initiator will see its request time out */
+    }
+    o->hdr.type = type;
+    o->hdr.status = (uint8_t)status;
+    o->hdr.len = payload ? len : 0;
+    o->payload = payload;
+    enqueue(qp, o);
+}
+
+static int serve_write(struct fv_qp *qp, const struct fv_msg *h, uint8_t *piece)
+{
+    struct fv_context *c = fv_context_of(qp->qp.context);
+    pthread_rwlock_rdlock(&c->mr_lock);
+    int nak = check_remote(qp, h, IBV_ACCESS_REMOTE_WRITE);
+    pthread_rwlock_unlock(&c->mr_lock);
+    for (uint64_t off = 0; off < h->len;) {
+        uint32_t n = h->len - off < PIECE ? (uint32_t)(h->len - off) : PIECE;
+        if (fv_recv_all(qp->sock, piece, n))
+            return -1;
+        if (nak == NAK_OK) { /* re-checked per piece: the MR may go away */
+            pthread_rwlock_rdlock(&c->mr_lock);
+            nak = check_remote(qp, h, IBV_ACCESS_REMOTE_WRITE);
+            if (nak == NAK_OK)
+                memcpy((void *)(uintptr_t)(h->addr + off), piece, n);
+            pthread_rwlock_unlock(&c->mr_lock);
+        }
+        off += n;
+    }
+    respond(qp, M_ACK, nak, NULL, 0);
+    return 0;
+}
+
+static void serve_read(struct fv_qp *qp, const struct fv_msg *h)
+{
+    struct fv_context *c = fv_context_of(qp->qp.context);
+    void *buf = NULL;
+    pthread_rwlock_rdlock(&c->mr_lock);
+    int nak = check_remote(qp, h, IBV_ACCESS_REMOTE_READ);
+    if (nak == NAK_OK && h->len) {
+        buf = malloc(h->len);
+        if (buf)
+            memcpy(buf, (void *)(uintptr_t)h->addr, h->len);
+        else
+            nak = NAK_INVALID;
+    }
+    pthread_rwlock_unlock(&c->mr_lock);
+    if (nak == NAK_OK && !buf)
+        buf = malloc(1); /* zero-length READ: still a response with status */
+    respond(qp, M_READ_RESP, nak, nak == NAK_OK ? buf : NULL, h->len);
+    if (nak != NAK_OK)
+        free(buf);
+}
+
+/* Our own request's response arrived: place READ data, complete in order. */
+static int complete_own(struct fv_qp *qp, const struct fv_msg *h)
+{
+    pthread_mutex_lock(&qp->lock);
+    struct fv_wr *w = qp->wait_head;
+    bool is_read = w && w->opcode == IBV_WR_RDMA_READ;
+    if (!w || (h->type == M_READ_RESP) != is_read ||
+        (h->type == M_READ_RESP && h->status == NAK_OK && h->len != w->len)) {
+        pthread_mutex_unlock(&qp->lock);
+        return -1; /* out of step: treat as a broken link */
+    }
+    if (h->type == M_READ_RESP && h->status == NAK_OK) {
+        qp->busy++;
+        pthread_mutex_unlock(&qp->lock);
+        int rc = 0;
+        for (int i = 0; i < w->num_sge && !rc; i++)
+            rc = fv_recv_all(qp->sock, (void *)(uintptr_t)w->sge[i].addr, w->sge[i].length);
+        pthread_mutex_lock(&qp->lock);
+        qp->busy--;
+        pthread_cond_broadcast(&qp->cond);
+        if (rc) {
+            pthread_mutex_unlock(&qp->lock);
+            return -1;
+        }
+    }
+    qp->wait_head = w->next;
+    if (!qp->wait_head)
+        qp->wait_tail = NULL;
+    enum ibv_wc_status st = fv_nak_status(h->status);
+    fv_push_send_cqe(qp, w, st);
+    free(w);
+    pthread_mutex_unlock(&qp->lock);
+    if (st != IBV_WC_SUCCESS)
+        fv_qp_to_error(qp, IBV_WC_WR_FLUSH_ERR); /* the failed WR is done; flush the rest */
+    return 0;
+}
+
+static void *receiver_main(void *arg)
+{
+    struct fv_qp *qp = arg;
+    uint8_t *piece = malloc(PIECE);
+    struct fv_msg h;
+    while (piece && !fv_recv_all(qp->sock, &h, sizeof(h))) {
+        int rc = 0;
+        if (h.type == M_WRITE)
+            rc = serve_write(qp, &h, piece);
+        else if (h.type == M_READ)
+            serve_read(qp, &h);
+        else if (h.type == M_ECHO)
+            respond(qp, M_ACK, h.status, NULL, 0);
+        else if (h.type == M_ACK || h.type == M_READ_RESP)
+            rc = complete_own(qp, &h);
+        else
+            rc = -1;
+        if (rc)
+            break;
+    }
+    free(piece);
+    pthread_mutex_lock(&qp->lock);
+    bool stopping = qp->stopping;
+    pthread_mutex_unlock(&qp->lock);
+    /* The peer is gone (or the link broke): the oldest outstanding request
+     * exhausts its retries, the rest are flushed. */
+    if (!stopping)
+        fv_qp_to_error(qp, IBV_WC_RETRY_EXC_ERR);
+    return NULL;
+}
+
+static int send_request(struct fv_qp *qp, struct fv_out *o)
+{
+    struct fv_wr *w = o->wr;
+    int nak = check_local(qp, w);
+    struct fv_msg h = {.rkey = w->rkey, .addr = w->remote_addr, .len = w->len};
+    h.type = nak ? M_ECHO : w->opcode == IBV_WR_RDMA_WRITE ? M_WRITE : M_READ;
+    h.status = (uint8_t)nak;
+    bool payload = h.type == M_WRITE && w->len > 0;
+    o->wr = NULL; /* now owned by the wait list */
+    if (qp->wait_tail)
+        qp->wait_tail->next = w;
+    else
+        qp->wait_head = w;
+    qp->wait_tail = w;
+    w->next = NULL;
+    if (payload)
+        qp->busy++;
+    /* w belongs to the wait list now: the receiver may complete and free it
+     * as soon as the peer has the last byte, so send from a copy. */
+    struct ibv_sge sge[16];
+    int num_sge = payload ? w->num_sge : 0;
+    memcpy(sge, w->sge, (size_t)num_sge * sizeof(sge[0]));
+    pthread_mutex_unlock(&qp->lock);
+    int rc = fv_send_all(qp->sock, &h, sizeof(h));
+    for (int i = 0; !rc && i < num_sge; i++)
+        rc = fv_send_all(qp->sock, (void *)(uintptr_t)sge[i].addr, sge[i].length);
+    pthread_mutex_lock(&qp->lock);
+    if (payload) {
+        qp->busy--;
+        pthread_cond_broadcast(&qp->cond);
+    }
+    return rc;
+}
+
+static void *sender_main(void *arg)
+{
+    struct fv_qp *qp = arg;
+    pthread_mutex_lock(&qp->lock);
+    for (;;) {
+        while (!qp->stopping && qp->st != IBV_QPS_ERR && !qp->out_head)
+            pthread_cond_wait(&qp->cond, &qp->lock);
+        if (qp->stopping || qp->st == IBV_QPS_ERR)
+            break; /* fv_qp_to_error flushes what is queued */
+        struct fv_out *o = qp->out_head;
+        qp->out_head = o->next;
+        if (!qp->out_head)
+            qp->out_tail = NULL;
+        if (o->wr) {
+            send_request(qp, o); /* a failure shows up in the receiver */
+        } else {
+            pthread_mutex_unlock(&qp->lock);
+            if (!fv_send_all(qp->sock, &o->hdr, sizeof(o->hdr)) && o->hdr.len)
+                fv_send_all(qp->sock, o->payload, o->hdr.len);
+            pthread_mutex_lock(&qp->lock);
+        }
+        fv_free_out(o);
+    }
+    pthread_mutex_unlock(&qp->lock);
+    return NULL;
+}
+
+int fv_qp_start_link(struct fv_qp *qp, int sock)
+{
+    pthread_mutex_lock(&qp->lock);
+    qp->sock = sock;
+    int rc = pthread_create(&qp->receiver, NULL, receiver_main, qp);
+    if (!rc && (rc = pthread_create(&qp->sender, NULL, sender_main, qp))) {
+        shutdown(sock, SHUT_RDWR);
+        qp->stopping = true;
+        pthread_mutex_unlock(&qp->lock);
+        pthread_join(qp->receiver, NULL);
+        pthread_mutex_lock(&qp->lock);
+    }
+    qp->threads_running = rc == 0;
+    pthread_mutex_unlock(&qp->lock);
+    return rc ? -1 : 0;
+}
+
+void fv_qp_stop_link(struct fv_qp *qp)
+{
+    pthread_mutex_lock(&qp->lock);
+    qp->stopping = true;
+    if (qp->sock >= 0)
+        shutdown(qp->sock, SHUT_RDWR);
+    pthread_cond_broadcast(&qp->cond);
+    bool running = qp->threads_running;
+    qp->threads_running = false;
+    pthread_mutex_unlock(&qp->lock);
+    if (running) {
+        pthread_join(qp->sender, NULL);
+        pthread_join(qp->receiver, NULL);
+    }
+    if (qp->sock >= 0)
+        close(qp->sock);
+    qp->sock = -1;
+}
+
+int ibv_destroy_qp(struct ibv_qp *q)
+{
+    if (!q)
+        return EINVAL;
+    struct fv_qp *qp = container_of(q, struct fv_qp, qp);
+    fv_qp_stop_link(qp);
+    fv_cq_forget_qp(q->send_cq, qp);
+    if (q->recv_cq != q->send_cq)
+        fv_cq_forget_qp(q->recv_cq, qp);
+    for (struct fv_wr *w = qp->wait_head, *n; w; w = n) {
+        n = w->next;
+        free(w);
+    }
+    for (struct fv_out *o = qp->out_head, *n; o; o = n) {
+        n = o->next;
+        fv_free_out(o);
+    }
+    free(qp->rq_ids);
+    pthread_cond_destroy(&qp->cond);
+    pthread_mutex_destroy(&qp->lock);
+    free(qp);
+    return 0;
+}

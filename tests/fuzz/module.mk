@@ -1,0 +1,22 @@
+# libFuzzer targets, built with clang: `make fuzz FUZZ_SECONDS=60`.
+# Each tests/fuzz/fuzz_*.c is linked with the library sources rebuilt under
+# -fsanitize=fuzzer-no-link,address,undefined.
+FUZZ_SECONDS ?= 30
+FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_B := build-fuzz
+
+fuzz: deps
+	@$(MAKE) --no-print-directory B=$(FUZZ_B) CC=clang \
+	    SANFLAGS='-fsanitize=fuzzer-no-link,address,undefined' XFER_WITH_CUDA=0 \
+	    $(FUZZ_B)/lib/libxfer.a
+	@set -e; for f in $(FUZZ_SRCS); do \
+	    n=$$(basename $$f .c); mkdir -p $(FUZZ_B)/fuzz/corpus-$$n; \
+	    clang $(filter-out -I$(B)/gen,$(CPPFLAGS)) -I$(FUZZ_B)/gen -g -O1 \
+	        -fsanitize=fuzzer,address,undefined $$f -o $(FUZZ_B)/fuzz/$$n \
+	        $(FUZZ_B)/lib/libxfer.a $(EXT_LIBS) $(VERBS_LIBS) -pthread; \
+	    echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
+	    $(FUZZ_B)/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        $(FUZZ_B)/fuzz/corpus-$$n 2>&1 | tail -n 3; \
+	done
+
+.PHONY: fuzz

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# ipc transport, CUDA memory, two processes: the matrix (GPU->GPU on one
+# device and across devices, CPU<->GPU both ways, CPU->CPU, cuMem POSIX-fd
+# allocations), READ and WRITE, checksums computed on the GPU; a freed
+# allocation; with 2+ GPUs, an owner GPU the initiator cannot see.
+# Exit 77 ("skipped: no CUDA device") where there is none.
+set -u
+node=$B/tests/ipc_node
+[[ -x $node ]] || { echo "missing $node"; exit 1; }
+out=$(timeout --kill-after=5 600 "$node" gpu 2>&1)
+rc=$?
+echo "$out"
+((rc == 0)) || exit $rc
+if grep -q "[2-9] GPU(s) visible" <<<"$out"; then
+    CUDA_VISIBLE_DEVICES=0 IPC_OWNER_CUDA_VISIBLE_DEVICES=0,1 \
+        timeout --kill-after=5 300 "$node" gpu --hidden-peer || exit 1
+fi
+echo "all ipc gpu tests passed"

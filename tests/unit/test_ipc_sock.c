@@ -1,0 +1,139 @@
+/* Unit tests of the ipc transport's socket and host-memory helpers
+ * (engine/ipc/ipc_sock.c, ipc_host.c), without an engine. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "ipc/ipc.h"
+
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void test_fd_passing(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    int mfd = memfd_create("t", 0);
+    assert_true(mfd >= 0);
+    assert_int_equal(ftruncate(mfd, 4096), 0);
+    char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    assert_true(p != MAP_FAILED);
+    strcpy(p, "hello through a memfd");
+    uint32_t payload[3] = {1, 2, 3};
+    assert_int_equal(ipc_send(sv[0], IPC_MAP_RESP, 3, payload, sizeof(payload), mfd, 1000), 0);
+    struct ipc_hdr h;
+    uint32_t got[3];
+    int fd = -1;
+    assert_int_equal(ipc_recv(sv[1], &h, got, sizeof(got), &fd, 1000), 0);
+    assert_int_equal(h.type, IPC_MAP_RESP);
+    assert_int_equal(h.count, 3);
+    assert_memory_equal(got, payload, sizeof(got));
+    assert_true(fd >= 0);
+    int err = 0;
+    char *q = ipc_host_map(fd, 4096, true, &err);
+    assert_non_null(q);
+    assert_string_equal(q, "hello through a memfd");
+    q[0] = 'H'; /* shared: the owner sees it */
+    assert_int_equal(p[0], 'H');
+    ipc_host_unmap(q, 4096);
+    /* A read-only reopen cannot be mapped writable. */
+    int ro = ipc_memfd_reopen_ro(mfd);
+    assert_true(ro >= 0);
+    assert_null(ipc_host_map(ro, 4096, true, &err));
+    assert_int_equal(err, -XFER_EACCES);
+    q = ipc_host_map(ro, 4096, false, &err);
+    assert_non_null(q);
+    ipc_host_unmap(q, 4096);
+    close(ro);
+    close(fd);
+    munmap(p, 4096);
+    close(mfd);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+static void test_bad_messages(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    struct ipc_hdr h;
+    char buf[64];
+    /* Nothing arrives: a timeout, not a hang. */
+    assert_int_equal(ipc_recv(sv[1], &h, buf, sizeof(buf), NULL, 50), -XFER_ETIMEDOUT);
+    /* Payload over the receiver's limit. */
+    char big[128] = {0};
+    assert_int_equal(ipc_send(sv[0], IPC_REL, 1, big, sizeof(big), -1, 1000), 0);
+    assert_int_equal(ipc_recv(sv[1], &h, buf, sizeof(buf), NULL, 1000), -XFER_EPROTO);
+    /* After a protocol error the stream is out of step (the owner closes
+     * it); each case below gets a fresh pair. */
+    close(sv[0]);
+    close(sv[1]);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    /* Bad magic. */
+    struct ipc_hdr bad = {.magic = 0xdeadbeef, .type = IPC_REL, .version = IPC_VERSION};
+    assert_int_equal(write(sv[0], &bad, sizeof(bad)), (ssize_t)sizeof(bad));
+    assert_int_equal(ipc_recv(sv[1], &h, buf, sizeof(buf), NULL, 1000), -XFER_EPROTO);
+    close(sv[0]);
+    close(sv[1]);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    /* Peer gone mid-header. */
+    assert_int_equal(write(sv[0], &bad, 3), 3);
+    close(sv[0]);
+    assert_int_equal(ipc_recv(sv[1], &h, buf, sizeof(buf), NULL, 1000), -XFER_ECONN);
+    close(sv[1]);
+}
+
+static void test_listen_connect(void **state)
+{
+    (void)state;
+    char why[256];
+    char longid[200];
+    memset(longid, 'x', sizeof(longid) - 1);
+    longid[sizeof(longid) - 1] = 0;
+    assert_int_equal(ipc_sock_listen(longid, 1, why, sizeof(why)), -XFER_EINVAL);
+    int l = ipc_sock_listen("unit-node", 0x1234, why, sizeof(why));
+    assert_true(l >= 0);
+    /* Same node, same incarnation: the name is taken. */
+    assert_int_equal(ipc_sock_listen("unit-node", 0x1234, why, sizeof(why)), -XFER_EEXIST);
+    /* Another incarnation is another name: a stale descriptor cannot reach us. */
+    assert_int_equal(ipc_sock_connect("unit-node", 0x1235, 200, why, sizeof(why)), -XFER_ECONN);
+    int c = ipc_sock_connect("unit-node", 0x1234, 1000, why, sizeof(why));
+    assert_true(c >= 0);
+    assert_int_equal(ipc_sock_peer_pid(c), getpid());
+    close(c);
+    close(l);
+}
+
+static void test_cma_self(void **state)
+{
+    (void)state;
+    char why[256];
+    char src[100] = "cross memory attach", dst[100] = {0};
+    assert_int_equal(ipc_cma_read(getpid(), (uint64_t)(uintptr_t)src, dst, sizeof(src), why,
+                                  sizeof(why)),
+                     0);
+    assert_string_equal(dst, src);
+    assert_int_equal(ipc_cma_write(getpid(), (uint64_t)(uintptr_t)dst, "W", 1, why, sizeof(why)),
+                     0);
+    assert_int_equal(dst[0], 'W');
+    /* An unmapped address is a range error with a reason, not a crash. */
+    assert_int_equal(ipc_cma_read(getpid(), 8, dst, 16, why, sizeof(why)), -XFER_ERANGE);
+    assert_non_null(strstr(why, "not mapped"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fd_passing),
+        cmocka_unit_test(test_bad_messages),
+        cmocka_unit_test(test_listen_connect),
+        cmocka_unit_test(test_cma_self),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
