@@ -214,11 +214,10 @@ static int run_bad(const struct opts *o)
     struct xfer_peer_desc d = nf.peer;
     d.incarnation ^= 1;
     xfer_peer *p2;
-    /* The tcp transport checks the incarnation in its handshake; other
-     * transports running this suite may not (yet), so only tcp must refuse. */
-    bool tcp = xfer_peer_transport(p) == XFER_TRANSPORT_TCP;
+    /* tcp checks the incarnation in its handshake, rdma in the CM reply */
     rc = xfer_peer_add(e, &d, &p2);
-    CHECK(!tcp || rc == -XFER_ESTALE, "peer with an old incarnation: %s", xfer_strerror(rc));
+    CHECK(rc == -XFER_ESTALE, "peer with an old incarnation: %s (%s)", xfer_strerror(rc),
+          xfer_engine_last_error(e));
     printf("  %-44s -> %s\n", "peer with an old incarnation", rc ? xfer_strerror(rc) : "ok");
     snprintf(d.node_id, sizeof(d.node_id), "not-%.40s", nf.peer.node_id);
     d.incarnation = nf.peer.incarnation;
