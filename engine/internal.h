@@ -105,16 +105,19 @@ void batch_monitor_stop(xfer_engine *e);
 /* ---- connection repair (peer_repair.c) ------------------------------------ */
 struct peer_repair { /* replaces dead connections in the background */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;      /* wakes the thread (stop, kick) */
+    pthread_cond_t done_cv; /* current went back to NULL */
     pthread_t thread;
     bool started, stop;
-    pthread_mutex_t work_mu; /* held while a round touches peers; peer_free waits */
+    xfer_peer *current; /* mu: the peer being repaired; its removal waits */
 };
 int peer_repair_start(xfer_engine *e);
 void peer_repair_stop(xfer_engine *e);
-/* xfer_peer_remove: waits until no repair round uses a peer taken off the table. */
-void peer_repair_quiesce(xfer_engine *e);
-/* A post found the connection dead: note it and wake the repair thread. */
+/* xfer_peer_remove, after taking p off the table: waits while the repair
+ * thread still works on p (one attempt, bounded by connect_timeout_ms). */
+void peer_repair_quiesce(xfer_engine *e, xfer_peer *p);
+/* A post found the connection dead: note it and wake the repair thread.
+ * conn_lock held for reading. Only for transports with conn_state(). */
 void peer_repair_kick(xfer_peer *p);
 
 /* ---- engine ------------------------------------------------------------- */

@@ -204,7 +204,7 @@ int xfer_peer_remove(xfer_engine *e, xfer_peer *p)
     }
     t->v[i] = t->v[--t->n];
     pthread_mutex_unlock(&t->mu);
-    peer_repair_quiesce(e); /* a repair round may still use p */
+    peer_repair_quiesce(e, p); /* the repair thread may still use p */
     peer_free(p);
     return 0;
 }

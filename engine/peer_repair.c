@@ -102,10 +102,34 @@ static void repair_peer(xfer_peer *p, int timeout_ms)
     drop->transport->ops->disconnect(drop);
 }
 
+/* Marks p as being repaired if it is still in the table (so that
+ * xfer_peer_remove waits for this peer only), false if it is gone. */
+static bool claim(xfer_engine *e, xfer_peer *p)
+{
+    bool found = false;
+    pthread_mutex_lock(&e->peers.mu);
+    for (size_t i = 0; i < e->peers.n && !found; i++)
+        found = e->peers.v[i] == p;
+    if (found) {
+        pthread_mutex_lock(&e->repair.mu);
+        e->repair.current = p;
+        pthread_mutex_unlock(&e->repair.mu);
+    }
+    pthread_mutex_unlock(&e->peers.mu);
+    return found;
+}
+
+static void unclaim(xfer_engine *e)
+{
+    pthread_mutex_lock(&e->repair.mu);
+    e->repair.current = NULL;
+    pthread_cond_broadcast(&e->repair.done_cv);
+    pthread_mutex_unlock(&e->repair.mu);
+}
+
 /* One pass over the peers, within about connect_timeout_ms in all. */
 static void repair_round(xfer_engine *e)
 {
-    pthread_mutex_lock(&e->repair.work_mu);
     pthread_mutex_lock(&e->peers.mu);
     size_t n = e->peers.n;
     xfer_peer **v = n ? malloc(n * sizeof(*v)) : NULL;
@@ -119,10 +143,12 @@ static void repair_round(xfer_engine *e)
         int left = (int)(end - xfer_now_ms());
         if (left <= 0 || __atomic_load_n(&e->repair.stop, __ATOMIC_RELAXED))
             break;
+        if (!claim(e, v[i])) /* removed since the snapshot */
+            continue;
         repair_peer(v[i], left);
+        unclaim(e);
     }
     free(v);
-    pthread_mutex_unlock(&e->repair.work_mu);
 }
 
 static void *repair_main(void *arg)
@@ -155,8 +181,8 @@ int peer_repair_start(xfer_engine *e)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&r->cv, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_cond_init(&r->done_cv, NULL);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_mutex_init(&r->work_mu, NULL);
     r->stop = false;
     if (pthread_create(&r->thread, NULL, repair_main, e) != 0) {
         xfer_engine_set_error(e, "cannot start the connection repair thread");
@@ -178,21 +204,26 @@ void peer_repair_stop(xfer_engine *e)
     pthread_join(r->thread, NULL);
     r->started = false;
     pthread_cond_destroy(&r->cv);
+    pthread_cond_destroy(&r->done_cv);
     pthread_mutex_destroy(&r->mu);
-    pthread_mutex_destroy(&r->work_mu);
 }
 
-void peer_repair_quiesce(xfer_engine *e)
+void peer_repair_quiesce(xfer_engine *e, xfer_peer *p)
 {
-    if (!e->repair.started)
+    struct peer_repair *r = &e->repair;
+    if (!r->started)
         return;
-    pthread_mutex_lock(&e->repair.work_mu);
-    pthread_mutex_unlock(&e->repair.work_mu);
+    pthread_mutex_lock(&r->mu);
+    while (r->current == p) /* bounded: one repair attempt (connect_timeout_ms) */
+        pthread_cond_wait(&r->done_cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
 }
 
 void peer_repair_kick(xfer_peer *p)
 {
     struct peer_repair *r = &p->engine->repair;
+    if (!p->conn || !p->conn->transport->ops->conn_state)
+        return; /* not repaired here: its state would not be kept up to date */
     __atomic_store_n(&p->conn_down, true, __ATOMIC_RELAXED);
     pthread_mutex_lock(&r->mu);
     pthread_cond_signal(&r->cv);
