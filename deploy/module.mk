@@ -10,7 +10,7 @@ bundle:
 	@B=$(B) bash mk/bundle.sh dist
 
 deps-deploy:
-	@bash mk/deps-deploy.sh
+	@bash mk/deps.sh deploy
 
 test-deploy: deps deps-deploy
 	@$(MAKE) --no-print-directory all

@@ -161,7 +161,8 @@ void ipc_cuda_import_close(struct ipc_cuda_import *imp);
 void *ipc_cuda_import_ptr(const struct ipc_cuda_import *imp);
 int ipc_cuda_import_device(const struct ipc_cuda_import *imp);
 
-struct ipc_cuda_copier *ipc_cuda_copier_new(int *err);
+/* Completion wake-ups broadcast cv under mu (both owned by the caller). */
+struct ipc_cuda_copier *ipc_cuda_copier_new(int *err, pthread_mutex_t *mu, pthread_cond_t *cv);
 void ipc_cuda_copier_free(struct ipc_cuda_copier *c);
 /* Starts an async copy of len bytes; dst_dev/src_dev are local ordinals, -1 for
  * host memory; remote_dev is the GPU holding the peer's side (or -1). Returns a
@@ -173,6 +174,8 @@ int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const
 struct ipc_cuda_mark;
 struct ipc_cuda_mark *ipc_cuda_mark_new(struct ipc_cuda_copier *c, int *err);
 int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_t why_len);
+/* With mu held: have all copies before m finished? (cv is broadcast when so) */
+bool ipc_cuda_mark_done_locked(const struct ipc_cuda_mark *m);
 /* Waits for ticket within timeout_ms, then frees it: 0 or -XFER_E*. */
 int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int ticket, int timeout_ms, char *why,
                        size_t why_len);

@@ -42,6 +42,7 @@ struct ipc_conn {
     struct ipc_map_cache maps;
     struct ipc_cuda_copier *copier; /* created on the first CUDA item */
     struct xfer_kbatch *kb;         /* batched GPU<->GPU copies, ipc_kbatch.c */
+    uint64_t group_bytes;           /* see take_work */
 };
 
 struct ipc_job {
@@ -208,7 +209,7 @@ static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
     char *remote = job_cuda_sides(j, &ldev, &rdev);
     int rc = 0;
     if (!c->copier)
-        c->copier = ipc_cuda_copier_new(&rc);
+        c->copier = ipc_cuda_copier_new(&rc, &c->mu, &c->cv);
     if (rc == 0 && it->op == XFER_OP_READ)
         rc = ipc_cuda_copy_start(c->copier, local, ldev, remote, rdev, rdev, it->len, j->why,
                                  sizeof(j->why));
@@ -382,12 +383,20 @@ static int group_finish(struct ipc_conn *c, struct ipc_group *g)
     return rc;
 }
 
+/* A group ends at IPC_BATCH_MAX items or once it holds group_bytes
+ * (XFER_IPC_GROUP_MIB, 0 = no limit): large items then form several groups
+ * that the worker pipelines, so the GPU is never left without queued copies
+ * while a finished group is released and the next one pinned. */
+#define IPC_GROUP_MIB_DEFAULT 256
+
 static size_t take_work(struct ipc_conn *c, struct ipc_job *jobs)
 {
     size_t n = 0;
-    while (c->qlen && n < IPC_BATCH_MAX) {
+    uint64_t bytes = 0, cap = c->group_bytes;
+    while (c->qlen && n < IPC_BATCH_MAX && bytes < cap) {
         struct ipc_work *w = &c->q[c->qhead];
         jobs[n] = (struct ipc_job){.b = w->b, .i = w->i, .ticket = -1};
+        bytes += xfer_batch_item(w->b, w->i)->len;
         n++;
         c->qhead = (c->qhead + 1) % c->qcap;
         c->qlen--;
@@ -410,6 +419,23 @@ static void fail_queued(struct ipc_conn *c, struct ipc_job *jobs, const char *wh
     pthread_mutex_unlock(&c->mu);
 }
 
+/* With c->mu held and nothing queued: sleeps until new work is posted or the
+ * pending group's copies have finished (the copier's host functions
+ * broadcast c->cv), so a batch posted while the GPU is still copying starts
+ * at once instead of after the pending group's release round trip. Returns
+ * false when pending should be finished now (copies done, batched kernels,
+ * which have no wake-up, or no sign of progress for a second: the blocking
+ * finish then applies io_timeout). */
+static bool pending_wait(struct ipc_conn *c, struct ipc_group *pending)
+{
+    if (pending->kc_running || !pending->mark || ipc_cuda_mark_done_locked(pending->mark))
+        return false;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += 1;
+    return pthread_cond_timedwait(&c->cv, &c->mu, &ts) == 0 || c->qlen > 0 || c->stop;
+}
+
 /* Two groups alternate: while the GPU runs one group's copies, the next one
  * is checked, pinned and started, so the owner round trip and the thread
  * wake-ups overlap the copies. Host copies finish inside group_start. */
@@ -425,6 +451,8 @@ static void *worker_main(void *arg)
     int cur = 0, rc = 0;
     pthread_mutex_lock(&c->mu);
     while (!c->stop && g[0].jobs && g[1].jobs && rc == 0) {
+        if (c->qlen == 0 && pending && pending_wait(c, pending))
+            continue; /* new work or the pending copies finished: look again */
         if (c->qlen == 0 && pending) {
             pthread_mutex_unlock(&c->mu);
             rc = group_finish(c, pending);
@@ -562,6 +590,9 @@ int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms,
     c->base = (struct xfer_conn){.transport = &t->base, .peer = peer};
     c->t = t;
     c->io_timeout_ms = xfer_engine_config_get(t->base.engine)->io_timeout_ms;
+    const char *gm = getenv("XFER_IPC_GROUP_MIB");
+    long mib = gm ? atol(gm) : IPC_GROUP_MIB_DEFAULT;
+    c->group_bytes = mib > 0 ? (uint64_t)mib << 20 : UINT64_MAX;
     c->fd = ipc_sock_connect(pd->node_id, pd->incarnation, timeout_ms, why, sizeof(why));
     int rc = c->fd < 0 ? c->fd : conn_hello(c, pd, timeout_ms, why, sizeof(why));
     if (rc == -XFER_EACCES)

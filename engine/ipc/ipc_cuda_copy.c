@@ -30,9 +30,11 @@ struct ipc_cuda_copier {
     int nfree[IPC_MAX_DEVS];
     int nstreams;       /* per device, XFER_IPC_STREAMS (default 4) */
     bool copy_on_owner; /* run D2D on the remote memory's GPU (XFER_IPC_COPY_ON=sender: no) */
-    /* Marks complete through stream host functions; waits use a timeout. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    /* Marks complete through stream host functions that broadcast cv under mu;
+     * both belong to the caller (the connection), so its worker can sleep
+     * until either new work or a finished mark arrives. Waits use a timeout. */
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
 };
 
 struct ipc_cuda_mark {
@@ -42,7 +44,7 @@ struct ipc_cuda_mark {
     bool failed;
 };
 
-struct ipc_cuda_copier *ipc_cuda_copier_new(int *err)
+struct ipc_cuda_copier *ipc_cuda_copier_new(int *err, pthread_mutex_t *mu, pthread_cond_t *cv)
 {
     char why[160];
     int n = ipc_cuda_probe(why, sizeof(why));
@@ -56,12 +58,8 @@ struct ipc_cuda_copier *ipc_cuda_copier_new(int *err)
     if (c->nstreams < 1 || c->nstreams > IPC_STREAMS_PER_DEV)
         c->nstreams = IPC_STREAMS_PER_DEV;
     c->copy_on_owner = !(on && !strcmp(on, "sender"));
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    c->mu = mu;
+    c->cv = cv;
     return c;
 }
 
@@ -86,8 +84,6 @@ void ipc_cuda_copier_free(struct ipc_cuda_copier *c)
     free(c->used);
     for (int d = 0; d < IPC_MAX_DEVS; d++)
         free(c->free_tickets[d]);
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
     free(c);
 }
 
@@ -142,10 +138,10 @@ static void CUDART_CB host_fired(void *arg)
 {
     struct ipc_cuda_mark *m = arg;
     struct ipc_cuda_copier *c = m->c;
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(c->mu);
     bool gone = --m->left == 0 && m->abandoned;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    pthread_cond_broadcast(c->cv);
+    pthread_mutex_unlock(c->mu);
     if (gone)
         free(m);
 }
@@ -168,18 +164,23 @@ struct ipc_cuda_mark *ipc_cuda_mark_new(struct ipc_cuda_copier *c, int *err)
                 continue;
             c->dirty[d][k] = false;
             cudaSetDevice(d);
-            pthread_mutex_lock(&c->mu);
+            pthread_mutex_lock(c->mu);
             m->left++;
-            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(c->mu);
             if (cudaLaunchHostFunc(c->streams[d][k], host_fired, m) != cudaSuccess) {
                 cudaGetLastError();
-                pthread_mutex_lock(&c->mu);
+                pthread_mutex_lock(c->mu);
                 m->left--;
                 m->failed = true;
-                pthread_mutex_unlock(&c->mu);
+                pthread_mutex_unlock(c->mu);
             }
         }
     return m;
+}
+
+bool ipc_cuda_mark_done_locked(const struct ipc_cuda_mark *m)
+{
+    return m->left == 0;
 }
 
 int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_t why_len)
@@ -194,13 +195,13 @@ int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_
         end.tv_nsec -= 1000000000L;
     }
     int rc = 0;
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(c->mu);
     while (rc == 0 && m->left > 0)
-        rc = pthread_cond_timedwait(&c->cv, &c->mu, &end);
+        rc = pthread_cond_timedwait(c->cv, c->mu, &end);
     bool done = m->left == 0, failed = m->failed;
     if (!done)
         m->abandoned = true;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(c->mu);
     if (done)
         free(m);
     if (!done) {
@@ -295,8 +296,9 @@ static int no_cuda(char *why, size_t why_len)
     return -XFER_ENODEV;
 }
 
-struct ipc_cuda_copier *ipc_cuda_copier_new(int *err)
+struct ipc_cuda_copier *ipc_cuda_copier_new(int *err, pthread_mutex_t *mu, pthread_cond_t *cv)
 {
+    (void)mu, (void)cv;
     *err = -XFER_ENODEV;
     return NULL;
 }
@@ -318,6 +320,11 @@ struct ipc_cuda_mark *ipc_cuda_mark_new(struct ipc_cuda_copier *c, int *err)
     (void)c;
     *err = -XFER_ENODEV;
     return NULL;
+}
+bool ipc_cuda_mark_done_locked(const struct ipc_cuda_mark *m)
+{
+    (void)m;
+    return true;
 }
 int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_t why_len)
 {

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #define RLEN (4u << 20)
@@ -81,10 +82,32 @@ static int phase_cancel(xfer_engine *e, xfer_peer *p, xfer_region *l, struct own
     return plain_op(e, p, l, o);
 }
 
+/* True once the child pid has stopped. kill(SIGSTOP) returns before every
+ * thread of a multithreaded process has stopped: the stop is carried out by
+ * one thread, which then stops the others, so the owner's ipc thread could
+ * still answer a request sent at once (seen on a loaded machine). */
+static bool wait_stopped(pid_t pid, int timeout_ms)
+{
+    struct timespec nap = {0, 1000000};
+    for (double end = now_ms() + timeout_ms; now_ms() < end; nanosleep(&nap, NULL)) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG | WUNTRACED);
+        if (r == pid && WIFSTOPPED(st))
+            return true;
+        if (r < 0)
+            return false;
+    }
+    return false;
+}
+
 static int phase_stopped(xfer_engine *e, xfer_peer *p, xfer_region *l, struct owner *o)
 {
     const struct xfer_region_desc *d = owner_region(o, "m");
     kill(o->pid, SIGSTOP);
+    if (!wait_stopped(o->pid, 5000)) {
+        kill(o->pid, SIGCONT);
+        CHECK(false, "owner %d did not stop within 5 s", (int)o->pid);
+    }
     double t0 = now_ms();
     int rc = xfer_read(e, l, 0, p, d->id, d->gen, 0, 4096, 20000);
     double took = now_ms() - t0;

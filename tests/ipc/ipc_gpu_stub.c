@@ -23,8 +23,9 @@ int ipc_gpu_sum(int dev, const void *p, size_t len, uint64_t *out)
     (void)dev, (void)p, (void)len, (void)out;
     return -1;
 }
-double ipc_gpu_peer_gbps(void *dst, int ddev, const void *src, int sdev, size_t len, int reps)
+double ipc_gpu_peer_gbps(void *dst, int ddev, const void *src, int sdev, size_t len,
+                         int slots, int reps)
 {
-    (void)dst, (void)ddev, (void)src, (void)sdev, (void)len, (void)reps;
+    (void)dst, (void)ddev, (void)src, (void)sdev, (void)len, (void)slots, (void)reps;
     return 0;
 }

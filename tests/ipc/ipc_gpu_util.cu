@@ -154,7 +154,7 @@ extern "C" void ipc_gpu_free(int dev, void *p, bool cumem, size_t len)
 }
 
 extern "C" double ipc_gpu_peer_gbps(void *dst, int ddev, const void *src, int sdev, size_t len,
-                                    int reps)
+                                    int slots, int reps)
 {
     cudaSetDevice(sdev);
     cudaStream_t s;
@@ -166,8 +166,10 @@ extern "C" double ipc_gpu_peer_gbps(void *dst, int ddev, const void *src, int sd
     cudaGetLastError();
     cudaMemcpyPeerAsync(dst, ddev, src, sdev, len, s); // warm-up
     cudaEventRecord(a, s);
-    for (int i = 0; i < reps; i++)
-        cudaMemcpyPeerAsync(dst, ddev, src, sdev, len, s);
+    for (int i = 0; i < reps; i++) {
+        size_t off = (size_t)(i % slots) * len; // slot i % slots, as ipc's items
+        cudaMemcpyPeerAsync((char *)dst + off, ddev, (const char *)src + off, sdev, len, s);
+    }
     cudaEventRecord(b, s);
     cudaEventSynchronize(b);
     float ms = 0;

@@ -250,9 +250,11 @@ static int usage(void)
                     "  host   [--iters N] [--seed S] [--expect tcp|ipc]   host-memory tests\n"
                     "  gpu    the CUDA matrix (exit 77 without a CUDA device)\n"
                     "  faults deadline, cancel, stopped and killed owner\n"
-                    "  bench  [--host-mib N] [--gpu] [--gpu-mib N] [--no-host]\n"
+                    "  bench  [--host-mib N] [--gpu] [--gpu-mib N] [--no-host] [--best N]\n"
+                    "         [--round-gib N]\n"
                     "         ipc vs memcpy / cudaMemcpyPeerAsync (XFER_IPC_STREAMS,\n"
-                    "         XFER_IPC_COPY_ON=owner|sender select the CUDA copy variant)\n");
+                    "         XFER_IPC_COPY_ON=owner|sender, XFER_IPC_GROUP_MIB select the\n"
+                    "         CUDA copy variant; each row: best of N rounds, both sides)\n");
     return 2;
 }
 

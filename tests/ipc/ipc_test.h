@@ -29,7 +29,8 @@ int ipc_gpu_fill(int dev, void *p, size_t len, uint64_t seed);
 int ipc_gpu_sum(int dev, const void *p, size_t len, uint64_t *out);
 int ipc_gpu_can_peer(int a, int b);
 /* Baseline for the benchmark: cudaMemcpyPeerAsync, GB/s over reps. */
-double ipc_gpu_peer_gbps(void *dst, int ddev, const void *src, int sdev, size_t len, int reps);
+double ipc_gpu_peer_gbps(void *dst, int ddev, const void *src, int sdev, size_t len,
+                         int slots, int reps);
 
 /* The child owner process, seen from the driver. */
 struct owner {
