@@ -84,10 +84,11 @@ static void repair_peer(xfer_peer *p, int timeout_ms)
     int rc = t->ops->connect(t, p, timeout_ms, &nc);
     pthread_rwlock_unlock(&p->conn_lock);
     if (rc < 0 || !nc) {
+        bool first = p->repair_delay_ms == 0; /* later ones at debug: no log flood */
         backoff(p, xfer_now_ms());
-        xfer_warn("peer %s: %s reconnect failed: %s (%s); next try in %d ms", node,
-                  t->ops->name, xfer_strerror(rc), xfer_engine_last_error(e),
-                  p->repair_delay_ms);
+        xfer_log(first ? XFER_LOG_WARN : XFER_LOG_DEBUG,
+                 "peer %s: %s reconnect failed: %s (%s); retrying every %d ms at most", node,
+                 t->ops->name, xfer_strerror(rc), xfer_engine_last_error(e), REPAIR_DELAY_MAX_MS);
         return;
     }
     nc->transport = t;
