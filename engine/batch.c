@@ -481,6 +481,8 @@ static void post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n)
         snprintf(why, sizeof(why), "%s post to %s: %s", ops->name, p->desc.node_id,
                  xfer_strerror(rc));
         fail_items(b, idx, m, rc, why);
+        if (rc == -XFER_ECONN)
+            peer_repair_kick(p);
     }
 unlock:
     pthread_rwlock_unlock(&p->conn_lock);

@@ -174,6 +174,11 @@ xfer_engine *xfer_engine_new(const struct xfer_engine_config *cfg, int *err)
     rc = open_transports(e);
     if (rc < 0)
         goto stop_monitor;
+    rc = peer_repair_start(e);
+    if (rc < 0) {
+        close_transports(e);
+        goto stop_monitor;
+    }
     xfer_info("engine %s up: transports 0x%x, data port %u", e->node_id, e->transport_mask,
               e->data_port);
     if (err)
@@ -200,6 +205,7 @@ void xfer_engine_free(xfer_engine *e)
 {
     if (!e)
         return;
+    peer_repair_stop(e);    /* no reconnects from here on */
     batch_monitor_stop(e);  /* cancels what still runs */
     peer_table_destroy(e);  /* disconnects */
     close_transports(e);    /* joins progress threads */

@@ -66,6 +66,10 @@ struct xfer_peer {
     pthread_rwlock_t conn_lock; /* write: connect/disconnect; read: post */
     struct xfer_conn *conn;
     unsigned tbit; /* transport of conn */
+    uint64_t conn_gen; /* conn_lock: bumped whenever conn changes */
+    bool conn_down;    /* atomic: conn can carry nothing (peer_repair.c) */
+    int64_t repair_at_ms; /* repair thread only: next attempt (backoff) */
+    int repair_delay_ms;  /* repair thread only: current backoff */
     pthread_mutex_t mu; /* desc and region cache */
     struct xfer_peer_desc desc;
     struct xfer_region_desc *regions;
@@ -98,6 +102,24 @@ int batch_monitor_start(xfer_engine *e);
 /* Cancels every running batch, then stops the thread. */
 void batch_monitor_stop(xfer_engine *e);
 
+/* ---- connection repair (peer_repair.c) ------------------------------------ */
+struct peer_repair { /* replaces dead connections in the background */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* wakes the thread (stop, kick) */
+    pthread_cond_t done_cv; /* current went back to NULL */
+    pthread_t thread;
+    bool started, stop;
+    xfer_peer *current; /* mu: the peer being repaired; its removal waits */
+};
+int peer_repair_start(xfer_engine *e);
+void peer_repair_stop(xfer_engine *e);
+/* xfer_peer_remove, after taking p off the table: waits while the repair
+ * thread still works on p (one attempt, bounded by connect_timeout_ms). */
+void peer_repair_quiesce(xfer_engine *e, xfer_peer *p);
+/* A post found the connection dead: note it and wake the repair thread.
+ * conn_lock held for reading. Only for transports with conn_state(). */
+void peer_repair_kick(xfer_peer *p);
+
 /* ---- engine ------------------------------------------------------------- */
 struct xfer_engine {
     struct xfer_engine_config cfg; /* strings point at the copies below */
@@ -113,6 +135,7 @@ struct xfer_engine {
     struct region_table regions;
     struct peer_table peers;
     struct batch_monitor monitor;
+    struct peer_repair repair;
     struct xfer_stats stats;
     struct xfer_stats tstats[XFER_MAX_TRANSPORTS];
     pthread_mutex_t err_mu;

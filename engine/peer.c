@@ -31,6 +31,8 @@ static void drop_conn(xfer_peer *p)
     struct xfer_conn *c = p->conn;
     p->conn = NULL;
     p->tbit = 0;
+    p->conn_gen++;
+    __atomic_store_n(&p->conn_down, false, __ATOMIC_RELAXED);
     c->transport->ops->disconnect(c);
 }
 
@@ -60,6 +62,8 @@ static int connect_locked(xfer_peer *p)
             c->peer = p;
             p->conn = c;
             p->tbit = t->ops->bit;
+            p->conn_gen++;
+            __atomic_store_n(&p->conn_down, false, __ATOMIC_RELAXED);
             xfer_debug("peer %s connected over %s", p->desc.node_id, t->ops->name);
             return 0;
         }
@@ -200,6 +204,7 @@ int xfer_peer_remove(xfer_engine *e, xfer_peer *p)
     }
     t->v[i] = t->v[--t->n];
     pthread_mutex_unlock(&t->mu);
+    peer_repair_quiesce(e, p); /* the repair thread may still use p */
     peer_free(p);
     return 0;
 }
@@ -313,7 +318,9 @@ struct xfer_conn *xfer_peer_conn(xfer_peer *p)
 
 unsigned xfer_peer_transport(const xfer_peer *p)
 {
-    return p ? __atomic_load_n(&p->tbit, __ATOMIC_RELAXED) : 0;
+    if (!p || __atomic_load_n(&p->conn_down, __ATOMIC_RELAXED))
+        return 0; /* a dead connection counts as none (peer_repair.c) */
+    return __atomic_load_n(&p->tbit, __ATOMIC_RELAXED);
 }
 
 void xfer_peer_foreach(xfer_engine *e, void (*fn)(xfer_peer *, void *), void *arg)

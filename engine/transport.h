@@ -29,6 +29,12 @@ enum xfer_transport_cap {
     XFER_CAP_NEEDS_REG = 1u << 3, /* regions must be registered with reg_mem */
 };
 
+enum xfer_conn_state_bits {
+    XFER_CONN_SOME_DEAD = 1u << 0, /* at least one channel died */
+    XFER_CONN_ALL_DEAD = 1u << 1,  /* none can carry chunks any more */
+    XFER_CONN_BUSY = 1u << 2,      /* live channels have chunks in flight */
+};
+
 struct xfer_transport_ops {
     const char *name; /* "tcp", "ipc", ... */
     unsigned bit;     /* XFER_TRANSPORT_* */
@@ -50,6 +56,12 @@ struct xfer_transport_ops {
                    struct xfer_conn **out);
     /* Fails the connection's in-flight chunks with -XFER_ECONN, frees it. */
     void (*disconnect)(struct xfer_conn *c);
+    /* Optional, cheap (no locks beyond atomics; called with the peer's
+     * conn_lock held for reading): XFER_CONN_* bits saying whether some or
+     * all of c's channels died and whether live ones carry work. The engine
+     * uses it to replace a dead (or an idle degraded) connection in the
+     * background. Transports without it are never replaced that way. */
+    unsigned (*conn_state)(struct xfer_conn *c);
     /* Optional (XFER_CAP_NEEDS_REG): make a local region usable / forget it. */
     int (*reg_mem)(struct xfer_transport *t, xfer_region *r);
     void (*dereg_mem)(struct xfer_transport *t, xfer_region *r);

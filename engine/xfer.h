@@ -237,8 +237,13 @@ void xfer_region_foreach(xfer_engine *e, void (*fn)(const struct xfer_region_des
  * incarnation differs, its connections and cached regions are dropped.
  * Connections are set up here (bounded by connect_timeout_ms), never on the
  * data path; a failure leaves the peer registered but unconnected and the next
- * xfer_peer_add/xfer_peer_connect retries. The returned handle is owned by the
- * engine and valid until xfer_peer_remove() or xfer_engine_free(). */
+ * xfer_peer_add/xfer_peer_connect retries. A connection whose channels die
+ * later (reset, io timeout) is replaced in the background by an engine thread
+ * for transports that report their state (tcp), with backoff, bounded by
+ * connect_timeout_ms; meanwhile items fail fast with -XFER_ECONN.
+ * xfer_peer_connect() drops the connection and connects anew at once.
+ * The returned handle is owned by the engine and valid until
+ * xfer_peer_remove() or xfer_engine_free(). */
 int xfer_peer_add(xfer_engine *e, const struct xfer_peer_desc *desc, xfer_peer **out);
 int xfer_peer_connect(xfer_peer *p);
 xfer_peer *xfer_peer_find(xfer_engine *e, const char *node_id);
@@ -250,7 +255,8 @@ int xfer_peer_region_remove(xfer_peer *p, uint32_t id);
 /* Copies a cached remote region found by name into out. */
 int xfer_peer_region_lookup(xfer_peer *p, const char *name, struct xfer_region_desc *out);
 void xfer_peer_describe(const xfer_peer *p, struct xfer_peer_desc *out);
-/* Transport in use for this peer (XFER_TRANSPORT_* bit), 0 if unconnected. */
+/* Transport in use for this peer (XFER_TRANSPORT_* bit), 0 if unconnected
+ * or if its connection is known dead (no channel left; see xfer_peer_add). */
 unsigned xfer_peer_transport(const xfer_peer *p);
 
 /* ---- batches ----------------------------------------------------------- */

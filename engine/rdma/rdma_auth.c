@@ -184,3 +184,26 @@ int xfer_rdma_rep_verify(const struct xfer_rdma_self *self, uint64_t nonce, cons
     }
     return 0;
 }
+
+int xfer_rdma_rep_check_peer(const void *pdata, size_t len, const char *want_node,
+                             uint64_t want_incarnation, char *why, size_t why_len)
+{
+    const uint8_t *p = pdata;
+    if (!p || len < XFER_RDMA_REP_LEN || get32(p) != REP_MAGIC) {
+        snprintf(why, why_len, "reply is not from an xfer node");
+        return -XFER_EPROTO;
+    }
+    char node[17] = {0};
+    memcpy(node, p + 16, 16);
+    if (strncmp(node, want_node, 16)) {
+        snprintf(why, why_len, "node %s answered, expected %.40s", node, want_node);
+        return -XFER_ESTALE;
+    }
+    uint64_t inc = get64(p + 8);
+    if (want_incarnation && inc != want_incarnation) {
+        snprintf(why, why_len, "node %.40s restarted (incarnation %016llx, expected %016llx)",
+                 want_node, (unsigned long long)inc, (unsigned long long)want_incarnation);
+        return -XFER_ESTALE;
+    }
+    return 0;
+}

@@ -69,4 +69,12 @@ size_t xfer_rdma_rep_encode(const struct xfer_rdma_self *self, uint64_t nonce, i
 int xfer_rdma_rep_verify(const struct xfer_rdma_self *self, uint64_t nonce, const void *pdata,
                          size_t len, char *why, size_t why_len);
 
+/* Initiator side, after xfer_rdma_rep_verify accepted: the node that
+ * answered must be the one the descriptor names (the first 16 bytes of its
+ * id, all the REP carries) and, when want_incarnation is not 0, that
+ * incarnation; else -XFER_ESTALE with the reason. With a secret both fields
+ * are covered by the REP's proof. */
+int xfer_rdma_rep_check_peer(const void *pdata, size_t len, const char *want_node,
+                             uint64_t want_incarnation, char *why, size_t why_len);
+
 #endif

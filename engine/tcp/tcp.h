@@ -204,6 +204,7 @@ void tcp_gpu_thread_free(struct tcp_thread *th);
 int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms,
                 struct xfer_conn **out);
 void tcp_disconnect(struct xfer_conn *c);
+unsigned tcp_conn_state(struct xfer_conn *c);
 int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
 
 #endif

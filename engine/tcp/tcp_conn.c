@@ -170,6 +170,29 @@ void tcp_disconnect(struct xfer_conn *c)
     free(tc);
 }
 
+/* Dead sockets (cut after io_timeout_ms, reset, EOF) are never reused;
+ * the engine replaces the whole connection when all died, or when some died
+ * and the live ones are idle (engine/peer_repair.c). */
+unsigned tcp_conn_state(struct xfer_conn *c)
+{
+    struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
+    int dead = 0;
+    uint64_t load = 0;
+    for (int k = 0; k < tc->n; k++) {
+        struct tcp_sock *s = tc->socks[k];
+        if (__atomic_load_n(&s->dead, __ATOMIC_RELAXED))
+            dead++;
+        else
+            load += __atomic_load_n(&s->load, __ATOMIC_RELAXED);
+    }
+    unsigned st = load ? XFER_CONN_BUSY : 0;
+    if (dead)
+        st |= XFER_CONN_SOME_DEAD;
+    if (dead == tc->n)
+        st |= XFER_CONN_ALL_DEAD;
+    return st;
+}
+
 /* Least loaded live socket, or NULL. */
 static struct tcp_sock *pick_socket(struct tcp_conn *tc)
 {

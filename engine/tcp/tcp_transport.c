@@ -472,5 +472,6 @@ const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .reaches = tcp_reaches,
     .connect = tcp_connect,
     .disconnect = tcp_disconnect,
+    .conn_state = tcp_conn_state,
     .post = tcp_post,
 };

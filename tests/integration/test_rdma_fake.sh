@@ -2,7 +2,8 @@
 # The transfer suite over the rdma transport on the verbs stand-in: two
 # processes, random sizes/offsets/directions checked byte by byte, with the
 # cluster secret; two fake NICs per node (striping over NICs and QPs); the
-# engine's bad-input suite; authentication failures; what the NIC itself
+# engine's bad-input suite (with and without a secret: a stale incarnation
+# or another node is refused with -XFER_ESTALE); authentication failures; what the NIC itself
 # refuses (bad rkey, read-only registration, out of bounds) and recovery.
 set -u
 source "$XFER_ROOT/tests/lib/rdma.sh"
@@ -21,6 +22,12 @@ step "bad input, second client" "$FAKE/xfer_node" bad --peer "$N" --secret s3cre
 step "wrong secret is refused" "$FAKE/xfer_node" auth --peer "$N" --secret wrong
 step "no secret is refused" "$FAKE/xfer_node" auth --peer "$N"
 step "NIC-enforced access and recovery" "$FAKE/xfer_rdma_check" nic --peer "$N" --secret s3cret
+
+# Without a secret too: the CM reply's node id and incarnation must match the
+# descriptor (-XFER_ESTALE for an old incarnation or another node).
+rdma_serve nosec --region rw:rw:1048576:1 --region ro:r:65536:2 --region wo:w:65536:3 \
+    --region regen:rw:65536:4 --regen regen || exit 1
+step "bad input (engine suite), no secret" "$FAKE/xfer_node" bad --peer "$WORK/nosec.node" --phase setup
 
 # Two NICs on each side (127.0.0.1 and 127.0.0.2): QPs on both, chunks striped.
 export XFER_FAKEVERBS_DEVICES=2

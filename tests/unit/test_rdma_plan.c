@@ -270,6 +270,14 @@ static void test_private_data(void **state)
     assert_int_equal(n, XFER_RDMA_REP_LEN);
     assert_int_equal(xfer_rdma_rep_verify(&cli, nonce, rep, n, why, 200), 0);
     assert_int_equal(xfer_rdma_rep_verify(&cli, nonce + 1, rep, n, why, 200), -XFER_EAUTH);
+    /* the REP names the node and incarnation that answered */
+    assert_int_equal(xfer_rdma_rep_check_peer(rep, n, "decode-1", 7, why, 200), 0);
+    assert_int_equal(xfer_rdma_rep_check_peer(rep, n, "decode-1", 0, why, 200), 0);
+    assert_int_equal(xfer_rdma_rep_check_peer(rep, n, "decode-1", 8, why, 200), -XFER_ESTALE);
+    assert_non_null(strstr(why, "decode-1 restarted"));
+    assert_int_equal(xfer_rdma_rep_check_peer(rep, n, "decode-2", 7, why, 200), -XFER_ESTALE);
+    assert_non_null(strstr(why, "node decode-1 answered, expected decode-2"));
+    assert_int_equal(xfer_rdma_rep_check_peer("junk", 4, "decode-1", 7, why, 200), -XFER_EPROTO);
     /* REJ carries the target's code and reason */
     n = xfer_rdma_rep_encode(&srv, 0, -XFER_EAUTH, "node x did not prove the cluster secret", rep);
     assert_int_equal(xfer_rdma_rep_verify(&cli, nonce, rep, n, why, 200), -XFER_EAUTH);
