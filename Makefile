@@ -78,12 +78,12 @@ all: $(LIBXFER) $(BIN_TARGETS) $(TEST_TARGETS) $(BENCH_TARGETS) $(UNIT_BINS)
 # Generated protobuf-c sources must exist before anything includes them:
 # every object (library, mains, tests) waits for them.
 $(B)/obj/%.o: %.c | $(GEN_SRCS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 # Keep the generated sources (make would delete them as intermediates and
 # regenerate them, and rebuild everything that includes them, on every run).
 .SECONDARY: $(GEN_SRCS) $(GEN_SRCS:.c=.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(B)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
