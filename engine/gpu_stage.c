@@ -1,6 +1,7 @@
 /* Pinned host staging ring for GPU memory over sockets (see gpu_stage.h). */
 #include "gpu_stage.h"
 
+#include "frame.h"
 #include "xfer.h"
 
 #include <errno.h>
@@ -53,13 +54,6 @@ static int cuda_err(struct xfer_gpu_stage *s, cudaError_t e, const char *what)
     (void)cudaGetLastError();
     return stage_err(s, e == cudaErrorMemoryAllocation ? -XFER_ENOMEM : -XFER_EIO, "%s: %s", what,
                      cudaGetErrorString(e));
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 const char *xfer_gpu_stage_last_error(const struct xfer_gpu_stage *s)
@@ -241,13 +235,13 @@ int xfer_gpu_stage_poll(struct xfer_gpu_stage *s, int slot)
 
 int xfer_gpu_stage_wait(struct xfer_gpu_stage *s, int slot, int timeout_ms)
 {
-    int64_t end = now_ms() + timeout_ms;
+    int64_t end = xfer_now_ms() + timeout_ms;
     struct timespec nap = {0, 2000};
     for (;;) {
         int rc = xfer_gpu_stage_poll(s, slot);
         if (rc != -XFER_EINPROGRESS)
             return rc;
-        if (now_ms() >= end)
+        if (xfer_now_ms() >= end)
             return stage_err(s, -XFER_ETIMEDOUT, "staging copy not done after %d ms", timeout_ms);
         nanosleep(&nap, NULL);
         if (nap.tv_nsec < 200000)
@@ -264,17 +258,12 @@ void xfer_gpu_stage_put(struct xfer_gpu_stage *s, int slot)
 /* Waits for fd to be ready for `events` until deadline. */
 static int fd_wait(struct xfer_gpu_stage *s, int fd, short events, int64_t deadline)
 {
-    struct pollfd p = {.fd = fd, .events = events};
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0)
-            return stage_err(s, -XFER_ETIMEDOUT, "socket not ready before the deadline");
-        int n = poll(&p, 1, (int)(left > 1000 ? 1000 : left));
-        if (n > 0)
-            return 0;
-        if (n < 0 && errno != EINTR)
-            return stage_err(s, -XFER_ECONN, "poll: %s", strerror(errno));
-    }
+    int rc = xfer_io_wait(fd, events, deadline);
+    if (rc == -XFER_ETIMEDOUT)
+        return stage_err(s, rc, "socket not ready before the deadline");
+    if (rc < 0)
+        return stage_err(s, rc, "poll: %s", strerror(errno));
+    return 0;
 }
 
 static int write_all(struct xfer_gpu_stage *s, int fd, const char *p, size_t len, int64_t deadline)
@@ -341,7 +330,7 @@ static void fifo_drain(struct xfer_gpu_stage *s, struct fifo *f)
 
 static int remaining_ms(int64_t deadline)
 {
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - xfer_now_ms();
     return left > 0 ? (int)(left > 1 << 30 ? 1 << 30 : left) : 0;
 }
 
@@ -350,7 +339,7 @@ int xfer_gpu_stage_send(struct xfer_gpu_stage *s, int fd, const void *dev_src, u
 {
     if (!s || fd < 0 || (len && !dev_src))
         return -XFER_EINVAL;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = xfer_now_ms() + timeout_ms;
     struct fifo f = {.head = 0, .count = 0};
     uint64_t issued = 0, sent = 0;
     int rc = 0, slot;
@@ -386,7 +375,7 @@ int xfer_gpu_stage_recv(struct xfer_gpu_stage *s, int fd, void *dev_dst, uint64_
 {
     if (!s || fd < 0 || (len && !dev_dst))
         return -XFER_EINVAL;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = xfer_now_ms() + timeout_ms;
     struct fifo f = {.head = 0, .count = 0};
     uint64_t got = 0;
     int rc = 0;

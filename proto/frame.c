@@ -16,8 +16,7 @@ int64_t xfer_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Waits until fd is ready for events or the deadline passes. */
-static int wait_ready(int fd, short events, int64_t deadline_ms)
+int xfer_io_wait(int fd, short events, int64_t deadline_ms)
 {
     for (;;) {
         int64_t left = deadline_ms - xfer_now_ms();
@@ -45,7 +44,7 @@ int xfer_io_write_all(int fd, const void *buf, size_t len, int64_t deadline_ms)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_ready(fd, POLLOUT, deadline_ms);
+            int rc = xfer_io_wait(fd, POLLOUT, deadline_ms);
             if (rc)
                 return rc;
             continue;
@@ -70,7 +69,7 @@ int xfer_io_read_all(int fd, void *buf, size_t len, int64_t deadline_ms)
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int rc = wait_ready(fd, POLLIN, deadline_ms);
+            int rc = xfer_io_wait(fd, POLLIN, deadline_ms);
             if (rc)
                 return rc;
             continue;

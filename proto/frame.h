@@ -23,5 +23,8 @@ int xfer_frame_recv(int fd, size_t max, int timeout_ms, uint8_t **out, size_t *l
 int xfer_io_write_all(int fd, const void *buf, size_t len, int64_t deadline_ms);
 int xfer_io_read_all(int fd, void *buf, size_t len, int64_t deadline_ms);
 int64_t xfer_now_ms(void);
+/* Waits until fd is ready for poll() events or the deadline passes:
+ * 0, -XFER_ETIMEDOUT, or -XFER_ECONN when poll fails. */
+int xfer_io_wait(int fd, short events, int64_t deadline_ms);
 
 #endif

@@ -10,6 +10,7 @@
  * peer from stalling the others.
  */
 #include "handshake.h"
+#include "frame.h"
 #include "ipc.h"
 
 #define IPC_MAP_TRACK 1024 /* mappings tracked per peer for revocation */
@@ -53,13 +54,6 @@ struct ipc_server {
 };
 
 #define SLOT_NONE UINT32_MAX
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int slot_alloc(struct serve_conn *c, xfer_region *r, uint32_t *out)
 {
@@ -184,7 +178,7 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
 /* At most every 100 ms: which regions this peer has mapped are gone? */
 static uint32_t find_revoked(struct serve_conn *c, struct ipc_revoked *gone)
 {
-    int64_t now = mono_ms();
+    int64_t now = xfer_now_ms();
     if (c->nmapped == 0 || now - c->revoke_check_ms < 100)
         return 0;
     c->revoke_check_ms = now;

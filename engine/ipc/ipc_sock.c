@@ -4,6 +4,7 @@
  * cannot reach the new process), messages with an optional SCM_RIGHTS fd,
  * and deadlines on every wait.
  */
+#include "frame.h"
 #include "ipc.h"
 
 #include <errno.h>
@@ -16,13 +17,6 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int ipc_sock_addr(const char *node_id, uint64_t incarnation, void *sa, size_t sa_size)
 {
@@ -75,21 +69,6 @@ int ipc_wait_readable(int fd, int timeout_ms)
     }
 }
 
-static int wait_fd(int fd, short ev, int64_t deadline)
-{
-    struct pollfd p = {.fd = fd, .events = ev};
-    for (;;) {
-        int64_t left = deadline - mono_ms();
-        if (left <= 0)
-            return -XFER_ETIMEDOUT;
-        int n = poll(&p, 1, (int)(left > 1000 ? 1000 : left));
-        if (n > 0)
-            return 0;
-        if (n < 0 && errno != EINTR)
-            return -XFER_ECONN;
-    }
-}
-
 int ipc_sock_connect(const char *node_id, uint64_t incarnation, int timeout_ms, char *why,
                      size_t why_len)
 {
@@ -104,12 +83,12 @@ int ipc_sock_connect(const char *node_id, uint64_t incarnation, int timeout_ms, 
         snprintf(why, why_len, "socket(AF_UNIX): %s", strerror(errno));
         return -XFER_EIO;
     }
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = xfer_now_ms() + timeout_ms;
     /* A full backlog gives EAGAIN on unix sockets: retry until the deadline. */
     while (connect(fd, (struct sockaddr *)&sun, (socklen_t)alen) < 0) {
         if (errno == EINTR)
             continue;
-        if (errno == EAGAIN && mono_ms() < deadline) {
+        if (errno == EAGAIN && xfer_now_ms() < deadline) {
             struct timespec ts = {0, 2000000};
             nanosleep(&ts, NULL);
             continue;
@@ -153,7 +132,7 @@ static int send_all(int fd, struct iovec *iov, int iovcnt, int pass_fd, int64_t 
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                int rc = wait_fd(fd, POLLOUT, deadline);
+                int rc = xfer_io_wait(fd, POLLOUT, deadline);
                 if (rc < 0)
                     return rc;
                 continue;
@@ -180,7 +159,7 @@ int ipc_send(int fd, uint16_t type, uint32_t count, const void *payload, uint32_
     struct ipc_hdr h = {.magic = IPC_MAGIC, .type = type, .version = IPC_VERSION,
                         .count = count, .bytes = bytes};
     struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, bytes}};
-    return send_all(fd, iov, bytes ? 2 : 1, pass_fd, mono_ms() + timeout_ms);
+    return send_all(fd, iov, bytes ? 2 : 1, pass_fd, xfer_now_ms() + timeout_ms);
 }
 
 /* Reads exactly len bytes; keeps the first fd that arrives in *got_fd. */
@@ -197,7 +176,7 @@ static int recv_all(int fd, void *buf, size_t len, int *got_fd, int64_t deadline
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                int rc = wait_fd(fd, POLLIN, deadline);
+                int rc = xfer_io_wait(fd, POLLIN, deadline);
                 if (rc < 0)
                     return rc;
                 continue;
@@ -226,7 +205,7 @@ static int recv_all(int fd, void *buf, size_t len, int *got_fd, int64_t deadline
 
 int ipc_recv(int fd, struct ipc_hdr *h, void *buf, uint32_t max, int *got_fd, int timeout_ms)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = xfer_now_ms() + timeout_ms;
     int rfd = -1;
     int rc = recv_all(fd, h, sizeof(*h), &rfd, deadline);
     if (rc == 0 && (h->magic != IPC_MAGIC || h->version != IPC_VERSION || h->bytes > max))

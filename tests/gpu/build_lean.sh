@@ -9,13 +9,13 @@ mkdir -p "$out/obj"
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CUDA_HOME=${CUDA_HOME:-${NVCC%/bin/nvcc}}
 arch="-gencode arch=compute_90,code=[sm_90,compute_90]"
-inc="-D_GNU_SOURCE -DXFER_WITH_CUDA=1 -I. -Iengine -Ikernels -I$CUDA_HOME/include"
+inc="-D_GNU_SOURCE -DXFER_WITH_CUDA=1 -I. -Iengine -Iproto -Ikernels -I$CUDA_HOME/include"
 for f in kernels/kcopy.cu kernels/kstage.cu kernels/kbatch.cu; do
     "$NVCC" -O3 -std=c++17 -Xcompiler -fPIC,-Wall,-Werror $arch $inc -c "$f" -o "$out/obj/$(basename "$f").o" &
 done
 wait
 objs=("$out"/obj/*.cu.o)
-for f in engine/error.c engine/log.c engine/gpu_stage.c kernels/kref.c; do
+for f in engine/error.c engine/log.c engine/gpu_stage.c proto/frame.c kernels/kref.c; do
     cc -std=c11 -O2 -g -Wall -Wextra -Werror -pthread $inc -c "$f" -o "$out/obj/$(basename "$f" .c).o"
     objs+=("$out/obj/$(basename "$f" .c).o")
 done
