@@ -15,7 +15,9 @@ deps-deploy:
 test-deploy: deps deps-deploy
 	@$(MAKE) --no-print-directory all
 	@B=$(B) XFER_TESTS='deploy_bundle|metrics' bash tests/run.sh integration
-	@B=$(B) bash tests/integration/deploy_compose.sh
+	@B=$(B) bash tests/integration/deploy_compose.sh; rc=$$?; \
+	    if [ $$rc -eq 77 ]; then echo "compose test skipped (no container engine can run here)"; \
+	    elif [ $$rc -ne 0 ]; then exit $$rc; fi
 
 .PHONY: bundle deps-deploy test-deploy
 
