@@ -33,8 +33,8 @@
         }                                                                                          \
     } while (0)
 
-#define NBLK 4096
-#define WARM 3
+#define NBLK    4096
+#define WARM    3
 #define MAXREPS 64
 
 static int reps = 20;
@@ -117,8 +117,7 @@ static void op_scatter(struct op *o)
 {
     int rc = xfer_kernels_kv_scatter(o->stage, o->kv, o->ids, o->n, o->kvbuf, o->st);
     if (rc) {
-        fprintf(stderr, "scatter: %s (%s)\n", xfer_strerror(rc),
-                xfer_kstage_last_error(o->stage));
+        fprintf(stderr, "scatter: %s (%s)\n", xfer_strerror(rc), xfer_kstage_last_error(o->stage));
         exit(1);
     }
 }
@@ -208,10 +207,10 @@ static const struct shape {
     unsigned threads;
     int variant;
 } sweep[] = {
-    {0, 0, 0},         {0, 0, 1},         {65536, 256, 1},  {262144, 256, 1}, {65536, 512, 1},
-    {0, 0, 2},         {65536, 256, 2},   {262144, 256, 2}, {0, 0, 3},        {65536, 256, 3},
-    {262144, 256, 3},  {0, 0, 4},         {65536, 256, 4},  {0, 0, 5},        {65536, 64, 5},
-    {131072, 64, 5},   {262144, 128, 5},  {65536, 128, 5},  {65536, 512, 2},
+    {0, 0, 0},        {0, 0, 1},        {65536, 256, 1},  {262144, 256, 1}, {65536, 512, 1},
+    {0, 0, 2},        {65536, 256, 2},  {262144, 256, 2}, {0, 0, 3},        {65536, 256, 3},
+    {262144, 256, 3}, {0, 0, 4},        {65536, 256, 4},  {0, 0, 5},        {65536, 64, 5},
+    {131072, 64, 5},  {262144, 128, 5}, {65536, 128, 5},  {65536, 512, 2},
 };
 #define NSWEEP (sizeof(sweep) / sizeof(sweep[0]))
 static const char *const variant_names[] = {"auto", "vec4", "vec8", "vec4s", "vec8s", "bulk"};
@@ -288,7 +287,7 @@ static void bench_copy(const char *path, int src_dev, int dst_dev, int on, uint6
 
 #define KV_LAYERS 32
 #define KV_BLOCKS 1024
-#define KV_IDS 256
+#define KV_IDS    256
 
 /* Gather from a pool on pool_dev into a buffer on buf_dev, then scatter a
  * buffer on pool_dev... each launched on `on`. */

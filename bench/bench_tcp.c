@@ -18,7 +18,7 @@
 #include <time.h>
 
 #define REGION_BYTES (128ull << 20)
-#define MAX_ITEMS 256
+#define MAX_ITEMS    256
 
 static double now_s(void)
 {
@@ -110,8 +110,10 @@ static void size_text(uint64_t s, char *out, size_t len)
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"seconds", 1, 0, 't'}, {"ceiling-gbps", 1, 0, 'c'},
-                                       {"sizes", 1, 0, 's'}, {"repeat", 1, 0, 'r'},
+    static const struct option lo[] = {{"seconds", 1, 0, 't'},
+                                       {"ceiling-gbps", 1, 0, 'c'},
+                                       {"sizes", 1, 0, 's'},
+                                       {"repeat", 1, 0, 'r'},
                                        {0, 0, 0, 0}};
     double seconds = 0.5, ceiling = 0;
     int repeat = 1;

@@ -570,8 +570,9 @@ int xfer_batch_poll(xfer_batch *b)
     if (!b)
         return -XFER_EINVAL;
     pthread_mutex_lock(&b->mu);
-    int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS : b->state == B_DONE ? b->result
-                                                                            : -XFER_EINVAL;
+    int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS
+             : b->state == B_DONE  ? b->result
+                                   : -XFER_EINVAL;
     pthread_mutex_unlock(&b->mu);
     return rc;
 }
@@ -593,8 +594,9 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
     while (b->state == B_RUNNING)
         if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
             break;
-    int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS : b->state == B_DONE ? b->result
-                                                                            : -XFER_EINVAL;
+    int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS
+             : b->state == B_DONE  ? b->result
+                                   : -XFER_EINVAL;
     pthread_mutex_unlock(&b->mu);
     return rc;
 }
@@ -684,6 +686,6 @@ int xfer_write(xfer_engine *e, xfer_region *local, uint64_t local_off, xfer_peer
                uint32_t remote_id, uint32_t remote_gen, uint64_t remote_off, uint64_t len,
                int deadline_ms)
 {
-    return one_item(e, XFER_OP_WRITE, local, local_off, p, remote_id, remote_gen, remote_off,
-                    len, deadline_ms);
+    return one_item(e, XFER_OP_WRITE, local, local_off, p, remote_id, remote_gen, remote_off, len,
+                    deadline_ms);
 }

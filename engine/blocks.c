@@ -59,9 +59,10 @@ static int ids_ok(xfer_engine *e, const char *side, const uint64_t *ids, size_t 
     uint64_t max = l->num_blocks && l->num_blocks < fit ? l->num_blocks : fit;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] >= max) {
-            xfer_engine_set_error(e, "%s block id %llu (index %zu) outside the %llu blocks of the "
-                                  "region", side, (unsigned long long)ids[i], i,
-                                  (unsigned long long)max);
+            xfer_engine_set_error(e,
+                                  "%s block id %llu (index %zu) outside the %llu blocks of the "
+                                  "region",
+                                  side, (unsigned long long)ids[i], i, (unsigned long long)max);
             return -XFER_ERANGE;
         }
     }
@@ -77,21 +78,21 @@ static size_t run_length(const uint64_t *lids, const uint64_t *rids, size_t i, s
     return k;
 }
 
-static int check_blocks(xfer_batch *b, enum xfer_op op, xfer_region *local,
-                        const uint64_t *lids, xfer_peer *peer, uint32_t remote_id,
-                        const uint64_t *rids, size_t n, struct xfer_region_desc *rd,
-                        struct xfer_layout *ll)
+static int check_blocks(xfer_batch *b, enum xfer_op op, xfer_region *local, const uint64_t *lids,
+                        xfer_peer *peer, uint32_t remote_id, const uint64_t *rids, size_t n,
+                        struct xfer_region_desc *rd, struct xfer_layout *ll)
 {
     xfer_engine *e = batch_engine(b);
     if ((op != XFER_OP_READ && op != XFER_OP_WRITE) || !local || !peer || n > INT32_MAX ||
-        (n && (!lids || !rids)) ||
-        local->engine != e || peer->engine != e) {
+        (n && (!lids || !rids)) || local->engine != e || peer->engine != e) {
         xfer_engine_set_error(e, "block transfer: bad op, region, peer or id array");
         return -XFER_EINVAL;
     }
     if (xfer_peer_region_get(peer, remote_id, rd) < 0) {
-        xfer_engine_set_error(e, "block transfer: remote region id %u of %s is not cached "
-                              "(xfer_peer_region_add)", remote_id, peer->desc.node_id);
+        xfer_engine_set_error(e,
+                              "block transfer: remote region id %u of %s is not cached "
+                              "(xfer_peer_region_add)",
+                              remote_id, peer->desc.node_id);
         return -XFER_ENOENT;
     }
     pthread_mutex_lock(&e->regions.mu);
@@ -100,8 +101,8 @@ static int check_blocks(xfer_batch *b, enum xfer_op op, xfer_region *local,
     char why[200];
     int rc = xfer_layouts_match(ll, &rd->layout, why, sizeof(why));
     if (rc < 0) {
-        xfer_engine_set_error(e, "block transfer %s -> %s/%s: %s", local->name,
-                              peer->desc.node_id, rd->name, why);
+        xfer_engine_set_error(e, "block transfer %s -> %s/%s: %s", local->name, peer->desc.node_id,
+                              rd->name, why);
         return rc;
     }
     rc = ids_ok(e, "local", lids, n, ll, local->len);
@@ -123,9 +124,14 @@ int xfer_batch_add_blocks(xfer_batch *b, enum xfer_op op, xfer_region *local,
     size_t first = xfer_batch_count(b), items = 0;
     for (size_t i = 0; i < n;) {
         size_t k = run_length(local_ids, remote_ids, i, n);
-        struct xfer_item it = {.op = op, .local = local, .local_off = local_ids[i] * bs,
-                               .peer = peer, .remote_id = remote_id, .remote_gen = remote_gen,
-                               .remote_off = remote_ids[i] * bs, .len = (uint64_t)k * bs};
+        struct xfer_item it = {.op = op,
+                               .local = local,
+                               .local_off = local_ids[i] * bs,
+                               .peer = peer,
+                               .remote_id = remote_id,
+                               .remote_gen = remote_gen,
+                               .remote_off = remote_ids[i] * bs,
+                               .len = (uint64_t)k * bs};
         rc = xfer_batch_add(b, &it);
         if (rc < 0) {
             batch_truncate(b, first);

@@ -94,7 +94,9 @@ static int copy_config(xfer_engine *e, const struct xfer_engine_config *cfg)
         e->cfg.secret_len = 0;
     }
     e->cfg.transports = allowed_transports(cfg);
-#define DEFAULT_IF_ZERO(f) if (e->cfg.f <= 0) e->cfg.f = d.f
+#define DEFAULT_IF_ZERO(f)                                                                         \
+    if (e->cfg.f <= 0)                                                                             \
+    e->cfg.f = d.f
     DEFAULT_IF_ZERO(sockets_per_peer);
     DEFAULT_IF_ZERO(chunk_bytes);
     DEFAULT_IF_ZERO(progress_threads);
@@ -205,10 +207,10 @@ void xfer_engine_free(xfer_engine *e)
 {
     if (!e)
         return;
-    peer_repair_stop(e);    /* no reconnects from here on */
-    batch_monitor_stop(e);  /* cancels what still runs */
-    peer_table_destroy(e);  /* disconnects */
-    close_transports(e);    /* joins progress threads */
+    peer_repair_stop(e);   /* no reconnects from here on */
+    batch_monitor_stop(e); /* cancels what still runs */
+    peer_table_destroy(e); /* disconnects */
+    close_transports(e);   /* joins progress threads */
     region_table_destroy(e);
     free(e->secret);
     pthread_mutex_destroy(&e->err_mu);

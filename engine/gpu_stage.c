@@ -17,17 +17,17 @@
 #if XFER_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#define STAGE_DEF_SLOT (4u << 20)
-#define STAGE_DEF_SLOTS 4u
-#define STAGE_MAX_SLOTS 64u
+#define STAGE_DEF_SLOT     (4u << 20)
+#define STAGE_DEF_SLOTS    4u
+#define STAGE_MAX_SLOTS    64u
 #define STAGE_FREE_WAIT_MS 30000
 
 struct stage_slot {
-    char *host;      /* pinned */
-    cudaEvent_t ev;  /* after the slot's last copy */
-    bool taken;      /* between get and put */
-    bool busy;       /* ev recorded and not yet seen complete */
-    int fake_polls;  /* emulated: polls that still answer "in progress" */
+    char *host;     /* pinned */
+    cudaEvent_t ev; /* after the slot's last copy */
+    bool taken;     /* between get and put */
+    bool busy;      /* ev recorded and not yet seen complete */
+    int fake_polls; /* emulated: polls that still answer "in progress" */
 };
 
 struct xfer_gpu_stage {

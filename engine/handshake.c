@@ -118,8 +118,8 @@ static int client_check_server(const struct xfer_hs_self *self, const struct xfe
                                 srv->node_id)
                          : 0;
     uint8_t want[XFER_HS_PROOF_LEN];
-    int rc = compute_proof(self, "srv1", mine->nonce, srv->nonce, mine->node_id, srv->node_id,
-                           want);
+    int rc =
+        compute_proof(self, "srv1", mine->nonce, srv->nonce, mine->node_id, srv->node_id, want);
     if (rc)
         return fail(rc, why, wl, "handshake: HMAC failed");
     if (!proof_ok(srv->proof, srv->proof_len, want))
@@ -169,8 +169,8 @@ int xfer_handshake_client(int fd, const struct xfer_hs_self *self, int timeout_m
     if (rc)
         return fail(rc, why, wl, "handshake: malformed result from %s", srv.node_id);
     if (res.status != 0)
-        return fail(res.status < 0 && res.status > -XFER_ERR_MAX ? res.status : -XFER_EPROTO,
-                    why, wl, "handshake: %s refused us: %s", srv.node_id, res.message);
+        return fail(res.status < 0 && res.status > -XFER_ERR_MAX ? res.status : -XFER_EPROTO, why,
+                    wl, "handshake: %s refused us: %s", srv.node_id, res.message);
     fill_peer(&srv, peer);
     return 0;
 }
@@ -230,8 +230,7 @@ int xfer_handshake_server(int fd, const struct xfer_hs_self *self, int timeout_m
     struct xfer_hs_auth auth;
     rc = recv_msg(fd, deadline, &abuf, &alen);
     if (rc)
-        return fail(rc, why, wl, "handshake: no proof from %s: %s", cli.node_id,
-                    xfer_strerror(rc));
+        return fail(rc, why, wl, "handshake: no proof from %s: %s", cli.node_id, xfer_strerror(rc));
     rc = xfer_hs_auth_unpack(abuf, alen, &auth);
     free(abuf);
     if (rc)

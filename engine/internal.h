@@ -27,13 +27,13 @@ struct xfer_region {
     size_t len;
     unsigned access;
     struct xfer_layout layout;
-    int memfd;        /* -1 unless backed by a memfd */
-    bool owns_map;    /* munmap ptr on deregistration */
+    int memfd;           /* -1 unless backed by a memfd */
+    bool owns_map;       /* munmap ptr on deregistration */
     void *cuda_ipc_base; /* xfer_region_adopt_cuda: opened mapping, closed on free */
     uint8_t cuda_ipc_handle[64];
     bool has_cuda_ipc_handle;
-    int pins;         /* target accesses + running batches; table mu */
-    bool dead;        /* deregistration started; table mu */
+    int pins;  /* target accesses + running batches; table mu */
+    bool dead; /* deregistration started; table mu */
     void *tdata[XFER_MAX_TRANSPORTS];
 };
 
@@ -65,12 +65,12 @@ struct xfer_peer {
     xfer_engine *engine;
     pthread_rwlock_t conn_lock; /* write: connect/disconnect; read: post */
     struct xfer_conn *conn;
-    unsigned tbit; /* transport of conn */
-    uint64_t conn_gen; /* conn_lock: bumped whenever conn changes */
-    bool conn_down;    /* atomic: conn can carry nothing (peer_repair.c) */
+    unsigned tbit;        /* transport of conn */
+    uint64_t conn_gen;    /* conn_lock: bumped whenever conn changes */
+    bool conn_down;       /* atomic: conn can carry nothing (peer_repair.c) */
     int64_t repair_at_ms; /* repair thread only: next attempt (backoff) */
     int repair_delay_ms;  /* repair thread only: current backoff */
-    pthread_mutex_t mu; /* desc and region cache */
+    pthread_mutex_t mu;   /* desc and region cache */
     struct xfer_peer_desc desc;
     struct xfer_region_desc *regions;
     size_t n_regions, cap_regions;
@@ -129,7 +129,7 @@ struct xfer_engine {
     void *secret;
     uint64_t incarnation;
     uint16_t data_port;
-    unsigned transport_mask; /* opened transports */
+    unsigned transport_mask;                                /* opened transports */
     struct xfer_transport *transports[XFER_MAX_TRANSPORTS]; /* preference order */
     size_t n_transports;
     struct region_table regions;

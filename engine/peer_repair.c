@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define REPAIR_TICK_MS 200
+#define REPAIR_TICK_MS      200
 #define REPAIR_DELAY_MIN_MS 100
 #define REPAIR_DELAY_MAX_MS 2000
 
@@ -96,9 +96,8 @@ static void repair_peer(xfer_peer *p, int timeout_ms)
     struct xfer_conn *drop = swap_in(p, c, gen, nc);
     if (drop == c) {
         p->repair_delay_ms = 0;
-        xfer_info("peer %s: %s connection re-established (%s)", node,
-                  t->ops->name, st & XFER_CONN_ALL_DEAD ? "all channels had died"
-                                                        : "some channels had died");
+        xfer_info("peer %s: %s connection re-established (%s)", node, t->ops->name,
+                  st & XFER_CONN_ALL_DEAD ? "all channels had died" : "some channels had died");
     }
     drop->transport->ops->disconnect(drop);
 }

@@ -250,8 +250,8 @@ close_fd:
     return rc;
 }
 
-int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len,
-                            unsigned access, xfer_region **out)
+int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len, unsigned access,
+                            xfer_region **out)
 {
     int rc;
     struct stat st;
@@ -387,13 +387,34 @@ int xfer_region_set_layout(xfer_region *r, const struct xfer_layout *layout)
     return 0;
 }
 
-void *xfer_region_ptr(const xfer_region *r) { return r ? r->ptr : NULL; }
-size_t xfer_region_len(const xfer_region *r) { return r ? r->len : 0; }
-int xfer_region_memfd(const xfer_region *r) { return r ? r->memfd : -1; }
-uint32_t xfer_region_id(const xfer_region *r) { return r->id; }
-uint32_t xfer_region_gen(const xfer_region *r) { return r->gen; }
-enum xfer_mem_kind xfer_region_kind(const xfer_region *r) { return r->kind; }
-int xfer_region_device(const xfer_region *r) { return r->device; }
+void *xfer_region_ptr(const xfer_region *r)
+{
+    return r ? r->ptr : NULL;
+}
+size_t xfer_region_len(const xfer_region *r)
+{
+    return r ? r->len : 0;
+}
+int xfer_region_memfd(const xfer_region *r)
+{
+    return r ? r->memfd : -1;
+}
+uint32_t xfer_region_id(const xfer_region *r)
+{
+    return r->id;
+}
+uint32_t xfer_region_gen(const xfer_region *r)
+{
+    return r->gen;
+}
+enum xfer_mem_kind xfer_region_kind(const xfer_region *r)
+{
+    return r->kind;
+}
+int xfer_region_device(const xfer_region *r)
+{
+    return r->device;
+}
 
 void *xfer_region_transport_data(const xfer_region *r, unsigned bit)
 {

@@ -20,8 +20,8 @@ static size_t alloc_size(void *p)
     if (!range) {
         enum cudaDriverEntryPointQueryResult q;
         void *fn = NULL;
-        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
-                                             cudaEnableDefault, &q) != cudaSuccess ||
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                             &q) != cudaSuccess ||
             q != cudaDriverEntryPointSuccess)
             return 0;
         range = (__typeof__(range))fn;
@@ -33,9 +33,9 @@ static size_t alloc_size(void *p)
     return size - (size_t)((uintptr_t)p - (uintptr_t)base);
 }
 
-int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
-                           size_t handle_len, int device, uint64_t offset, size_t len,
-                           unsigned access, xfer_region **out)
+int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle, size_t handle_len,
+                           int device, uint64_t offset, size_t len, unsigned access,
+                           xfer_region **out)
 {
     int n = 0;
     if (!e || !handle || handle_len != sizeof(cudaIpcMemHandle_t) || !len)
@@ -65,8 +65,10 @@ int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
     size_t avail = alloc_size(base);
     int rc = 0;
     if (avail && (offset > avail || len > avail - offset)) {
-        xfer_engine_set_error(e, "adopting CUDA memory %s: [%llu, +%zu) beyond the %zu-byte "
-                              "allocation", name, (unsigned long long)offset, len, avail);
+        xfer_engine_set_error(e,
+                              "adopting CUDA memory %s: [%llu, +%zu) beyond the %zu-byte "
+                              "allocation",
+                              name, (unsigned long long)offset, len, avail);
         rc = -XFER_ERANGE;
     }
     xfer_region *r = NULL;
@@ -101,9 +103,9 @@ void region_cuda_close(xfer_region *r)
 
 #else
 
-int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
-                           size_t handle_len, int device, uint64_t offset, size_t len,
-                           unsigned access, xfer_region **out)
+int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle, size_t handle_len,
+                           int device, uint64_t offset, size_t len, unsigned access,
+                           xfer_region **out)
 {
     (void)handle, (void)handle_len, (void)device, (void)offset, (void)len, (void)access, (void)out;
     if (e)

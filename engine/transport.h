@@ -16,7 +16,7 @@
 #include <stddef.h>
 
 #ifndef container_of
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 #endif
 
 struct xfer_transport;
@@ -145,8 +145,7 @@ bool xfer_batch_item_live(const xfer_batch *b, size_t i);
 /* Reports `bytes` of item i as finished with status (0 or -XFER_E*) and an
  * optional reason. The item completes when all its bytes are reported or on
  * the first error. Safe from any thread. */
-void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status,
-                           const char *why);
+void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why);
 /* A transport that still refers to b after post() returns (a chunk awaiting
  * its response, say) holds a reference for as long as it does: b then stays
  * valid even if the user frees it, and a resubmit or reset of b waits until

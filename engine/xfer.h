@@ -25,37 +25,37 @@ extern "C" {
 #define XFER_VERSION_STRING "0.1.0"
 #define XFER_PROTO_VERSION  1u
 
-#define XFER_NAME_MAX    64  /* node ids, region names, incl. NUL */
-#define XFER_ADDR_MAX    64  /* textual IPv4/IPv6 address, incl. NUL */
-#define XFER_HOSTID_MAX  64  /* kernel boot id, incl. NUL */
-#define XFER_DTYPE_MAX   16
-#define XFER_TAG_MAX     128
-#define XFER_BLOB_MAX    256 /* transport-specific opaque data per region */
-#define XFER_NICS_MAX    1024 /* a node's RDMA NIC list: 8+ NICs at ~60 chars each */
+#define XFER_NAME_MAX   64 /* node ids, region names, incl. NUL */
+#define XFER_ADDR_MAX   64 /* textual IPv4/IPv6 address, incl. NUL */
+#define XFER_HOSTID_MAX 64 /* kernel boot id, incl. NUL */
+#define XFER_DTYPE_MAX  16
+#define XFER_TAG_MAX    128
+#define XFER_BLOB_MAX   256  /* transport-specific opaque data per region */
+#define XFER_NICS_MAX   1024 /* a node's RDMA NIC list: 8+ NICs at ~60 chars each */
 
 /* ---- errors ------------------------------------------------------------ */
 enum xfer_err {
     XFER_OK = 0,
-    XFER_EINVAL = 1,   /* bad argument */
-    XFER_ENOMEM,       /* out of memory */
-    XFER_ENOENT,       /* unknown node, region or item */
-    XFER_EACCES,       /* access mode forbids the operation */
-    XFER_ERANGE,       /* offset/length outside the region */
-    XFER_ESTALE,       /* generation or incarnation no longer current */
-    XFER_ETIMEDOUT,    /* deadline passed */
-    XFER_ECANCELED,    /* cancelled by the caller */
-    XFER_ECONN,        /* connection failed or lost */
-    XFER_EPROTO,       /* malformed or unexpected message */
-    XFER_EAUTH,        /* handshake authentication failed */
-    XFER_EIO,          /* local I/O or device error */
-    XFER_ENOTSUP,      /* operation or transport not supported here */
-    XFER_EINPROGRESS,  /* not finished yet */
-    XFER_ENODEV,       /* no such device (e.g. no CUDA device) */
-    XFER_EEXIST,       /* name already in use */
-    XFER_EBUSY,        /* resource in use */
-    XFER_EMISMATCH,    /* layouts of the two sides disagree */
-    XFER_ENOSPC,       /* a fixed capacity is exhausted */
-    XFER_EUNAVAIL,     /* service (e.g. Redis) unreachable */
+    XFER_EINVAL = 1,  /* bad argument */
+    XFER_ENOMEM,      /* out of memory */
+    XFER_ENOENT,      /* unknown node, region or item */
+    XFER_EACCES,      /* access mode forbids the operation */
+    XFER_ERANGE,      /* offset/length outside the region */
+    XFER_ESTALE,      /* generation or incarnation no longer current */
+    XFER_ETIMEDOUT,   /* deadline passed */
+    XFER_ECANCELED,   /* cancelled by the caller */
+    XFER_ECONN,       /* connection failed or lost */
+    XFER_EPROTO,      /* malformed or unexpected message */
+    XFER_EAUTH,       /* handshake authentication failed */
+    XFER_EIO,         /* local I/O or device error */
+    XFER_ENOTSUP,     /* operation or transport not supported here */
+    XFER_EINPROGRESS, /* not finished yet */
+    XFER_ENODEV,      /* no such device (e.g. no CUDA device) */
+    XFER_EEXIST,      /* name already in use */
+    XFER_EBUSY,       /* resource in use */
+    XFER_EMISMATCH,   /* layouts of the two sides disagree */
+    XFER_ENOSPC,      /* a fixed capacity is exhausted */
+    XFER_EUNAVAIL,    /* service (e.g. Redis) unreachable */
     XFER_ERR_MAX
 };
 
@@ -155,19 +155,19 @@ typedef struct xfer_peer xfer_peer;
 typedef struct xfer_batch xfer_batch;
 
 struct xfer_engine_config {
-    const char *node_id;      /* required */
-    const char *listen_addr;  /* default "127.0.0.1" */
-    uint16_t data_port;       /* 0 = ephemeral */
-    const void *secret;       /* cluster secret; NULL = no authentication */
+    const char *node_id;     /* required */
+    const char *listen_addr; /* default "127.0.0.1" */
+    uint16_t data_port;      /* 0 = ephemeral */
+    const void *secret;      /* cluster secret; NULL = no authentication */
     size_t secret_len;
-    const char *host_id;      /* NULL = kernel boot id */
-    unsigned transports;      /* allowed; 0 = XFER_TRANSPORTS env or all */
-    int sockets_per_peer;     /* tcp sockets per peer, default 4 */
-    size_t chunk_bytes;       /* split items above this, default 1 MiB */
-    int progress_threads;     /* default 1 */
-    int connect_timeout_ms;   /* default 5000 */
-    int io_timeout_ms;        /* no progress for this long = peer dead, default 10000 */
-    int default_deadline_ms;  /* submit without deadline gets this, default 60000 */
+    const char *host_id;     /* NULL = kernel boot id */
+    unsigned transports;     /* allowed; 0 = XFER_TRANSPORTS env or all */
+    int sockets_per_peer;    /* tcp sockets per peer, default 4 */
+    size_t chunk_bytes;      /* split items above this, default 1 MiB */
+    int progress_threads;    /* default 1 */
+    int connect_timeout_ms;  /* default 5000 */
+    int io_timeout_ms;       /* no progress for this long = peer dead, default 10000 */
+    int default_deadline_ms; /* submit without deadline gets this, default 60000 */
 };
 
 /* Fills defaults; call before setting fields. */
@@ -194,16 +194,15 @@ int xfer_gpus_describe(char *buf, size_t len);
 /* Registers caller memory [ptr, ptr+len) under name. The memory must stay
  * valid until xfer_region_deregister(). kind/device say where it lives. */
 int xfer_region_register(xfer_engine *e, const char *name, void *ptr, size_t len,
-                         enum xfer_mem_kind kind, int device, unsigned access,
-                         xfer_region **out);
+                         enum xfer_mem_kind kind, int device, unsigned access, xfer_region **out);
 /* Allocates len bytes of host memory from a memfd (shareable with same-host
  * peers) and registers it; the engine frees it on deregistration. */
 int xfer_region_alloc(xfer_engine *e, const char *name, size_t len, unsigned access,
                       xfer_region **out);
 /* Registers an existing memfd (e.g. received over a unix socket) of len
  * bytes; the engine maps it and takes ownership of fd. */
-int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len,
-                            unsigned access, xfer_region **out);
+int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len, unsigned access,
+                            xfer_region **out);
 /* Registers GPU memory that another process of this host exported with
  * cudaIpcGetMemHandle (the 64-byte cudaIpcMemHandle_t of an allocation):
  * opens it on GPU `device` of this process and registers [offset, offset+len)
@@ -213,9 +212,9 @@ int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len
  * -XFER_ENODEV (no CUDA device), -XFER_EINVAL (bad handle length, or CUDA
  * refused the handle: reason in the last error), -XFER_ERANGE (beyond the
  * allocation). */
-int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
-                           size_t handle_len, int device, uint64_t offset, size_t len,
-                           unsigned access, xfer_region **out);
+int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle, size_t handle_len,
+                           int device, uint64_t offset, size_t len, unsigned access,
+                           xfer_region **out);
 /* Removes the region; peers holding its id/gen get -XFER_ESTALE/-XFER_ENOENT.
  * Waits for in-progress target-side accesses to finish. */
 int xfer_region_deregister(xfer_engine *e, xfer_region *r);

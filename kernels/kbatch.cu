@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#define KB_MAX_DEVS 64
+#define KB_MAX_DEVS     64
 #define KB_FREE_WAIT_MS 30000
 
 struct kb_dev {

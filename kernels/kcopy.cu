@@ -15,16 +15,14 @@ struct kpiece {
 
 #include "kbulk.cuh"
 
-template <typename T, int HINT>
-__device__ __forceinline__ T kload(const T *p)
+template <typename T, int HINT> __device__ __forceinline__ T kload(const T *p)
 {
     if (HINT)
         return __ldcs(p); /* streaming: evict first, the data is used once */
     return *p;
 }
 
-template <typename T, int HINT>
-__device__ __forceinline__ void kstore(T *p, T v)
+template <typename T, int HINT> __device__ __forceinline__ void kstore(T *p, T v)
 {
     if (HINT)
         __stcs(p, v);
@@ -105,7 +103,8 @@ __device__ __forceinline__ void copy_piece(const kpiece &p, unsigned tid, unsign
 __device__ __forceinline__ void copy_fringe(const kpiece &p, unsigned tid, unsigned nt)
 {
     uint32_t head, body;
-    if ((((uintptr_t)p.dst ^ (uintptr_t)p.src) & 15) != 0 || !bulk_body(p.dst, p.len, &head, &body)) {
+    if ((((uintptr_t)p.dst ^ (uintptr_t)p.src) & 15) != 0 ||
+        !bulk_body(p.dst, p.len, &head, &body)) {
         copy_piece<KCOPY_UNROLL, 0>(p, tid, nt);
         return;
     }
@@ -167,7 +166,7 @@ struct kv_walk {
 /* Default variants (chosen by measurement, docs/kernels.md): KAUTO for any
  * batch, KAUTO_ALIGNED when every piece has src == dst modulo 16 (the bulk
  * engine, 64 threads: 1-3 % ahead of vec4 on one H200, equal across GPUs). */
-#define KAUTO KV_VEC4
+#define KAUTO         KV_VEC4
 #define KAUTO_ALIGNED KV_BULK
 #define KBULK_THREADS 64
 
@@ -179,8 +178,7 @@ enum { KV_VEC4 = 1, KV_VEC8, KV_VEC4S, KV_VEC8S, KV_BULK, KV_NVARIANTS };
 #define KMINBLOCKS(V) (((V) == KV_VEC8 || (V) == KV_VEC8S) ? 1 : 2)
 
 /* Runs a block's pieces with variant V. */
-template <int V, class W>
-__device__ __forceinline__ void run_block(W w)
+template <int V, class W> __device__ __forceinline__ void run_block(W w)
 {
     if constexpr (V == KV_BULK) {
         extern __shared__ __align__(128) char kdyn[]; /* KBULK_SMEM bytes */
@@ -283,8 +281,7 @@ unsigned kgrid_blocks(uint64_t total, struct kgrid g)
 
 /* The bulk kernels need more than the default 48 KiB of dynamic shared
  * memory; the attribute is per function and device, set on first use. */
-template <class K>
-static cudaError_t bulk_smem(K *kernel, int *done)
+template <class K> static cudaError_t bulk_smem(K *kernel, int *done)
 {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
@@ -299,9 +296,8 @@ static cudaError_t bulk_smem(K *kernel, int *done)
 #define KLAUNCH(kernel, V, g, blocks, st, ...)                                                     \
     kernel<V><<<(blocks), (g).threads, (V) == KV_BULK ? KBULK_SMEM : 0, (st)>>>(__VA_ARGS__)
 
-cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start,
-                                 const uint32_t *first, uint32_t n, uint64_t total,
-                                 struct kgrid g, cudaStream_t st)
+cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start, const uint32_t *first,
+                                 uint32_t n, uint64_t total, struct kgrid g, cudaStream_t st)
 {
     static int smem_set[64];
     unsigned blocks = kgrid_blocks(total, g);
@@ -310,10 +306,20 @@ cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start,
     if ((total + g.chunk - 1) / g.chunk > 0x7fffffffu)
         return cudaErrorInvalidValue;
     switch (g.variant) {
-    case KV_VEC4: KLAUNCH(batched_copy_kernel, KV_VEC4, g, blocks, st, desc, start, first, n, total, g.chunk); break;
-    case KV_VEC8: KLAUNCH(batched_copy_kernel, KV_VEC8, g, blocks, st, desc, start, first, n, total, g.chunk); break;
-    case KV_VEC4S: KLAUNCH(batched_copy_kernel, KV_VEC4S, g, blocks, st, desc, start, first, n, total, g.chunk); break;
-    case KV_VEC8S: KLAUNCH(batched_copy_kernel, KV_VEC8S, g, blocks, st, desc, start, first, n, total, g.chunk); break;
+    case KV_VEC4:
+        KLAUNCH(batched_copy_kernel, KV_VEC4, g, blocks, st, desc, start, first, n, total, g.chunk);
+        break;
+    case KV_VEC8:
+        KLAUNCH(batched_copy_kernel, KV_VEC8, g, blocks, st, desc, start, first, n, total, g.chunk);
+        break;
+    case KV_VEC4S:
+        KLAUNCH(batched_copy_kernel, KV_VEC4S, g, blocks, st, desc, start, first, n, total,
+                g.chunk);
+        break;
+    case KV_VEC8S:
+        KLAUNCH(batched_copy_kernel, KV_VEC8S, g, blocks, st, desc, start, first, n, total,
+                g.chunk);
+        break;
     case KV_BULK: {
         cudaError_t e = bulk_smem(batched_copy_kernel<KV_BULK>, smem_set);
         if (e != cudaSuccess)
@@ -340,10 +346,18 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
         return cudaErrorInvalidValue;
 #define KV_ARGS layer_base, ids, n_ids, block_bytes, block_stride, buf, total, g.chunk, scatter
     switch (g.variant) {
-    case KV_VEC4: KLAUNCH(kv_kernel, KV_VEC4, g, blocks, st, KV_ARGS); break;
-    case KV_VEC8: KLAUNCH(kv_kernel, KV_VEC8, g, blocks, st, KV_ARGS); break;
-    case KV_VEC4S: KLAUNCH(kv_kernel, KV_VEC4S, g, blocks, st, KV_ARGS); break;
-    case KV_VEC8S: KLAUNCH(kv_kernel, KV_VEC8S, g, blocks, st, KV_ARGS); break;
+    case KV_VEC4:
+        KLAUNCH(kv_kernel, KV_VEC4, g, blocks, st, KV_ARGS);
+        break;
+    case KV_VEC8:
+        KLAUNCH(kv_kernel, KV_VEC8, g, blocks, st, KV_ARGS);
+        break;
+    case KV_VEC4S:
+        KLAUNCH(kv_kernel, KV_VEC4S, g, blocks, st, KV_ARGS);
+        break;
+    case KV_VEC8S:
+        KLAUNCH(kv_kernel, KV_VEC8S, g, blocks, st, KV_ARGS);
+        break;
     case KV_BULK: {
         cudaError_t e = bulk_smem(kv_kernel<KV_BULK>, smem_set);
         if (e != cudaSuccess)

@@ -23,9 +23,8 @@ unsigned kgrid_blocks(uint64_t total, struct kgrid g);
 /* desc: n descriptors {dst, src, len} (24 bytes each) in device memory;
  * start: n + 1 prefix sums of len, start[n] == total; first: per thread
  * block, the first descriptor whose bytes reach past the block's start. */
-cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start,
-                                 const uint32_t *first, uint32_t n, uint64_t total,
-                                 struct kgrid g, cudaStream_t st);
+cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start, const uint32_t *first,
+                                 uint32_t n, uint64_t total, struct kgrid g, cudaStream_t st);
 
 /* layer_base: one block-table base per layer; ids: n_ids block ids; both in
  * device memory. buf is the contiguous side (layer-major). */

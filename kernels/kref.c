@@ -23,7 +23,8 @@ int xfer_kv_check(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t 
         return -XFER_EINVAL;
     if (!lay->layer_base && !lay->base)
         return -XFER_EINVAL;
-    if (!lay->layer_base && lay->layer_stride && lay->layer_stride < lay->num_blocks * kv_block_stride(lay))
+    if (!lay->layer_base && lay->layer_stride &&
+        lay->layer_stride < lay->num_blocks * kv_block_stride(lay))
         return -XFER_EINVAL;
     for (uint32_t l = 0; lay->layer_base && l < lay->num_layers; l++)
         if (!lay->layer_base[l])

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <time.h>
 
-#define KSTAGE_SLOTS 4
+#define KSTAGE_SLOTS     4
 #define KSTAGE_MIN_BYTES (64u << 10)
-#define KSTAGE_WAIT_S 30 /* a slot's previous launch must finish within this */
+#define KSTAGE_WAIT_S    30 /* a slot's previous launch must finish within this */
 
 static_assert(sizeof(struct xfer_copy_desc) == 24, "descriptor is three 64-bit words");
 
@@ -332,7 +332,8 @@ static int kv_run(struct xfer_kstage *s, const struct xfer_kv_layout *lay, const
     if (!buf)
         return stage_failx(s, -XFER_EINVAL, "NULL buffer");
     uint64_t per_layer = n_ids * lay->block_bytes;
-    if (per_layer / lay->block_bytes != n_ids || per_layer * lay->num_layers / lay->num_layers != per_layer)
+    if (per_layer / lay->block_bytes != n_ids ||
+        per_layer * lay->num_layers / lay->num_layers != per_layer)
         return stage_failx(s, -XFER_EINVAL, "KV transfer size overflows");
     device_scope ds(s->device);
     if (!ds.ok)
@@ -353,8 +354,8 @@ static int kv_run(struct xfer_kstage *s, const struct xfer_kv_layout *lay, const
     struct kgrid g = kgrid_pick(per_layer * lay->num_layers, s->sms, s->cc_major, aligned);
     cudaStream_t st = (cudaStream_t)stream;
     return stage_run(s, sl, bytes, st, [&] {
-        return klaunch_kv(dbase, dbase + lay->num_layers, n_ids, lay->num_layers,
-                          lay->block_bytes, stride, buf, scatter, g, st);
+        return klaunch_kv(dbase, dbase + lay->num_layers, n_ids, lay->num_layers, lay->block_bytes,
+                          stride, buf, scatter, g, st);
     });
 }
 

@@ -40,12 +40,12 @@ struct xferd_config {
     char node[XFER_NAME_MAX];
     char redis_url[XFERD_STR_MAX];
     char secret[XFERD_STR_MAX];
-    char transports[XFERD_STR_MAX]; /* "" = engine default */
-    char listen[XFER_ADDR_MAX];     /* data and control TCP address */
-    char advertise[XFER_ADDR_MAX];  /* published address; "" = listen */
-    uint16_t data_port;             /* 0 = ephemeral */
-    uint16_t ctrl_port;             /* 0 = ephemeral */
-    uint16_t metrics_port;          /* Prometheus /metrics; 0 = off */
+    char transports[XFERD_STR_MAX];   /* "" = engine default */
+    char listen[XFER_ADDR_MAX];       /* data and control TCP address */
+    char advertise[XFER_ADDR_MAX];    /* published address; "" = listen */
+    uint16_t data_port;               /* 0 = ephemeral */
+    uint16_t ctrl_port;               /* 0 = ephemeral */
+    uint16_t metrics_port;            /* Prometheus /metrics; 0 = off */
     char metrics_addr[XFER_ADDR_MAX]; /* "" = listen */
     char ctrl_socket[XFERD_PATH_MAX];
     char config_path[XFERD_PATH_MAX];

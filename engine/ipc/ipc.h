@@ -30,8 +30,8 @@
 
 #define IPC_MAGIC      0x43504958u /* "XIPC" */
 #define IPC_VERSION    1u
-#define IPC_BATCH_MAX  512u        /* records per ACQ/REL message */
-#define IPC_HANDLE_LEN 64u         /* cudaIpcMemHandle_t */
+#define IPC_BATCH_MAX  512u /* records per ACQ/REL message */
+#define IPC_HANDLE_LEN 64u  /* cudaIpcMemHandle_t */
 #define IPC_UUID_LEN   16u
 
 enum ipc_msg_type {
@@ -71,13 +71,13 @@ struct ipc_map_resp {
     uint32_t mech;  /* enum ipc_mech */
     uint32_t access;
     int32_t has_fd;
-    uint64_t len;       /* region length */
-    uint64_t addr;      /* region address in the owner (CMA) */
-    uint64_t alloc_off; /* CUDA: region start minus allocation start */
-    uint64_t alloc_len; /* CUDA: allocation length (cuMem mapping) */
-    uint8_t uuid[IPC_UUID_LEN];        /* CUDA: owner GPU */
-    uint8_t handle[IPC_HANDLE_LEN];    /* CUDA IPC handle */
-    char why[96];                      /* reason when status != 0 */
+    uint64_t len;                   /* region length */
+    uint64_t addr;                  /* region address in the owner (CMA) */
+    uint64_t alloc_off;             /* CUDA: region start minus allocation start */
+    uint64_t alloc_len;             /* CUDA: allocation length (cuMem mapping) */
+    uint8_t uuid[IPC_UUID_LEN];     /* CUDA: owner GPU */
+    uint8_t handle[IPC_HANDLE_LEN]; /* CUDA IPC handle */
+    char why[96];                   /* reason when status != 0 */
 };
 
 struct ipc_acq_req {
@@ -154,8 +154,8 @@ int ipc_cuda_probe(char *why, size_t why_len);
 int ipc_cuda_export(void *ptr, int dev, const uint8_t *known, struct ipc_cuda_export *out,
                     char *why, size_t why_len);
 /* Initiator: opens what the owner exported (takes ownership of ex->fd). */
-int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out,
-                    char *why, size_t why_len);
+int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out, char *why,
+                    size_t why_len);
 void ipc_cuda_import_close(struct ipc_cuda_import *imp);
 /* Device pointer of the region start within an import. */
 void *ipc_cuda_import_ptr(const struct ipc_cuda_import *imp);
@@ -191,7 +191,7 @@ struct ipc_kcopy {
     int ticket;      /* launch that took it, -1 = copy it otherwise */
     int status;      /* after ipc_kbatch_finish */
     bool ran;
-    size_t job;      /* caller's index */
+    size_t job; /* caller's index */
 };
 /* Groups of >= XFER_KBATCH_MIN_ITEMS copies with the same GPU pair go into
  * one kernel launch each (*kb created on first use; XFER_IPC_NO_KBATCH=1
@@ -217,8 +217,7 @@ struct ipc_transport {
     int cuda_devices; /* > 0 when CUDA copies are possible */
 };
 
-int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms,
-                  struct xfer_conn **out);
+int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out);
 void ipc_conn_close(struct xfer_conn *c);
 int ipc_conn_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
 

@@ -89,8 +89,8 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
                         (unsigned long long)it->remote_off, (unsigned long long)it->len, d.name,
                         (unsigned long long)d.len);
     char why[256] = "";
-    int rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op,
-                         c->io_timeout_ms, &j->map, why, sizeof(why));
+    int rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op, c->io_timeout_ms,
+                         &j->map, why, sizeof(why));
     if (rc < 0)
         return job_fail(j, rc, "%s", why);
     const struct ipc_map *m = j->map;
@@ -116,8 +116,11 @@ static int jobs_acquire(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
         if (jobs[i].status || jobs[i].skip)
             continue;
         const struct xfer_item *it = &jobs[i].it;
-        req[k] = (struct ipc_acq_req){.id = it->remote_id, .gen = it->remote_gen, .op = it->op,
-                                      .off = it->remote_off, .len = it->len};
+        req[k] = (struct ipc_acq_req){.id = it->remote_id,
+                                      .gen = it->remote_gen,
+                                      .op = it->op,
+                                      .off = it->remote_off,
+                                      .len = it->len};
         map_of[k++] = i;
     }
     if (k == 0)
@@ -183,11 +186,10 @@ static void job_copy_host(struct ipc_conn *c, struct ipc_job *j, char *local)
         else
             memcpy(remote, local, it->len);
     } else if (it->op == XFER_OP_READ) {
-        rc = ipc_cma_read(c->pid, m->addr + it->remote_off, local, it->len, j->why,
-                          sizeof(j->why));
+        rc = ipc_cma_read(c->pid, m->addr + it->remote_off, local, it->len, j->why, sizeof(j->why));
     } else {
-        rc = ipc_cma_write(c->pid, m->addr + it->remote_off, local, it->len, j->why,
-                           sizeof(j->why));
+        rc =
+            ipc_cma_write(c->pid, m->addr + it->remote_off, local, it->len, j->why, sizeof(j->why));
     }
     j->status = rc;
 }
@@ -226,11 +228,11 @@ static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
 struct ipc_group {
     struct ipc_job *jobs;
     size_t n;
-    int rc; /* connection error while starting */
+    int rc;                     /* connection error while starting */
     struct ipc_cuda_mark *mark; /* CUDA copies still in flight */
     struct ipc_kcopy *kc;       /* GPU<->GPU items, batched when many */
     size_t nkc;
-    bool kc_running;            /* some launched as batched kernels */
+    bool kc_running; /* some launched as batched kernels */
 };
 
 static char *job_local(const struct ipc_job *j)
@@ -253,9 +255,13 @@ static bool kc_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
         return false;
     char *local = job_local(j);
     bool rd = j->it.op == XFER_OP_READ;
-    g->kc[g->nkc++] = (struct ipc_kcopy){.dst = rd ? local : remote, .src = rd ? remote : local,
-                                         .len = j->it.len, .exec = rdev, .other = ldev,
-                                         .ticket = -1, .job = i};
+    g->kc[g->nkc++] = (struct ipc_kcopy){.dst = rd ? local : remote,
+                                         .src = rd ? remote : local,
+                                         .len = j->it.len,
+                                         .exec = rdev,
+                                         .other = ldev,
+                                         .ticket = -1,
+                                         .job = i};
     return true;
 }
 
@@ -333,8 +339,8 @@ static void jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g)
     for (size_t i = 0; i < n; i++) {
         struct ipc_job *j = &jobs[i];
         if (j->ticket >= 0)
-            j->status = ipc_cuda_copy_wait(c->copier, j->ticket, c->io_timeout_ms, j->why,
-                                           sizeof(j->why));
+            j->status =
+                ipc_cuda_copy_wait(c->copier, j->ticket, c->io_timeout_ms, j->why, sizeof(j->why));
         if (j->begun)
             xfer_batch_io_end(j->b, j->i);
     }
@@ -543,8 +549,10 @@ static int conn_hello(struct ipc_conn *c, const struct xfer_peer_desc *pd, int t
                       char *why, size_t why_len)
 {
     const struct xfer_engine_config *cfg = xfer_engine_config_get(c->t->base.engine);
-    struct xfer_hs_self self = {.node_id = c->t->node_id, .incarnation = c->t->incarnation,
-                                .secret = cfg->secret, .secret_len = cfg->secret_len};
+    struct xfer_hs_self self = {.node_id = c->t->node_id,
+                                .incarnation = c->t->incarnation,
+                                .secret = cfg->secret,
+                                .secret_len = cfg->secret_len};
     struct xfer_hs_peer hp;
     int rc = xfer_handshake_client(c->fd, &self, timeout_ms, &hp, why, why_len);
     if (rc < 0)
@@ -579,8 +587,7 @@ static int conn_hello(struct ipc_conn *c, const struct xfer_peer_desc *pd, int t
     return rc;
 }
 
-int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms,
-                  struct xfer_conn **out)
+int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out)
 {
     const struct xfer_peer_desc *pd = xfer_peer_desc_get(peer);
     char why[256] = "";

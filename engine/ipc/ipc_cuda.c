@@ -36,7 +36,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 static struct {
     pthread_once_t once;
     int ndev;
@@ -121,8 +120,8 @@ int ipc_cuda_fail(cudaError_t e, const char *what, char *why, size_t why_len)
 static void uuid_str(const uint8_t *u, char *out, size_t len)
 {
     snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
-             u[13], u[14], u[15]);
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
 }
 
 /* ---- owner: export ------------------------------------------------------ */
@@ -137,7 +136,8 @@ static int export_cumem(CUmemGenericAllocationHandle h, struct ipc_cuda_export *
         snprintf(why, why_len, "cannot read the cuMem allocation's properties");
         rc = -XFER_EIO;
     } else if (!(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
-        snprintf(why, why_len, "cuMem allocation was created without "
+        snprintf(why, why_len,
+                 "cuMem allocation was created without "
                  "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; peers cannot open it");
         rc = -XFER_ENOTSUP;
     } else {
@@ -234,8 +234,10 @@ static int local_ordinal(const uint8_t *uuid, char *why, size_t why_len)
             return d;
     char s[48];
     uuid_str(uuid, s, sizeof(s));
-    snprintf(why, why_len, "peer access impossible: owner's %s not visible here "
-             "(CUDA_VISIBLE_DEVICES?)", s);
+    snprintf(why, why_len,
+             "peer access impossible: owner's %s not visible here "
+             "(CUDA_VISIBLE_DEVICES?)",
+             s);
     return -XFER_ENODEV;
 }
 
@@ -259,8 +261,10 @@ static int open_legacy(struct ipc_cuda_import *imp, const struct ipc_map_resp *m
         if (e != cudaSuccess) {
             free(oh);
             oh = NULL;
-            rc = ipc_cuda_fail(e, "cudaIpcOpenMemHandle (allocation freed by the owner, or peer "
-                           "access impossible)", why, why_len);
+            rc = ipc_cuda_fail(e,
+                               "cudaIpcOpenMemHandle (allocation freed by the owner, or peer "
+                               "access impossible)",
+                               why, why_len);
         } else {
             memcpy(oh->handle, m->handle, IPC_HANDLE_LEN);
             oh->refs = 1;
@@ -290,8 +294,8 @@ static void close_legacy(struct opened_handle *oh)
     pthread_mutex_unlock(&opened_mu);
 }
 
-static int open_cumem(struct ipc_cuda_import *imp, const struct ipc_map_resp *m, int fd,
-                      char *why, size_t why_len)
+static int open_cumem(struct ipc_cuda_import *imp, const struct ipc_map_resp *m, int fd, char *why,
+                      size_t why_len)
 {
     if (fd < 0 || !cu.import_fd || !cu.reserve || !cu.map || !cu.set_access) {
         snprintf(why, why_len, "cuMem import impossible (no fd or driver too old)");
@@ -322,8 +326,9 @@ static int open_cumem(struct ipc_cuda_import *imp, const struct ipc_map_resp *m,
         if (!ok && cudaDeviceCanAccessPeer(&ok, d, imp->dev) != cudaSuccess)
             ok = 0;
         if (ok)
-            acc[na++] = (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d},
-                                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+            acc[na++] =
+                (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d},
+                                  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     }
     if (cu.set_access(imp->va, imp->va_len, acc, (size_t)na) != CUDA_SUCCESS) {
         snprintf(why, why_len, "cuMemSetAccess on the peer's allocation failed");
@@ -333,8 +338,8 @@ static int open_cumem(struct ipc_cuda_import *imp, const struct ipc_map_resp *m,
     return 0;
 }
 
-int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out,
-                    char *why, size_t why_len)
+int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out, char *why,
+                    size_t why_len)
 {
     int rc = ipc_cuda_probe(why, why_len);
     struct ipc_cuda_import *imp = NULL;
@@ -374,8 +379,14 @@ void ipc_cuda_import_close(struct ipc_cuda_import *imp)
     free(imp);
 }
 
-void *ipc_cuda_import_ptr(const struct ipc_cuda_import *imp) { return imp->ptr; }
-int ipc_cuda_import_device(const struct ipc_cuda_import *imp) { return imp->dev; }
+void *ipc_cuda_import_ptr(const struct ipc_cuda_import *imp)
+{
+    return imp->ptr;
+}
+int ipc_cuda_import_device(const struct ipc_cuda_import *imp)
+{
+    return imp->dev;
+}
 
 int xfer_gpus_describe(char *buf, size_t len)
 {
@@ -407,24 +418,38 @@ static int no_cuda(char *why, size_t why_len)
     return -XFER_ENODEV;
 }
 
-int ipc_cuda_probe(char *why, size_t why_len) { return no_cuda(why, why_len); }
+int ipc_cuda_probe(char *why, size_t why_len)
+{
+    return no_cuda(why, why_len);
+}
 int ipc_cuda_export(void *ptr, int dev, const uint8_t *known, struct ipc_cuda_export *out,
                     char *why, size_t why_len)
 {
     (void)ptr, (void)dev, (void)known, (void)out;
     return no_cuda(why, why_len);
 }
-int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out,
-                    char *why, size_t why_len)
+int ipc_cuda_import(const struct ipc_map_resp *m, int fd, struct ipc_cuda_import **out, char *why,
+                    size_t why_len)
 {
     (void)m, (void)out;
     if (fd >= 0)
         close(fd);
     return no_cuda(why, why_len);
 }
-void ipc_cuda_import_close(struct ipc_cuda_import *imp) { (void)imp; }
-void *ipc_cuda_import_ptr(const struct ipc_cuda_import *imp) { (void)imp; return NULL; }
-int ipc_cuda_import_device(const struct ipc_cuda_import *imp) { (void)imp; return -1; }
+void ipc_cuda_import_close(struct ipc_cuda_import *imp)
+{
+    (void)imp;
+}
+void *ipc_cuda_import_ptr(const struct ipc_cuda_import *imp)
+{
+    (void)imp;
+    return NULL;
+}
+int ipc_cuda_import_device(const struct ipc_cuda_import *imp)
+{
+    (void)imp;
+    return -1;
+}
 int xfer_gpus_describe(char *buf, size_t len)
 {
     if (len)

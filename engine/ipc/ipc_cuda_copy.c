@@ -260,8 +260,7 @@ int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const
     return t;
 }
 
-int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *why,
-                       size_t why_len)
+int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *why, size_t why_len)
 {
     if (t < 0 || t >= c->nev || !c->used[t])
         return -XFER_EINVAL;
@@ -273,8 +272,7 @@ int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *w
     cudaSetDevice(c->ev_dev[t]);
     while ((e = cudaEventQuery(c->ev[t])) == cudaErrorNotReady) {
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec * 1000000000L + now.tv_nsec >
-            end.tv_sec * 1000000000L + end.tv_nsec) {
+        if (now.tv_sec * 1000000000L + now.tv_nsec > end.tv_sec * 1000000000L + end.tv_nsec) {
             snprintf(why, why_len, "CUDA copy not finished after %d ms", timeout_ms);
             return -XFER_ETIMEDOUT; /* ticket stays used: the copy may still land */
         }
@@ -302,15 +300,17 @@ struct ipc_cuda_copier *ipc_cuda_copier_new(int *err, pthread_mutex_t *mu, pthre
     *err = -XFER_ENODEV;
     return NULL;
 }
-void ipc_cuda_copier_free(struct ipc_cuda_copier *c) { (void)c; }
+void ipc_cuda_copier_free(struct ipc_cuda_copier *c)
+{
+    (void)c;
+}
 int ipc_cuda_copy_start(struct ipc_cuda_copier *c, void *dst, int dst_dev, const void *src,
                         int src_dev, int remote_dev, size_t len, char *why, size_t why_len)
 {
     (void)c, (void)dst, (void)dst_dev, (void)src, (void)src_dev, (void)remote_dev, (void)len;
     return no_cuda(why, why_len);
 }
-int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *why,
-                       size_t why_len)
+int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *why, size_t why_len)
 {
     (void)c, (void)t, (void)timeout_ms;
     return no_cuda(why, why_len);

@@ -35,7 +35,10 @@ static void retire_if(struct ipc_map_cache *mc, bool (*pred)(const struct ipc_ma
     }
 }
 
-static bool same_id(const struct ipc_map *m, uint32_t id) { return m->id == id; }
+static bool same_id(const struct ipc_map *m, uint32_t id)
+{
+    return m->id == id;
+}
 static bool any(const struct ipc_map *m, uint32_t unused)
 {
     (void)m;
@@ -43,7 +46,10 @@ static bool any(const struct ipc_map *m, uint32_t unused)
     return true;
 }
 
-void ipc_map_forget(struct ipc_map_cache *mc, uint32_t id) { retire_if(mc, same_id, id); }
+void ipc_map_forget(struct ipc_map_cache *mc, uint32_t id)
+{
+    retire_if(mc, same_id, id);
+}
 
 void ipc_map_forget_gen(struct ipc_map_cache *mc, uint32_t id, uint32_t gen)
 {
@@ -54,7 +60,10 @@ void ipc_map_forget_gen(struct ipc_map_cache *mc, uint32_t id, uint32_t gen)
         }
 }
 
-size_t ipc_map_count(const struct ipc_map_cache *mc) { return mc->nlive; }
+size_t ipc_map_count(const struct ipc_map_cache *mc)
+{
+    return mc->nlive;
+}
 
 void ipc_map_gc(struct ipc_map_cache *mc)
 {

@@ -112,8 +112,7 @@ static void describe_reach(struct ipc_server *s, xfer_region *r, struct ipc_map_
     if (xfer_region_kind(r) == XFER_MEM_CUDA) {
         struct ipc_cuda_export ex;
         m->status = ipc_cuda_export(xfer_region_ptr(r), xfer_region_device(r),
-                                    xfer_region_cuda_ipc_handle(r), &ex, m->why,
-                                    sizeof(m->why));
+                                    xfer_region_cuda_ipc_handle(r), &ex, m->why, sizeof(m->why));
         if (m->status == 0) {
             m->mech = ex.mech;
             memcpy(m->handle, ex.handle, sizeof(m->handle));
@@ -160,8 +159,7 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
     xfer_region *r = xfer_region_acquire(s->engine, q.id, q.gen, q.op, 0, 0, &err);
     if (!r) {
         m.status = err;
-        snprintf(m.why, sizeof(m.why), "region %u gen %u: %s", q.id, q.gen,
-                 xfer_strerror(err));
+        snprintf(m.why, sizeof(m.why), "region %u gen %u: %s", q.id, q.gen, xfer_strerror(err));
     } else {
         describe_reach(s, r, &m, &fd);
         xfer_region_release(r);
@@ -248,27 +246,29 @@ static int conn_handshake(struct serve_conn *c)
 {
     struct ipc_server *s = c->srv;
     const struct xfer_engine_config *cfg = xfer_engine_config_get(s->engine);
-    struct xfer_hs_self self = {.node_id = s->node_id, .incarnation = s->incarnation,
-                                .secret = cfg->secret, .secret_len = cfg->secret_len};
+    struct xfer_hs_self self = {.node_id = s->node_id,
+                                .incarnation = s->incarnation,
+                                .secret = cfg->secret,
+                                .secret_len = cfg->secret_len};
     struct xfer_hs_peer peer;
     char why[256] = "";
     /* Without a secret, only our own uid may reach our memory (the rule the
      * kernel applies to cross-memory attach anyway). */
     struct ucred cred;
     socklen_t clen = sizeof(cred);
-    if (!cfg->secret && (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
-                         cred.uid != geteuid())) {
+    if (!cfg->secret &&
+        (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || cred.uid != geteuid())) {
         xfer_warn("ipc: refused a connection from uid %d: not ours and no secret configured",
                   (int)cred.uid);
         return -XFER_EAUTH;
     }
-    int rc = xfer_handshake_server(c->fd, &self, cfg->connect_timeout_ms, &peer, why,
-                                   sizeof(why));
+    int rc = xfer_handshake_server(c->fd, &self, cfg->connect_timeout_ms, &peer, why, sizeof(why));
     if (rc < 0) {
         xfer_warn("ipc: refused a connection: %s", why);
         return rc;
     }
-    struct ipc_hello hello = {.pid = getpid(), .probe_len = sizeof(s->probe_cookie),
+    struct ipc_hello hello = {.pid = getpid(),
+                              .probe_len = sizeof(s->probe_cookie),
                               .probe_addr = (uint64_t)(uintptr_t)s->probe_cookie};
     memcpy(hello.probe_cookie, s->probe_cookie, sizeof(hello.probe_cookie));
     ipc_cma_allow_peers(); /* the peer probes CMA right after HELLO */
@@ -300,10 +300,17 @@ static void *conn_main(void *arg)
         if (rc < 0)
             break;
         switch (h.type) {
-        case IPC_MAP_REQ: rc = handle_map(c, &h, buf); break;
-        case IPC_ACQ_REQ: rc = handle_acquire(c, &h, buf); break;
-        case IPC_REL: rc = handle_release(c, &h, buf); break;
-        default: rc = -XFER_EPROTO;
+        case IPC_MAP_REQ:
+            rc = handle_map(c, &h, buf);
+            break;
+        case IPC_ACQ_REQ:
+            rc = handle_acquire(c, &h, buf);
+            break;
+        case IPC_REL:
+            rc = handle_release(c, &h, buf);
+            break;
+        default:
+            rc = -XFER_EPROTO;
         }
         if (rc == -XFER_EPROTO)
             xfer_warn("ipc: malformed message (type %u) from peer, closing", h.type);

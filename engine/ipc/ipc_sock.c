@@ -93,8 +93,10 @@ int ipc_sock_connect(const char *node_id, uint64_t incarnation, int timeout_ms, 
             nanosleep(&ts, NULL);
             continue;
         }
-        snprintf(why, why_len, "connect @%s: %s (is the peer on this host and in this network "
-                 "namespace?)", sun.sun_path + 1, strerror(errno));
+        snprintf(why, why_len,
+                 "connect @%s: %s (is the peer on this host and in this network "
+                 "namespace?)",
+                 sun.sun_path + 1, strerror(errno));
         close(fd);
         return -XFER_ECONN;
     }
@@ -156,8 +158,8 @@ static int send_all(int fd, struct iovec *iov, int iovcnt, int pass_fd, int64_t 
 int ipc_send(int fd, uint16_t type, uint32_t count, const void *payload, uint32_t bytes,
              int pass_fd, int timeout_ms)
 {
-    struct ipc_hdr h = {.magic = IPC_MAGIC, .type = type, .version = IPC_VERSION,
-                        .count = count, .bytes = bytes};
+    struct ipc_hdr h = {
+        .magic = IPC_MAGIC, .type = type, .version = IPC_VERSION, .count = count, .bytes = bytes};
     struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, bytes}};
     return send_all(fd, iov, bytes ? 2 : 1, pass_fd, xfer_now_ms() + timeout_ms);
 }
@@ -169,8 +171,8 @@ static int recv_all(int fd, void *buf, size_t len, int *got_fd, int64_t deadline
     size_t done = 0;
     while (done < len) {
         struct iovec iov = {(char *)buf + done, len - done};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                            .msg_controllen = sizeof(cbuf)};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
         ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
         if (n < 0) {
             if (errno == EINTR)

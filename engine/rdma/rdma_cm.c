@@ -183,8 +183,8 @@ static void slot_established(struct rdma_transport *t, struct rdma_slot *s, cons
     char why[192];
     int rc = xfer_rdma_rep_verify(&t->self, s->nonce, pdata, len, why, sizeof(why));
     if (rc == 0) /* the node we meant, not another one or a restarted one */
-        rc = xfer_rdma_rep_check_peer(pdata, len, s->conn->peer.node_id,
-                                      s->conn->peer.incarnation, why, sizeof(why));
+        rc = xfer_rdma_rep_check_peer(pdata, len, s->conn->peer.node_id, s->conn->peer.incarnation,
+                                      why, sizeof(why));
     if (rc < 0) {
         xfer_warn("rdma: connection to %s refused: %s", s->conn->peer.node_id, why);
         attempt_failed(t, s, rc, why, true);

@@ -5,9 +5,9 @@
  * payload straight into the region and answers READ from it.
  *
  * Threads: one acceptor, a short-lived thread per inbound handshake (which
- * then hands the socket over), and progress_threads epoll loops. Each socket belongs to exactly one progress
- * thread, which alone does its I/O; other threads only append to its shared
- * send queue (qmu) and kick the owner through an eventfd.
+ * then hands the socket over), and progress_threads epoll loops. Each socket belongs to exactly one
+ * progress thread, which alone does its I/O; other threads only append to its shared send queue
+ * (qmu) and kick the owner through an eventfd.
  */
 #ifndef XFER_TCP_H
 #define XFER_TCP_H
@@ -18,15 +18,15 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#define TCP_MAX_PAYLOAD (64u << 20) /* largest frame payload we accept */
-#define TCP_RXBUF 8192              /* header read-ahead buffer */
-#define TCP_IOV_MAX 64              /* frames gathered into one sendmsg */
-#define TCP_TXQ_HIGH 4096           /* target stops reading above this backlog */
-#define TCP_HANDSHAKES_MAX 64       /* concurrent inbound handshakes */
+#define TCP_MAX_PAYLOAD    (64u << 20) /* largest frame payload we accept */
+#define TCP_RXBUF          8192        /* header read-ahead buffer */
+#define TCP_IOV_MAX        64          /* frames gathered into one sendmsg */
+#define TCP_TXQ_HIGH       4096        /* target stops reading above this backlog */
+#define TCP_HANDSHAKES_MAX 64          /* concurrent inbound handshakes */
 /* GPU memory goes through pinned staging slots (engine/gpu_stage, tcp_gpu.c):
  * chunks touching GPU memory are at most one slot long. */
-#define TCP_GPU_SLOT (4u << 20)
-#define TCP_GPU_SLOTS 4u  /* per thread, GPU and direction */
+#define TCP_GPU_SLOT    (4u << 20)
+#define TCP_GPU_SLOTS   4u /* per thread, GPU and direction */
 #define TCP_GPU_MAX_DEV 16
 
 struct tcp_transport;
@@ -46,22 +46,22 @@ struct tcp_tx {
     /* initiator chunk */
     xfer_batch *b; /* held */
     size_t idx;
-    uint8_t op;      /* XFER_WIRE_WRITE_REQ / READ_REQ */
+    uint8_t op; /* XFER_WIRE_WRITE_REQ / READ_REQ */
     uint64_t req_id;
-    uint64_t len;    /* chunk bytes */
-    uint8_t *local;  /* READ: where the response payload goes */
+    uint64_t len;   /* chunk bytes */
+    uint8_t *local; /* READ: where the response payload goes */
     /* target response */
     xfer_region *region; /* pinned, released when sent */
     /* GPU memory (tcp_gpu.c). Payload from GPU memory (gsrc set): sent from
      * a staging slot once its D2H finished. Target WRITE into GPU memory
      * (gsrc NULL): the WRITE_RESP waits for the H2D out of gslot. */
     bool gpu;
-    bool gready;               /* staging copy seen finished */
-    bool gpin;                 /* initiator: io_begin held for the copy */
-    int gdev;                  /* CUDA ordinal of the GPU memory */
-    int gslot;                 /* -1 = none taken yet */
+    bool gready; /* staging copy seen finished */
+    bool gpin;   /* initiator: io_begin held for the copy */
+    int gdev;    /* CUDA ordinal of the GPU memory */
+    int gslot;   /* -1 = none taken yet */
     struct xfer_gpu_stage *gst;
-    const uint8_t *gsrc;       /* device memory to send */
+    const uint8_t *gsrc; /* device memory to send */
 };
 
 enum tcp_rx_state { RX_HDR, RX_PAYLOAD };
@@ -70,16 +70,16 @@ struct tcp_sock {
     struct tcp_transport *tt;
     struct tcp_thread *th;
     int fd;
-    bool target;       /* accepted: serves requests */
-    bool dead;         /* qmu: no new frames */
-    bool close_req;    /* th->mu: disconnect asks the owner to close */
-    bool released;     /* th->mu: owner closed it after close_req */
-    bool linked;       /* th->mu: on th->socks */
-    bool kicked;       /* th->mu: on the owner's kick list */
-    bool closing;      /* owner: close_req as seen when the kick was taken */
-    bool in_ready;     /* owner: on the ready list (rx budget exhausted) */
-    bool rx_blocked;   /* owner: target stopped reading, backlog too long */
-    char name[96];     /* for log lines */
+    bool target;                        /* accepted: serves requests */
+    bool dead;                          /* qmu: no new frames */
+    bool close_req;                     /* th->mu: disconnect asks the owner to close */
+    bool released;                      /* th->mu: owner closed it after close_req */
+    bool linked;                        /* th->mu: on th->socks */
+    bool kicked;                        /* th->mu: on the owner's kick list */
+    bool closing;                       /* owner: close_req as seen when the kick was taken */
+    bool in_ready;                      /* owner: on the ready list (rx budget exhausted) */
+    bool rx_blocked;                    /* owner: target stopped reading, backlog too long */
+    char name[96];                      /* for log lines */
     struct tcp_sock *th_prev, *th_next; /* th->mu */
     struct tcp_sock *kick_next;         /* th->mu */
     struct tcp_sock *ready_next;        /* owner */
@@ -98,17 +98,17 @@ struct tcp_sock {
     enum tcp_rx_state rx_state;
     struct xfer_wire_hdr rh;
     uint64_t rx_got;
-    uint8_t *rx_dst;       /* target: region memory, NULL = discard */
+    uint8_t *rx_dst; /* target: region memory, NULL = discard */
     xfer_region *rx_region;
     int rx_status;
-    int rx_errno;          /* why the last recv failed, 0 = EOF */
+    int rx_errno; /* why the last recv failed, 0 = EOF */
     /* payload into GPU memory: received into a staging slot first */
     bool rx_gpu;
-    int rx_gslot;          /* -1 = none yet */
-    int rx_gerr;           /* initiator: no slot could be had, discard */
+    int rx_gslot; /* -1 = none yet */
+    int rx_gerr;  /* initiator: no slot could be had, discard */
     struct xfer_gpu_stage *rx_gst;
     uint8_t *rx_host;
-    bool gpu_wait;         /* owner: on th->gpu_head */
+    bool gpu_wait; /* owner: on th->gpu_head */
     struct tcp_sock *gpu_next;
     struct tcp_tx *land_head, *land_tail; /* initiator: READ chunks whose H2D runs */
 };
@@ -122,10 +122,10 @@ struct tcp_thread {
     struct tcp_sock *socks;
     struct tcp_sock *kick_head;
     struct tcp_sock *ready_head;
-    struct tcp_sock *grave; /* target sockets to free after this round */
-    uint8_t scratch[65536]; /* discarded payload lands here */
+    struct tcp_sock *grave;                         /* target sockets to free after this round */
+    uint8_t scratch[65536];                         /* discarded payload lands here */
     struct xfer_gpu_stage *gst[TCP_GPU_MAX_DEV][2]; /* [gpu][send, recv], lazily */
-    struct tcp_sock *gpu_head; /* sockets waiting for a staging copy or slot */
+    struct tcp_sock *gpu_head;                      /* sockets waiting for a staging copy or slot */
 };
 
 struct tcp_transport {
@@ -201,8 +201,7 @@ void tcp_gpu_pump(struct tcp_thread *th);
 void tcp_gpu_thread_free(struct tcp_thread *th);
 
 /* tcp_conn.c */
-int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms,
-                struct xfer_conn **out);
+int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out);
 void tcp_disconnect(struct xfer_conn *c);
 unsigned tcp_conn_state(struct xfer_conn *c);
 int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);

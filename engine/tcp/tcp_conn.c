@@ -16,8 +16,8 @@
 /* Non-blocking connect bounded by deadline_ms; returns the fd or -code. */
 static int dial(xfer_engine *e, const char *addr, uint16_t port, int64_t deadline_ms)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char ports[8];
     snprintf(ports, sizeof(ports), "%u", port);
@@ -72,11 +72,11 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
     struct xfer_hs_peer hp;
     char why[200] = "";
     int left = (int)(deadline_ms - xfer_now_ms());
-    int rc = left > 0 ? xfer_handshake_client(fd, &hs, left, &hp, why, sizeof(why))
-                      : -XFER_ETIMEDOUT;
+    int rc =
+        left > 0 ? xfer_handshake_client(fd, &hs, left, &hp, why, sizeof(why)) : -XFER_ETIMEDOUT;
     if (rc == 0 && strcmp(hp.node_id, d->node_id)) {
-        snprintf(why, sizeof(why), "node %.40s answered at %.40s:%u, expected %.40s", hp.node_id, d->addr,
-                 d->data_port, d->node_id);
+        snprintf(why, sizeof(why), "node %.40s answered at %.40s:%u, expected %.40s", hp.node_id,
+                 d->addr, d->data_port, d->node_id);
         rc = -XFER_ESTALE;
     } else if (rc == 0 && d->incarnation && hp.incarnation != d->incarnation) {
         snprintf(why, sizeof(why), "node %s restarted (incarnation differs)", d->node_id);
@@ -100,8 +100,7 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
     return 0;
 }
 
-int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms,
-                struct xfer_conn **out)
+int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out)
 {
     struct tcp_transport *tt = container_of(t, struct tcp_transport, base);
     const struct xfer_peer_desc *d = xfer_peer_desc_get(peer);
@@ -265,9 +264,13 @@ static struct tcp_tx *make_chunk(struct tcp_transport *tt, xfer_batch *b, size_t
             t->payload = NULL;
         }
     }
-    struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION, .op = t->op, .req_id = t->req_id,
-                              .region_id = it->remote_id, .gen = it->remote_gen,
-                              .offset = it->remote_off + off, .length = len,
+    struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION,
+                              .op = t->op,
+                              .req_id = t->req_id,
+                              .region_id = it->remote_id,
+                              .gen = it->remote_gen,
+                              .offset = it->remote_off + off,
+                              .length = len,
                               .payload = (uint32_t)t->payload_len};
     xfer_wire_encode(&h, t->hdr);
     xfer_batch_hold(b);
@@ -280,8 +283,7 @@ static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it)
     struct xfer_region_desc rd;
     if (xfer_region_kind(it->local) == XFER_MEM_CUDA)
         return true;
-    return xfer_peer_region_get(tc->base.peer, it->remote_id, &rd) == 0 &&
-           rd.kind == XFER_MEM_CUDA;
+    return xfer_peer_region_get(tc->base.peer, it->remote_id, &rd) == 0 && rd.kind == XFER_MEM_CUDA;
 }
 
 /* Splits item i into chunks spread over the sockets. */

@@ -25,8 +25,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GPU_SEND 0
-#define GPU_RECV 1
+#define GPU_SEND     0
+#define GPU_RECV     1
 #define DROP_WAIT_MS 5000
 
 static struct xfer_gpu_stage *stage_for(struct tcp_thread *th, int dev, int dir, int *err,
@@ -202,8 +202,7 @@ void tcp_gpu_tx_release(struct tcp_tx *t)
         return;
     if (t->gslot >= 0) {
         if (xfer_gpu_stage_wait(t->gst, t->gslot, DROP_WAIT_MS) == -XFER_ETIMEDOUT)
-            xfer_err("tcp: GPU staging copy still running after %d ms; slot leaked",
-                     DROP_WAIT_MS);
+            xfer_err("tcp: GPU staging copy still running after %d ms; slot leaked", DROP_WAIT_MS);
         else
             xfer_gpu_stage_put(t->gst, t->gslot);
         t->gslot = -1;

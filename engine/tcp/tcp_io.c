@@ -365,8 +365,7 @@ static bool gather_add(struct tcp_sock *s, struct gather *g, struct tcp_tx *t, b
         /* tx_advance() assumes each frame's iovs cover all it has left, so a
          * frame sent only in part by this call must be the last one. */
         g->last = left > sizeof(zeros);
-    }
-    else if (left)
+    } else if (left)
         g->iov[g->niov++] = (struct iovec){t->payload + t->payload_sent, left};
     return true;
 }
@@ -633,8 +632,8 @@ static xfer_region *gpu_chunk_fits(struct tcp_sock *s, xfer_region *r, uint64_t 
 {
     if (!r || xfer_region_kind(r) != XFER_MEM_CUDA || len <= TCP_GPU_SLOT)
         return r;
-    xfer_warn("tcp: %s: refused a %llu-byte chunk of GPU memory (staging slots hold %u)",
-              s->name, (unsigned long long)len, TCP_GPU_SLOT);
+    xfer_warn("tcp: %s: refused a %llu-byte chunk of GPU memory (staging slots hold %u)", s->name,
+              (unsigned long long)len, TCP_GPU_SLOT);
     xfer_region_release(r);
     *err = -XFER_ENOTSUP;
     return NULL;
@@ -683,8 +682,8 @@ static void target_write_done(struct tcp_sock *s)
     s->rx_state = RX_HDR;
     bool gpu = s->rx_gpu;
     s->rx_gpu = false;
-    struct tcp_tx *t = queue_response(s, &s->rh, XFER_WIRE_WRITE_RESP, s->rx_status,
-                                      gpu ? r : NULL, NULL);
+    struct tcp_tx *t =
+        queue_response(s, &s->rh, XFER_WIRE_WRITE_RESP, s->rx_status, gpu ? r : NULL, NULL);
     if (!gpu && r)
         xfer_region_release(r);
     if (gpu && t) {

@@ -202,7 +202,8 @@ static int thread_start(struct tcp_transport *tt, struct tcp_thread *th)
 
 static int listen_on(struct tcp_transport *tt, const char *addr, uint16_t port)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char ports[8];

@@ -27,13 +27,13 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#define REG_LEN (32ull << 20)
-#define BENCH_LEN (512ull << 20)
-#define BENCH_ITEM (64ull << 20)
+#define REG_LEN     (32ull << 20)
+#define BENCH_LEN   (512ull << 20)
+#define BENCH_ITEM  (64ull << 20)
 #define BLOCK_BYTES 4096u
-#define LAYERS 4u
-#define BLOCK (BLOCK_BYTES * LAYERS)
-#define NBLOCKS (REG_LEN / BLOCK)
+#define LAYERS      4u
+#define BLOCK       (BLOCK_BYTES * LAYERS)
+#define NBLOCKS     (REG_LEN / BLOCK)
 #define DEADLINE_MS 60000
 
 static int failures;
@@ -102,8 +102,8 @@ static void copy_in(const struct mem *m, const void *src, size_t len)
 }
 
 /* fake: a "GPU" region backed by host memory, to see the no-device errors. */
-static void mem_make(xfer_engine *e, struct mem *m, const char *name, bool gpu, int dev,
-                     size_t len, bool fake)
+static void mem_make(xfer_engine *e, struct mem *m, const char *name, bool gpu, int dev, size_t len,
+                     bool fake)
 {
     snprintf(m->name, sizeof(m->name), "%s", name);
     m->gpu = gpu && !fake;
@@ -124,12 +124,12 @@ static void mem_make(xfer_engine *e, struct mem *m, const char *name, bool gpu, 
                 die("cudaMalloc");
 #endif
         }
-        if (!m->p || xfer_region_register(e, name, m->p, len, XFER_MEM_CUDA, dev, XFER_ACCESS_RW,
-                                          &m->r) < 0)
+        if (!m->p ||
+            xfer_region_register(e, name, m->p, len, XFER_MEM_CUDA, dev, XFER_ACCESS_RW, &m->r) < 0)
             die("xfer_region_register");
     }
-    struct xfer_layout l = {.dtype = "bf16", .block_bytes = BLOCK_BYTES,
-                            .num_blocks = len / BLOCK, .layers = LAYERS};
+    struct xfer_layout l = {
+        .dtype = "bf16", .block_bytes = BLOCK_BYTES, .num_blocks = len / BLOCK, .layers = LAYERS};
     xfer_region_set_layout(m->r, &l);
 }
 
@@ -240,8 +240,8 @@ static int target_main(int in, int out, unsigned transports, bool bench)
             break;
         if (c.op == CMD_ADOPT) { /* GPU memory of the other process, by handle */
             struct adopted a = {0};
-            a.rc = xfer_region_adopt_cuda(e, "adopted", c.handle, sizeof(c.handle), 0,
-                                          ADOPT_OFF, ADOPT_LEN, XFER_ACCESS_RW, &adopted);
+            a.rc = xfer_region_adopt_cuda(e, "adopted", c.handle, sizeof(c.handle), 0, ADOPT_OFF,
+                                          ADOPT_LEN, XFER_ACCESS_RW, &adopted);
             snprintf(a.why, sizeof(a.why), "%s", xfer_engine_last_error(e));
             if (a.rc == 0)
                 xfer_region_describe(adopted, &a.rd);
@@ -357,8 +357,11 @@ static void random_batch(struct ctx *c, struct mem *l, int ri, enum xfer_op op, 
             len = slot / 2 + 12345; /* several staging slots, odd tail */
         uint64_t doff = i * slot + rnd(c) % (slot - len + 1);
         uint64_t soff = rnd(c) % (REG_LEN - len + 1);
-        struct xfer_item it = {.op = op, .local = l->r, .peer = c->p,
-                               .remote_id = c->h.rd[ri].id, .remote_gen = c->h.rd[ri].gen,
+        struct xfer_item it = {.op = op,
+                               .local = l->r,
+                               .peer = c->p,
+                               .remote_id = c->h.rd[ri].id,
+                               .remote_gen = c->h.rd[ri].gen,
                                .len = len};
         it.local_off = op == XFER_OP_WRITE ? soff : doff;
         it.remote_off = op == XFER_OP_WRITE ? doff : soff;
@@ -394,8 +397,8 @@ static void block_batch(struct ctx *c, struct mem *l, int ri, enum xfer_op op, s
     block_ids(c, lids, n);
     block_ids(c, rids, n);
     xfer_batch *b = xfer_batch_new(c->e, NULL);
-    int items = xfer_batch_add_blocks(b, op, l->r, lids, c->p, c->h.rd[ri].id, c->h.rd[ri].gen,
-                                      rids, n);
+    int items =
+        xfer_batch_add_blocks(b, op, l->r, lids, c->p, c->h.rd[ri].id, c->h.rd[ri].gen, rids, n);
     if (items <= 0)
         FAIL("xfer_batch_add_blocks: %d %s", items, xfer_engine_last_error(c->e));
     for (size_t i = 0; i < n; i++) {
@@ -445,9 +448,14 @@ static double bench_one(struct ctx *c, struct mem *l, int ri, enum xfer_op op)
     for (int rep = 0; rep < 4; rep++) { /* the first one warms up */
         xfer_batch *b = xfer_batch_new(c->e, NULL);
         for (uint64_t off = 0; off < BENCH_LEN; off += BENCH_ITEM) {
-            struct xfer_item it = {.op = op, .local = l->r, .local_off = off, .peer = c->p,
-                                   .remote_id = c->h.rd[ri].id, .remote_gen = c->h.rd[ri].gen,
-                                   .remote_off = off, .len = BENCH_ITEM};
+            struct xfer_item it = {.op = op,
+                                   .local = l->r,
+                                   .local_off = off,
+                                   .peer = c->p,
+                                   .remote_id = c->h.rd[ri].id,
+                                   .remote_gen = c->h.rd[ri].gen,
+                                   .remote_off = off,
+                                   .len = BENCH_ITEM};
             xfer_batch_add(b, &it);
         }
         double t0 = now_s();
@@ -499,9 +507,12 @@ static int no_device_checks(struct ctx *c)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         xfer_batch *b = xfer_batch_new(c->e, NULL);
-        struct xfer_item it = {.op = cases[i].op, .local = cases[i].l->r, .peer = c->p,
+        struct xfer_item it = {.op = cases[i].op,
+                               .local = cases[i].l->r,
+                               .peer = c->p,
                                .remote_id = c->h.rd[cases[i].ri].id,
-                               .remote_gen = c->h.rd[cases[i].ri].gen, .len = 100000};
+                               .remote_gen = c->h.rd[cases[i].ri].gen,
+                               .len = 100000};
         xfer_batch_add(b, &it);
         int rc = xfer_batch_submit(b, 10000);
         if (rc == 0)
@@ -567,7 +578,8 @@ static void adopt_test(struct ctx *c)
         FAIL("deregistering the adopted region: %s", xfer_strerror((int)drc));
     cudaFree(a);
     printf("%s adopted CUDA IPC handle on GPU %d: WRITE/READ over tcp land in the "
-           "exporter's allocation\n", failures ? "FAIL" : "ok  ", ad.rd.device);
+           "exporter's allocation\n",
+           failures ? "FAIL" : "ok  ", ad.rd.device);
 #else
     (void)c;
 #endif

@@ -207,9 +207,13 @@ int main(int argc, char **argv)
         uint64_t len;
         size_t slot;
         unsigned n;
-    } c[] = {{0, 0, 0},           {1, 0, 0},           {4095, 4096, 2},
-             {4097, 4096, 2},     {(10u << 20) + 123, 1u << 20, 4},
-             {(33u << 20) + 7, 0, 0}, {(5u << 20) + 1, 65536, 16}};
+    } c[] = {{0, 0, 0},
+             {1, 0, 0},
+             {4095, 4096, 2},
+             {4097, 4096, 2},
+             {(10u << 20) + 123, 1u << 20, 4},
+             {(33u << 20) + 7, 0, 0},
+             {(5u << 20) + 1, 65536, 16}};
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
         transfer(0, b, c[i].len, c[i].slot, c[i].n, 1);
     printf("gpu%d -> tcp loopback -> gpu%d: %zu transfers checked\n", 0, b,

@@ -104,12 +104,18 @@ static int arena_same(const struct arena *a, const char *what)
 static uint64_t rnd_len(void)
 {
     switch (rnd_below(6)) {
-    case 0: return rnd_below(3);
-    case 1: return 1 + rnd_below(40);
-    case 2: return 1 + rnd_below(5000);
-    case 3: return 16 * (1 + rnd_below(4096));
-    case 4: return 16384;
-    default: return 1 + rnd_below(300000);
+    case 0:
+        return rnd_below(3);
+    case 1:
+        return 1 + rnd_below(40);
+    case 2:
+        return 1 + rnd_below(5000);
+    case 3:
+        return 16 * (1 + rnd_below(4096));
+    case 4:
+        return 16384;
+    default:
+        return 1 + rnd_below(300000);
     }
 }
 
@@ -280,7 +286,7 @@ static void tune_round(unsigned r)
         unsigned threads;
         int variant;
         int aligned;
-    } t[] = {{0, 0, 0, 0},      {16, 32, 1, 0}, {4096, 512, 2, 0}, {48, 96, 3, 0},
+    } t[] = {{0, 0, 0, 0},       {16, 32, 1, 0}, {4096, 512, 2, 0}, {48, 96, 3, 0},
              {65536, 256, 4, 0}, {0, 128, 5, 1}, {4096, 64, 5, 1},  {1008, 64, 5, 1},
              {0, 0, 0, 1}}; /* the last: automatic choice on aligned input (bulk) */
     unsigned i = r % (sizeof(t) / sizeof(t[0]));

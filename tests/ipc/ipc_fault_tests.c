@@ -14,7 +14,7 @@
 #include <time.h>
 
 #define RLEN (4u << 20)
-#define BIG 2000 /* items of 1 MiB in the big batch: ~2 GB to copy */
+#define BIG  2000 /* items of 1 MiB in the big batch: ~2 GB to copy */
 
 static double now_ms(void)
 {
@@ -28,10 +28,14 @@ static xfer_batch *big_batch(xfer_engine *e, xfer_peer *p, xfer_region *l,
 {
     xfer_batch *b = xfer_batch_new(e, NULL);
     for (int i = 0; b && i < BIG; i++) {
-        struct xfer_item it = {.op = i % 2 ? XFER_OP_READ : XFER_OP_WRITE, .local = l,
-                               .local_off = (uint64_t)(i % 4) << 20, .peer = p,
-                               .remote_id = d->id, .remote_gen = d->gen,
-                               .remote_off = (uint64_t)((i + 1) % 4) << 20, .len = 1u << 20};
+        struct xfer_item it = {.op = i % 2 ? XFER_OP_READ : XFER_OP_WRITE,
+                               .local = l,
+                               .local_off = (uint64_t)(i % 4) << 20,
+                               .peer = p,
+                               .remote_id = d->id,
+                               .remote_gen = d->gen,
+                               .remote_off = (uint64_t)((i + 1) % 4) << 20,
+                               .len = 1u << 20};
         if (xfer_batch_add(b, &it) < 0) {
             xfer_batch_free(b);
             return NULL;

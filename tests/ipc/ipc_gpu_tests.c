@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#define GLEN (64u << 20)
+#define GLEN     (64u << 20)
 #define DEADLINE 30000
 
 struct lreg {
@@ -63,7 +63,8 @@ static int cell(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg
             CHECK(lfill(l, loff, len, seed) == 0, "local fill");
         else
             CHECK(owner_cmd(o, buf, sizeof(buf), "FILL %s %llu", rname,
-                            (unsigned long long)(seed >> 1)) == 0, "remote fill");
+                            (unsigned long long)(seed >> 1)) == 0,
+                  "remote fill");
         int rc = op == XFER_OP_WRITE
                      ? xfer_write(e, l->r, loff, p, d->id, d->gen, roff, len, DEADLINE)
                      : xfer_read(e, l->r, loff, p, d->id, d->gen, roff, len, DEADLINE);
@@ -93,14 +94,20 @@ static int big_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
         CHECK(lfill(l, 0, GLEN, rnd()) == 0, "fill");
     else
         CHECK(owner_cmd(o, buf, sizeof(buf), "FILL %s %llu", rname,
-                        (unsigned long long)(rnd() >> 1)) == 0, "remote fill");
+                        (unsigned long long)(rnd() >> 1)) == 0,
+              "remote fill");
     xfer_batch *b = xfer_batch_new(e, NULL);
     CHECK(b, "batch");
     for (int i = 0; i < N; i++) {
         /* remote slots reversed, so an offset mix-up cannot pass */
-        struct xfer_item it = {.op = op, .local = l->r, .local_off = (uint64_t)i * s, .peer = p,
-                               .remote_id = d->id, .remote_gen = d->gen,
-                               .remote_off = (uint64_t)(N - 1 - i) * s, .len = s};
+        struct xfer_item it = {.op = op,
+                               .local = l->r,
+                               .local_off = (uint64_t)i * s,
+                               .peer = p,
+                               .remote_id = d->id,
+                               .remote_gen = d->gen,
+                               .remote_off = (uint64_t)(N - 1 - i) * s,
+                               .len = s};
         CHECK(xfer_batch_add(b, &it) == i, "add");
     }
     int rc = xfer_batch_submit(b, DEADLINE);
@@ -111,7 +118,8 @@ static int big_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
     for (int i = 0; i < N; i += 97) {
         uint64_t rs, ls;
         CHECK(owner_sum(o, rname, (uint64_t)(N - 1 - i) * s, s, &rs) == 0 &&
-                  lsum(l, (uint64_t)i * s, s, &ls) == 0, "sums");
+                  lsum(l, (uint64_t)i * s, s, &ls) == 0,
+              "sums");
         CHECK(rs == ls, "big batch item %d checksum mismatch", i);
     }
     printf("ok %-5s batch of %d items local %s remote %s (pipelined groups)\n",
@@ -134,8 +142,7 @@ static int hidden_peer(struct owner *o, xfer_engine *e, xfer_peer *p, struct lre
     const struct xfer_region_desc *d = owner_region(o, "g1");
     CHECK(d, "owner has no g1 (needs 2 GPUs on the owner side)");
     int rc = xfer_read(e, l0->r, 0, p, d->id, d->gen, 0, 4096, DEADLINE);
-    CHECK(rc == -XFER_ENODEV, "read of a GPU invisible here: %s, want ENODEV",
-          xfer_strerror(rc));
+    CHECK(rc == -XFER_ENODEV, "read of a GPU invisible here: %s, want ENODEV", xfer_strerror(rc));
     printf("ok peer GPU not visible -> %s (%s)\n", xfer_strerror(rc), xfer_engine_last_error(e));
     return 0;
 }
@@ -148,8 +155,12 @@ int run_gpu_tests(int argc, char **argv)
         printf("skipped: no CUDA device\n");
         return 77;
     }
-    const char *args[] = {"g0:cuda0:67108864:rw", "gm:cumem0:67108864:rw",
-                          "h:memfd:67108864:rw", "gf:cuda0:1048576:rw", NULL, NULL};
+    const char *args[] = {"g0:cuda0:67108864:rw",
+                          "gm:cumem0:67108864:rw",
+                          "h:memfd:67108864:rw",
+                          "gf:cuda0:1048576:rw",
+                          NULL,
+                          NULL};
     if (ngpu >= 2 || hidden)
         args[4] = "g1:cuda1:67108864:rw";
     struct owner o;
@@ -174,12 +185,15 @@ int run_gpu_tests(int argc, char **argv)
         bad = hidden_peer(&o, e, p, &l[0]);
         goto out;
     }
-    static const struct { int local; const char *remote; } cells[] = {
-        {0, "g0"}, /* GPU->GPU same device */
+    static const struct {
+        int local;
+        const char *remote;
+    } cells[] = {
+        {0, "g0"},            /* GPU->GPU same device */
         {0, "g1"}, {2, "g0"}, /* across devices */
         {1, "g0"}, {1, "g1"}, /* CPU<->GPU, GPU on the owner */
         {0, "h"},  {2, "h"},  /* GPU<->CPU, GPU on the initiator */
-        {1, "h"},  /* CPU<->CPU */
+        {1, "h"},             /* CPU<->CPU */
         {0, "gm"}, {1, "gm"}, /* cuMem POSIX-fd allocation */
     };
     for (size_t c = 0; !bad && c < sizeof(cells) / sizeof(cells[0]); c++) {
@@ -264,14 +278,18 @@ static int bench_best = 3;
 static int bench_round_gib = 16; /* GPU bytes per round (>= 3 batches) */
 
 static double ipc_gbps(xfer_engine *e, xfer_peer *p, xfer_region *l,
-                       const struct xfer_region_desc *d, enum xfer_op op, size_t s, int n,
-                       int reps)
+                       const struct xfer_region_desc *d, enum xfer_op op, size_t s, int n, int reps)
 {
     xfer_batch *b[2] = {xfer_batch_new(e, NULL), xfer_batch_new(e, NULL)};
     for (int i = 0; i < n; i++) {
-        struct xfer_item it = {.op = op, .local = l, .local_off = (uint64_t)i * s, .peer = p,
-                               .remote_id = d->id, .remote_gen = d->gen,
-                               .remote_off = (uint64_t)i * s, .len = s};
+        struct xfer_item it = {.op = op,
+                               .local = l,
+                               .local_off = (uint64_t)i * s,
+                               .peer = p,
+                               .remote_id = d->id,
+                               .remote_gen = d->gen,
+                               .remote_off = (uint64_t)i * s,
+                               .len = s};
         xfer_batch_add(b[0], &it);
         xfer_batch_add(b[1], &it);
     }

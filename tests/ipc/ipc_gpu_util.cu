@@ -92,7 +92,8 @@ static void *sym(const char *name)
 
 static size_t cumem_size(int dev, size_t len, CUmemAllocationProp *prop)
 {
-    static auto gran = (decltype(&cuMemGetAllocationGranularity))sym("cuMemGetAllocationGranularity");
+    static auto gran =
+        (decltype(&cuMemGetAllocationGranularity))sym("cuMemGetAllocationGranularity");
     memset(prop, 0, sizeof(*prop));
     prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#define RLEN (4u << 20)
-#define SMALL (64u << 10)
+#define RLEN     (4u << 20)
+#define SMALL    (64u << 10)
 #define DEADLINE 20000
 
 static uint64_t rng_state;
@@ -36,8 +36,8 @@ struct ctx {
     void *heap;
 };
 
-static int one_op(struct ctx *c, const char *rname, xfer_region *l, enum xfer_op op,
-                  uint64_t roff, uint64_t loff, uint64_t len)
+static int one_op(struct ctx *c, const char *rname, xfer_region *l, enum xfer_op op, uint64_t roff,
+                  uint64_t loff, uint64_t len)
 {
     const struct xfer_region_desc *d = owner_region(&c->o, rname);
     char *lp = (char *)xfer_region_ptr(l) + loff;
@@ -46,8 +46,8 @@ static int one_op(struct ctx *c, const char *rname, xfer_region *l, enum xfer_op
     int rc = op == XFER_OP_WRITE
                  ? xfer_write(c->e, l, loff, c->p, d->id, d->gen, roff, len, DEADLINE)
                  : xfer_read(c->e, l, loff, c->p, d->id, d->gen, roff, len, DEADLINE);
-    CHECK(rc == 0, "%s %s off %llu len %llu: %s (%s)", op == XFER_OP_READ ? "READ" : "WRITE",
-          rname, (unsigned long long)roff, (unsigned long long)len, xfer_strerror(rc),
+    CHECK(rc == 0, "%s %s off %llu len %llu: %s (%s)", op == XFER_OP_READ ? "READ" : "WRITE", rname,
+          (unsigned long long)roff, (unsigned long long)len, xfer_strerror(rc),
           xfer_engine_last_error(c->e));
     uint64_t s;
     CHECK(owner_sum(&c->o, rname, roff, len, &s) == 0, "owner sum");
@@ -87,7 +87,9 @@ static int test_batch(struct ctx *c)
         it[i] = (struct xfer_item){.op = rnd() % 2 ? XFER_OP_READ : XFER_OP_WRITE,
                                    .local = c->local[i % 2 ? 0 : 1],
                                    .local_off = (uint64_t)i * slice,
-                                   .peer = c->p, .remote_id = d->id, .remote_gen = d->gen,
+                                   .peer = c->p,
+                                   .remote_id = d->id,
+                                   .remote_gen = d->gen,
                                    .remote_off = (uint64_t)i * slice + rnd() % (slice - len + 1),
                                    .len = len};
         if (it[i].op == XFER_OP_WRITE)
@@ -101,8 +103,7 @@ static int test_batch(struct ctx *c)
     for (int i = 0; i < N; i++) {
         uint64_t s;
         CHECK(owner_sum(&c->o, rn[i], it[i].remote_off, it[i].len, &s) == 0, "sum");
-        CHECK(s == ipc_sum_host((char *)xfer_region_ptr(it[i].local) + it[i].local_off,
-                                it[i].len),
+        CHECK(s == ipc_sum_host((char *)xfer_region_ptr(it[i].local) + it[i].local_off, it[i].len),
               "batch item %d (%s) checksum mismatch", i, rn[i]);
     }
     xfer_batch_free(b);
@@ -184,8 +185,8 @@ static int test_generation(struct ctx *c, const char *name)
     CHECK(one_op(c, name, c->local[0], XFER_OP_WRITE, 0, 0, 4096) == 0, "warm-up");
     CHECK(owner_cmd(&c->o, buf, sizeof(buf), "DEREG %s", name) == 0, "dereg: %s", buf);
     int rc = xfer_write(c->e, c->local[0], 0, c->p, old.id, old.gen, 0, 64, DEADLINE);
-    CHECK(rc == -XFER_ENOENT || rc == -XFER_ESTALE, "%s: write to deregistered region: %s",
-          name, xfer_strerror(rc));
+    CHECK(rc == -XFER_ENOENT || rc == -XFER_ESTALE, "%s: write to deregistered region: %s", name,
+          xfer_strerror(rc));
     CHECK(owner_cmd(&c->o, buf, sizeof(buf), "REREG %s", name) == 0, "rereg: %s", buf);
     const struct xfer_region_desc *nd = owner_region(&c->o, name);
     CHECK(nd->gen != old.gen || nd->id != old.id, "re-registration kept id and generation");
@@ -235,9 +236,15 @@ static int test_revocation(struct ctx *c)
 
 static int setup(struct ctx *c, bool nodump)
 {
-    const char *args[] = {"mrw:memfd:4194304:rw", "crw:cma:4194304:rw", "mro:memfd:65536:r",
-                          "cwo:cma:65536:w", "mgen:memfd:65536:rw", "cgen:cma:65536:rw", "mrev:memfd:65536:rw",
-                          NULL, NULL};
+    const char *args[] = {"mrw:memfd:4194304:rw",
+                          "crw:cma:4194304:rw",
+                          "mro:memfd:65536:r",
+                          "cwo:cma:65536:w",
+                          "mgen:memfd:65536:rw",
+                          "cgen:cma:65536:rw",
+                          "mrev:memfd:65536:rw",
+                          NULL,
+                          NULL};
     if (nodump) {
         memmove(args + 1, args, 7 * sizeof(args[0]));
         args[0] = "--nodump";
@@ -292,14 +299,13 @@ int run_host_tests(int argc, char **argv)
         bad = got != want;
     }
     bad = bad || test_random(&c, iters) || test_batch(&c) || test_bad_local_checks(&c) ||
-          test_bad_owner_checks(&c) || test_generation(&c, "mgen") ||
-          test_generation(&c, "cgen") || (want == XFER_TRANSPORT_IPC && test_revocation(&c));
+          test_bad_owner_checks(&c) || test_generation(&c, "mgen") || test_generation(&c, "cgen") ||
+          (want == XFER_TRANSPORT_IPC && test_revocation(&c));
     if (!bad && want == XFER_TRANSPORT_IPC) {
         struct xfer_stats st;
         xfer_transport_stats(c.e, XFER_TRANSPORT_IPC, &st);
-        printf("ipc stats: %llu reads, %llu writes, %llu errors\n",
-               (unsigned long long)st.ops_read, (unsigned long long)st.ops_write,
-               (unsigned long long)st.errors);
+        printf("ipc stats: %llu reads, %llu writes, %llu errors\n", (unsigned long long)st.ops_read,
+               (unsigned long long)st.ops_write, (unsigned long long)st.errors);
     }
     xfer_engine_free(c.e);
     free(c.heap);

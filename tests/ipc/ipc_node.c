@@ -98,8 +98,8 @@ static int parse_peer(struct owner *o, const char *line)
     memset(d, 0, sizeof(*d));
     unsigned port;
     unsigned long long inc;
-    if (sscanf(line, "PEER %63s %63s %llx %x %63s %u", d->node_id, d->host_id, &inc,
-               &d->transports, d->addr, &port) != 6)
+    if (sscanf(line, "PEER %63s %63s %llx %x %63s %u", d->node_id, d->host_id, &inc, &d->transports,
+               d->addr, &port) != 6)
         return -1;
     d->incarnation = inc;
     d->data_port = (uint16_t)port;

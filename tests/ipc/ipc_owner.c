@@ -24,9 +24,9 @@ struct oregion {
     char kind[16];
     size_t len;
     unsigned access;
-    int dev;     /* -1 host */
+    int dev; /* -1 host */
     bool cumem;
-    void *mem;   /* caller memory (cma/cuda), NULL for memfd */
+    void *mem; /* caller memory (cma/cuda), NULL for memfd */
     xfer_region *r;
 };
 
@@ -37,9 +37,8 @@ static void print_region(const struct oregion *o)
 {
     struct xfer_region_desc d;
     xfer_region_describe(o->r, &d);
-    printf("REGION %s %u %u %d %d %llx %llu %u %s\n", d.name, d.id, d.gen, (int)d.kind,
-           d.device, (unsigned long long)d.addr, (unsigned long long)d.len, d.access,
-           d.ipc[0] ? d.ipc : "-");
+    printf("REGION %s %u %u %d %d %llx %llu %u %s\n", d.name, d.id, d.gen, (int)d.kind, d.device,
+           (unsigned long long)d.addr, (unsigned long long)d.len, d.access, d.ipc[0] ? d.ipc : "-");
     fflush(stdout);
 }
 

@@ -16,7 +16,10 @@
 
 /* Position-weighted checksum, the same on host and GPU (order-independent
  * sum, so a GPU computes it with atomics). */
-static inline uint64_t ipc_sum_weight(uint64_t i) { return i * 0x9E3779B97F4A7C15ull + 1; }
+static inline uint64_t ipc_sum_weight(uint64_t i)
+{
+    return i * 0x9E3779B97F4A7C15ull + 1;
+}
 uint64_t ipc_sum_host(const void *p, size_t len);
 /* Deterministic fill: byte i = f(seed, i). */
 void ipc_fill_host(void *p, size_t len, uint64_t seed);
@@ -29,12 +32,12 @@ int ipc_gpu_fill(int dev, void *p, size_t len, uint64_t seed);
 int ipc_gpu_sum(int dev, const void *p, size_t len, uint64_t *out);
 int ipc_gpu_can_peer(int a, int b);
 /* Baseline for the benchmark: cudaMemcpyPeerAsync, GB/s over reps. */
-double ipc_gpu_peer_gbps(void *dst, int ddev, const void *src, int sdev, size_t len,
-                         int slots, int reps);
+double ipc_gpu_peer_gbps(void *dst, int ddev, const void *src, int sdev, size_t len, int slots,
+                         int reps);
 
 /* The child owner process, seen from the driver. */
 struct owner {
-    int to, from; /* pipes: commands to the child, answers from it */
+    int to, from;    /* pipes: commands to the child, answers from it */
     char rbuf[8192]; /* answer bytes not yet consumed */
     size_t rlen;
     int pid;
@@ -65,7 +68,7 @@ int run_serve(int argc, char **argv);
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                 \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
             fprintf(stderr, __VA_ARGS__);                                                          \
             fprintf(stderr, "\n");                                                                 \
             return 1;                                                                              \

@@ -75,8 +75,8 @@ static int write_node_file(xfer_engine *e, const char *path)
         return -1;
     struct xfer_peer_desc d;
     xfer_engine_describe(e, &d);
-    fprintf(f, "node=%s\nport=%u\nincarnation=%llu\nhost_id=%s\npid=%d\n", d.node_id,
-            d.data_port, (unsigned long long)d.incarnation, d.host_id, (int)getpid());
+    fprintf(f, "node=%s\nport=%u\nincarnation=%llu\nhost_id=%s\npid=%d\n", d.node_id, d.data_port,
+            (unsigned long long)d.incarnation, d.host_id, (int)getpid());
     fprintf(f, "transports=%u\nnics=%s\n", d.transports, d.nics[0] ? d.nics : "-");
     xfer_region_foreach(e, write_region_line, f);
     fclose(f);
@@ -144,9 +144,8 @@ static int failures;
     } while (0)
 
 /* One item with a deadline; checks the code and that it came quickly. */
-static void expect_op(xfer_engine *e, enum xfer_op op, xfer_region *l, xfer_peer *p,
-                      uint32_t id, uint32_t gen, uint64_t off, uint64_t len, int want,
-                      const char *what)
+static void expect_op(xfer_engine *e, enum xfer_op op, xfer_region *l, xfer_peer *p, uint32_t id,
+                      uint32_t gen, uint64_t off, uint64_t len, int want, const char *what)
 {
     double t0 = now_s();
     int rc = op == XFER_OP_WRITE ? xfer_write(e, l, 0, p, id, gen, off, len, 5000)
@@ -180,7 +179,8 @@ static int run_bad(const struct opts *o)
     }
     uint64_t n = rw->len;
     xfer_region *l;
-    if (xfer_region_alloc(e, "local", (n > (4 << 20) ? n : (4 << 20)) + 8192, XFER_ACCESS_RW, &l) < 0)
+    if (xfer_region_alloc(e, "local", (n > (4 << 20) ? n : (4 << 20)) + 8192, XFER_ACCESS_RW, &l) <
+        0)
         return 1;
     uint8_t *lp = xfer_region_ptr(l);
     bool setup = o->phase && !strcmp(o->phase, "setup");
@@ -209,7 +209,8 @@ static int run_bad(const struct opts *o)
               "write unknown region id");
     /* exact end, rewriting the protected bytes with the same content */
     pattern_fill(lp, 100, PROTECTED_SEED, n - 100);
-    expect_op(e, XFER_OP_WRITE, l, p, rw->id, rw->gen, n - 100, 100, 0, "write ending exactly at the end");
+    expect_op(e, XFER_OP_WRITE, l, p, rw->id, rw->gen, n - 100, 100, 0,
+              "write ending exactly at the end");
     /* descriptors that no longer match the node are refused at connect */
     struct xfer_peer_desc d = nf.peer;
     d.incarnation ^= 1;
@@ -282,8 +283,14 @@ static int run_pump(const struct opts *o)
     xfer_batch *b = xfer_batch_new(e, &rc);
     uint64_t piece = rd->len / 8;
     for (int i = 0; i < 8; i++) {
-        struct xfer_item it = {i & 1 ? XFER_OP_READ : XFER_OP_WRITE, l, i * piece, p, rd->id,
-                               rd->gen, i * piece, piece};
+        struct xfer_item it = {i & 1 ? XFER_OP_READ : XFER_OP_WRITE,
+                               l,
+                               i * piece,
+                               p,
+                               rd->id,
+                               rd->gen,
+                               i * piece,
+                               piece};
         xfer_batch_add(b, &it);
     }
     double last_ok = now_s();
@@ -345,8 +352,14 @@ static int run_stuck(const struct opts *o)
     xfer_batch *b = xfer_batch_new(e, &rc);
     uint64_t piece = rd->len / 8;
     for (int i = 0; i < 8; i++) {
-        struct xfer_item it = {i & 1 ? XFER_OP_READ : XFER_OP_WRITE, l, i * piece, p, rd->id,
-                               rd->gen, i * piece, piece};
+        struct xfer_item it = {i & 1 ? XFER_OP_READ : XFER_OP_WRITE,
+                               l,
+                               i * piece,
+                               p,
+                               rd->id,
+                               rd->gen,
+                               i * piece,
+                               piece};
         xfer_batch_add(b, &it);
     }
     double t0 = now_s();
@@ -385,8 +398,14 @@ static int run_cancel(const struct opts *o)
     for (int round = 0; round < 40; round++) {
         xfer_batch *b = xfer_batch_new(e, &rc);
         for (int i = 0; i < 16; i++) {
-            struct xfer_item it = {(i + round) & 1 ? XFER_OP_READ : XFER_OP_WRITE, l, i * piece,
-                                   p, rd->id, rd->gen, i * piece, piece};
+            struct xfer_item it = {(i + round) & 1 ? XFER_OP_READ : XFER_OP_WRITE,
+                                   l,
+                                   i * piece,
+                                   p,
+                                   rd->id,
+                                   rd->gen,
+                                   i * piece,
+                                   piece};
             xfer_batch_add(b, &it);
         }
         xfer_batch_submit(b, 10000);
@@ -407,7 +426,8 @@ static int run_cancel(const struct opts *o)
             CHECK(xfer_peer_connect(p) == 0, "reconnect"); /* explicit reconnects, mid-run */
     }
     printf("cancel: 40 rounds, %d items cancelled, %d failed with a lost socket, slowest cancel "
-           "%.1f ms\n", cancelled, lost, worst);
+           "%.1f ms\n",
+           cancelled, lost, worst);
     CHECK(worst < 1000, "cancel took %.0f ms", worst);
     CHECK(lost == 0, "a cancel must not cost other chunks their socket");
     CHECK(xfer_peer_connect(p) == 0, "reconnect: %s", xfer_engine_last_error(e));
@@ -521,8 +541,8 @@ static int run_blip(const struct opts *o)
     double t0 = now_s();
     xfer_batch_submit(b, 20000);
     rc = xfer_batch_wait(b, -1);
-    printf("blip: batch to the frozen peer ended with %s after %.0f ms (%s)\n",
-           xfer_strerror(rc), (now_s() - t0) * 1e3, xfer_batch_item_error(b, 0));
+    printf("blip: batch to the frozen peer ended with %s after %.0f ms (%s)\n", xfer_strerror(rc),
+           (now_s() - t0) * 1e3, xfer_batch_item_error(b, 0));
     CHECK(rc == -XFER_ECONN, "want -XFER_ECONN from the io timeout");
     xfer_batch_free(b);
     touch(o->ready, ".cut");
@@ -558,9 +578,9 @@ static int run_blip(const struct opts *o)
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"out", 1, 0, 'o'}, {"peer", 1, 0, 'p'},   {"secret", 1, 0, 's'},
-        {"node", 1, 0, 'n'}, {"region", 1, 0, 'r'}, {"io-timeout", 1, 0, 't'},
-        {"phase", 1, 0, 'P'}, {"ready", 1, 0, 'R'}, {"regen", 1, 0, 'g'},
+        {"out", 1, 0, 'o'},     {"peer", 1, 0, 'p'},   {"secret", 1, 0, 's'},
+        {"node", 1, 0, 'n'},    {"region", 1, 0, 'r'}, {"io-timeout", 1, 0, 't'},
+        {"phase", 1, 0, 'P'},   {"ready", 1, 0, 'R'},  {"regen", 1, 0, 'g'},
         {"sockets", 1, 0, 'S'}, {0, 0, 0, 0}};
     struct opts o = {0};
     if (argc < 2) {
@@ -571,17 +591,39 @@ int main(int argc, char **argv)
     optind = 2;
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
-        case 'o': o.out = optarg; break;
-        case 'p': o.peer = optarg; break;
-        case 's': o.secret = optarg; break;
-        case 'n': o.node = optarg; break;
-        case 'r': if (o.n_regions < NODE_MAX_REGIONS) o.regions[o.n_regions++] = optarg; break;
-        case 't': o.io_timeout = atoi(optarg); break;
-        case 'P': o.phase = optarg; break;
-        case 'R': o.ready = optarg; break;
-        case 'g': o.regen = optarg; break;
-        case 'S': o.sockets = atoi(optarg); break;
-        default: return 2;
+        case 'o':
+            o.out = optarg;
+            break;
+        case 'p':
+            o.peer = optarg;
+            break;
+        case 's':
+            o.secret = optarg;
+            break;
+        case 'n':
+            o.node = optarg;
+            break;
+        case 'r':
+            if (o.n_regions < NODE_MAX_REGIONS)
+                o.regions[o.n_regions++] = optarg;
+            break;
+        case 't':
+            o.io_timeout = atoi(optarg);
+            break;
+        case 'P':
+            o.phase = optarg;
+            break;
+        case 'R':
+            o.ready = optarg;
+            break;
+        case 'g':
+            o.regen = optarg;
+            break;
+        case 'S':
+            o.sockets = atoi(optarg);
+            break;
+        default:
+            return 2;
         }
     }
     if (!strcmp(o.cmd, "serve") && o.out)

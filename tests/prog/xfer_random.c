@@ -62,7 +62,7 @@ static bool place(const struct span *v, int n, uint64_t size, uint64_t len, uint
 }
 
 struct run {
-    uint64_t base;  /* this worker's slice of both regions: [base, base+size) */
+    uint64_t base; /* this worker's slice of both regions: [base, base+size) */
     uint64_t seed;
     long todo;
     int batches;
@@ -102,8 +102,14 @@ static int build_batch(struct run *r, xfer_batch *b, int want, struct xfer_item 
         ls[n] = (struct span){loff, len};
         loff += r->base;
         roff += r->base;
-        *it = (struct xfer_item){rnd() & 1 ? XFER_OP_READ : XFER_OP_WRITE, r->local, loff, r->p,
-                                 r->rd->id, r->rd->gen, roff, len};
+        *it = (struct xfer_item){rnd() & 1 ? XFER_OP_READ : XFER_OP_WRITE,
+                                 r->local,
+                                 loff,
+                                 r->p,
+                                 r->rd->id,
+                                 r->rd->gen,
+                                 roff,
+                                 len};
         if (it->op == XFER_OP_WRITE)
             pattern_fill(r->lp + loff, len, rnd(), loff);
         else
@@ -124,17 +130,20 @@ static void check_batch(struct run *r, xfer_batch *b, const struct xfer_item *it
         const struct xfer_item *it = &items[k];
         int st = xfer_batch_item_status(b, (size_t)k);
         if (st != 0) {
-            fprintf(stderr, "item %d (%s %llu B): %s\n", k, it->op == XFER_OP_READ ? "READ" : "WRITE",
-                    (unsigned long long)it->len, xfer_batch_item_error(b, (size_t)k));
+            fprintf(stderr, "item %d (%s %llu B): %s\n", k,
+                    it->op == XFER_OP_READ ? "READ" : "WRITE", (unsigned long long)it->len,
+                    xfer_batch_item_error(b, (size_t)k));
             r->failures++;
             continue;
         }
         if (it->op == XFER_OP_READ &&
             memcmp(r->lp + it->local_off, r->shadow + it->remote_off, it->len)) {
-            fprintf(stderr, "READ of %llu B at remote %llu: data differs (checksum %016llx, want %016llx)\n",
-                    (unsigned long long)it->len, (unsigned long long)it->remote_off,
-                    (unsigned long long)checksum(r->lp + it->local_off, it->len),
-                    (unsigned long long)checksum(r->shadow + it->remote_off, it->len));
+            fprintf(
+                stderr,
+                "READ of %llu B at remote %llu: data differs (checksum %016llx, want %016llx)\n",
+                (unsigned long long)it->len, (unsigned long long)it->remote_off,
+                (unsigned long long)checksum(r->lp + it->local_off, it->len),
+                (unsigned long long)checksum(r->shadow + it->remote_off, it->len));
             r->failures++;
         }
     }
@@ -164,7 +173,8 @@ static void final_check(struct run *r)
     }
     uint64_t got = checksum(r->lp, r->size), want = checksum(r->shadow, r->size);
     printf("final region checksum %016llx, expected %016llx: %s\n", (unsigned long long)got,
-           (unsigned long long)want, got == want && !memcmp(r->lp, r->shadow, r->size) ? "ok" : "MISMATCH");
+           (unsigned long long)want,
+           got == want && !memcmp(r->lp, r->shadow, r->size) ? "ok" : "MISMATCH");
     if (got != want || memcmp(r->lp, r->shadow, r->size))
         r->failures++;
 }
@@ -198,11 +208,10 @@ static void *worker(void *arg)
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"peer", 1, 0, 'p'},  {"region", 1, 0, 'r'},
-                                       {"items", 1, 0, 'i'}, {"seed", 1, 0, 's'},
+    static const struct option lo[] = {{"peer", 1, 0, 'p'},         {"region", 1, 0, 'r'},
+                                       {"items", 1, 0, 'i'},        {"seed", 1, 0, 's'},
                                        {"pattern-seed", 1, 0, 'P'}, {"sockets", 1, 0, 'k'},
-                                       {"threads", 1, 0, 'T'},
-                                       {0, 0, 0, 0}};
+                                       {"threads", 1, 0, 'T'},      {0, 0, 0, 0}};
     const char *peer = NULL, *region = "rw";
     long items = 10000, sockets = 4;
     int threads = 1;
@@ -210,14 +219,29 @@ int main(int argc, char **argv)
     rng_state = 1;
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
-        case 'p': peer = optarg; break;
-        case 'r': region = optarg; break;
-        case 'i': items = atol(optarg); break;
-        case 's': rng_state = strtoull(optarg, NULL, 0); break;
-        case 'P': pseed = strtoull(optarg, NULL, 0); break;
-        case 'k': sockets = atol(optarg); break;
-        case 'T': threads = atoi(optarg) < 1 ? 1 : atoi(optarg) > 16 ? 16 : atoi(optarg); break;
-        default: return 2;
+        case 'p':
+            peer = optarg;
+            break;
+        case 'r':
+            region = optarg;
+            break;
+        case 'i':
+            items = atol(optarg);
+            break;
+        case 's':
+            rng_state = strtoull(optarg, NULL, 0);
+            break;
+        case 'P':
+            pseed = strtoull(optarg, NULL, 0);
+            break;
+        case 'k':
+            sockets = atol(optarg);
+            break;
+        case 'T':
+            threads = atoi(optarg) < 1 ? 1 : atoi(optarg) > 16 ? 16 : atoi(optarg);
+            break;
+        default:
+            return 2;
         }
     }
     struct node_file nf;

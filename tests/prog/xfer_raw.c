@@ -67,25 +67,37 @@ static void send_all(int fd, const void *buf, size_t len)
 
 static void header(uint8_t *out, uint8_t op, const struct xfer_region_desc *d, uint64_t len)
 {
-    struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION, .op = op, .req_id = 1,
-                              .region_id = d->id, .gen = d->gen, .offset = 0, .length = len,
+    struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION,
+                              .op = op,
+                              .req_id = 1,
+                              .region_id = d->id,
+                              .gen = d->gen,
+                              .offset = 0,
+                              .length = len,
                               .payload = op == XFER_WIRE_WRITE_REQ ? (uint32_t)len : 0};
     xfer_wire_encode(&h, out);
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"peer", 1, 0, 'p'}, {"case", 1, 0, 'c'},
-                                       {"within-ms", 1, 0, 'w'}, {"region", 1, 0, 'r'},
+    static const struct option lo[] = {{"peer", 1, 0, 'p'},
+                                       {"case", 1, 0, 'c'},
+                                       {"within-ms", 1, 0, 'w'},
+                                       {"region", 1, 0, 'r'},
                                        {0, 0, 0, 0}};
     const char *peer = NULL, *cs = NULL, *region = "scratch";
     int within = 3000;
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
-        if (c == 'p') peer = optarg;
-        else if (c == 'c') cs = optarg;
-        else if (c == 'w') within = atoi(optarg);
-        else if (c == 'r') region = optarg;
-        else return 2;
+        if (c == 'p')
+            peer = optarg;
+        else if (c == 'c')
+            cs = optarg;
+        else if (c == 'w')
+            within = atoi(optarg);
+        else if (c == 'r')
+            region = optarg;
+        else
+            return 2;
     }
     struct node_file nf;
     if (!peer || !cs || node_file_read(peer, &nf) < 0)

@@ -34,10 +34,16 @@ static int fake_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size
     xfer_batch_hold(b); /* like a real transport awaiting responses */
     return 0;
 }
-static void fake_disconnect(struct xfer_conn *c) { (void)c; }
+static void fake_disconnect(struct xfer_conn *c)
+{
+    (void)c;
+}
 static const struct xfer_transport_ops fake_ops = {
-    .name = "fake", .bit = XFER_TRANSPORT_TCP, .caps = XFER_CAP_HOST_MEM,
-    .post = fake_post, .disconnect = fake_disconnect,
+    .name = "fake",
+    .bit = XFER_TRANSPORT_TCP,
+    .caps = XFER_CAP_HOST_MEM,
+    .post = fake_post,
+    .disconnect = fake_disconnect,
 };
 static struct xfer_transport fake_transport = {.ops = &fake_ops};
 static struct xfer_conn fake_conn = {.transport = &fake_transport};
@@ -62,13 +68,13 @@ static int setup(void **state)
     f.e = xfer_engine_new(&cfg, &rc);
     if (!f.e || xfer_region_alloc(f.e, "local", 1 << 20, XFER_ACCESS_RW, &f.r) < 0)
         return -1;
-    struct xfer_peer_desc d = {.node_id = "fake", .addr = "127.0.0.1", .data_port = 0,
-                               .transports = 0};
+    struct xfer_peer_desc d = {
+        .node_id = "fake", .addr = "127.0.0.1", .data_port = 0, .transports = 0};
     xfer_peer_add(f.e, &d, &f.p); /* no common transport: stays unconnected */
     f.p->conn = &fake_conn;       /* ... until the fake one is installed */
     fake_conn.peer = f.p;
-    struct xfer_peer_desc d2 = {.node_id = "nobody", .addr = "127.0.0.1", .data_port = 1,
-                                .transports = XFER_TRANSPORT_TCP};
+    struct xfer_peer_desc d2 = {
+        .node_id = "nobody", .addr = "127.0.0.1", .data_port = 1, .transports = XFER_TRANSPORT_TCP};
     xfer_peer_add(f.e, &d2, &f.dead); /* connection refused */
     memset(&posted, 0, sizeof(posted));
     *state = &f;
@@ -148,7 +154,7 @@ static void test_item_errors_are_kept(void **state)
     xfer_batch_chunk_done(b, 0, 100, 0, NULL);
     xfer_batch_chunk_done(b, 2, 0, -XFER_EACCES, "target refused: read-only");
     xfer_batch_chunk_done(b, 1, 0, -XFER_ERANGE, NULL);
-    xfer_batch_chunk_done(b, 1, 100, 0, NULL); /* late success is ignored */
+    xfer_batch_chunk_done(b, 1, 100, 0, NULL);                /* late success is ignored */
     assert_int_equal(xfer_batch_wait(b, 1000), -XFER_ERANGE); /* first failing item */
     assert_int_equal(xfer_batch_item_status(b, 0), 0);
     assert_int_equal(xfer_batch_item_status(b, 1), -XFER_ERANGE);

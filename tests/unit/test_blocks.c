@@ -12,10 +12,10 @@
 
 #include "transport.h"
 
-#define BB 4096u /* block_bytes */
+#define BB     4096u /* block_bytes */
 #define LAYERS 3u
-#define NB 64u
-#define BS ((uint64_t)BB * LAYERS)
+#define NB     64u
+#define BS     ((uint64_t)BB * LAYERS)
 
 struct fixture {
     xfer_engine *e;
@@ -25,8 +25,8 @@ struct fixture {
     xfer_batch *b;
 };
 
-static const struct xfer_layout kv = {.dtype = "bf16", .block_bytes = BB, .num_blocks = NB,
-                                      .layers = LAYERS, .tag = "m"};
+static const struct xfer_layout kv = {
+    .dtype = "bf16", .block_bytes = BB, .num_blocks = NB, .layers = LAYERS, .tag = "m"};
 
 static int setup(void **state)
 {

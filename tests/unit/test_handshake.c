@@ -37,11 +37,15 @@ static int run_pair(const char *cli_secret, const char *srv_secret, struct serve
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     memset(srv, 0, sizeof(*srv));
     srv->fd = sv[1];
-    srv->self = (struct xfer_hs_self){.node_id = "srv", .incarnation = 42, .secret = srv_secret,
+    srv->self = (struct xfer_hs_self){.node_id = "srv",
+                                      .incarnation = 42,
+                                      .secret = srv_secret,
                                       .secret_len = srv_secret ? strlen(srv_secret) : 0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, server_thread, srv), 0);
-    struct xfer_hs_self cli = {.node_id = "cli", .incarnation = 7, .purpose = 3,
+    struct xfer_hs_self cli = {.node_id = "cli",
+                               .incarnation = 7,
+                               .purpose = 3,
                                .secret = cli_secret,
                                .secret_len = cli_secret ? strlen(cli_secret) : 0};
     struct xfer_hs_peer peer;
@@ -140,8 +144,7 @@ static void test_silent_and_truncated_peer(void **state)
     const uint8_t partial[] = {100, 0, 0, 0, 1, 2};
     assert_int_equal(write(sv[0], partial, sizeof(partial)), (ssize_t)sizeof(partial));
     close(sv[0]);
-    assert_int_equal(xfer_handshake_server(sv[1], &self, 500, NULL, why, sizeof(why)),
-                     -XFER_ECONN);
+    assert_int_equal(xfer_handshake_server(sv[1], &self, 500, NULL, why, sizeof(why)), -XFER_ECONN);
     close(sv[1]);
 }
 

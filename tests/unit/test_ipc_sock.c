@@ -115,9 +115,8 @@ static void test_cma_self(void **state)
     (void)state;
     char why[256];
     char src[100] = "cross memory attach", dst[100] = {0};
-    assert_int_equal(ipc_cma_read(getpid(), (uint64_t)(uintptr_t)src, dst, sizeof(src), why,
-                                  sizeof(why)),
-                     0);
+    assert_int_equal(
+        ipc_cma_read(getpid(), (uint64_t)(uintptr_t)src, dst, sizeof(src), why, sizeof(why)), 0);
     assert_string_equal(dst, src);
     assert_int_equal(ipc_cma_write(getpid(), (uint64_t)(uintptr_t)dst, "W", 1, why, sizeof(why)),
                      0);

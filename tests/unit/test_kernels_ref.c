@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#define L 3
+#define L  3
 #define NB 8
 #define BB 40
 
@@ -78,7 +78,8 @@ static void test_batched_ref(void **state)
     char src[64], dst[64];
     for (int i = 0; i < 64; i++)
         src[i] = (char)i, dst[i] = 0;
-    struct xfer_copy_desc d[3] = {{dst + 1, src + 10, 5}, {dst + 20, src, 0}, {dst + 30, src + 3, 17}};
+    struct xfer_copy_desc d[3] = {
+        {dst + 1, src + 10, 5}, {dst + 20, src, 0}, {dst + 30, src + 3, 17}};
     xfer_kref_batched_copy(d, 3);
     assert_memory_equal(dst + 1, src + 10, 5);
     assert_memory_equal(dst + 30, src + 3, 17);

@@ -35,19 +35,19 @@ static void test_ids_and_generations(void **state)
     xfer_engine *e = *state;
     static uint8_t mem[4096];
     xfer_region *a, *b;
-    assert_int_equal(xfer_region_register(e, "a", mem, sizeof(mem), XFER_MEM_HOST, -1,
-                                          XFER_ACCESS_RW, &a), 0);
+    assert_int_equal(
+        xfer_region_register(e, "a", mem, sizeof(mem), XFER_MEM_HOST, -1, XFER_ACCESS_RW, &a), 0);
     assert_int_equal(xfer_region_alloc(e, "b", 8192, XFER_ACCESS_R, &b), 0);
     assert_int_not_equal(xfer_region_id(a), xfer_region_id(b));
     assert_int_equal(xfer_region_gen(a), 1);
     xfer_region *dup;
-    assert_int_equal(xfer_region_register(e, "a", mem, 16, XFER_MEM_HOST, -1, XFER_ACCESS_RW,
-                                          &dup), -XFER_EEXIST);
+    assert_int_equal(xfer_region_register(e, "a", mem, 16, XFER_MEM_HOST, -1, XFER_ACCESS_RW, &dup),
+                     -XFER_EEXIST);
     uint32_t id = xfer_region_id(a);
     assert_int_equal(xfer_region_deregister(e, a), 0);
     assert_null(xfer_region_find(e, "a"));
-    assert_int_equal(xfer_region_register(e, "a", mem, sizeof(mem), XFER_MEM_HOST, -1,
-                                          XFER_ACCESS_RW, &a), 0);
+    assert_int_equal(
+        xfer_region_register(e, "a", mem, sizeof(mem), XFER_MEM_HOST, -1, XFER_ACCESS_RW, &a), 0);
     assert_int_equal(xfer_region_id(a), id); /* a name keeps its id ... */
     assert_int_equal(xfer_region_gen(a), 2); /* ... and gets a new generation */
     assert_ptr_equal(xfer_region_find(e, "a"), a);
@@ -68,8 +68,9 @@ static void test_bad_arguments(void **state)
     longname[sizeof(longname) - 1] = '\0';
     assert_int_equal(xfer_region_register(e, "z", mem, 0, XFER_MEM_HOST, -1, XFER_ACCESS_RW, &r),
                      -XFER_EINVAL);
-    assert_int_equal(xfer_region_register(e, longname, mem, 64, XFER_MEM_HOST, -1, XFER_ACCESS_RW,
-                                          &r), -XFER_EINVAL);
+    assert_int_equal(
+        xfer_region_register(e, longname, mem, 64, XFER_MEM_HOST, -1, XFER_ACCESS_RW, &r),
+        -XFER_EINVAL);
     assert_int_equal(xfer_region_register(e, "z", mem, 64, XFER_MEM_HOST, -1, 0, &r), -XFER_EINVAL);
     assert_int_equal(xfer_region_register(e, "z", NULL, 64, XFER_MEM_HOST, -1, XFER_ACCESS_RW, &r),
                      -XFER_EINVAL);
@@ -90,15 +91,23 @@ static void test_acquire_checks(void **state)
     assert_null(xfer_region_acquire(e, xfer_region_id(ro), 1, XFER_OP_WRITE, 0, 1, &err));
     assert_int_equal(err, -XFER_EACCES);
     /* bounds at the edges */
-    struct { uint64_t off, len; int want; } cases[] = {
-        {0, 4096, 0},           {4095, 1, 0},        {4096, 0, 0},
-        {4096, 1, -XFER_ERANGE}, {4097, 0, -XFER_ERANGE}, {1, 4096, -XFER_ERANGE},
-        {UINT64_MAX, 2, -XFER_ERANGE}, {2, UINT64_MAX, -XFER_ERANGE},
+    struct {
+        uint64_t off, len;
+        int want;
+    } cases[] = {
+        {0, 4096, 0},
+        {4095, 1, 0},
+        {4096, 0, 0},
+        {4096, 1, -XFER_ERANGE},
+        {4097, 0, -XFER_ERANGE},
+        {1, 4096, -XFER_ERANGE},
+        {UINT64_MAX, 2, -XFER_ERANGE},
+        {2, UINT64_MAX, -XFER_ERANGE},
         {UINT64_MAX - 4095, 4097, -XFER_ERANGE},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        xfer_region *a = xfer_region_acquire(e, id, gen, XFER_OP_WRITE, cases[i].off, cases[i].len,
-                                             &err);
+        xfer_region *a =
+            xfer_region_acquire(e, id, gen, XFER_OP_WRITE, cases[i].off, cases[i].len, &err);
         assert_int_equal(err, cases[i].want);
         if (a) {
             assert_ptr_equal(a, r);

@@ -34,7 +34,7 @@ static void test_roundtrip_is_little_endian(void **state)
     xfer_wire_encode(&h, buf);
     assert_int_equal(buf[0], 'R');
     assert_int_equal(buf[3], 'X');
-    assert_int_equal(buf[8], 0x08);  /* req_id low byte first */
+    assert_int_equal(buf[8], 0x08); /* req_id low byte first */
     assert_int_equal(buf[15], 0x01);
     assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), 0);
     assert_int_equal(d.req_id, h.req_id);
@@ -113,12 +113,12 @@ static void test_range_edges(void **state)
 {
     (void)state;
     assert_true(xfer_range_ok(0, 0, 0));
-    assert_true(xfer_range_ok(10, 0, 10));      /* zero length at the exact end */
+    assert_true(xfer_range_ok(10, 0, 10)); /* zero length at the exact end */
     assert_false(xfer_range_ok(11, 0, 10));
-    assert_true(xfer_range_ok(0, 10, 10));      /* exact end */
+    assert_true(xfer_range_ok(0, 10, 10)); /* exact end */
     assert_false(xfer_range_ok(1, 10, 10));
     assert_true(xfer_range_ok(9, 1, 10));
-    assert_false(xfer_range_ok(UINT64_MAX, 2, 10));           /* off+len wraps */
+    assert_false(xfer_range_ok(UINT64_MAX, 2, 10)); /* off+len wraps */
     assert_false(xfer_range_ok(2, UINT64_MAX, 10));
     assert_false(xfer_range_ok(UINT64_MAX - 1, 4, UINT64_MAX)); /* wraps near max */
     assert_true(xfer_range_ok(UINT64_MAX - 4, 4, UINT64_MAX));
