@@ -23,15 +23,7 @@
 
 #if XFER_WITH_CUDA
 #include <cuda_runtime_api.h>
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "tests/gpu/gpu_check.h"
 
 #define NBLK    4096
 #define WARM    3

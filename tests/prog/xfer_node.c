@@ -266,6 +266,24 @@ static int run_auth(const struct opts *o)
 
 /* ---- peer killed mid-transfer -------------------------------------------------------- */
 
+/* Adds n items of `piece` bytes each, the same offsets locally and remotely,
+ * alternating WRITE and READ (READ first when read_first). */
+static void add_alternating(xfer_batch *b, int n, int read_first, xfer_region *l, xfer_peer *p,
+                            const struct xfer_region_desc *rd, uint64_t piece)
+{
+    for (int i = 0; i < n; i++) {
+        struct xfer_item it = {(i + read_first) & 1 ? XFER_OP_READ : XFER_OP_WRITE,
+                               l,
+                               i * piece,
+                               p,
+                               rd->id,
+                               rd->gen,
+                               i * piece,
+                               piece};
+        xfer_batch_add(b, &it);
+    }
+}
+
 static int run_pump(const struct opts *o)
 {
     struct node_file nf;
@@ -281,18 +299,7 @@ static int run_pump(const struct opts *o)
     if (xfer_region_alloc(e, "local", rd->len, XFER_ACCESS_RW, &l) < 0)
         return 1;
     xfer_batch *b = xfer_batch_new(e, &rc);
-    uint64_t piece = rd->len / 8;
-    for (int i = 0; i < 8; i++) {
-        struct xfer_item it = {i & 1 ? XFER_OP_READ : XFER_OP_WRITE,
-                               l,
-                               i * piece,
-                               p,
-                               rd->id,
-                               rd->gen,
-                               i * piece,
-                               piece};
-        xfer_batch_add(b, &it);
-    }
+    add_alternating(b, 8, 0, l, p, rd, rd->len / 8);
     double last_ok = now_s();
     for (int round = 0;; round++) {
         xfer_batch_submit(b, 30000);
@@ -350,18 +357,7 @@ static int run_stuck(const struct opts *o)
         return 1;
     }
     xfer_batch *b = xfer_batch_new(e, &rc);
-    uint64_t piece = rd->len / 8;
-    for (int i = 0; i < 8; i++) {
-        struct xfer_item it = {i & 1 ? XFER_OP_READ : XFER_OP_WRITE,
-                               l,
-                               i * piece,
-                               p,
-                               rd->id,
-                               rd->gen,
-                               i * piece,
-                               piece};
-        xfer_batch_add(b, &it);
-    }
+    add_alternating(b, 8, 0, l, p, rd, rd->len / 8);
     double t0 = now_s();
     xfer_batch_submit(b, 500);
     rc = xfer_batch_wait(b, -1);
@@ -397,17 +393,7 @@ static int run_cancel(const struct opts *o)
     int cancelled = 0, lost = 0;
     for (int round = 0; round < 40; round++) {
         xfer_batch *b = xfer_batch_new(e, &rc);
-        for (int i = 0; i < 16; i++) {
-            struct xfer_item it = {(i + round) & 1 ? XFER_OP_READ : XFER_OP_WRITE,
-                                   l,
-                                   i * piece,
-                                   p,
-                                   rd->id,
-                                   rd->gen,
-                                   i * piece,
-                                   piece};
-            xfer_batch_add(b, &it);
-        }
+        add_alternating(b, 16, round & 1, l, p, rd, piece);
         xfer_batch_submit(b, 10000);
         usleep((useconds_t)(round % 8) * 3000); /* 0..21 ms: some items finish */
         double t0 = now_s();
