@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(XFER_HS_ID_MAX == XFER_NAME_MAX, "handshake node ids hold a whole node id");
+
 static int fail(int code, char *why, size_t why_len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

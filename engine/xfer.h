@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xfer_err.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,35 +34,6 @@ extern "C" {
 #define XFER_TAG_MAX    128
 #define XFER_BLOB_MAX   256  /* transport-specific opaque data per region */
 #define XFER_NICS_MAX   1024 /* a node's RDMA NIC list: 8+ NICs at ~60 chars each */
-
-/* ---- errors ------------------------------------------------------------ */
-enum xfer_err {
-    XFER_OK = 0,
-    XFER_EINVAL = 1,  /* bad argument */
-    XFER_ENOMEM,      /* out of memory */
-    XFER_ENOENT,      /* unknown node, region or item */
-    XFER_EACCES,      /* access mode forbids the operation */
-    XFER_ERANGE,      /* offset/length outside the region */
-    XFER_ESTALE,      /* generation or incarnation no longer current */
-    XFER_ETIMEDOUT,   /* deadline passed */
-    XFER_ECANCELED,   /* cancelled by the caller */
-    XFER_ECONN,       /* connection failed or lost */
-    XFER_EPROTO,      /* malformed or unexpected message */
-    XFER_EAUTH,       /* handshake authentication failed */
-    XFER_EIO,         /* local I/O or device error */
-    XFER_ENOTSUP,     /* operation or transport not supported here */
-    XFER_EINPROGRESS, /* not finished yet */
-    XFER_ENODEV,      /* no such device (e.g. no CUDA device) */
-    XFER_EEXIST,      /* name already in use */
-    XFER_EBUSY,       /* resource in use */
-    XFER_EMISMATCH,   /* layouts of the two sides disagree */
-    XFER_ENOSPC,      /* a fixed capacity is exhausted */
-    XFER_EUNAVAIL,    /* service (e.g. Redis) unreachable */
-    XFER_ERR_MAX
-};
-
-/* Static string for a code; accepts the negative or positive form. */
-const char *xfer_strerror(int err);
 
 /* ---- logging ----------------------------------------------------------- */
 enum xfer_log_level { XFER_LOG_ERROR = 0, XFER_LOG_WARN, XFER_LOG_INFO, XFER_LOG_DEBUG };

@@ -1,6 +1,6 @@
 /* Engine helper around the batched copy: per-device stage + stream, and
  * tickets (events) that a transport's progress loop can poll. */
-#include "xfer.h"
+#include "xfer_err.h"
 #include "xfer_kernels.h"
 
 #include <cuda_runtime_api.h>

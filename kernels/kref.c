@@ -1,7 +1,7 @@
 /* CPU reference for the GPU kernels, and the layout checks both share. */
 #include "xfer_kernels.h"
 
-#include "xfer.h"
+#include "xfer_err.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * so callers never wait unless they are KSTAGE_SLOTS launches ahead. */
 #include "klaunch.h"
 
-#include "xfer.h"
+#include "xfer_err.h"
 #include "xfer_kernels.h"
 
 #include <stdarg.h>

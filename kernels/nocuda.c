@@ -1,7 +1,7 @@
 /* Builds without CUDA: every GPU entry point reports "no CUDA device". */
 #include "xfer_kernels.h"
 
-#include "xfer.h"
+#include "xfer_err.h"
 
 #include <stddef.h>
 

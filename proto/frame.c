@@ -1,6 +1,6 @@
 /* Length-framed messages and deadline-bounded full-buffer socket I/O. */
 #include "frame.h"
-#include "xfer.h"
+#include "xfer_err.h"
 
 #include <errno.h>
 #include <poll.h>

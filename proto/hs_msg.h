@@ -6,15 +6,22 @@
 #ifndef XFER_HS_MSG_H
 #define XFER_HS_MSG_H
 
-#include "xfer.h"
+#include "xfer_err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #define XFER_HS_NONCE_LEN 32
 #define XFER_HS_PROOF_LEN 32 /* HMAC-SHA256 */
 #define XFER_HS_MSG_MAX   1024
+/* Node ids as carried in a Hello, incl. NUL; engine/handshake.c checks it
+ * equals XFER_NAME_MAX. */
+#define XFER_HS_ID_MAX 64
 
 struct xfer_hs_hello {
     uint32_t version;
-    char node_id[XFER_NAME_MAX];
+    char node_id[XFER_HS_ID_MAX];
     uint64_t incarnation;
     uint8_t nonce[XFER_HS_NONCE_LEN];
     uint8_t proof[XFER_HS_PROOF_LEN];
