@@ -354,6 +354,16 @@ const char *xfer_gpu_ring_last_error(const xfer_gpu_ring *r)
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
+/* Requests published past the released tail, in ticket order. */
+static uint64_t queued(const xfer_gpu_ring *r)
+{
+    uint64_t t = __atomic_load_n(&r->hdr->tail, __ATOMIC_ACQUIRE), n = 0;
+    while (n < r->cfg.slots &&
+           __atomic_load_n(&r->slots[(t + n) & r->dev.mask].seq, __ATOMIC_ACQUIRE) == t + n + 1)
+        n++;
+    return n;
+}
+
 void xfer_gpu_ring_stats(const xfer_gpu_ring *r, struct xfer_gpu_ring_stats *out)
 {
     if (!out)
@@ -364,6 +374,7 @@ void xfer_gpu_ring_stats(const xfer_gpu_ring *r, struct xfer_gpu_ring_stats *out
     out->state = __atomic_load_n(&r->hdr->state, __ATOMIC_ACQUIRE);
     out->error = __atomic_load_n(&r->hdr->error, __ATOMIC_ACQUIRE);
     out->numa_node = r->numa_node;
+    out->queued = queued(r);
     out->taken = LOAD(r->n_taken);
     out->completed = LOAD(r->n_completed);
     out->failed = LOAD(r->n_failed);

@@ -109,6 +109,21 @@ static void prefer_node(void *p, size_t len, int node)
 /* ---- memory ------------------------------------------------------------------ */
 
 #if XFER_WITH_CUDA
+static cudaError_t zero_device(void *p, size_t len, const char **what)
+{
+    cudaStream_t s;
+    *what = "cudaStreamCreate";
+    cudaError_t ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (ce != cudaSuccess)
+        return ce;
+    *what = "cudaMemsetAsync";
+    ce = cudaMemsetAsync(p, 0, len, s);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+    return ce;
+}
+
 /* Pins and maps the block into GPU m->device, allocates the producer state
  * there. The caller's current device is restored. */
 static int map_into_gpu(struct ring_mem *m, char *why, size_t why_len)
@@ -140,12 +155,8 @@ static int map_into_gpu(struct ring_mem *m, char *why, size_t why_len)
         what = "cudaMalloc";
         ce = cudaMalloc(&m->prod, sizeof(struct xfer_ring_prod));
     }
-    if (ce == cudaSuccess) {
-        what = "cudaMemset";
-        ce = cudaMemset(m->prod, 0, sizeof(struct xfer_ring_prod));
-    }
-    if (ce == cudaSuccess)
-        ce = cudaStreamSynchronize(0);
+    if (ce == cudaSuccess) /* on a stream of its own: no wait for others' work */
+        ce = zero_device(m->prod, sizeof(struct xfer_ring_prod), &what);
     cudaSetDevice(prev);
     if (ce != cudaSuccess) {
         snprintf(why, why_len, "%s on GPU %d: %s", what, m->device, cudaGetErrorString(ce));

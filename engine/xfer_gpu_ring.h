@@ -111,7 +111,8 @@ struct xfer_gpu_ring_stats {
     int state;                /* enum xfer_ring_state */
     int error;                /* the error word */
     int numa_node;            /* where the proxy runs; -1 = not placed */
-    uint64_t taken;           /* requests taken out of the ring */
+    uint64_t queued;          /* posted and not taken yet (a scan of the ring) */
+    uint64_t taken;           /* requests taken out of the ring (fences included) */
     uint64_t completed;       /* finished without error */
     uint64_t failed;          /* finished with an error (including those failed by stop) */
     uint64_t in_flight;       /* taken and not finished */

@@ -29,11 +29,37 @@ static inline void ring_file_put(const char *path, const char *text)
     rename(tmp, path);
 }
 
+/* Compares [0, len) of the receiver's region (through read) with
+ * pattern_fill(seed, base 0): UINT64_MAX when equal, else the first
+ * differing offset (or where reading failed). */
+static inline uint64_t ring_check_pattern(ring_read_fn read, void *ctx, uint64_t seed, uint64_t len)
+{
+    const uint64_t step = 4u << 20;
+    uint8_t *have = malloc(step), *want = malloc(step);
+    uint64_t bad_at = have && want ? UINT64_MAX : 0;
+    for (uint64_t off = 0; bad_at == UINT64_MAX && off < len; off += step) {
+        uint64_t n = len - off < step ? len - off : step;
+        if (read(ctx, off, have, n) < 0) {
+            bad_at = off;
+            break;
+        }
+        pattern_fill(want, n, seed, off);
+        for (uint64_t i = 0; i < n; i++)
+            if (have[i] != want[i]) {
+                bad_at = off + i;
+                break;
+            }
+    }
+    free(have);
+    free(want);
+    return bad_at;
+}
+
 /* Answers one pending verification request, if any; true if it did. */
 static inline bool ring_peer_verify_once(const char *node_file, ring_read_fn read, void *ctx,
                                          uint64_t region_len)
 {
-    char req[600], res[600], line[128] = "";
+    char req[600], res[600], line[128];
     snprintf(req, sizeof(req), "%s.verify", node_file);
     snprintf(res, sizeof(res), "%s.result", node_file);
     FILE *f = fopen(req, "r");
@@ -47,30 +73,11 @@ static inline bool ring_peer_verify_once(const char *node_file, ring_read_fn rea
         ring_file_put(res, "bad request\n");
         return true;
     }
-    const uint64_t step = 4u << 20;
-    uint8_t *have = malloc(step), *want = malloc(step);
-    uint64_t bad_at = UINT64_MAX;
-    for (uint64_t off = 0; have && want && off < len && bad_at == UINT64_MAX; off += step) {
-        uint64_t n = len - off < step ? len - off : step;
-        if (read(ctx, off, have, n) < 0) {
-            bad_at = off;
-            break;
-        }
-        pattern_fill(want, n, seed, off);
-        for (uint64_t i = 0; i < n; i++)
-            if (have[i] != want[i]) {
-                bad_at = off + i;
-                break;
-            }
-    }
-    if (!have || !want)
-        snprintf(line, sizeof(line), "bad memory\n");
-    else if (bad_at == UINT64_MAX)
+    uint64_t bad_at = ring_check_pattern(read, ctx, seed, len);
+    if (bad_at == UINT64_MAX)
         snprintf(line, sizeof(line), "ok %llu bytes\n", len);
     else
         snprintf(line, sizeof(line), "bad at %llu\n", (unsigned long long)bad_at);
-    free(have);
-    free(want);
     ring_file_put(res, line);
     return true;
 }
