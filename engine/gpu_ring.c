@@ -28,6 +28,7 @@ void xfer_gpu_ring_config_init(struct xfer_gpu_ring_config *cfg)
     cfg->batch_max = 256;
     cfg->outstanding_max = 4096;
     cfg->timeout_ns = RING_DEFAULT_TIMEOUT_NS;
+    cfg->poll_ns = 250;
     cfg->spin_us = 200;
     cfg->sleep_us = 50;
     cfg->numa_node = XFER_GPU_RING_NUMA_AUTO;
@@ -107,6 +108,7 @@ static void lay_out(xfer_gpu_ring *r)
         .mask = c->slots - 1,
         .n_counters = c->counters,
         .timeout_ns = c->timeout_ns,
+        .poll_ns = c->poll_ns,
     };
     r->dev = dev;
     r->host_dev = dev;

@@ -49,17 +49,19 @@ typedef void (*xfer_gpu_ring_fail_fn)(const struct xfer_ring_slot *req, int err,
                                       void *arg);
 
 struct xfer_gpu_ring_config {
-    int device;                    /* CUDA GPU of the producing kernels; -1 = host ring */
-    uint32_t slots;                /* power of two, 2 .. 2^20; default 1024 */
-    uint32_t counters;             /* 1 .. 65535; default 256 */
-    uint32_t regions_max;          /* local and remote table sizes; default 256 each */
-    uint32_t batch_max;            /* requests per engine batch; default 256 */
-    uint32_t outstanding_max;      /* requests taken out and not finished; default 4096 */
-    int deadline_ms;               /* per engine batch; 0 = the engine's default deadline */
-    uint64_t timeout_ns;           /* producers' bound on a full ring and on waits; default 10 s */
-    int spin_us;                   /* the proxy busy-polls this long after work; default 200 */
-    int sleep_us;                  /* then sleeps this long between looks; default 50 */
-    int numa_node;                 /* XFER_GPU_RING_NUMA_AUTO (default), -1 none, or a node */
+    int device;               /* CUDA GPU of the producing kernels; -1 = host ring */
+    uint32_t slots;           /* power of two, 2 .. 2^20; default 1024 */
+    uint32_t counters;        /* 1 .. 65535; default 256 */
+    uint32_t regions_max;     /* local and remote table sizes; default 256 each */
+    uint32_t batch_max;       /* requests per engine batch; default 256 */
+    uint32_t outstanding_max; /* requests taken out and not finished; default 4096 */
+    int deadline_ms;          /* per engine batch; 0 = the engine's default deadline */
+    uint64_t timeout_ns;      /* producers' bound on a full ring and on waits; default 10 s */
+    uint32_t poll_ns; /* waiting producers, all together, read ring memory at most once per this
+                         (a token in producers' memory); default 250 */
+    int spin_us;      /* the proxy busy-polls this long after work; default 200 */
+    int sleep_us;     /* then sleeps this long between looks; default 50 */
+    int numa_node;    /* XFER_GPU_RING_NUMA_AUTO (default), -1 none, or a node */
     xfer_gpu_ring_fail_fn on_fail; /* optional */
     void *on_fail_arg;
 };

@@ -90,9 +90,10 @@ struct xfer_ring_counter {
 struct xfer_ring_prod {
     uint64_t head; /* tickets handed out (reservation CAS) */
     uint8_t pad0[56];
-    uint64_t tail_seen;  /* a recent hdr->tail: spares a PCIe read per request */
-    uint64_t full_waits; /* reservations that found the ring full (back-pressure) */
-    uint8_t pad1[48];
+    uint64_t tail_seen;    /* a recent hdr->tail: spares a PCIe read per request */
+    uint64_t full_waits;   /* reservations that found the ring full (back-pressure) */
+    uint64_t next_poll_ns; /* the polling token: no read of proxy memory before this */
+    uint8_t pad1[40];
 };
 
 /* What a kernel gets (by value, as a kernel argument): pointers valid on the
@@ -105,6 +106,8 @@ struct xfer_ring_dev {
     uint32_t mask;       /* slots - 1 (slots is a power of two) */
     uint32_t n_counters; /* valid counter indices: 0 .. n_counters - 1 */
     uint64_t timeout_ns; /* bound of back-pressure waits and counter waits */
+    uint32_t poll_ns;    /* waiting producers read proxy memory at most once per this, together */
+    uint32_t pad;
 };
 
 #ifdef __cplusplus

@@ -32,6 +32,12 @@
  *    caller first (__syncthreads / __syncwarp).
  *  - the proxy stores a counter's failed/error, then releases done; a wait
  *    acquires done before reading them.
+ * Polling: a waiting producer (ring full, counter not reached) reads proxy
+ * memory only when it wins the ring's polling token (prod->next_poll_ns, at
+ * most one winner per poll_ns); the others spin on GPU memory. Hundreds of
+ * threads each reading host memory every microsecond saturate the GPU's
+ * PCIe reads, which also carry its command fetch and the copies the
+ * transports start: measured on an H100, transfers stalled for seconds.
  */
 #ifndef XFER_RING_PROTO_H
 #define XFER_RING_PROTO_H
@@ -56,16 +62,27 @@ XR_FN uint64_t xfer_ring_timeout(const struct xfer_ring_dev *r, uint64_t timeout
     return timeout_ns == XFER_RING_TIMEOUT_DEFAULT ? r->timeout_ns : timeout_ns;
 }
 
-/* One round of waiting for room: 0 to try again, or why to give up. */
-XR_FN int xfer_ring_full_wait(const struct xfer_ring_dev *r, uint64_t timeout_ns, uint64_t *t0,
-                              int *waited)
+/* Whether this thread may read proxy memory now: true for at most one
+ * caller per poll_ns on the whole ring (always with poll_ns 0). */
+XR_FN int xfer_ring_poll_turn(const struct xfer_ring_dev *r)
+{
+    if (r->poll_ns == 0)
+        return 1;
+    uint64_t now = xr_now_ns(), next = xr_ld_dev_u64(&r->prod->next_poll_ns);
+    return now >= next && xr_cas_dev_u64(&r->prod->next_poll_ns, next, now + r->poll_ns) == next;
+}
+
+/* One round of waiting for room: 0 to try again, or why to give up. turn:
+ * this thread holds the polling token. */
+XR_FN int xfer_ring_full_wait(const struct xfer_ring_dev *r, uint64_t timeout_ns, int turn,
+                              uint64_t *t0, int *waited)
 {
     if (!*waited) {
         xr_add_dev_u64(&r->prod->full_waits, 1);
         *waited = 1;
         *t0 = xr_now_ns();
     }
-    if (xr_ld_sys_i32(&r->hdr->state) >= XFER_RING_STOPPING)
+    if (turn && xr_ld_sys_i32(&r->hdr->state) >= XFER_RING_STOPPING)
         return xfer_ring_stopped_error(r);
     if (timeout_ns == 0)
         return -XFER_EBUSY;
@@ -93,10 +110,13 @@ XR_FN int xfer_ring_reserve(const struct xfer_ring_dev *r, uint32_t n, uint64_t 
         uint64_t t = xr_ld_dev_u64(&pr->tail_seen);
         /* signed: the tail may have passed a stale h; the CAS then fails */
         if ((int64_t)(h + n - t) > size) {
-            t = xr_ld_sys_u64(&r->hdr->tail);
-            xr_max_dev_u64(&pr->tail_seen, t);
+            int turn = xfer_ring_poll_turn(r);
+            if (turn) {
+                t = xr_ld_sys_u64(&r->hdr->tail);
+                xr_max_dev_u64(&pr->tail_seen, t);
+            }
             if ((int64_t)(h + n - t) > size) {
-                int rc = xfer_ring_full_wait(r, timeout_ns, &t0, &waited);
+                int rc = xfer_ring_full_wait(r, timeout_ns, turn, &t0, &waited);
                 if (rc < 0)
                     return rc;
                 h = xr_ld_dev_u64(&pr->head);
@@ -159,16 +179,18 @@ XR_FN int xfer_ring_wait(const struct xfer_ring_dev *r, uint32_t c, uint64_t tar
     struct xfer_ring_counter *ctr = &r->counters[c];
     uint64_t t0 = 0;
     for (int round = 0;; round++) {
-        /* state first: the proxy bumps every counter before it says STOPPED */
-        int32_t state = xr_ld_sys_i32(&r->hdr->state);
-        if (xr_ld_sys_u64(&ctr->done) >= target) {
-            if (xr_ld_sys_u64(&ctr->failed) == 0)
-                return 0;
-            int32_t err = xr_ld_sys_i32(&ctr->error);
-            return err < 0 ? err : -XFER_EIO;
+        if (round == 0 || xfer_ring_poll_turn(r)) { /* the first look is free */
+            /* state first: the proxy bumps every counter before it says STOPPED */
+            int32_t state = xr_ld_sys_i32(&r->hdr->state);
+            if (xr_ld_sys_u64(&ctr->done) >= target) {
+                if (xr_ld_sys_u64(&ctr->failed) == 0)
+                    return 0;
+                int32_t err = xr_ld_sys_i32(&ctr->error);
+                return err < 0 ? err : -XFER_EIO;
+            }
+            if (state == XFER_RING_STOPPED)
+                return xfer_ring_stopped_error(r);
         }
-        if (state == XFER_RING_STOPPED)
-            return xfer_ring_stopped_error(r);
         if (timeout_ns == 0)
             return -XFER_EINPROGRESS;
         uint64_t now = xr_now_ns();

@@ -337,8 +337,10 @@ int stream_wait(cudaStream_t s, double seconds)
 int counters_wait(xfer_gpu_ring *r, uint32_t n, const uint64_t *want)
 {
     int first = 0;
+    double end = now_s() + 30; /* for all of them */
     for (uint32_t i = 0; i < n; i++) {
-        int rc = xfer_gpu_ring_host_wait(r, i, want[i], XFER_RING_TIMEOUT_DEFAULT);
+        double left = end - now_s();
+        int rc = xfer_gpu_ring_host_wait(r, i, want[i], left > 0 ? (uint64_t)(left * 1e9) : 0);
         if (rc < 0 && first == 0)
             first = rc;
     }
@@ -636,6 +638,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (!strcmp(cmd, "peer"))
         return peer_main(gpu, len);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut short by a timeout keeps its lines */
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         printf("skip: no CUDA device (%s)\n", cudaGetErrorString(cudaGetLastError()));

@@ -171,6 +171,10 @@ static void bench_rate(struct bench *b)
                    xfer_gpu_ring_last_error(r));
             struct xfer_gpu_ring_stats st;
             xfer_gpu_ring_stats(r, &st);
+            if (rc) {
+                xfer_gpu_ring_free(r);
+                return;
+            }
             printf("| %u / %u / %u | %s | %.0f | %llu | %llu |\n", cfg.slots, cfg.batch_max,
                    cfg.outstanding_max, lanes ? "one per warp (put_lanes)" : "one per thread", best,
                    (unsigned long long)st.batches, (unsigned long long)st.batch_items_max);
@@ -181,7 +185,8 @@ static void bench_rate(struct bench *b)
 
 /* ---- overlap ------------------------------------------------------------------------- */
 
-/* One launch of the overlap kernel, and (put) the wait for its puts. */
+/* One launch of the overlap kernel, and (put) the wait for its puts:
+ * seconds, or -1 (failure reported). */
 static double overlap_run(struct bench *b, xfer_gpu_ring *r, const struct xfer_ring_dev *dev,
                           int blocks, int iters, int put, uint64_t *want, uint32_t counters)
 {
@@ -193,8 +198,9 @@ static double overlap_run(struct bench *b, xfer_gpu_ring *r, const struct xfer_r
             want[i % counters]++;
         rc = rc ? rc : counters_wait(r, counters, want);
     }
-    EXPECT(rc == 0, "overlap %s: %s", b->t.kind, xfer_strerror(rc));
-    return now_s() - t0;
+    EXPECT(rc == 0, "overlap %s: %s (%s)", b->t.kind, xfer_strerror(rc),
+           xfer_gpu_ring_last_error(r));
+    return rc == 0 ? now_s() - t0 : -1;
 }
 
 static void bench_overlap(struct bench *b)
@@ -209,20 +215,27 @@ static void bench_overlap(struct bench *b)
     if (!r)
         return;
     uint64_t *want = calloc(counters, sizeof(*want));
-    overlap_run(b, r, &dev, blocks, 0, 1, want, counters); /* warm-up */
-    double tp = overlap_run(b, r, &dev, blocks, 0, 1, want, counters);
-    double t64 = overlap_run(b, r, &dev, blocks, 64, 0, want, counters);
     int iters = 64;
-    for (int round = 0; round < 2; round++) { /* compute about as long as the puts */
+    double tc[3], tpp[3], tb[3];
+    double tp = overlap_run(b, r, &dev, blocks, 0, 1, want, counters); /* warm-up */
+    tp = tp < 0 ? tp : overlap_run(b, r, &dev, blocks, 0, 1, want, counters);
+    double t64 = tp < 0 ? tp : overlap_run(b, r, &dev, blocks, iters, 0, want, counters);
+    for (int round = 0; round < 2 && t64 > 0; round++) { /* compute about as long as the puts */
         double f = iters * tp / t64;
         iters = f < 1 ? 1 : f > 1000000 ? 1000000 : (int)f;
         t64 = overlap_run(b, r, &dev, blocks, iters, 0, want, counters);
     }
-    double tc[3], tpp[3], tb[3];
-    for (int i = 0; i < 3; i++) { /* interleaved */
+    bool ok = t64 > 0;
+    for (int i = 0; i < 3 && ok; i++) { /* interleaved */
         tc[i] = overlap_run(b, r, &dev, blocks, iters, 0, want, counters);
         tpp[i] = overlap_run(b, r, &dev, blocks, 0, 1, want, counters);
         tb[i] = overlap_run(b, r, &dev, blocks, iters, 1, want, counters);
+        ok = tc[i] > 0 && tpp[i] > 0 && tb[i] > 0;
+    }
+    if (!ok) {
+        free(want);
+        xfer_gpu_ring_free(r);
+        return;
     }
     double c = pct(tc, 3, 0.5), p = pct(tpp, 3, 0.5), both = pct(tb, 3, 0.5);
     double lo = c < p ? c : p, ov = (c + p - both) / lo;
