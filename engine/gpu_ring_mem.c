@@ -7,7 +7,8 @@
  * portable): producers write it across PCIe/C2C, the proxy reads it from
  * its own node. The producers' state (ticket counter) of a GPU ring is GPU
  * memory, so the reservation atomics never leave the GPU. The GPU's NUMA
- * node comes from sysfs through its PCI bus id; no libnuma.
+ * node comes from sysfs through its PCI bus id; no libnuma. Creating a GPU
+ * ring also preloads the engine's copy kernels (xfer_kernels_preload).
  */
 #include "gpu_ring.h"
 
@@ -24,6 +25,8 @@
 
 #if XFER_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "xfer_kernels.h"
 #endif
 
 #define RING_MAX_NUMA_NODES 1024
@@ -158,6 +161,12 @@ static int map_into_gpu(struct ring_mem *m, char *why, size_t why_len)
     if (ce == cudaSuccess) /* on a stream of its own: no wait for others' work */
         ce = zero_device(m->prod, sizeof(struct xfer_ring_prod), &what);
     cudaSetDevice(prev);
+    /* Kernels will spin on this ring until transports have copied: the
+     * transports' own kernels must not be loaded lazily under them. */
+    if (ce == cudaSuccess && xfer_kernels_preload(m->device) < 0)
+        xfer_warn("gpu ring: preloading the copy kernels on GPU %d failed: a kernel waiting on "
+                  "an ipc batched copy could deadlock with CUDA's lazy loading",
+                  m->device);
     if (ce != cudaSuccess) {
         snprintf(why, why_len, "%s on GPU %d: %s", what, m->device, cudaGetErrorString(ce));
         cudaGetLastError();

@@ -18,6 +18,7 @@
 #include "gpu_ring.h"
 
 #include <dirent.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -26,6 +27,19 @@
 extern char **environ;
 int failures;
 
+/* A crash prints where (addresses resolve with addr2line on this binary). */
+static void on_crash(int sig)
+{
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    char line[64];
+    int len = snprintf(line, sizeof(line), "gpu_ring: signal %d, backtrace:\n", sig);
+    if (write(2, line, (size_t)len) < 0)
+        _exit(128 + sig);
+    backtrace_symbols_fd(frames, n, 2);
+    _exit(128 + sig);
+}
+
 #define MB (1ull << 20)
 
 /* ---- the receiving child (stdin: commands, stdout: answers) ------------------- */
@@ -33,7 +47,7 @@ int failures;
 struct peer_hello {
     int rc;
     struct xfer_peer_desc peer;
-    struct xfer_region_desc dst;
+    struct xfer_region_desc dst, hdst;
 };
 struct peer_cmd {
     int op; /* 1 verify, 2 quit */
@@ -63,20 +77,20 @@ static int host_read(void *ctx, uint64_t off, void *dst, uint64_t len)
     return 0;
 }
 
-/* Registers dst on gpu (or host memory) in engine e. */
-static void *dst_make(xfer_engine *e, int gpu, uint64_t len, xfer_region **out)
+/* Registers region `name` of len bytes on gpu (or host memory) in e. */
+static void *dst_make(xfer_engine *e, const char *name, int gpu, uint64_t len, xfer_region **out)
 {
     void *mem = NULL;
     if (gpu < 0) {
-        if (xfer_region_alloc(e, "dst", len, XFER_ACCESS_RW, out) < 0)
+        if (xfer_region_alloc(e, name, len, XFER_ACCESS_RW, out) < 0)
             return NULL;
         return xfer_region_ptr(*out);
     }
     CK(cudaSetDevice(gpu));
     CK(cudaMalloc(&mem, len));
     CK(cudaMemset(mem, 0, len));
-    if (xfer_region_register(e, "dst", mem, len, XFER_MEM_CUDA, gpu, XFER_ACCESS_RW, out) < 0) {
-        fprintf(stderr, "register dst: %s\n", xfer_engine_last_error(e));
+    if (xfer_region_register(e, name, mem, len, XFER_MEM_CUDA, gpu, XFER_ACCESS_RW, out) < 0) {
+        fprintf(stderr, "register %s: %s\n", name, xfer_engine_last_error(e));
         return NULL;
     }
     return mem;
@@ -101,12 +115,13 @@ static int peer_main(int gpu, uint64_t len)
 {
     struct peer_hello h = {0};
     xfer_engine *e = engine("gpu-peer", XFER_TRANSPORT_TCP | XFER_TRANSPORT_IPC);
-    xfer_region *dst = NULL;
-    void *mem = e ? dst_make(e, gpu, len, &dst) : NULL;
-    h.rc = mem ? 0 : -1;
-    if (mem) {
+    xfer_region *dst = NULL, *hdst = NULL;
+    void *mem = e ? dst_make(e, "dst", gpu, len, &dst) : NULL;
+    h.rc = mem && dst_make(e, "hdst", -1, HDST_LEN, &hdst) ? 0 : -1;
+    if (h.rc == 0) {
         xfer_engine_describe(e, &h.peer);
         xfer_region_describe(dst, &h.dst);
+        xfer_region_describe(hdst, &h.hdst);
     }
     if (write(1, &h, sizeof(h)) != sizeof(h) || h.rc < 0)
         return 1;
@@ -119,6 +134,7 @@ static int peer_main(int gpu, uint64_t len)
             break;
     }
     xfer_region_deregister(e, dst);
+    xfer_region_deregister(e, hdst);
     xfer_engine_free(e);
     if (gpu >= 0)
         cudaFree(mem);
@@ -163,15 +179,16 @@ int target_open(struct target *t, const char *kind, int peer_gpu, uint64_t len)
     t->to = t->from = -1;
     t->transport = strcmp(kind, "ipc") ? XFER_TRANSPORT_TCP : XFER_TRANSPORT_IPC;
     struct xfer_peer_desc pd;
-    struct xfer_region_desc rd;
+    struct xfer_region_desc rd, hrd;
     if (!strcmp(kind, "local")) {
         t->pe = engine("gpu-local-peer", XFER_TRANSPORT_TCP);
         t->pgpu = 0;
-        t->pmem = t->pe ? dst_make(t->pe, 0, len, &t->pdst) : NULL;
-        if (!t->pmem)
+        t->pmem = t->pe ? dst_make(t->pe, "dst", 0, len, &t->pdst) : NULL;
+        if (!t->pmem || !dst_make(t->pe, "hdst", -1, HDST_LEN, &t->phdst))
             return -1;
         xfer_engine_describe(t->pe, &pd);
         xfer_region_describe(t->pdst, &rd);
+        xfer_region_describe(t->phdst, &hrd);
     } else {
         struct peer_hello h;
         if (spawn_peer(t, peer_gpu) < 0 || xread(t->from, &h, sizeof(h)) < 0 || h.rc < 0) {
@@ -180,9 +197,11 @@ int target_open(struct target *t, const char *kind, int peer_gpu, uint64_t len)
         }
         pd = h.peer;
         rd = h.dst;
+        hrd = h.hdst;
     }
     t->e = engine("gpu-kernels", t->transport);
-    if (!t->e || xfer_peer_add(t->e, &pd, &t->p) < 0 || xfer_peer_region_add(t->p, &rd) < 0) {
+    if (!t->e || xfer_peer_add(t->e, &pd, &t->p) < 0 || xfer_peer_region_add(t->p, &rd) < 0 ||
+        xfer_peer_region_add(t->p, &hrd) < 0) {
         fprintf(stderr, "%s: connect: %s\n", kind, t->e ? xfer_engine_last_error(t->e) : "");
         return -1;
     }
@@ -251,6 +270,7 @@ void target_close(struct target *t)
     xfer_engine_free(t->e);
     if (t->pe) {
         xfer_region_deregister(t->pe, t->pdst);
+        xfer_region_deregister(t->pe, t->phdst);
         xfer_engine_free(t->pe);
         cudaFree(t->pmem);
     }
@@ -284,7 +304,8 @@ int local_open(struct local *l, xfer_engine *e, uint64_t len, uint64_t back_len)
     CK(cudaMemset(l->back, 0, back_len));
     if (xfer_region_register(e, "buf", l->buf, len, XFER_MEM_CUDA, 0, XFER_ACCESS_RW, &l->rbuf) ||
         xfer_region_register(e, "back", l->back, back_len, XFER_MEM_CUDA, 0, XFER_ACCESS_RW,
-                             &l->rback)) {
+                             &l->rback) ||
+        xfer_region_alloc(e, "hbuf", HDST_LEN, XFER_ACCESS_RW, &l->rhbuf)) {
         fprintf(stderr, "register: %s\n", xfer_engine_last_error(e));
         return -1;
     }
@@ -297,6 +318,8 @@ void local_close(struct local *l, xfer_engine *e)
         xfer_region_deregister(e, l->rbuf);
     if (l->rback)
         xfer_region_deregister(e, l->rback);
+    if (l->rhbuf)
+        xfer_region_deregister(e, l->rhbuf);
     cudaFree(l->buf);
     cudaFree(l->back);
     memset(l, 0, sizeof(*l));
@@ -309,8 +332,9 @@ xfer_gpu_ring *ring_open(struct target *t, struct local *l, struct xfer_gpu_ring
     cfg->device = 0;
     xfer_gpu_ring *r = xfer_gpu_ring_new(t->e, cfg, &rc);
     if (!r || xfer_gpu_ring_add_local(r, l->rbuf) != 0 ||
-        xfer_gpu_ring_add_local(r, l->rback) != 1 ||
-        xfer_gpu_ring_add_remote(r, t->p, "dst") != 0 || xfer_gpu_ring_start(r) < 0) {
+        xfer_gpu_ring_add_local(r, l->rback) != 1 || xfer_gpu_ring_add_local(r, l->rhbuf) != 2 ||
+        xfer_gpu_ring_add_remote(r, t->p, "dst") != 0 ||
+        xfer_gpu_ring_add_remote(r, t->p, "hdst") != 1 || xfer_gpu_ring_start(r) < 0) {
         fprintf(stderr, "ring: %s (%s)\n", xfer_strerror(rc), r ? xfer_gpu_ring_last_error(r) : "");
         xfer_gpu_ring_free(r);
         return NULL;
@@ -636,6 +660,9 @@ int main(int argc, char **argv)
             len = strtoull(argv[i + 1], NULL, 0);
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGSEGV, on_crash);
+    signal(SIGBUS, on_crash);
+    signal(SIGABRT, on_crash);
     if (!strcmp(cmd, "peer"))
         return peer_main(gpu, len);
     setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut short by a timeout keeps its lines */

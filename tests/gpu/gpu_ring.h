@@ -27,7 +27,7 @@ struct target {
     int to, from;
     /* in this process */
     xfer_engine *pe;
-    xfer_region *pdst;
+    xfer_region *pdst, *phdst;
     void *pmem;
     int pgpu;
 };
@@ -40,16 +40,20 @@ void target_signal(struct target *t, int sig); /* child only */
 int target_freeze(struct target *t);           /* SIGSTOP, until every thread stopped */
 void target_close(struct target *t);
 
-/* GPU memory of the kernels: buf (local index 0) and back (index 1). */
+/* Memory of the kernels: GPU buf (local index 0) and back (1), and a host
+ * region hbuf (2) of HDST_LEN bytes; the receiver has GPU "dst" (remote 0)
+ * and host "hdst" (remote 1) of HDST_LEN bytes. */
+#define HDST_LEN (32ull << 20)
 struct local {
     uint8_t *buf, *back;
     uint64_t len, back_len;
-    xfer_region *rbuf, *rback;
+    xfer_region *rbuf, *rback, *rhbuf;
 };
 int local_open(struct local *l, xfer_engine *e, uint64_t len, uint64_t back_len);
 void local_close(struct local *l, xfer_engine *e);
 
-/* A ring on GPU 0 over t and l (locals 0, 1; remote 0 = dst), started. */
+/* A ring on GPU 0 over t and l (locals buf 0, back 1, hbuf 2; remotes
+ * dst 0, hdst 1), started. */
 xfer_gpu_ring *ring_open(struct target *t, struct local *l, struct xfer_gpu_ring_config *cfg,
                          struct xfer_ring_dev *dev);
 /* Waits for the stream up to seconds: 0, or -1 (the program cannot go on

@@ -60,7 +60,7 @@ static void bench_close(struct bench *b)
 
 static int sync_or_die(struct bench *b)
 {
-    if (stream_wait(b->s, 120) < 0)
+    if (stream_wait(b->s, 60) < 0)
         exit(3);
     int rc = 0;
     CK(cudaMemcpy(&rc, b->rc, sizeof(rc), cudaMemcpyDeviceToHost));
@@ -130,18 +130,24 @@ static void bench_latency(struct bench *b)
 
 /* ---- requests per second ------------------------------------------------------------- */
 
-static void bench_rate(struct bench *b)
+/* gpu: GPU memory to GPU memory (over ipc, groups of GPU items are one
+ * batched copy kernel), else host memory to host memory: the ring, the
+ * proxy and the transport without tcp's GPU staging. shapes: ring shapes
+ * tried (1 or 2). */
+static void bench_rate(struct bench *b, bool gpu, int shapes_n)
 {
     const int blocks = 32, threads = 128, per_thread = 16;
     const uint32_t counters = 32;
     const uint64_t n = (uint64_t)blocks * threads * per_thread;
-    printf("\nrequests/s through one ring + proxy, receiver %s: %llu puts of 64 B from %d x %d "
-           "threads\n",
-           b->t.kind, (unsigned long long)n, blocks, threads);
+    const uint32_t local = gpu ? 0 : 2, remote = gpu ? 0 : 1;
+    printf("\nrequests/s through one ring + proxy, receiver %s, %s: %llu puts of 64 B from %d x "
+           "%d threads\n",
+           b->t.kind, gpu ? "GPU -> GPU memory" : "host -> host memory", (unsigned long long)n,
+           blocks, threads);
     printf("| ring (slots / batch_max / outstanding_max) | reservation | requests/s | batches | "
            "largest batch |\n| --- | --- | --- | --- | --- |\n");
     static const uint32_t shapes[][3] = {{1024, 256, 4096}, {4096, 1024, 16384}};
-    for (int sh = 0; sh < 2; sh++) {
+    for (int sh = 0; sh < shapes_n; sh++) {
         for (int lanes = 0; lanes < 2; lanes++) {
             struct xfer_gpu_ring_config cfg;
             xfer_gpu_ring_config_init(&cfg);
@@ -149,6 +155,7 @@ static void bench_rate(struct bench *b)
             cfg.batch_max = shapes[sh][1];
             cfg.outstanding_max = shapes[sh][2];
             cfg.counters = counters;
+            cfg.timeout_ns = 5000000000ull; /* a stall ends the part in seconds */
             struct xfer_ring_dev dev;
             xfer_gpu_ring *r = ring_open(&b->t, &b->l, &cfg, &dev);
             if (!r)
@@ -160,8 +167,8 @@ static void bench_rate(struct bench *b)
                 for (uint32_t c = 0; c < counters; c++)
                     want[c] = (uint64_t)rep * n / counters;
                 double t0 = now_s();
-                gr_launch_rate(&dev, 0, 0, 64, 32 * MB, per_thread, lanes, blocks, threads,
-                               counters, b->rc, b->s);
+                gr_launch_rate(&dev, local, remote, 64, HDST_LEN, per_thread, lanes, blocks,
+                               threads, counters, b->rc, b->s);
                 rc = sync_or_die(b);
                 rc = rc ? rc : counters_wait(r, counters, want);
                 double rate = n / (now_s() - t0);
@@ -172,6 +179,11 @@ static void bench_rate(struct bench *b)
             struct xfer_gpu_ring_stats st;
             xfer_gpu_ring_stats(r, &st);
             if (rc) {
+                printf("  stalled: taken %llu, completed %llu, failed %llu, in flight %llu, queued "
+                       "%llu, batches %llu\n",
+                       (unsigned long long)st.taken, (unsigned long long)st.completed,
+                       (unsigned long long)st.failed, (unsigned long long)st.in_flight,
+                       (unsigned long long)st.queued, (unsigned long long)st.batches);
                 xfer_gpu_ring_free(r);
                 return;
             }
@@ -260,7 +272,7 @@ static bool named(const char *cases, const char *const *names, size_t n)
  * overlap), comma-separated; a missing group means all of it. */
 int gpu_ring_bench(const char *cases, int peer_gpu)
 {
-    static const char *const kinds[] = {"ipc", "tcp", "local"};
+    static const char *const kinds[] = {"ipc", "local", "tcp"};
     static const char *const parts[] = {"latency", "rate", "overlap"};
     bool all_kinds = !named(cases, kinds, 3), all_parts = !named(cases, parts, 3);
     for (size_t k = 0; k < 3; k++) {
@@ -274,10 +286,13 @@ int gpu_ring_bench(const char *cases, int peer_gpu)
         }
         if (all_parts || strstr(cases, "latency"))
             bench_latency(&b);
+        bool ipc = b.t.transport == XFER_TRANSPORT_IPC;
         if (all_parts || strstr(cases, "rate"))
-            bench_rate(&b);
+            bench_rate(&b, ipc, 2);
         if (all_parts || strstr(cases, "overlap"))
             bench_overlap(&b);
+        if ((all_parts || strstr(cases, "rate")) && !ipc && !b.t.pe) /* the very last: tcp's */
+            bench_rate(&b, true, 1); /* GPU staging with 64-byte items (stalled before) */
         bench_close(&b);
     }
     printf("gpu_ring bench: %d failures\n", failures);

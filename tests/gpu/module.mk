@@ -9,7 +9,7 @@ $(B)/obj/tests/gpu/gpu_ring.o $(B)/obj/tests/gpu/gpu_ring_bench.o: CPPFLAGS += -
 
 $(B)/tests/gpu_ring: $(GPU_RING_OBJS) $(B)/lib/libxfer.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $(GPU_RING_OBJS) -o $@ $(LINK_LIBS)
+	$(CC) $(LDFLAGS) -rdynamic $(GPU_RING_OBJS) -o $@ $(LINK_LIBS)
 
 all: $(B)/tests/gpu_ring
 endif

@@ -50,16 +50,20 @@ echo "# bundled libraries used: $(ls "$libdir" | tr '\n' ' ')"
 nvidia-smi -L
 nvidia-smi topo -m 2>/dev/null | head -5
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-step() { # NAME SECONDS CMD...
-    local name=$1 secs=$2 t0=$SECONDS
+step() { # NAME SECONDS CMD...: its exit status
+    local name=$1 secs=$2 t0=$SECONDS rc
     shift 2
     echo; echo "## $name"
     timeout -k 5 "$secs" "$@"
-    echo "## $name: exit $? after $((SECONDS - t0)) s"
+    rc=$?
+    echo "## $name: exit $rc after $((SECONDS - t0)) s"
+    return $rc
 }
 if [[ $what == all || $what == check ]]; then
     step unit 40 "$here/bin/test_gpu_ring"
-    step check 150 "$here/bin/gpu_ring" check --peer-gpu "$peer_gpu"
+    step check 150 "$here/bin/gpu_ring" check --peer-gpu "$peer_gpu" ||
+        CUDA_MODULE_LOADING=EAGER step check-eager-loading 120 "$here/bin/gpu_ring" check \
+            --peer-gpu "$peer_gpu" --cases local,tcp,ipc
     if [[ -n $cs ]]; then
         step memcheck 90 "$cs" --tool memcheck --error-exitcode 9 "$here/bin/gpu_ring" check \
             --cases local,pressure
@@ -70,7 +74,7 @@ if [[ $what == all || $what == check ]]; then
     fi
 fi
 if [[ $what == all || $what == bench ]]; then
-    step bench 150 "$here/bin/gpu_ring" bench --peer-gpu "$peer_gpu"
+    step bench 240 "$here/bin/gpu_ring" bench --peer-gpu "$peer_gpu"
 fi
 rm -rf "$libdir"
 EOF
