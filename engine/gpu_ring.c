@@ -115,6 +115,10 @@ static void lay_out(xfer_gpu_ring *r)
     r->host_dev.slots = r->slots;
     r->host_dev.hdr = r->hdr;
     r->host_dev.counters = r->counters;
+    if (c->device >= 0) { /* the host reads host memory only: producer state is on the GPU */
+        r->host_dev.prod = NULL;
+        r->host_dev.poll_ns = 0;
+    }
 }
 
 static int ring_init(xfer_gpu_ring *r)

@@ -445,6 +445,9 @@ static void slices_round(struct target *t, struct local *l, int mode, int blocks
     }
     EXPECT(xfer_gpu_ring_error(r) == 0, "%s: error word %d (%s)", t->kind, xfer_gpu_ring_error(r),
            xfer_gpu_ring_last_error(r));
+    /* the host waits on a GPU ring's counters too (host memory only) */
+    EXPECT(err != 0 || xfer_gpu_ring_host_wait(r, 0, 1, XFER_RING_TIMEOUT_DEFAULT) == 0,
+           "%s: host wait", t->kind);
     cudaFree(rc);
     cudaStreamDestroy(s);
     xfer_gpu_ring_free(r);

@@ -177,6 +177,20 @@ __global__ void k_stream(xfer_ring_dev r, uint32_t local, uint32_t remote, int m
     }
 }
 
+/* Kernels that spin on ring counters share the GPU with the transports'
+ * copy kernels (ipc's batched copy needs ~49 KiB of shared memory per block
+ * on sm_90). An SM runs blocks of one L1/shared split at a time, so a
+ * waiting kernel on every SM, configured for no shared memory, could keep
+ * the copy off the GPU until the waits time out (seen with 256 waiting
+ * blocks over ipc on an H100; this remedy is not verified on a GPU yet, see
+ * docs/gpu_initiated.md): prefer the largest shared-memory split. */
+template <class K> static void prefer_shared(K *kernel)
+{
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+        (void)cudaGetLastError(); /* a hint: the launch goes on without it */
+}
+
 static int launched(const char *what)
 {
     cudaError_t e = cudaGetLastError();
@@ -190,6 +204,7 @@ extern "C" int gr_launch_slices(const struct xfer_ring_dev *r, uint32_t local, u
                                 uint8_t *buf, uint64_t slice, uint64_t seed, int mode,
                                 uint32_t ctr0, int blocks, int threads, int *rc, void *stream)
 {
+    prefer_shared(k_slices);
     k_slices<<<blocks, threads, 0, (cudaStream_t)stream>>>(*r, local, remote, buf, slice, seed,
                                                            mode, ctr0, rc);
     return launched("slices");
@@ -199,6 +214,7 @@ extern "C" int gr_launch_get_check(const struct xfer_ring_dev *r, uint32_t local
                                    uint8_t *back, uint64_t slice, uint64_t seed, uint32_t ctr0,
                                    int blocks, int *rc, unsigned long long *bad, void *stream)
 {
+    prefer_shared(k_get_check);
     k_get_check<<<blocks, 256, 0, (cudaStream_t)stream>>>(*r, local, remote, back, slice, seed,
                                                           ctr0, rc, bad);
     return launched("get_check");
@@ -208,6 +224,7 @@ extern "C" int gr_launch_latency(const struct xfer_ring_dev *r, uint32_t local, 
                                  uint8_t *buf, uint64_t len, uint32_t ctr, int iters, uint64_t *ns,
                                  int *rc, void *stream)
 {
+    prefer_shared(k_latency);
     k_latency<<<1, 1, 0, (cudaStream_t)stream>>>(*r, local, remote, buf, len, ctr, iters, ns, rc);
     return launched("latency");
 }
@@ -216,6 +233,7 @@ extern "C" int gr_launch_produce(const struct xfer_ring_dev *r, uint32_t local, 
                                  uint8_t *buf, uint64_t len, uint64_t seed, int put, uint32_t ctr,
                                  uint64_t target, int *rc, void *stream)
 {
+    prefer_shared(k_produce);
     k_produce<<<1, 1024, 0, (cudaStream_t)stream>>>(*r, local, remote, buf, len, seed, put, ctr,
                                                     target, rc);
     return launched("produce");
@@ -225,6 +243,7 @@ extern "C" int gr_launch_rate(const struct xfer_ring_dev *r, uint32_t local, uin
                               uint64_t len, uint64_t span, int per_thread, int lanes, int blocks,
                               int threads, uint32_t counters, int *rc, void *stream)
 {
+    prefer_shared(k_rate);
     k_rate<<<blocks, threads, 0, (cudaStream_t)stream>>>(*r, local, remote, len, span, per_thread,
                                                          lanes, counters, rc);
     return launched("rate");
@@ -234,6 +253,7 @@ extern "C" int gr_launch_overlap(const struct xfer_ring_dev *r, uint32_t local, 
                                  uint8_t *buf, uint64_t slice, int compute_iters, int put,
                                  int blocks, uint32_t counters, int *rc, void *stream)
 {
+    prefer_shared(k_overlap);
     k_overlap<<<blocks, 256, 0, (cudaStream_t)stream>>>(*r, local, remote, buf, slice,
                                                         compute_iters, put, counters, rc);
     return launched("overlap");
@@ -242,6 +262,7 @@ extern "C" int gr_launch_overlap(const struct xfer_ring_dev *r, uint32_t local, 
 extern "C" int gr_launch_stream(const struct xfer_ring_dev *r, uint32_t local, uint32_t remote,
                                 int max_rounds, long long *out, void *stream)
 {
+    prefer_shared(k_stream);
     k_stream<<<1, 32, 0, (cudaStream_t)stream>>>(*r, local, remote, max_rounds, out);
     return launched("stream");
 }
