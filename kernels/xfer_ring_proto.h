@@ -35,9 +35,9 @@
  * Polling: a waiting producer (ring full, counter not reached) reads proxy
  * memory only when it wins the ring's polling token (prod->next_poll_ns, at
  * most one winner per poll_ns); the others spin on GPU memory. Hundreds of
- * threads each reading host memory every microsecond saturate the GPU's
- * PCIe reads, which also carry its command fetch and the copies the
- * transports start: measured on an H100, transfers stalled for seconds.
+ * threads each reading host memory every microsecond would compete with the
+ * GPU's own reads of system memory (its command fetch, the transports'
+ * copies); docs/gpu_initiated.md says what the H100 runs did and did not show.
  */
 #ifndef XFER_RING_PROTO_H
 #define XFER_RING_PROTO_H
