@@ -509,7 +509,7 @@ void tcpx_link_fail(struct tcpx_link *l, int status, const char *why)
     close(l->fd);
     l->fd = -1;
     __atomic_store_n(&l->dead, true, __ATOMIC_RELAXED);
-    int code = status == -XFER_EIO || status == -XFER_EPROTO ? status : -XFER_ECONN;
+    int code = status == -XFER_EPROTO ? status : -XFER_ECONN; /* the link is gone */
     /* requests may still be with the plugin: closing the comms ends them
      * before any region pin or staging slot is given back */
     tcpx_mem_close_comms(l);

@@ -33,12 +33,7 @@ static int tcpx_probe(xfer_engine *e, char *why, size_t why_len)
 static bool tcpx_reaches(struct xfer_transport *t, const struct xfer_peer_desc *peer)
 {
     (void)t;
-    bool ok = (peer->transports & XFER_TRANSPORT_TCPX) && peer->tcpx_port && peer->addr[0];
-    if (!ok)
-        xfer_info("tcpx: peer %s offers no tcpx (no NCCL net plugin loaded there): using the next "
-                  "transport",
-                  peer->node_id);
-    return ok;
+    return (peer->transports & XFER_TRANSPORT_TCPX) && peer->tcpx_port && peer->addr[0];
 }
 
 static void tcpx_describe(struct xfer_transport *t, struct xfer_peer_desc *self)

@@ -96,12 +96,9 @@ int tcpx_unpack(struct tcpx_link *l, struct tcpx_req *req, void *dst, char *why,
         rc = -XFER_EPROTO;
     } else if ((rc = xfer_unpack_check(f, cnt, 0, (uint64_t)req->got, &bad)) < 0) {
         if (bad < cnt)
-            snprintf(why, wl,
-                     "plugin's fragment %zu of %llu (src %u, len %u, dst %llu) %s a %d-byte "
-                     "receive",
-                     bad, (unsigned long long)cnt, f[bad].src_off, f[bad].len,
-                     (unsigned long long)f[bad].dst_off,
-                     rc == -XFER_ERANGE ? "lies outside" : "overlaps another in", req->got);
+            snprintf(why, wl, "plugin fragment %zu/%llu (len %u at %llu) %s %d-byte receive", bad,
+                     (unsigned long long)cnt, f[bad].len, (unsigned long long)f[bad].dst_off,
+                     rc == -XFER_ERANGE ? "outside its" : "overlaps another in its", req->got);
         else
             snprintf(why, wl, "plugin's %llu fragments do not add up to its %d-byte receive",
                      (unsigned long long)cnt, req->got);

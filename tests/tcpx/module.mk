@@ -9,3 +9,5 @@ $(TESTNET): $(B)/obj/tests/tcpx/testnet.o
 	$(CC) $(LDFLAGS) -shared $< -o $@ $(TESTNET_LIBS)
 $(B)/obj/tests/tcpx/testnet.o: CPPFLAGS += -Iengine/tcpx
 all: $(TESTNET)
+TEST_PROGS += tcpx_check:tests/tcpx/tcpx_check.c
+$(B)/obj/tests/tcpx/tcpx_check.o: CPPFLAGS += -Itests/prog
