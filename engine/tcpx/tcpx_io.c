@@ -107,6 +107,7 @@ static void req_unlink(struct tcpx_link *l, struct tcpx_req *r)
 }
 
 static void owner_req_done(struct tcpx_link *l, struct tcpx_req *r);
+static bool has_work(const struct tcpx_link *l);
 
 /* Posts the unposted requests of a queue, in order; a plugin that says
  * "not now" (NULL request) is asked again next round. */
@@ -469,7 +470,7 @@ static bool ctrl_read(struct tcpx_link *l)
             ssize_t n =
                 recv(l->fd, l->rx + l->rx_have, XFER_WIRE_HDR_LEN - l->rx_have, MSG_DONTWAIT);
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                bool idle = l->target && !l->rx_have && !l->n_serving;
+                bool idle = !l->rx_have && !has_work(l); /* nothing lost */
                 tcpx_link_fail(l, idle ? 0 : -XFER_ECONN,
                                n == 0 ? "peer closed the connection" : strerror(errno));
                 return true;

@@ -201,7 +201,7 @@ static void tcpx_close(struct xfer_transport *t)
     while (tt->links) {
         struct tcpx_link *l = tt->links;
         tt->links = l->next;
-        tcpx_link_fail(l, -XFER_ECONN, "transport closing");
+        tcpx_link_fail(l, 0, "transport closing");
         tcpx_link_free(l);
     }
     tcpx_unpack_free(tt);

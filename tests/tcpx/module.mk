@@ -11,3 +11,6 @@ $(B)/obj/tests/tcpx/testnet.o: CPPFLAGS += -Iengine/tcpx
 all: $(TESTNET)
 TEST_PROGS += tcpx_check:tests/tcpx/tcpx_check.c
 $(B)/obj/tests/tcpx/tcpx_check.o: CPPFLAGS += -Itests/prog
+TEST_PROGS += test_unpack:tests/gpu/test_unpack.c
+$(B)/obj/tests/unit/test_tcpx_plugin.o: CPPFLAGS += -Iengine/tcpx
+$(B)/tests/unit/test_tcpx_plugin: $(TESTNET)

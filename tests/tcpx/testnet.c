@@ -425,7 +425,10 @@ static int scatter(struct tn_comm *c, struct tn_req *r)
     }
     uint8_t *dst = c->bounce + (size_t)r->slot * TN_SLOT_SPAN;
 #if XFER_WITH_CUDA
-    if (g.cuda && cudaMemcpy(dst, c->shadow, pos, cudaMemcpyHostToDevice) != cudaSuccess)
+    /* a copy from pageable memory may return before its DMA is done: the
+     * data must be in the bounce buffer when test() says so (as the NIC's is) */
+    if (g.cuda && (cudaMemcpy(dst, c->shadow, pos, cudaMemcpyHostToDevice) != cudaSuccess ||
+                   cudaDeviceSynchronize() != cudaSuccess))
         return XNCCL_UNHANDLED_CUDA_ERROR;
 #endif
     if (!g.cuda)
