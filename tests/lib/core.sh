@@ -56,3 +56,19 @@ core_stop() {
     fi
     grep "served_ops" "$CORE_TMP/$name.log"
 }
+
+# core_scripts LABEL SCRIPT...: runs tests/integration/SCRIPT.sh one after
+# the other in the current environment (another transport's helpers, say),
+# output indented; returns 1 if any failed.
+core_scripts() {
+    local label=$1 rc=0 t st
+    shift
+    for t in "$@"; do
+        echo "== $t $label"
+        bash "$XFER_ROOT/tests/integration/$t.sh" 2>&1 | sed 's/^/   /'
+        st=${PIPESTATUS[0]}
+        echo "== $t $label: exit $st"
+        ((st == 0)) || rc=1
+    done
+    return $rc
+}
