@@ -203,7 +203,7 @@ static int read_land(struct tcpx_link *l, struct tcpx_chunk *c, char *why, size_
         xfer_batch_io_end(c->b, c->idx);
     if (rc && !why[0])
         snprintf(why, wl, "copying the received data into place failed");
-    return rc ? (rc == -XFER_EIO ? rc : rc) : 0;
+    return rc;
 }
 
 static void chunk_maybe_done(struct tcpx_link *l, struct tcpx_chunk *c)
@@ -232,9 +232,8 @@ static void chunk_maybe_done(struct tcpx_link *l, struct tcpx_chunk *c)
     chunk_free(l, c, st, why[0] ? why : NULL);
 }
 
-static int local_device(const struct tcpx_chunk *c, xfer_region *r)
+static int local_device(xfer_region *r)
 {
-    (void)c;
     return xfer_region_kind(r) == XFER_MEM_CUDA ? xfer_region_device(r) : -1;
 }
 
@@ -257,7 +256,7 @@ static bool start_chunks(struct tcpx_link *l)
             continue;
         }
         char why[160] = "";
-        c->slot = tcpx_mem_slot(l, local_device(c, it->local), why, sizeof(why));
+        c->slot = tcpx_mem_slot(l, local_device(it->local), why, sizeof(why));
         if (!c->slot) {
             chunk_free(l, c, -XFER_ENOTSUP, why);
             continue;

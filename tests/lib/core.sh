@@ -26,7 +26,7 @@ core_start() {
     local pid=$!
     CORE_PIDS+=("$pid")
     eval "PID_${name//-/_}=$pid"
-    local deadline=$((SECONDS + 20))
+    local deadline=$((SECONDS + 60)) # filling big regions takes long on a loaded machine
     until [[ -s $CORE_TMP/$name.node ]]; do
         if ! kill -0 "$pid" 2>/dev/null || ((SECONDS > deadline)); then
             echo "node $name did not start:"; cat "$CORE_TMP/$name.log"; return 1
