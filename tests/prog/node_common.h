@@ -37,7 +37,7 @@ static inline unsigned node_transports(void)
     return getenv("XFER_TRANSPORTS") ? 0 : XFER_TRANSPORT_TCP;
 }
 
-/* node=, port=, incarnation=, host_id=, transports=, nics=,
+/* node=, port=, incarnation=, host_id=, transports=, nics=, tcpx_port=,
  * region=NAME ID GEN LEN ACCESS [ADDR RKEYS] */
 static inline int node_file_read(const char *path, struct node_file *nf)
 {
@@ -66,6 +66,8 @@ static inline int node_file_read(const char *path, struct node_file *nf)
             snprintf(nf->peer.host_id, sizeof(nf->peer.host_id), "%s", v);
         else if (!strcmp(line, "transports"))
             nf->peer.transports = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(line, "tcpx_port"))
+            nf->peer.tcpx_port = (uint16_t)atoi(v);
         else if (!strcmp(line, "nics") && strcmp(v, "-"))
             snprintf(nf->peer.nics, sizeof(nf->peer.nics), "%s", v);
         else if (!strcmp(line, "region") && nf->n_regions < NODE_MAX_REGIONS) {
@@ -84,7 +86,8 @@ static inline int node_file_read(const char *path, struct node_file *nf)
         }
     }
     fclose(f);
-    return nf->peer.data_port || nf->peer.nics[0] ? 0 : -1; /* rdma alone has no data port */
+    /* rdma or tcpx alone have no data port */
+    return nf->peer.data_port || nf->peer.nics[0] || nf->peer.tcpx_port ? 0 : -1;
 }
 
 static inline const struct xfer_region_desc *node_region(const struct node_file *nf,

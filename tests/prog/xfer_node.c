@@ -77,7 +77,8 @@ static int write_node_file(xfer_engine *e, const char *path)
     xfer_engine_describe(e, &d);
     fprintf(f, "node=%s\nport=%u\nincarnation=%llu\nhost_id=%s\npid=%d\n", d.node_id, d.data_port,
             (unsigned long long)d.incarnation, d.host_id, (int)getpid());
-    fprintf(f, "transports=%u\nnics=%s\n", d.transports, d.nics[0] ? d.nics : "-");
+    fprintf(f, "transports=%u\nnics=%s\ntcpx_port=%u\n", d.transports, d.nics[0] ? d.nics : "-",
+            d.tcpx_port);
     xfer_region_foreach(e, write_region_line, f);
     fclose(f);
     return rename(tmp, path);
