@@ -53,6 +53,9 @@ static int connect_locked(xfer_peer *p)
         return 0;
     for (size_t i = 0; i < e->n_transports; i++) {
         struct xfer_transport *t = e->transports[i];
+        if (!(p->desc.transports & t->ops->bit)) /* we have it, the peer does not */
+            xfer_info("peer %s does not offer %s: trying the next transport", p->desc.node_id,
+                      t->ops->name);
         if (!transport_fits(t, &p->desc))
             continue;
         struct xfer_conn *c = NULL;

@@ -5,10 +5,12 @@
 extern const struct xfer_transport_ops xfer_tcp_transport_ops;
 extern const struct xfer_transport_ops xfer_ipc_transport_ops;
 extern const struct xfer_transport_ops xfer_rdma_transport_ops;
+extern const struct xfer_transport_ops xfer_tcpx_transport_ops;
 
 const struct xfer_transport_ops *const xfer_transport_table[] = {
     &xfer_ipc_transport_ops,
     &xfer_rdma_transport_ops,
+    &xfer_tcpx_transport_ops,
     &xfer_tcp_transport_ops,
     NULL,
 };

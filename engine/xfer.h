@@ -119,6 +119,7 @@ struct xfer_peer_desc {
     unsigned transports;           /* XFER_TRANSPORT_* the peer offers */
     uint64_t incarnation;          /* fresh random value per process start */
     char nics[XFER_NICS_MAX];      /* RDMA NICs, as published */
+    uint16_t tcpx_port;            /* tcpx control port on addr; 0 = no tcpx */
 };
 
 /* ---- engine ------------------------------------------------------------ */

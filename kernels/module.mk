@@ -8,3 +8,11 @@ endif
 TEST_PROGS += test_kernels:tests/gpu/test_kernels.c
 BENCH_PROGS += bench_kernels:bench/bench_kernels.c
 TEST_PROGS += test_gpu_stage:tests/gpu/test_gpu_stage.c
+# TCPX receive unpack (docs/tcpx.md): CPU reference and checks always, the
+# unpacker (kernel, per-fragment copies, host gather) with CUDA.
+LIB_SRCS += kernels/kunpack_ref.c
+ifeq ($(XFER_WITH_CUDA),1)
+CU_SRCS += kernels/kunpack.cu
+else
+LIB_SRCS += kernels/kunpack_nocuda.c
+endif

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xfer_err.h" /* XFER_API */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -145,6 +147,72 @@ int xfer_kbatch_wait(struct xfer_kbatch *b, int ticket, int timeout_ms);
 /* Text of the last error ("" if none). */
 const char *xfer_kbatch_last_error(const struct xfer_kbatch *b);
 
+/*
+ * TCPX receive unpack: a receive that GPUDirect-TCPX (or any NCCL net plugin
+ * in "unpack" device mode) delivered into its bounce buffer, described as
+ * fragments, is copied into place. Three methods (docs/tcpx.md measures
+ * them): one kernel launch for all fragments, one device-to-device copy per
+ * fragment, or a host-mediated gather (one D2H of the bounce span, a CPU
+ * gather, one copy out).
+ */
+
+/* len bytes at src_off of the bounce buffer belong at dst_off of the
+ * destination: the 16-byte layout of NCCL's unpack metadata (loadMeta). */
+struct xfer_unpack_frag {
+    uint32_t src_off;
+    uint32_t len;
+    uint64_t dst_off;
+};
+
+enum xfer_unpack_method { XFER_UNPACK_KERNEL = 0, XFER_UNPACK_D2D, XFER_UNPACK_HOST };
+
+/* "kernel" | "d2d" | "host" -> *m; -XFER_EINVAL for anything else. */
+XFER_API int xfer_unpack_method_parse(const char *s, enum xfer_unpack_method *m);
+XFER_API const char *xfer_unpack_method_name(enum xfer_unpack_method m);
+
+/* Checks what a plugin reported before anything is copied: every fragment
+ * inside the bounce buffer (bounce_len; 0 = unknown, not checked) and inside
+ * [0, total) of the destination, no two overlapping there, lengths adding up
+ * to total (so together they cover it exactly). 0, or -XFER_ERANGE /
+ * -XFER_EPROTO (overlap, sum) / -XFER_ENOMEM, the first bad fragment's index
+ * in *bad (may be NULL). The array is not modified. */
+XFER_API int xfer_unpack_check(const struct xfer_unpack_frag *f, size_t n, uint64_t bounce_len,
+                               uint64_t total, size_t *bad);
+
+struct xfer_unpacker;
+
+/* For GPU `device`: a stream of its own, a pinned fragment buffer and a
+ * pinned gather buffer, grown on demand. One unpack in flight at a time,
+ * one thread at a time. 0 and *out, or -XFER_ENODEV / -XFER_ENOMEM. */
+XFER_API int xfer_unpacker_new(int device, struct xfer_unpacker **out);
+/* Waits (bounded) for the unpack in flight, then frees; NULL is fine. */
+XFER_API void xfer_unpacker_free(struct xfer_unpacker *u);
+/* Starts copying the n fragments (array read before returning) from bounce
+ * to dst. Either pointer may be memory of the unpacker's device or host
+ * memory; kernel and d2d need a device destination and fall back to host
+ * otherwise (xfer_unpacker_method() says what ran). No bounds checks: call
+ * xfer_unpack_check() first. */
+XFER_API int xfer_unpacker_start(struct xfer_unpacker *u, enum xfer_unpack_method m, void *dst,
+                                 const void *bounce, const struct xfer_unpack_frag *f, size_t n);
+/* 0 when the unpack finished, -XFER_EINPROGRESS, or -XFER_EIO. */
+XFER_API int xfer_unpacker_poll(struct xfer_unpacker *u);
+/* poll() until done or timeout_ms (-XFER_ETIMEDOUT). */
+XFER_API int xfer_unpacker_wait(struct xfer_unpacker *u, int timeout_ms);
+XFER_API enum xfer_unpack_method xfer_unpacker_method(const struct xfer_unpacker *u);
+/* Kernel launches and copy calls issued so far (for the measurements). */
+XFER_API uint64_t xfer_unpacker_launches(const struct xfer_unpacker *u);
+XFER_API uint64_t xfer_unpacker_copies(const struct xfer_unpacker *u);
+XFER_API const char *xfer_unpacker_last_error(const struct xfer_unpacker *u);
+
+/* Pointer helpers for plugin-owned memory: the CUDA device whose memory p
+ * is (>= 0), or -1 for host memory (always -1 without CUDA); the host
+ * address of mapped pinned memory known by its device address (p itself
+ * when p is not CUDA memory, NULL for device memory); a synchronous copy
+ * between any two memories (memcpy when both are host memory). */
+XFER_API int xfer_kernels_ptr_device(const void *p);
+XFER_API void *xfer_kernels_host_ptr(void *p);
+XFER_API int xfer_kernels_copy(void *dst, const void *src, size_t len);
+
 /* Benchmark knobs: bytes per thread block (multiple of 16, 0 = automatic),
  * threads per block (32..512, multiple of 32, 0 = automatic) and kernel
  * variant (0 = automatic; 1..4: 16-byte vector copy with 4 or 8 loads in
@@ -160,6 +228,8 @@ int xfer_kref_kv_gather(const struct xfer_kv_layout *lay, const uint64_t *ids, s
                         void *buf);
 int xfer_kref_kv_scatter(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t n_ids,
                          const void *buf);
+XFER_API void xfer_kref_unpack(void *dst, const void *bounce, const struct xfer_unpack_frag *f,
+                               size_t n);
 /* Checks a layout and ids (shared by the GPU and CPU paths): 0,
  * -XFER_EINVAL or -XFER_ERANGE. */
 int xfer_kv_check(const struct xfer_kv_layout *lay, const uint64_t *ids, size_t n_ids);

@@ -68,6 +68,8 @@ void reg_args_node_fields(struct reg_args *a, const struct xfer_node_desc *n)
     add_pair(a, "transports", tr);
     add_pair(a, "gpus", n->gpus);
     add_pair(a, "nics", n->peer.nics);
+    if (n->peer.tcpx_port) /* tcpx control port (docs/tcpx.md) */
+        add_u64(a, "tcpx_port", n->peer.tcpx_port);
     add_pair(a, "host_id", n->peer.host_id);
     add_u64(a, "pid", n->pid);
     add_pair(a, "version", n->version);
@@ -196,6 +198,8 @@ int reg_parse_node(const redisReply *rep, const char *node_id, struct xfer_node_
     TRY(row_str(&w, "host_id", out->peer.host_id, sizeof(out->peer.host_id), true));
     TRY(row_u64(&w, "incarnation", UINT64_MAX, true, &out->peer.incarnation));
     TRY(row_str(&w, "nics", out->peer.nics, sizeof(out->peer.nics), false));
+    TRY(row_u64(&w, "tcpx_port", 65535, false, &v));
+    out->peer.tcpx_port = (uint16_t)v;
     TRY(row_str(&w, "host", out->host, sizeof(out->host), false));
     TRY(row_u64(&w, "ctrl_port", 65535, false, &v));
     out->ctrl_port = (uint16_t)v;

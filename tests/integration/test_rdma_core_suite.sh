@@ -10,12 +10,5 @@
 set -u
 [[ -x $XFER_ROOT/$B/tests/fake/xfer_random ]] || { echo "SKIP: fake-linked helpers not built"; exit 77; }
 export CORE_BIN=$XFER_ROOT/$B/tests/fake XFER_TRANSPORTS=rdma
-rc=0
-for t in test_tcp_random test_tcp_auth_kill; do
-    echo "== $t over rdma"
-    bash "$XFER_ROOT/tests/integration/$t.sh" 2>&1 | sed 's/^/   /'
-    st=${PIPESTATUS[0]}
-    echo "== $t over rdma: exit $st"
-    ((st == 0)) || rc=1
-done
-exit $rc
+source "$XFER_ROOT/tests/lib/core.sh"
+core_scripts "over rdma" test_tcp_random test_tcp_auth_kill

@@ -32,7 +32,7 @@ core_start_prog() {
     local pid=$!
     CORE_PIDS+=("$pid")
     eval "PID_${name//-/_}=$pid"
-    local deadline=$((SECONDS + 20))
+    local deadline=$((SECONDS + 60)) # filling big regions takes long on a loaded machine
     until [[ -s $CORE_TMP/$name.node ]]; do
         if ! kill -0 "$pid" 2>/dev/null || ((SECONDS > deadline)); then
             echo "node $name did not start:"; cat "$CORE_TMP/$name.log"; return 1
@@ -77,4 +77,20 @@ core_stop() {
         core_fail "node $name exited with $rc or reported errors"
     fi
     grep "served_ops" "$CORE_TMP/$name.log"
+}
+
+# core_scripts LABEL SCRIPT...: runs tests/integration/SCRIPT.sh one after
+# the other in the current environment (another transport's helpers, say),
+# output indented; returns 1 if any failed.
+core_scripts() {
+    local label=$1 rc=0 t st
+    shift
+    for t in "$@"; do
+        echo "== $t $label"
+        bash "$XFER_ROOT/tests/integration/$t.sh" 2>&1 | sed 's/^/   /'
+        st=${PIPESTATUS[0]}
+        echo "== $t $label: exit $st"
+        ((st == 0)) || rc=1
+    done
+    return $rc
 }

@@ -38,7 +38,7 @@ static inline unsigned node_transports(void)
     return getenv("XFER_TRANSPORTS") ? 0 : XFER_TRANSPORT_TCP;
 }
 
-/* node=, port=, incarnation=, host_id=, transports=, nics=,
+/* node=, port=, incarnation=, host_id=, transports=, nics=, tcpx_port=,
  * region=NAME ID GEN LEN ACCESS [ADDR RKEYS] */
 static inline int node_file_read(const char *path, struct node_file *nf)
 {
@@ -67,6 +67,8 @@ static inline int node_file_read(const char *path, struct node_file *nf)
             snprintf(nf->peer.host_id, sizeof(nf->peer.host_id), "%s", v);
         else if (!strcmp(line, "transports"))
             nf->peer.transports = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(line, "tcpx_port"))
+            nf->peer.tcpx_port = (uint16_t)atoi(v);
         else if (!strcmp(line, "nics") && strcmp(v, "-"))
             snprintf(nf->peer.nics, sizeof(nf->peer.nics), "%s", v);
         else if (!strcmp(line, "region") && nf->n_regions < NODE_MAX_REGIONS) {
@@ -85,7 +87,8 @@ static inline int node_file_read(const char *path, struct node_file *nf)
         }
     }
     fclose(f);
-    return nf->peer.data_port || nf->peer.nics[0] ? 0 : -1; /* rdma alone has no data port */
+    /* rdma or tcpx alone have no data port */
+    return nf->peer.data_port || nf->peer.nics[0] || nf->peer.tcpx_port ? 0 : -1;
 }
 
 static inline void node_file_region_line(const struct xfer_region_desc *d, void *arg)
@@ -108,7 +111,8 @@ static inline int node_file_write(xfer_engine *e, const char *path)
     xfer_engine_describe(e, &d);
     fprintf(f, "node=%s\nport=%u\nincarnation=%llu\nhost_id=%s\npid=%d\n", d.node_id, d.data_port,
             (unsigned long long)d.incarnation, d.host_id, (int)getpid());
-    fprintf(f, "transports=%u\nnics=%s\n", d.transports, d.nics[0] ? d.nics : "-");
+    fprintf(f, "transports=%u\nnics=%s\ntcpx_port=%u\n", d.transports, d.nics[0] ? d.nics : "-",
+            d.tcpx_port);
     xfer_region_foreach(e, node_file_region_line, f);
     fclose(f);
     return rename(tmp, path);

@@ -1,0 +1,16 @@
+# tcpx: the test NCCL net plugin (tests/tcpx/testnet.c), a shared library the
+# transport dlopens like any plugin: $(B)/tests/libnccl-net-xfertest.so.
+TESTNET := $(B)/tests/libnccl-net-xfertest.so
+ifeq ($(XFER_WITH_CUDA),1)
+TESTNET_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+endif
+$(TESTNET): $(B)/obj/tests/tcpx/testnet.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -shared $< -o $@ $(TESTNET_LIBS)
+$(B)/obj/tests/tcpx/testnet.o: CPPFLAGS += -Iengine/tcpx
+all: $(TESTNET)
+TEST_PROGS += tcpx_check:tests/tcpx/tcpx_check.c
+$(B)/obj/tests/tcpx/tcpx_check.o: CPPFLAGS += -Itests/prog
+TEST_PROGS += test_unpack:tests/gpu/test_unpack.c
+$(B)/obj/tests/unit/test_tcpx_plugin.o: CPPFLAGS += -Iengine/tcpx
+$(B)/tests/unit/test_tcpx_plugin: $(TESTNET)
