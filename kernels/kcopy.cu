@@ -400,6 +400,7 @@ extern "C" int xfer_kernels_preload(int device)
         [] { return kfunc_load(kv_kernel<KV_VEC4S>); },
         [] { return kfunc_load(kv_kernel<KV_VEC8S>); },
         [] { return kfunc_load(kv_kernel<KV_BULK>); },
+        kunpack_preload, /* tcpx's receive unpack (kunpack.cu) */
     };
     for (size_t i = 0; e == cudaSuccess && i < sizeof(loads) / sizeof(loads[0]); i++)
         e = loads[i]();
