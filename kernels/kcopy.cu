@@ -2,6 +2,7 @@
  * relative alignment of src and dst allows, several loads in flight. */
 #include "klaunch.h"
 
+#include "xfer_err.h"
 #include "xfer_kernels.h"
 
 #define KCOPY_UNROLL 4
@@ -296,10 +297,12 @@ template <class K> static cudaError_t bulk_smem(K *kernel, int *done)
 #define KLAUNCH(kernel, V, g, blocks, st, ...)                                                     \
     kernel<V><<<(blocks), (g).threads, (V) == KV_BULK ? KBULK_SMEM : 0, (st)>>>(__VA_ARGS__)
 
+static int copy_smem_set[64], kv_smem_set[64]; /* per device: bulk attribute set */
+
 cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start, const uint32_t *first,
                                  uint32_t n, uint64_t total, struct kgrid g, cudaStream_t st)
 {
-    static int smem_set[64];
+    int *smem_set = copy_smem_set;
     unsigned blocks = kgrid_blocks(total, g);
     if (!total)
         return cudaSuccess;
@@ -337,7 +340,7 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
                        uint32_t layers, uint64_t block_bytes, uint64_t block_stride, char *buf,
                        int scatter, struct kgrid g, cudaStream_t st)
 {
-    static int smem_set[64];
+    int *smem_set = kv_smem_set;
     uint64_t total = (uint64_t)layers * n_ids * block_bytes;
     unsigned blocks = kgrid_blocks(total, g);
     if (!total)
@@ -370,4 +373,47 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
     }
 #undef KV_ARGS
     return cudaGetLastError();
+}
+
+/* Loading a kernel: asking for its attributes makes CUDA load it. */
+template <class K> static cudaError_t kfunc_load(K *kernel)
+{
+    struct cudaFuncAttributes a;
+    return cudaFuncGetAttributes(&a, kernel);
+}
+
+extern "C" int xfer_kernels_preload(int device)
+{
+    int n = 0, saved = -1;
+    if (xfer_kernels_probe(&n) || device < 0 || device >= n)
+        return -XFER_ENODEV;
+    cudaGetDevice(&saved);
+    cudaError_t e = cudaSetDevice(device);
+    cudaError_t (*const loads[])() = {
+        [] { return kfunc_load(batched_copy_kernel<KV_VEC4>); },
+        [] { return kfunc_load(batched_copy_kernel<KV_VEC8>); },
+        [] { return kfunc_load(batched_copy_kernel<KV_VEC4S>); },
+        [] { return kfunc_load(batched_copy_kernel<KV_VEC8S>); },
+        [] { return kfunc_load(batched_copy_kernel<KV_BULK>); },
+        [] { return kfunc_load(kv_kernel<KV_VEC4>); },
+        [] { return kfunc_load(kv_kernel<KV_VEC8>); },
+        [] { return kfunc_load(kv_kernel<KV_VEC4S>); },
+        [] { return kfunc_load(kv_kernel<KV_VEC8S>); },
+        [] { return kfunc_load(kv_kernel<KV_BULK>); },
+        kunpack_preload, /* tcpx's receive unpack (kunpack.cu) */
+    };
+    for (size_t i = 0; e == cudaSuccess && i < sizeof(loads) / sizeof(loads[0]); i++)
+        e = loads[i]();
+    int major = 0;
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess && major >= 9) /* the bulk variants' shared memory attribute */
+        e = bulk_smem(batched_copy_kernel<KV_BULK>, copy_smem_set);
+    if (e == cudaSuccess && major >= 9)
+        e = bulk_smem(kv_kernel<KV_BULK>, kv_smem_set);
+    if (e != cudaSuccess)
+        (void)cudaGetLastError();
+    if (saved >= 0)
+        cudaSetDevice(saved);
+    return e == cudaSuccess ? 0 : -XFER_EIO;
 }

@@ -32,4 +32,8 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
                        uint32_t layers, uint64_t block_bytes, uint64_t block_stride, char *buf,
                        int scatter, struct kgrid g, cudaStream_t st);
 
+/* Loads the TCPX unpack kernel on the current device (kunpack.cu), for
+ * xfer_kernels_preload. */
+cudaError_t kunpack_preload(void);
+
 #endif

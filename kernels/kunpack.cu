@@ -1,6 +1,7 @@
 /* TCPX receive unpack on the GPU: the kernel (one warp per fragment, widest
  * access src and dst allow), per-fragment copy-engine copies, and the
  * host-mediated gather, behind struct xfer_unpacker. */
+#include "klaunch.h"
 #include "xfer_err.h"
 #include "xfer_kernels.h"
 
@@ -91,6 +92,12 @@ __global__ void unpack_kernel(char *dst, const char *bounce, const struct xfer_u
         struct xfer_unpack_frag g = f[i];
         copy_frag(dst + g.dst_off, bounce + g.src_off, g.len, lane);
     }
+}
+
+cudaError_t kunpack_preload(void)
+{
+    struct cudaFuncAttributes a;
+    return cudaFuncGetAttributes(&a, unpack_kernel);
 }
 
 /* ---- helpers -------------------------------------------------------------------- */

@@ -52,6 +52,12 @@ int xfer_kernels_kv_scatter(struct xfer_kstage *s, const struct xfer_kv_layout *
     return -XFER_ENODEV;
 }
 
+int xfer_kernels_preload(int device)
+{
+    (void)device;
+    return -XFER_ENODEV;
+}
+
 void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int variant)
 {
     (void)chunk_bytes, (void)threads, (void)variant;

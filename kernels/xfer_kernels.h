@@ -76,6 +76,13 @@ struct xfer_kv_layout {
  * there is no usable device or driver. Never crashes without a GPU. */
 int xfer_kernels_probe(int *count);
 
+/* Loads every kernel of this library on GPU `device` now (and sets their
+ * launch attributes). CUDA loads modules lazily on first launch, and a load
+ * may wait for the whole context: a kernel that spins until one of ours has
+ * run (a GPU-initiated transfer waiting for an ipc batched copy) would
+ * deadlock. 0, -XFER_ENODEV, -XFER_EIO. The caller's current device is kept. */
+int xfer_kernels_preload(int device);
+
 struct xfer_kstage;
 
 /* Creates staging for device `device` (pinned host + device memory, grown on

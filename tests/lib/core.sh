@@ -8,7 +8,7 @@ CORE_PIDS=()
 
 core_cleanup() {
     local p
-    for p in "${CORE_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${CORE_PIDS[@]}"; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null; done
     for p in "${CORE_PIDS[@]}"; do wait "$p" 2>/dev/null; done
     rm -rf "$CORE_TMP"
 }
@@ -21,8 +21,14 @@ core_san() { [[ $B == *san* ]]; }
 # $CORE_TMP/NAME.node and log $CORE_TMP/NAME.log; waits until it is ready.
 core_start() {
     local name=$1; shift
-    "$CORE_BIN/xfer_node" serve --out "$CORE_TMP/$name.node" --node "$name" "$@" \
-        >"$CORE_TMP/$name.log" 2>&1 &
+    core_start_prog "$name" "$CORE_BIN/xfer_node" serve "$@"
+}
+
+# core_start_prog NAME PROG ARGS...: the same for another serving program
+# that takes --out FILE --node NAME and writes the node file when ready.
+core_start_prog() {
+    local name=$1; shift
+    "$@" --out "$CORE_TMP/$name.node" --node "$name" >"$CORE_TMP/$name.log" 2>&1 &
     local pid=$!
     CORE_PIDS+=("$pid")
     eval "PID_${name//-/_}=$pid"
@@ -36,6 +42,22 @@ core_start() {
 }
 
 core_alive() { kill -0 "$1" 2>/dev/null; }
+
+# core_freeze PID: SIGSTOP, then wait (5 s at most) until every thread of
+# PID has stopped: kill() returns before they all have.
+core_freeze() {
+    kill -STOP "$1" || return 1
+    local deadline=$((SECONDS + 5)) t running
+    while ((SECONDS < deadline)); do
+        running=0
+        for t in /proc/"$1"/task/*/stat; do
+            [[ $(sed 's/.*) //' "$t" 2>/dev/null | cut -d' ' -f1) == T ]] || running=1
+        done
+        ((running)) || return 0
+        sleep 0.01
+    done
+    return 1
+}
 
 # Fails the test with a message.
 core_fail() { echo "FAIL: $*"; exit 1; }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NODE_MAX_REGIONS 16
 
@@ -88,6 +89,33 @@ static inline int node_file_read(const char *path, struct node_file *nf)
     fclose(f);
     /* rdma or tcpx alone have no data port */
     return nf->peer.data_port || nf->peer.nics[0] || nf->peer.tcpx_port ? 0 : -1;
+}
+
+static inline void node_file_region_line(const struct xfer_region_desc *d, void *arg)
+{
+    fprintf(arg, "region=%s %u %u %llu %s %llu %s\n", d->name, d->id, d->gen,
+            (unsigned long long)d->len, xfer_access_str(d->access), (unsigned long long)d->addr,
+            d->rkeys[0] ? d->rkeys : "-");
+}
+
+/* Writes the node file of engine e (the format node_file_read reads),
+ * atomically: a reader never sees half of it. */
+static inline int node_file_write(xfer_engine *e, const char *path)
+{
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    struct xfer_peer_desc d;
+    xfer_engine_describe(e, &d);
+    fprintf(f, "node=%s\nport=%u\nincarnation=%llu\nhost_id=%s\npid=%d\n", d.node_id, d.data_port,
+            (unsigned long long)d.incarnation, d.host_id, (int)getpid());
+    fprintf(f, "transports=%u\nnics=%s\ntcpx_port=%u\n", d.transports, d.nics[0] ? d.nics : "-",
+            d.tcpx_port);
+    xfer_region_foreach(e, node_file_region_line, f);
+    fclose(f);
+    return rename(tmp, path);
 }
 
 static inline const struct xfer_region_desc *node_region(const struct node_file *nf,

@@ -59,31 +59,6 @@ static int add_region(xfer_engine *e, const char *spec)
     return 0;
 }
 
-static void write_region_line(const struct xfer_region_desc *d, void *arg)
-{
-    fprintf(arg, "region=%s %u %u %llu %s %llu %s\n", d->name, d->id, d->gen,
-            (unsigned long long)d->len, xfer_access_str(d->access), (unsigned long long)d->addr,
-            d->rkeys[0] ? d->rkeys : "-");
-}
-
-static int write_node_file(xfer_engine *e, const char *path)
-{
-    char tmp[512];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    struct xfer_peer_desc d;
-    xfer_engine_describe(e, &d);
-    fprintf(f, "node=%s\nport=%u\nincarnation=%llu\nhost_id=%s\npid=%d\n", d.node_id, d.data_port,
-            (unsigned long long)d.incarnation, d.host_id, (int)getpid());
-    fprintf(f, "transports=%u\nnics=%s\ntcpx_port=%u\n", d.transports, d.nics[0] ? d.nics : "-",
-            d.tcpx_port);
-    xfer_region_foreach(e, write_region_line, f);
-    fclose(f);
-    return rename(tmp, path);
-}
-
 static int run_serve(const struct opts *o)
 {
     struct xfer_engine_config cfg;
@@ -114,7 +89,7 @@ static int run_serve(const struct opts *o)
         if (!r || xfer_region_deregister(e, r) < 0 || xfer_region_alloc(e, o->regen, len, acc, &r))
             return 1;
     }
-    if (write_node_file(e, o->out) < 0) {
+    if (node_file_write(e, o->out) < 0) {
         fprintf(stderr, "serve: cannot write %s\n", o->out);
         return 1;
     }
