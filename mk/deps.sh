@@ -12,7 +12,7 @@ pkgs=(build-essential pkg-config libhiredis-dev libevent-dev libprotobuf-c-dev
 what=deps
 if [[ ${1:-} == deploy ]]; then
     what=deps-deploy
-    pkgs+=(podman podman-compose runc debootstrap patchelf uidmap netavark aardvark-dns)
+    pkgs+=(podman podman-compose runc debootstrap patchelf uidmap netavark aardvark-dns iptables)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -602,6 +602,12 @@ static int initiator_main(struct ctx *c, unsigned transports, bool bench_on, con
     c->rng = 0x9e3779b97f4a7c15ull;
     mem_make(c->e, &c->mine[1], "h", false, -1, REG_LEN, false);
     bool emulate = getenv("XFER_GPU_STAGE_EMULATE") && !strcmp(tname, "tcp");
+#if !XFER_WITH_CUDA
+    if (emulate) { /* the staging ring is CUDA code: not in this build */
+        printf("skipped: built without CUDA (XFER_WITH_CUDA=0): no GPU staging to emulate\n");
+        return 77;
+    }
+#endif
     if ((c->h.ngpu == 0 || gpu_count() == 0) && emulate) {
         /* "GPU" regions are host memory, the staging ring copies with memcpy:
          * tcp's staging logic (slots, pipelining, acks, landing) runs here */

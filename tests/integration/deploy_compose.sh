@@ -77,6 +77,12 @@ step "image $image: $(podman image inspect -f '{{.Size}}' "$image" | numfmt --to
 [[ $(podman image inspect -f '{{.Config.User}}' "$image") == xfer* ]] || fail "image runs as root"
 podman image inspect -f '{{.Config.Healthcheck}}' "$image" | grep -q 'xferctl health' ||
     fail "image has no HEALTHCHECK"
+# First prove a container starts at all (on a machine without iptables,
+# netavark cannot set up the network and every run fails): name that cause
+# rather than blaming the image.
+podman run --rm --entrypoint true "$image" >"$work/run.log" 2>&1 ||
+    fail "podman cannot start a container: $(tail -n 3 "$work/run.log" | tr '\n' ' ')" \
+        "(netavark needs iptables: make deps-deploy installs it)"
 podman run --rm --entrypoint sh "$image" -c \
     'test -z "$(dpkg-query -W -f "\${Package}\n" | grep -E -- "-dev(:|$)")" && ! command -v cc' ||
     fail "runtime image holds -dev packages or a compiler"

@@ -7,8 +7,11 @@
 set -u
 B=${B:-build}
 prog=$B/tests/gpu_xfer
-XFER_GPU_STAGE_EMULATE=1 timeout --kill-after=5 300 "$prog" --transport tcp || {
-    echo "emulated staging over tcp failed"; exit 1; }
+# A build without CUDA has no staging ring to emulate: the program says so
+# (77) and the real-device passes below still check the no-device errors.
+XFER_GPU_STAGE_EMULATE=1 timeout --kill-after=5 300 "$prog" --transport tcp
+rc=$?
+((rc == 0 || rc == 77)) || { echo "emulated staging over tcp failed"; exit 1; }
 timeout --kill-after=5 300 "$prog" --transport tcp
 rc=$?
 ((rc == 0)) || exit $rc
