@@ -121,7 +121,10 @@ int reg_conn_ensure(xfer_registry *r)
         r->next_connect_ms = now + (uint64_t)reg_backoff_next(r, &r->backoff_ms);
         return rc;
     }
-    xfer_info("registry: connected to %s", r->url_shown);
+    if (r->url.mode == XFER_REDIS_SINGLE)
+        xfer_info("registry: connected to %s", r->url_shown);
+    else
+        xfer_info("registry: connected to %s:%d (%s)", r->prim_host, r->prim_port, r->url_shown);
     atomic_store(&r->connected, true);
     r->backoff_ms = r->cfg.backoff_min_ms;
     if (r->own_valid)
