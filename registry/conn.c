@@ -57,8 +57,8 @@ static int conn_login(const xfer_registry *r, redisContext *c)
 redisContext *reg_redis_connect_to(const xfer_registry *r, const char *host, int port, int *err)
 {
     struct timeval tv = ms_to_tv(r->cfg.timeout_ms);
-    redisContext *c = port ? redisConnectWithTimeout(host, port, tv)
-                           : redisConnectUnixWithTimeout(host, tv);
+    redisContext *c =
+        port ? redisConnectWithTimeout(host, port, tv) : redisConnectUnixWithTimeout(host, tv);
     if (!c) {
         *err = reg_set_err(-XFER_ENOMEM, "out of memory connecting to redis");
         return NULL;
@@ -135,7 +135,9 @@ int reg_conn_ensure(xfer_registry *r)
 int reg_conn_fail(xfer_registry *r, const char *what)
 {
     char why[160];
-    const char *e = r->ctx && r->ctx->errstr[0] ? r->ctx->errstr : "connection lost";
+    const char *e = !r->ctx             ? "connection lost"
+                    : r->ctx->errstr[0] ? r->ctx->errstr
+                                        : "closed to reconnect";
     if (r->ctx && r->ctx->err == REDIS_ERR_IO && strstr(e, "temporarily unavailable"))
         snprintf(why, sizeof(why), "no reply within %d ms", r->cfg.timeout_ms); /* SO_RCVTIMEO */
     else

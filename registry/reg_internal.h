@@ -55,11 +55,11 @@ struct xfer_registry {
 
     /* Command connection and publisher state, under cmd_lock. */
     pthread_mutex_t cmd_lock;
-    redisContext *ctx; /* NULL while down */
+    redisContext *ctx;                 /* NULL while down */
     char prim_host[XFER_REG_HOST_MAX]; /* where ctx points: the URL's host, or */
     int prim_port;                     /* the primary the sentinels named (0: none yet) */
     int sentinel_first;                /* sentinel that answered last: asked first */
-    bool demoted; /* sentinel mode: a -READONLY reply or +switch-master: reconnect */
+    bool demoted;           /* sentinel mode: a -READONLY reply or +switch-master: reconnect */
     atomic_uint prim_epoch; /* bumped when the primary's address changes */
     uint64_t next_connect_ms;
     int backoff_ms;

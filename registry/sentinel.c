@@ -85,7 +85,8 @@ static bool is_primary(redisContext *c)
 {
     redisReply *rep = redisCommand(c, "ROLE");
     bool ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
-              rep->element[0]->type == REDIS_REPLY_STRING && !strcmp(rep->element[0]->str, "master");
+              rep->element[0]->type == REDIS_REPLY_STRING &&
+              !strcmp(rep->element[0]->str, "master");
     if (rep)
         freeReplyObject(rep);
     return ok;
@@ -168,8 +169,7 @@ static void sw_on_message(redisAsyncContext *ac, void *reply, void *priv)
     xfer_registry *r = ac->data;
     redisReply *rep = reply;
     if (!rep || r->swatch.ac != ac || rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
-        rep->element[0]->type != REDIS_REPLY_STRING ||
-        rep->element[2]->type != REDIS_REPLY_STRING)
+        rep->element[0]->type != REDIS_REPLY_STRING || rep->element[2]->type != REDIS_REPLY_STRING)
         return;
     if (!strcmp(rep->element[0]->str, "subscribe")) {
         r->swatch.subscribed = true;

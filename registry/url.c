@@ -165,8 +165,9 @@ static int parse_seeds(const char *p, size_t n, int defport, struct xfer_redis_u
 static int parse_master(const char *path, struct xfer_redis_url *out, char *err, size_t errlen)
 {
     if (!path || !path[1])
-        return url_err(err, errlen, "sentinel URL needs the master name: "
-                                    "redis-sentinel://host:port[,host:port...]/MASTER[/db]");
+        return url_err(err, errlen,
+                       "sentinel URL needs the master name: "
+                       "redis-sentinel://host:port[,host:port...]/MASTER[/db]");
     const char *name = path + 1, *slash = strchr(name, '/');
     size_t n = slash ? (size_t)(slash - name) : strlen(name);
     if (n == 0 || n >= sizeof(out->master))

@@ -180,9 +180,11 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plain),     cmocka_unit_test(test_userinfo),
+        cmocka_unit_test(test_plain),
+        cmocka_unit_test(test_userinfo),
         cmocka_unit_test(test_sentinel_cluster),
-        cmocka_unit_test(test_ipv6_unix), cmocka_unit_test(test_bad),
+        cmocka_unit_test(test_ipv6_unix),
+        cmocka_unit_test(test_bad),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
