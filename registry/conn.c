@@ -200,7 +200,8 @@ void reg_append(xfer_registry *r, int argc, const char **argv, const size_t *len
 /* Cluster mode: sends the batch, keeps its replies in r->held. */
 static int cluster_flush(xfer_registry *r)
 {
-    cluster_forget(r);
+    while (r->held_pos < r->held_n) /* left unread by a failed caller */
+        freeReplyObject(r->held[r->held_pos++]);
     size_t n = r->batch.n;
     if (!n)
         return reg_set_err(-XFER_EPROTO, "registry: reply wanted but nothing was sent");

@@ -42,7 +42,8 @@ static void append_pexpire(xfer_registry *r, const char *key)
 static void append_node(xfer_registry *r)
 {
     const char *id = r->own.peer.node_id;
-    char key[REG_KEY_MAX], set[REG_KEY_MAX], score[24], msg[XFER_NAME_MAX + 8], members[REG_KEY_MAX];
+    char key[REG_KEY_MAX], set[REG_KEY_MAX], score[24], msg[XFER_NAME_MAX + 8],
+        members[REG_KEY_MAX];
     struct reg_args a;
     reg_key_node(key, id);
     reg_key_regions(set, id);
