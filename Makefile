@@ -7,7 +7,8 @@
 #   make demo       deps + build + local redis + two workers + named transfers
 #   make bench      benchmarks (see README)
 #   make deps       install missing Debian packages (root), quick when present
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   libxfer.so, headers, xferd, xferctl
+#   make python     the Python package into $(B)/venv (offline)
 #   make clean
 
 .DEFAULT_GOAL := all
@@ -130,6 +131,12 @@ $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(LIBXFER)
 deps:
 	@bash mk/deps.sh
 
+# The Python package into a venv, offline (mk/python.sh; README "Python").
+PYTHON ?= /usr/bin/python3
+PY_VENV ?= $(B)/venv
+python: $(LIBXFER_SO)
+	@B=$(B) PYTHON=$(PYTHON) bash mk/python.sh $(PY_VENV)
+
 test: deps
 	@$(MAKE) --no-print-directory all
 	@B=$(B) bash tests/run.sh
@@ -159,6 +166,6 @@ format:
 clean:
 	rm -rf build build-san build-fuzz dist
 
-.PHONY: all deps test test-unit demo bench install format clean
+.PHONY: all deps test test-unit demo bench install format clean python
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
