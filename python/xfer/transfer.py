@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -28,6 +29,18 @@ class ItemStatus:
         return self.code == Code.OK
 
 
+_tls = threading.local()
+
+
+def _scratch_item() -> _lib.Item:
+    """This thread's item buffer: xfer_batch_add copies the item, so one
+    per thread serves every transfer (no allocation per call)."""
+    it = getattr(_tls, "item", None)
+    if it is None:
+        it = _tls.item = _lib.new_filled(_lib.Item)
+    return it
+
+
 def _timeout_ms(timeout: Optional[float]) -> int:
     return -1 if timeout is None else max(0, int(timeout * 1000))
 
@@ -48,7 +61,6 @@ class Transfer:
         self._h = h
         self._refs: list = []  # regions and peers the items use
         self._submitted = False
-        self._item = _lib.new_filled(_lib.Item)
 
     @property
     def handle(self) -> int:
@@ -79,7 +91,7 @@ class Transfer:
     # -- filling -------------------------------------------------------------
     def _add(self, op: int, local: "Region", local_off: int, peer: "Peer", remote: "RegionInfo",
              remote_off: int, length: int) -> "Transfer":
-        it = self._item
+        it = _scratch_item()
         it.op = op
         it.local = local.handle
         it.local_off = local_off

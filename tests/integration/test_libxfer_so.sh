@@ -30,7 +30,9 @@ echo "exports: $(wc -l <<<"$syms") symbols, all xfer_"
 
 tmp=$(mktemp -d /tmp/xfer-so.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-make --no-print-directory -s install B="$B" DESTDIR="$tmp" PREFIX=/usr >/dev/null ||
+sanmake=0
+[[ $B == *san* ]] && sanmake=1
+make --no-print-directory -s install B="$B" SAN=$sanmake DESTDIR="$tmp" PREFIX=/usr >/dev/null ||
     fail "make install"
 for h in xfer.h xfer_err.h xfer_registry.h; do
     [[ -f $tmp/usr/include/xfer/$h ]] || fail "header $h not installed"
@@ -61,7 +63,9 @@ int main(void)
     return 0;
 }
 C
-cc -I"$tmp/usr/include" "$tmp/use.c" -o "$tmp/use" -L"$tmp/usr/lib" -lxfer || fail "compile against installed headers"
+san=()
+[[ $B == *san* ]] && san=(-fsanitize=address,undefined)
+cc "${san[@]}" -I"$tmp/usr/include" "$tmp/use.c" -o "$tmp/use" -L"$tmp/usr/lib" -lxfer || fail "compile against installed headers"
 out=$(LD_LIBRARY_PATH=$tmp/usr/lib "$tmp/use") || fail "program on libxfer.so: $out"
 [[ $out == ok ]] || fail "unexpected output: $out"
 echo "installed library and headers work"

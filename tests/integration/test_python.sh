@@ -8,14 +8,14 @@ B=${B:-build}
 venv=$PWD/$B/venv
 bash mk/python.sh "$venv" || { echo "FAIL: install into $venv"; exit 1; }
 export XFER_LIB=$PWD/$B/lib/libxfer.so XFER_ROOT=$PWD
-# The tests must import the installed copy, not python/xfer of the tree.
-where=$(cd /tmp && "$venv/bin/python" -c 'import xfer; print(xfer.__file__)') || exit 1
-[[ $where == "$venv/"* ]] || { echo "FAIL: xfer imported from $where, not the venv"; exit 1; }
 if [[ $B == *san* ]]; then
     # An ASan-built library needs the ASan runtime loaded first.
     LD_PRELOAD=$(cc -print-file-name=libasan.so) || exit 1
-    export LD_PRELOAD ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0
+    export LD_PRELOAD ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 XFER_SAN=1
 fi
+# The tests must import the installed copy, not python/xfer of the tree.
+where=$(cd /tmp && "$venv/bin/python" -c 'import xfer; print(xfer.__file__)') || exit 1
+[[ $where == "$venv/"* ]] || { echo "FAIL: xfer imported from $where, not the venv"; exit 1; }
 cd python/tests
 "$venv/bin/python" -m pytest -q -p no:cacheprovider -o console_output_style=classic .
 rc=$?
