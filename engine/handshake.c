@@ -306,10 +306,10 @@ int xfer_handshake_server(int fd, const struct xfer_hs_self *self, int timeout_m
         int out_len;
         int rc = recv_msg(fd, deadline, &in, &in_len);
         if (rc)
-            return h.step == 0 ? fail(rc, why, wl, "handshake: no hello from peer: %s",
-                                      xfer_strerror(rc))
-                               : fail(rc, why, wl, "handshake: no proof from %s: %s",
-                                      h.cli.node_id, xfer_strerror(rc));
+            return h.step == 0
+                       ? fail(rc, why, wl, "handshake: no hello from peer: %s", xfer_strerror(rc))
+                       : fail(rc, why, wl, "handshake: no proof from %s: %s", h.cli.node_id,
+                              xfer_strerror(rc));
         rc = xfer_hs_server_step(&h, in, in_len, out, &out_len, peer, why, wl);
         free(in);
         int src = out_len >= 0 ? send_msg(fd, out, out_len, deadline) : 0;

@@ -21,7 +21,8 @@
 #include "xfer.h"
 
 /* What either side says when a proof does not verify. */
-#define XFER_HS_AUTH_FAILED "authentication failed: the cluster secrets differ (or the peer has none)"
+#define XFER_HS_AUTH_FAILED                                                                        \
+    "authentication failed: the cluster secrets differ (or the peer has none)"
 /* Largest handshake frame payload; longer frames are refused unread. */
 #define XFER_HS_FRAME_MAX 1024
 

@@ -26,9 +26,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define XFERD_MAX_REGIONS 64
-#define XFERD_PATH_MAX    256
-#define XFERD_STR_MAX     256
+#define XFERD_MAX_REGIONS          64
+#define XFERD_PATH_MAX             256
+#define XFERD_STR_MAX              256
 #define XFERD_METRICS_PORT_DEFAULT 9400
 
 struct xferd_region_conf {

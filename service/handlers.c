@@ -334,7 +334,7 @@ void ctl_quota_put(struct ctl_quota *q)
 struct async_job {
     struct job job;
     struct xferd *d;
-    struct ctl_quota *q; /* the submitting client's: one async slot, one ref */
+    struct ctl_quota *q;      /* the submitting client's: one async slot, one ref */
     Xctl__SubmitBatch *batch; /* unpacked copy, owned */
     uint32_t hops;
     uint64_t id;

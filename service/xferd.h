@@ -51,7 +51,7 @@ struct xferd {
     pthread_mutex_t inflight_lock;
     struct inflight *inflight;         /* engine batches in flight (cancelled at drain end) */
     _Atomic int64_t drain_deadline_ms; /* 0 until SIGTERM */
-    pthread_mutex_t known_lock; /* known.c: other nodes in the registry */
+    pthread_mutex_t known_lock;        /* known.c: other nodes in the registry */
     char (*known)[XFER_NAME_MAX];
     size_t nknown, capknown;
 };

@@ -279,7 +279,8 @@ static void test_private_data(void **state)
     assert_non_null(strstr(why, "node decode-1 answered, expected decode-2"));
     assert_int_equal(xfer_rdma_rep_check_peer("junk", 4, "decode-1", 7, why, 200), -XFER_EPROTO);
     /* REJ carries the target's code and reason */
-    n = xfer_rdma_rep_encode(&srv, 0, -XFER_EAUTH, "node x: authentication failed: the cluster secrets differ", rep);
+    n = xfer_rdma_rep_encode(&srv, 0, -XFER_EAUTH,
+                             "node x: authentication failed: the cluster secrets differ", rep);
     assert_int_equal(xfer_rdma_rep_verify(&cli, nonce, rep, n, why, 200), -XFER_EAUTH);
     assert_non_null(strstr(why, "decode-1 refused: node x: authentication failed"));
 }
