@@ -21,7 +21,7 @@ void region_table_init(struct region_table *t)
 {
     memset(t, 0, sizeof(*t));
     pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->unpinned, NULL);
+    xfer_cond_init_mono(&t->unpinned);
     t->next_id = 1;
 }
 
@@ -324,9 +324,7 @@ int xfer_region_deregister(xfer_engine *e, xfer_region *r)
     table_remove(t, r);
     /* Accesses in progress are bounded by io_timeout_ms; say so if slow. */
     while (r->pins > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1 + e->cfg.io_timeout_ms / 1000;
+        struct timespec ts = xfer_mono_after_ms(1000 + e->cfg.io_timeout_ms);
         if (pthread_cond_timedwait(&t->unpinned, &t->mu, &ts) == ETIMEDOUT && r->pins > 0)
             xfer_warn("region %s: deregistration waits for %d accesses", r->name, r->pins);
     }

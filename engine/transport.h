@@ -11,6 +11,7 @@
 #ifndef XFER_TRANSPORT_H
 #define XFER_TRANSPORT_H
 
+#include "mono_clock.h"
 #include "xfer.h"
 
 #include <stddef.h>
