@@ -114,7 +114,8 @@ struct xfer_registry {
 };
 
 /* ---- util (registry.c) ---- */
-uint64_t reg_now_ms(void);
+uint64_t reg_now_ms(void);  /* monotonic: intervals and schedules */
+uint64_t reg_wall_ms(void); /* wall clock: published timestamps only */
 /* Records the calling thread's last error and returns err (negative). */
 int reg_set_err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void reg_key_node(char *buf, const char *node);

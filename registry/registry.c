@@ -13,7 +13,18 @@
 
 static _Thread_local char tl_err[REG_ERR_MAX];
 
+/* Schedules (heartbeats, retries, reaps, cache ages) run on the monotonic
+ * clock: a wall-clock step back longer than the TTL would otherwise hold the
+ * next heartbeat until the node had expired. */
 uint64_t reg_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Timestamps other nodes read (heartbeat_ms, started_ms, the reap cutoff). */
+uint64_t reg_wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
