@@ -22,6 +22,7 @@ void xfer_engine_config_init(struct xfer_engine_config *cfg)
     cfg->connect_timeout_ms = 5000;
     cfg->io_timeout_ms = 10000;
     cfg->default_deadline_ms = 60000;
+    cfg->notify_queue_len = 1024;
 }
 
 int64_t engine_now_ns(void)
@@ -103,6 +104,7 @@ static int copy_config(xfer_engine *e, const struct xfer_engine_config *cfg)
     DEFAULT_IF_ZERO(connect_timeout_ms);
     DEFAULT_IF_ZERO(io_timeout_ms);
     DEFAULT_IF_ZERO(default_deadline_ms);
+    DEFAULT_IF_ZERO(notify_queue_len);
 #undef DEFAULT_IF_ZERO
     return 0;
 }
