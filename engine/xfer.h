@@ -234,8 +234,8 @@ void xfer_peer_describe(const xfer_peer *p, struct xfer_peer_desc *out);
 unsigned xfer_peer_transport(const xfer_peer *p);
 
 /* ---- batches ----------------------------------------------------------- */
-/* SEND/RECV are two-sided messages (docs/notify.md): they use local,
- * local_off, len, peer and tag; remote_* are ignored. */
+/* SEND/RECV are two-sided messages (docs/notify.md), added with
+ * xfer_batch_add_send/xfer_batch_add_recv, not xfer_batch_add. */
 enum xfer_op { XFER_OP_READ = 1, XFER_OP_WRITE = 2, XFER_OP_SEND = 3, XFER_OP_RECV = 4 };
 
 #define XFER_MSG_TAG_ANY UINT64_MAX /* RECV: matches any tag */
@@ -244,12 +244,11 @@ struct xfer_item {
     enum xfer_op op; /* READ: remote -> local; WRITE: local -> remote */
     xfer_region *local;
     uint64_t local_off;
-    xfer_peer *peer; /* RECV: NULL = from any peer */
+    xfer_peer *peer;
     uint32_t remote_id;
     uint32_t remote_gen;
     uint64_t remote_off;
-    uint64_t len; /* RECV: capacity of the posted buffer */
-    uint64_t tag; /* SEND/RECV only */
+    uint64_t len;
 };
 
 xfer_batch *xfer_batch_new(xfer_engine *e, int *err);
@@ -352,9 +351,9 @@ size_t xfer_notif_pending(xfer_engine *e);
 uint64_t xfer_notif_refused(xfer_engine *e);
 
 /* ---- two-sided messages (docs/notify.md) ---------------------------------
- * A SEND item sends [local_off, +len) of its region to peer with a tag; a
- * RECV item posts [local_off, +len) of its region as a receive buffer for
- * (peer or any peer, tag or XFER_MSG_TAG_ANY). Matching, per receiving
+ * A SEND item sends [off, +len) of local to p with a tag; a RECV item posts
+ * [off, +cap) of local as a receive buffer for (p, or any peer when p is
+ * NULL; tag, or any tag with XFER_MSG_TAG_ANY). Matching, per receiving
  * engine: an arriving message takes the oldest posted RECV whose peer and tag
  * fit; a RECV posted when messages wait takes the oldest fitting one (FIFO
  * per sender and tag: two messages of one sender with one tag are received in
@@ -366,6 +365,12 @@ uint64_t xfer_notif_refused(xfer_engine *e);
  * region), so both engines must know each other as peers (xfer_peer_add).
  * Peer death fails pending SENDs to it (-XFER_ECONN) and RECVs that named it;
  * deadlines and cancel work as for READ/WRITE items. */
+/* Append one SEND / RECV item; return its index (>= 0) or a negative code
+ * (local bounds checked here, as xfer_batch_add). */
+int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len,
+                        xfer_peer *p, uint64_t tag);
+int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap,
+                        xfer_peer *p, uint64_t tag);
 /* Received length of a finished RECV item (else the item's len). */
 uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i);
 /* Tag and sender of a finished RECV item (for any-tag, any-peer receives);
