@@ -122,7 +122,8 @@ struct msg_out *notes_frame(xfer_engine *e, struct batch_notes *ns, size_t k)
     nt->fired = true;
     /* Items end in any order; the receiver gets them by index, and the
      * first failure's code (as xfer_batch_poll reports it) as the status. */
-    qsort(nt->failed, nt->n_listed, sizeof(*nt->failed), fail_cmp);
+    if (nt->n_listed > 1)
+        qsort(nt->failed, nt->n_listed, sizeof(*nt->failed), fail_cmp);
     /* Out of memory for the list: still say that items failed. */
     static const struct xfer_notif_fail unknown = {UINT32_MAX, -XFER_ENOMEM};
     const struct xfer_notif_fail *failed = nt->n_listed ? nt->failed : &unknown;
