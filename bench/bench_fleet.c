@@ -273,6 +273,9 @@ static void restart(struct test_redis *t, const struct opts *o, double *nodes_s,
         if (keys >= want_keys)
             *keys_s = (double)(tr_now_ms() - t0) / 1e3;
         tr_nap_ms(20);
+        if (*keys_s < 0 && tr_now_ms() - t0 >= 120000)
+            fprintf(stderr, "restart: after 120 s %lld nodes, %lld of %lld keys\n", nodes, keys,
+                    want_keys);
     }
 }
 
