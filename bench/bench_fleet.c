@@ -64,7 +64,7 @@ struct worker {
     xfer_registry **h;
     uint64_t *due_ms;
     int count, first;
-    bool ready_sent;
+    bool watch_started, ready_sent;
     int to_parent, from_parent;
     uint32_t *lat;
     size_t nlat, caplat;
@@ -106,7 +106,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             w->due_ms[i] = now + (uint64_t)xfer_registry_tick(w->h[i]);
         watching += xfer_registry_watching(w->h[i]);
     }
-    if (!w->ready_sent && watching == w->count) {
+    if (w->watch_started && !w->ready_sent && watching == w->count) {
         w->ready_sent = true;
         char c = 'R';
         if (write(w->to_parent, &c, 1) != 1)
@@ -119,8 +119,15 @@ static void on_parent(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct worker *w = arg;
     char c = 0;
-    if (read(fd, &c, 1) != 1 || c == 'q')
+    if (read(fd, &c, 1) != 1 || c == 'q') {
         event_base_loopbreak(w->base);
+    } else if (c == 'w' && !w->watch_started) { /* everybody has published */
+        w->watch_started = true;
+        for (int i = 0; i < w->count; i++) {
+            xfer_registry_on_event(w->h[i], on_event, w);
+            xfer_registry_watch(w->h[i], attach, w->base);
+        }
+    }
 }
 
 static void publish_one(struct worker *w, int i)
@@ -154,9 +161,11 @@ static int worker_main(const struct opts *o, int first, int count, int to_parent
         if (!(w.h[i] = open_reg(o, 1000)))
             return 1;
         publish_one(&w, i);
-        xfer_registry_on_event(w.h[i], on_event, &w);
-        xfer_registry_watch(w.h[i], attach, w.base);
     }
+    char c = 'P'; /* subscribers come after every node has published: see
+                     docs/registry.md on the cold-start storm */
+    if (write(to_parent, &c, 1) != 1)
+        return 3;
     struct timeval tv = {0, 50000};
     struct event *tick = event_new(w.base, -1, EV_PERSIST, on_tick, &w);
     struct event *ctl = event_new(w.base, from_parent, EV_READ | EV_PERSIST, on_parent, &w);
@@ -282,6 +291,21 @@ static void restart(struct test_redis *t, const struct opts *o, double *nodes_s,
     }
 }
 
+/* One byte `want` from each worker, within 600 s of t0. */
+static int wait_workers(int up[][2], int procs, char want, uint64_t t0)
+{
+    for (int p = 0; p < procs; p++) {
+        struct pollfd pf = {.fd = up[p][0], .events = POLLIN};
+        char c = 0;
+        int left = 600000 - (int)(tr_now_ms() - t0); /* every wait has a bound */
+        if (left <= 0 || poll(&pf, 1, left) != 1 || read(up[p][0], &c, 1) != 1 || c != want) {
+            fprintf(stderr, "bench: worker %d: no '%c' (died or > 600 s)\n", p, want);
+            return -1; /* the workers die with us (PR_SET_PDEATHSIG) */
+        }
+    }
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -372,16 +396,14 @@ int main(int argc, char **argv)
         close(up[p][1]);
         close(down[p][0]);
     }
-    for (int p = 0; p < o.procs; p++) { /* every node published and watching */
-        struct pollfd pf = {.fd = up[p][0], .events = POLLIN};
-        char c;
-        int left = 600000 - (int)(tr_now_ms() - t0); /* every wait has a bound */
-        if (left <= 0 || poll(&pf, 1, left) != 1 || read(up[p][0], &c, 1) != 1) {
-            fprintf(stderr, "bench: worker %d not ready (died or > 600 s)\n", p);
-            return 1; /* the workers die with us (PR_SET_PDEATHSIG) */
-        }
-    }
+    if (wait_workers(up, o.procs, 'P', t0) != 0)
+        return 1;
     double start_s = (double)(tr_now_ms() - t0) / 1e3;
+    for (int p = 0; p < o.procs; p++)
+        if (write(down[p][1], "w", 1) != 1)
+            return 1;
+    if (wait_workers(up, o.procs, 'R', t0) != 0) /* and every one watching */
+        return 1;
     tr_nap_ms(1000);
     int hb_ms = o.ttl_ms / 3;
     struct sample s0 = sample_info(o.info);
