@@ -263,13 +263,14 @@ static void do_deregister(struct xferd *d, const char *name, Xctl__Response *res
 {
     pthread_rwlock_wrlock(&d->region_lock);
     xfer_region *r = name ? xfer_region_find(d->eng, name) : NULL;
-    int rc = r ? 0 : -XFER_ENOENT;
-    if (r) {
-        if (name[0] != XFERD_PRIVATE_PREFIX)
-            xferd_unpublish_region(d, name);
-        rc = xfer_region_deregister(d->eng, r);
-    }
+    int rc = r ? xfer_region_detach(d->eng, r) : -XFER_ENOENT;
+    if (!rc && name[0] != XFERD_PRIVATE_PREFIX)
+        xferd_unpublish_region(d, name);
     pthread_rwlock_unlock(&d->region_lock);
+    /* Detached: no transfer finds it any more. The wait for accesses in
+     * progress (bounded, docs/engine.md) holds no lock of ours. */
+    if (!rc)
+        rc = xfer_region_deregister(d->eng, r);
     if (rc)
         fail(resp, a, rc, "deregister '%s': %s", name ? name : "",
              rc == -XFER_ENOENT ? "no such region here" : xfer_engine_last_error(d->eng));

@@ -32,11 +32,13 @@ struct serve_conn {
     pthread_t thread;
     bool done; /* thread finished; joined by the reaper */
     xfer_region **slots;
+    int64_t *pinned_ms;  /* when each slot was pinned */
     uint32_t *free_next; /* free list threaded through slot indices */
     uint32_t nslots, free_head;
     struct ipc_revoked mapped[IPC_MAP_TRACK]; /* (id, gen) this peer mapped */
     uint32_t nmapped;
     int64_t revoke_check_ms; /* last scan of mapped[] for deregistered regions */
+    int64_t lease_check_ms;  /* last scan of slots[] for pins held too long */
     struct serve_conn *next;
 };
 
@@ -69,6 +71,10 @@ static int slot_alloc(struct serve_conn *c, xfer_region *r, uint32_t *out)
         if (!f)
             return -XFER_ENOMEM;
         c->free_next = f;
+        int64_t *t = realloc(c->pinned_ms, n * sizeof(*t));
+        if (!t)
+            return -XFER_ENOMEM;
+        c->pinned_ms = t;
         for (uint32_t i = c->nslots; i < n; i++) {
             s[i] = NULL;
             f[i] = i + 1 < n ? i + 1 : SLOT_NONE;
@@ -79,6 +85,7 @@ static int slot_alloc(struct serve_conn *c, xfer_region *r, uint32_t *out)
     uint32_t i = c->free_head;
     c->free_head = c->free_next[i];
     c->slots[i] = r;
+    c->pinned_ms[i] = xfer_now_ms();
     *out = i;
     return 0;
 }
@@ -97,6 +104,30 @@ static int slot_release(struct serve_conn *c, uint32_t i)
 static int serve_timeout(struct ipc_server *s)
 {
     return xfer_engine_config_get(s->engine)->io_timeout_ms;
+}
+
+/* A peer holding a pin on a region being deregistered for longer than
+ * io_timeout_ms (stopped, hung) would make the deregistration wait for
+ * ever, and with it whoever waits on that. Its access is revoked by closing
+ * the connection, which releases all its pins; the peer's copies then fail
+ * with -XFER_ECONN (it checks the connection before each host copy). */
+static bool holds_dying_too_long(struct serve_conn *c)
+{
+    int64_t now = xfer_now_ms(), lease = serve_timeout(c->srv);
+    if (now - c->lease_check_ms < 100 || xfer_engine_regions_dying(c->srv->engine) == 0)
+        return false;
+    c->lease_check_ms = now;
+    for (uint32_t i = 0; i < c->nslots; i++) {
+        if (!c->slots[i] || now - c->pinned_ms[i] <= lease || !xfer_region_dying(c->slots[i]))
+            continue;
+        struct xfer_region_desc d;
+        xfer_region_describe(c->slots[i], &d);
+        xfer_warn("ipc: a peer has held region %s for %lld ms while it is being deregistered: "
+                  "revoking its access (closing its connection)",
+                  d.name, (long long)(now - c->pinned_ms[i]));
+        return true;
+    }
+    return false;
 }
 
 /* Fills how a peer reaches r; *fd_out is an fd to pass (caller closes) or -1. */
@@ -289,6 +320,10 @@ static void *conn_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
+        if (holds_dying_too_long(c)) {
+            rc = -XFER_ECONN;
+            break;
+        }
         rc = ipc_wait_readable(c->fd, 500);
         if (rc == -XFER_ETIMEDOUT) {
             rc = 0;
@@ -331,6 +366,7 @@ static void conn_free(struct serve_conn *c)
     pthread_join(c->thread, NULL);
     close(c->fd);
     free(c->slots);
+    free(c->pinned_ms);
     free(c->free_next);
     free(c);
 }
