@@ -29,6 +29,7 @@
 struct serve_conn {
     struct ipc_server *srv;
     int fd;
+    pid_t pid; /* the peer, once it passed the handshake; 0 before */
     pthread_t thread;
     bool done; /* thread finished; joined by the reaper */
     xfer_region **slots;
@@ -51,7 +52,6 @@ struct ipc_server {
     pthread_mutex_t mu;
     struct serve_conn *conns;
     bool stopping;
-    bool cma_allowed;
     uint8_t probe_cookie[16];
 };
 
@@ -131,8 +131,7 @@ static bool holds_dying_too_long(struct serve_conn *c)
 }
 
 /* Fills how a peer reaches r; *fd_out is an fd to pass (caller closes) or -1. */
-static void describe_reach(struct ipc_server *s, xfer_region *r, struct ipc_map_resp *m,
-                           int *fd_out)
+static void describe_reach(xfer_region *r, struct ipc_map_resp *m, int *fd_out)
 {
     struct xfer_region_desc d;
     xfer_region_describe(r, &d);
@@ -166,13 +165,7 @@ static void describe_reach(struct ipc_server *s, xfer_region *r, struct ipc_map_
         }
         return;
     }
-    m->mech = IPC_MECH_CMA;
-    pthread_mutex_lock(&s->mu);
-    if (!s->cma_allowed) {
-        ipc_cma_allow_peers();
-        s->cma_allowed = true;
-    }
-    pthread_mutex_unlock(&s->mu);
+    m->mech = IPC_MECH_CMA; /* the peer is a declared tracer (ipc_tracer_add) */
 }
 
 static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
@@ -192,7 +185,7 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
         m.status = err;
         snprintf(m.why, sizeof(m.why), "region %u gen %u: %s", q.id, q.gen, xfer_strerror(err));
     } else {
-        describe_reach(s, r, &m, &fd);
+        describe_reach(r, &m, &fd);
         xfer_region_release(r);
         if (m.status == 0 && m.mech != IPC_MECH_CMA && c->nmapped < IPC_MAP_TRACK)
             c->mapped[c->nmapped++] = (struct ipc_revoked){q.id, q.gen};
@@ -302,7 +295,9 @@ static int conn_handshake(struct serve_conn *c)
                               .probe_len = sizeof(s->probe_cookie),
                               .probe_addr = (uint64_t)(uintptr_t)s->probe_cookie};
     memcpy(hello.probe_cookie, s->probe_cookie, sizeof(hello.probe_cookie));
-    ipc_cma_allow_peers(); /* the peer probes CMA right after HELLO */
+    pid_t pid = ipc_sock_peer_pid(c->fd);
+    c->pid = pid > 0 ? pid : -1; /* -1: a peer we cannot name */
+    ipc_tracer_add(c->pid);      /* the peer probes CMA right after HELLO */
     return ipc_send(c->fd, IPC_HELLO, 1, &hello, sizeof(hello), -1, cfg->connect_timeout_ms);
 }
 
@@ -355,6 +350,8 @@ static void *conn_main(void *arg)
             slot_release(c, i);
     free(buf);
     shutdown(c->fd, SHUT_RDWR);
+    if (c->pid)
+        ipc_tracer_remove(c->pid); /* a peer that went is no tracer any more */
     pthread_mutex_lock(&s->mu);
     c->done = true;
     pthread_mutex_unlock(&s->mu);
