@@ -1,5 +1,6 @@
 /* rdma_cm private data: node identity, version and HMAC proofs (rdma_auth.h). */
 #include "rdma_auth.h"
+#include "xfer_handshake.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -142,7 +143,7 @@ int xfer_rdma_req_verify(const struct xfer_rdma_self *self, const void *pdata, s
     uint8_t want[PROOF_LEN];
     proof(self, "xfer-rdma-req", p, 40, self->node_id, strlen(self->node_id), want);
     if (CRYPTO_memcmp(want, p + 40, PROOF_LEN)) {
-        snprintf(why, why_len, "node %s did not prove the cluster secret", out->node);
+        snprintf(why, why_len, "node %s: " XFER_HS_AUTH_FAILED, out->node);
         return -XFER_EAUTH;
     }
     /* whole seconds: the request may be up to 1 s older than it says */
@@ -230,7 +231,7 @@ int xfer_rdma_rep_verify(const struct xfer_rdma_self *self, const struct xfer_rd
     uint8_t want[PROOF_LEN];
     rep_proof(self, p, (size_t)nlen, nonce, want);
     if (CRYPTO_memcmp(want, p + 16, PROOF_LEN)) {
-        snprintf(why, why_len, "node %s did not prove the cluster secret", node);
+        snprintf(why, why_len, "node %s: " XFER_HS_AUTH_FAILED, node);
         return -XFER_EAUTH;
     }
     return 0;

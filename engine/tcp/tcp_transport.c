@@ -276,6 +276,8 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
         close(fd);
         return;
     }
+    snprintf(s->peer_node, sizeof(s->peer_node), "%s", hp.node_id);
+    s->peer_inc = hp.incarnation;
     xfer_debug("tcp: serving %s (socket %u)", name, hp.purpose);
     tcp_thread_adopt(tt, s);
 }
@@ -387,7 +389,7 @@ static void tcp_close(struct xfer_transport *t)
         }
         while (th->socks) { /* target sockets; initiators left with their peers */
             struct tcp_sock *s = th->socks;
-            tcp_sock_fail(s, -XFER_ECONN, "transport closing");
+            tcp_sock_fail_as(s, XFER_LOG_DEBUG, "transport closing");
             tcp_reap(th);
             if (th->socks == s) { /* an initiator socket nobody released */
                 th->socks = s->th_next;
@@ -473,4 +475,5 @@ const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .disconnect = tcp_disconnect,
     .conn_state = tcp_conn_state,
     .post = tcp_post,
+    .send_msg = tcp_send_msg,
 };
