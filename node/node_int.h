@@ -15,7 +15,9 @@ struct peer_use {
     char node[XFER_NAME_MAX];
     int inuse;       /* refs held (and callers connecting) */
     bool doomed;     /* left/restarted while in use: removed by the last unref */
-    bool connecting; /* one caller is connecting this peer; others wait on connected */
+    bool connecting; /* busy: one caller connects or removes this peer; others
+                        wait on xfer_node.connected */
+    bool removing;   /* busy removing: the engine peer may be freed any time */
 };
 
 struct xfer_node {

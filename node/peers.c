@@ -110,7 +110,7 @@ static void remove_idle(xfer_node *n, struct peer_use *u)
 {
     char node[XFER_NAME_MAX];
     snprintf(node, sizeof(node), "%s", u->node);
-    u->connecting = true;
+    u->connecting = u->removing = true;
     u->doomed = false;
     pthread_mutex_unlock(&n->peer_lock);
     xfer_peer *p = xfer_peer_find(n->eng, node);
@@ -118,7 +118,7 @@ static void remove_idle(xfer_node *n, struct peer_use *u)
         xfer_peer_remove(n->eng, p);
     pthread_mutex_lock(&n->peer_lock);
     u = use_find(n, node, false);
-    u->connecting = false;
+    u->connecting = u->removing = false;
     pthread_cond_broadcast(&n->connected);
     if (!u->inuse)
         use_forget(n, u);
@@ -267,6 +267,18 @@ int xfer_node_transport_check(xfer_node *n, xfer_peer *p, unsigned require, char
     return -XFER_ENOTSUP;
 }
 
+unsigned xfer_node_peer_transport(xfer_node *n, const char *node)
+{
+    unsigned t = 0;
+    pthread_mutex_lock(&n->peer_lock); /* no removal between find and use */
+    struct peer_use *u = use_find(n, node, false);
+    xfer_peer *p = u && u->removing ? NULL : xfer_peer_find(n->eng, node);
+    if (p)
+        t = xfer_peer_transport(p);
+    pthread_mutex_unlock(&n->peer_lock);
+    return t;
+}
+
 /* ---- events --------------------------------------------------------------------- */
 
 static void drop_peer(xfer_node *n, const char *node, const char *why)
@@ -290,7 +302,7 @@ static void drop_region(xfer_node *n, const char *node, const char *name)
     xfer_peer *p = NULL;
     pthread_mutex_lock(&n->peer_lock); /* no removal between find and use */
     struct peer_use *u = use_find(n, node, false);
-    if (!u || !u->connecting)
+    if (!u || !u->removing)
         p = xfer_peer_find(n->eng, node);
     struct xfer_region_desc rd;
     if (p && xfer_peer_region_lookup(p, name, &rd) == 0)

@@ -177,6 +177,10 @@ XFER_API bool xfer_node_peer_restarted(xfer_node *n, const struct xfer_node_ref 
 XFER_API int xfer_node_transport_check(xfer_node *n, xfer_peer *p, unsigned require, char *why,
                                        size_t why_len);
 
+/* Transport of the engine's connection to node (XFER_TRANSPORT_* bit), 0
+ * when not connected. Never connects. */
+XFER_API unsigned xfer_node_peer_transport(xfer_node *n, const char *node);
+
 /* ---- named batches ---------------------------------------------------------- */
 
 typedef struct xfer_node_batch xfer_node_batch;
