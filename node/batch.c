@@ -167,8 +167,8 @@ static int remote_bytes(const struct xfer_node_addr *a, const struct xfer_region
     return 0;
 }
 
-int xfer_node_batch_add(xfer_node_batch *b, enum xfer_op op, xfer_region *local,
-                        uint64_t local_off, const char *remote, uint64_t len)
+int xfer_node_batch_add(xfer_node_batch *b, enum xfer_op op, xfer_region *local, uint64_t local_off,
+                        const char *remote, uint64_t len)
 {
     struct xfer_node_addr a;
     if (!b || !local || (op != XFER_OP_READ && op != XFER_OP_WRITE))
@@ -210,12 +210,69 @@ int xfer_node_batch_add(xfer_node_batch *b, enum xfer_op op, xfer_region *local,
     return rc ? rc : (int)i;
 }
 
+static bool ref_stale(xfer_node_batch *b, const struct nb_ref *r)
+{
+    struct xfer_node_desc nd;
+    struct xfer_peer_desc pd;
+    if (!r->ref.peer)
+        return false;
+    xfer_peer_describe(r->ref.peer, &pd);
+    if (pd.incarnation != r->ref.incarnation)
+        return true;
+    return xfer_registry_lookup_node(b->n->reg, r->ref.node, &nd) == 0 &&
+           nd.peer.incarnation != r->ref.incarnation;
+}
+
+static int re_resolve(xfer_node_batch *b, struct nb_ref *r);
+
+/* A ref resolved against one incarnation of a peer is never posted to
+ * another (whose regions may reuse the old ids): refs whose peer restarted
+ * since they were resolved are resolved again and their items re-targeted. */
+static int refresh_stale(xfer_node_batch *b)
+{
+    bool any = false;
+    for (size_t i = 0; i < b->nrefs; i++) {
+        struct nb_ref *r = &b->refs[i];
+        r->state = 0;
+        if (!ref_stale(b, r))
+            continue;
+        if (!r->region[0])
+            return node_err(-XFER_ESTALE,
+                            "node %s restarted since its pool blocks were added: "
+                            "add them again",
+                            r->ref.node);
+        xfer_info("batch: %s restarted since %s/%s was resolved: resolving it again", r->ref.node,
+                  r->ref.node, r->region);
+        if (re_resolve(b, r))
+            return node_err(r->rrc, "%s", r->why);
+        r->state = 1;
+        any = true;
+    }
+    if (!any)
+        return 0;
+    for (size_t i = 0; i < b->nitems; i++) {
+        const struct nb_ref *r = b->item_ref[i] < b->nrefs ? &b->refs[b->item_ref[i]] : NULL;
+        if (r && r->state == 1) {
+            b->items[i].peer = r->ref.peer;
+            b->items[i].remote_id = r->ref.rd.id;
+            b->items[i].remote_gen = r->ref.rd.gen;
+        }
+    }
+    int rc = xfer_batch_reset(b->eb);
+    if (!rc && b->nitems)
+        rc = xfer_batch_add_many(b->eb, b->items, b->nitems);
+    return rc < 0 ? node_err(rc, "re-targeting items: %s", xfer_engine_last_error(b->n->eng)) : 0;
+}
+
 int xfer_node_batch_submit(xfer_node_batch *b, int deadline_ms)
 {
     if (!b)
         return -XFER_EINVAL;
     if (b->submitted)
         return node_err(-XFER_EBUSY, "batch was submitted (reset it first)");
+    int rc = refresh_stale(b);
+    if (rc)
+        return rc;
     /* The requirement again: a connection may have been replaced since add. */
     for (size_t i = 0; i < b->nrefs; i++) {
         int rc = xfer_node_transport_check(b->n, b->refs[i].ref.peer, b->require, node_err_buf(),
@@ -226,7 +283,7 @@ int xfer_node_batch_submit(xfer_node_batch *b, int deadline_ms)
     if (deadline_ms <= 0)
         deadline_ms = b->n->default_deadline_ms;
     b->deadline = now_ms() + deadline_ms;
-    int rc = xfer_batch_submit(b->eb, deadline_ms);
+    rc = xfer_batch_submit(b->eb, deadline_ms);
     if (rc)
         return node_err(rc, "%s", xfer_engine_last_error(b->n->eng));
     b->submitted = true;

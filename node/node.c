@@ -157,8 +157,8 @@ void xfer_node_free(xfer_node *n)
         xfer_registry_thread_stop(n->reg); /* no event callback after this */
         int rc = xfer_registry_unpublish_node(n->reg);
         if (rc && rc != -XFER_ENOENT)
-            xfer_warn("removing node %s from the registry: %s (its keys expire by TTL)",
-                      n->node_id, xfer_registry_last_error(n->reg));
+            xfer_warn("removing node %s from the registry: %s (its keys expire by TTL)", n->node_id,
+                      xfer_registry_last_error(n->reg));
     }
     node_pools_free(n);
     xfer_engine_free(n->eng);

@@ -7,7 +7,7 @@
 #define NB_NO_REF UINT32_MAX /* item not re-resolvable (pool items) */
 
 struct nb_ref {
-    struct xfer_node_ref ref; /* held until reset/free */
+    struct xfer_node_ref ref;   /* held until reset/free */
     char region[XFER_NAME_MAX]; /* "" = the peer only (pool items) */
     int state;                  /* retry(): 0 unknown, 1 re-resolved, 2 keep */
     int rrc;                    /* re-resolve failure, 0 = none */
@@ -17,8 +17,8 @@ struct nb_ref {
 struct xfer_node_batch {
     xfer_node *n;
     unsigned require;
-    xfer_batch *eb;  /* the items, first run */
-    xfer_batch *eb2; /* retry run (wait), or NULL */
+    xfer_batch *eb;          /* the items, first run */
+    xfer_batch *eb2;         /* retry run (wait), or NULL */
     struct xfer_item *items; /* copies of what eb holds (for the retry) */
     uint32_t *item_ref;      /* ref index per item, or NB_NO_REF */
     int32_t *retry_idx;      /* item -> index in eb2, -1 = not retried */

@@ -84,8 +84,10 @@ static int hold_busy(xfer_node *n, const char *node)
     if (u->connecting) {
         pthread_mutex_unlock(&n->peer_lock);
         node_peer_hold_release(n, node);
-        return node_err(-XFER_ETIMEDOUT, "node %s: another caller's connection attempt is still "
-                                         "running", node);
+        return node_err(-XFER_ETIMEDOUT,
+                        "node %s: another caller's connection attempt is still "
+                        "running",
+                        node);
     }
     u->connecting = true;
     pthread_mutex_unlock(&n->peer_lock);
@@ -322,8 +324,7 @@ void node_on_event(const struct xfer_registry_event *ev, void *arg)
     case XFER_REG_EV_RESTARTED:
         if (!other)
             break;
-        xfer_info("event: %s %s", ev->type == XFER_REG_EV_LEAVE ? "leave" : "restarted",
-                  ev->node);
+        xfer_info("event: %s %s", ev->type == XFER_REG_EV_LEAVE ? "leave" : "restarted", ev->node);
         node_rpools_forget(n, ev->node, NULL);
         drop_peer(n, ev->node, ev->type == XFER_REG_EV_LEAVE ? "left" : "restarted");
         break;

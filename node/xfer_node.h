@@ -19,7 +19,9 @@
  *    heartbeats every heartbeat_ms, reconnects to Redis with backoff, receives
  *    xfer:events and applies them (a peer that left or restarted loses its
  *    connections and cached regions; a removed region or pool is forgotten).
- *    The registry thread never connects to peers and never waits on one.
+ *    The registry thread never connects to peers; removing a peer that left
+ *    waits at most for one connection attempt of the engine's repair thread
+ *    (connect_timeout_ms) that may be running on it.
  *  - Every function is thread-safe. Calls that may block, and their bound:
  *      xfer_node_new              Redis connect (registry_timeout_ms; with
  *                                 offline_ok it does not fail on Redis down)
@@ -74,21 +76,21 @@ struct xfer_node_config {
     const char *redis_url; /* NULL: $XFER_REDIS_URL, else redis://127.0.0.1:6379 */
     const void *secret;    /* cluster secret (handshake auth); NULL = none */
     size_t secret_len;
-    const char *transports;  /* allowed, e.g. "tcp,ipc"; NULL/"" = $XFER_TRANSPORTS or all */
-    const char *require;     /* every transfer must use one of these, e.g. "ipc,rdma";
-                                NULL/"" = any. Per batch: xfer_node_batch_require(). */
-    const char *listen_addr; /* data-plane address, default "127.0.0.1" */
-    uint16_t data_port;      /* 0 = ephemeral */
-    const char *advertise;   /* address published to peers; NULL = listen_addr */
-    uint16_t ctrl_port;      /* published control port (xferd's); 0 = none */
-    int ttl_ms;              /* registry TTL of this node's keys, default 10000 */
-    int heartbeat_ms;        /* default ttl_ms / 3 */
-    int registry_timeout_ms; /* Redis connect and per-command timeout, default 2000 */
-    int connect_timeout_ms;  /* peer connections, default 5000 */
-    int io_timeout_ms;       /* no progress for this long = peer dead, default 10000 */
-    int default_deadline_ms; /* batches submitted with deadline 0, default 60000 */
-    bool offline_ok;         /* start while Redis is down, publish when it answers;
-                                default true */
+    const char *transports;      /* allowed, e.g. "tcp,ipc"; NULL/"" = $XFER_TRANSPORTS or all */
+    const char *require;         /* every transfer must use one of these, e.g. "ipc,rdma";
+                                    NULL/"" = any. Per batch: xfer_node_batch_require(). */
+    const char *listen_addr;     /* data-plane address, default "127.0.0.1" */
+    uint16_t data_port;          /* 0 = ephemeral */
+    const char *advertise;       /* address published to peers; NULL = listen_addr */
+    uint16_t ctrl_port;          /* published control port (xferd's); 0 = none */
+    int ttl_ms;                  /* registry TTL of this node's keys, default 10000 */
+    int heartbeat_ms;            /* default ttl_ms / 3 */
+    int registry_timeout_ms;     /* Redis connect and per-command timeout, default 2000 */
+    int connect_timeout_ms;      /* peer connections, default 5000 */
+    int io_timeout_ms;           /* no progress for this long = peer dead, default 10000 */
+    int default_deadline_ms;     /* batches submitted with deadline 0, default 60000 */
+    bool offline_ok;             /* start while Redis is down, publish when it answers;
+                                    default true */
     xfer_node_event_fn on_event; /* optional */
     void *event_arg;
 };
@@ -166,8 +168,8 @@ struct xfer_node_ref {
  * host"). Errors: -XFER_ENOENT (unknown node/region, named), -XFER_EUNAVAIL
  * (not cached and Redis down), -XFER_ECONN (cannot connect), -XFER_EINVAL
  * (node is this node). On success the ref is held: xfer_node_unref() it. */
-XFER_API int xfer_node_resolve(xfer_node *n, const char *node, const char *region,
-                               unsigned require, struct xfer_node_ref *out);
+XFER_API int xfer_node_resolve(xfer_node *n, const char *node, const char *region, unsigned require,
+                               struct xfer_node_ref *out);
 XFER_API void xfer_node_unref(xfer_node *n, struct xfer_node_ref *ref);
 /* After a transfer failed with -XFER_ECONN: true when Redis now has another
  * incarnation of ref's node (it restarted; resolve again). Reads Redis. */
@@ -192,16 +194,22 @@ XFER_API void xfer_node_batch_free(xfer_node_batch *b);
  * node's require). Before the first add. */
 XFER_API int xfer_node_batch_require(xfer_node_batch *b, unsigned transports);
 /* Appends one item: READ copies remote -> local, WRITE local -> remote.
- * remote is "node/region[+off]" (len bytes) or "node/region#block" (len
- * blocks of the region's layout). Resolves the name (may block on a cache
+ * remote is "node/region[+off]" (len bytes at byte local_off) or
+ * "node/region#block" (len blocks; local_off is a block index too; both
+ * regions need matching layouts). Resolves the name (may block on a cache
  * miss, see the top), checks access, bounds and the transport requirement.
  * Returns the item index or a negative code; the reason is in
- * xfer_node_last_error(). A remote on this node is a local copy (host
- * memory), done at submit. */
+ * xfer_node_last_error(). A remote on this node is refused (-XFER_EINVAL:
+ * copy locally). */
 XFER_API int xfer_node_batch_add(xfer_node_batch *b, enum xfer_op op, xfer_region *local,
                                  uint64_t local_off, const char *remote, uint64_t len);
 XFER_API size_t xfer_node_batch_count(const xfer_node_batch *b);
-/* Starts the batch (deadline_ms 0 = the node's default). */
+/* Starts the batch (deadline_ms 0 = the node's default). Items are never
+ * posted to another incarnation of a peer than the one they were resolved
+ * against (its regions may reuse the old ids): names whose peer restarted
+ * since they were added are resolved again first (pool blocks:
+ * -XFER_ESTALE, add them again). Then the transport requirement is checked
+ * again (-XFER_ENOTSUP with the reason). */
 XFER_API int xfer_node_batch_submit(xfer_node_batch *b, int deadline_ms);
 /* 0 when every item succeeded, -XFER_EINPROGRESS while running, else the
  * first failing item's code. Non-blocking; does no retry. */
