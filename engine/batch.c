@@ -102,16 +102,6 @@ static void batch_expire(xfer_batch *b)
     pthread_mutex_unlock(&b->mu);
 }
 
-static struct timespec abs_realtime_in_ns(int64_t ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ns += ts.tv_nsec;
-    ts.tv_sec += ns / 1000000000;
-    ts.tv_nsec = ns % 1000000000;
-    return ts;
-}
-
 /* Sleeps until the earliest deadline, expires what is due. A deadline fires
  * even if the transport that carries the batch is stuck. */
 static void *monitor_main(void *arg)
@@ -139,7 +129,7 @@ static void *monitor_main(void *arg)
             pthread_mutex_lock(&m->mu);
             continue;
         }
-        struct timespec ts = abs_realtime_in_ns(next - now);
+        struct timespec ts = xfer_mono_after_ns(next - now);
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
     pthread_mutex_unlock(&m->mu);
@@ -150,7 +140,7 @@ int batch_monitor_start(xfer_engine *e)
 {
     struct batch_monitor *m = &e->monitor;
     pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->cv, NULL);
+    xfer_cond_init_mono(&m->cv);
     if (pthread_create(&m->thread, NULL, monitor_main, e) != 0) {
         xfer_engine_set_error(e, "cannot start the deadline thread");
         return -XFER_ENOMEM;
@@ -205,7 +195,7 @@ xfer_batch *xfer_batch_new(xfer_engine *e, int *err)
     }
     b->engine = e;
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
+    xfer_cond_init_mono(&b->cv);
     b->refs = 1;
     b->state = B_IDLE;
     rc = 0;
@@ -252,7 +242,7 @@ void xfer_batch_free(xfer_batch *b)
 static int wait_unheld(xfer_batch *b)
 {
     int64_t limit = (int64_t)b->engine->cfg.io_timeout_ms * 1000000 + 2000000000;
-    struct timespec ts = abs_realtime_in_ns(limit);
+    struct timespec ts = xfer_mono_after_ns(limit);
     while (__atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > 1)
         if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
             return __atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > 1 ? -XFER_EBUSY : 0;
@@ -616,7 +606,7 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
                    ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     if (limit_ns < 0)
         limit_ns = 0;
-    struct timespec ts = abs_realtime_in_ns(limit_ns);
+    struct timespec ts = xfer_mono_after_ns(limit_ns);
     while (b->state == B_RUNNING)
         if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
             break;
@@ -640,7 +630,7 @@ int xfer_batch_cancel(xfer_batch *b)
     maybe_finish(b);
     /* io_begin/io_end pairs span one system call each: this is short. */
     int64_t limit = ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
-    struct timespec ts = abs_realtime_in_ns(limit);
+    struct timespec ts = xfer_mono_after_ns(limit);
     while (b->state == B_RUNNING)
         if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
             break;

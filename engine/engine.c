@@ -133,7 +133,7 @@ static int open_transports(xfer_engine *e)
         rc = ops->open(e, &t);
         if (rc < 0 || !t) {
             xfer_warn("transport %s failed to open: %s (%s)", ops->name, xfer_strerror(rc),
-                      e->last_err);
+                      xfer_engine_last_error(e));
             continue;
         }
         t->ops = ops;
@@ -188,7 +188,7 @@ xfer_engine *xfer_engine_new(const struct xfer_engine_config *cfg, int *err)
     return e;
 
 stop_monitor:
-    xfer_err("engine %s: %s", e->node_id, e->last_err);
+    xfer_err("engine %s: %s", e->node_id, xfer_engine_last_error(e));
     batch_monitor_stop(e);
 free_engine:
     region_table_destroy(e);
@@ -217,9 +217,19 @@ void xfer_engine_free(xfer_engine *e)
     free(e);
 }
 
+/* Workers, the registry thread and progress threads set errors at any
+ * time: the text is copied out under the lock into the caller's own
+ * thread-local buffer, so a reader never sees a string being rewritten. */
 const char *xfer_engine_last_error(const xfer_engine *e)
 {
-    return e ? e->last_err : "no engine";
+    static _Thread_local char copy[sizeof(e->last_err)];
+    if (!e)
+        return "no engine";
+    xfer_engine *me = (xfer_engine *)e; /* the lock, not the text, changes */
+    pthread_mutex_lock(&me->err_mu);
+    memcpy(copy, e->last_err, sizeof(copy));
+    pthread_mutex_unlock(&me->err_mu);
+    return copy;
 }
 
 void xfer_engine_set_error(xfer_engine *e, const char *fmt, ...)

@@ -11,6 +11,7 @@
 #ifndef XFER_TRANSPORT_H
 #define XFER_TRANSPORT_H
 
+#include "mono_clock.h"
 #include "xfer.h"
 
 #include <stddef.h>
@@ -112,6 +113,9 @@ void xfer_engine_set_data_port(xfer_engine *e, uint16_t port);
 xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,
                                  uint64_t off, uint64_t len, int *err);
 void xfer_region_release(xfer_region *r);
+/* 0 when memfd fd is sealed against shrinking (with add: sealing it where
+ * the memfd allows), else -XFER_EINVAL and why (region.c). */
+int xfer_memfd_seal_shrink(int fd, bool add, char *why, size_t why_len);
 uint32_t xfer_region_id(const xfer_region *r);
 uint32_t xfer_region_gen(const xfer_region *r);
 enum xfer_mem_kind xfer_region_kind(const xfer_region *r);

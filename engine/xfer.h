@@ -152,6 +152,9 @@ void xfer_engine_config_init(struct xfer_engine_config *cfg);
 xfer_engine *xfer_engine_new(const struct xfer_engine_config *cfg, int *err);
 /* Cancels in-flight batches, closes connections, joins threads. */
 void xfer_engine_free(xfer_engine *e);
+/* The engine's last error message, copied under the engine's lock into a
+ * buffer of the calling thread: safe while other threads set errors, valid
+ * until this thread's next xfer_engine_last_error call. */
 const char *xfer_engine_last_error(const xfer_engine *e);
 
 /* This node as peers should see it (addr, port, host id, transports, ...). */
@@ -170,11 +173,15 @@ int xfer_gpus_describe(char *buf, size_t len);
 int xfer_region_register(xfer_engine *e, const char *name, void *ptr, size_t len,
                          enum xfer_mem_kind kind, int device, unsigned access, xfer_region **out);
 /* Allocates len bytes of host memory from a memfd (shareable with same-host
- * peers) and registers it; the engine frees it on deregistration. */
+ * peers) and registers it; the engine frees it on deregistration. The memfd
+ * is sealed (F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL): no holder can resize it. */
 int xfer_region_alloc(xfer_engine *e, const char *name, size_t len, unsigned access,
                       xfer_region **out);
 /* Registers an existing memfd (e.g. received over a unix socket) of len
- * bytes; the engine maps it and takes ownership of fd. */
+ * bytes; the engine maps it and takes ownership of fd. The memfd must be
+ * sealed against shrinking (a truncation would SIGBUS this process): one
+ * created with MFD_ALLOW_SEALING is sealed here (F_SEAL_SHRINK, permanent);
+ * any other gets -XFER_EINVAL. */
 int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len, unsigned access,
                             xfer_region **out);
 /* Registers GPU memory that another process of this host exported with

@@ -54,12 +54,11 @@ static int conn_login(const xfer_registry *r, redisContext *c)
     return 0;
 }
 
-redisContext *reg_redis_connect(const xfer_registry *r, int *err)
+redisContext *reg_redis_connect_to(const xfer_registry *r, const char *host, int port, int *err)
 {
     struct timeval tv = ms_to_tv(r->cfg.timeout_ms);
-    const struct xfer_redis_url *u = &r->url;
-    redisContext *c = u->is_unix ? redisConnectUnixWithTimeout(u->host, tv)
-                                 : redisConnectWithTimeout(u->host, u->port, tv);
+    redisContext *c =
+        port ? redisConnectWithTimeout(host, port, tv) : redisConnectUnixWithTimeout(host, tv);
     if (!c) {
         *err = reg_set_err(-XFER_ENOMEM, "out of memory connecting to redis");
         return NULL;
@@ -81,6 +80,20 @@ redisContext *reg_redis_connect(const xfer_registry *r, int *err)
     return c;
 }
 
+redisContext *reg_redis_connect(xfer_registry *r, int *err)
+{
+    if (r->url.mode == XFER_REDIS_SENTINEL)
+        return reg_sentinel_connect(r, err);
+    return reg_redis_connect_to(r, r->prim_host, r->prim_port, err);
+}
+
+void reg_reply_note(xfer_registry *r, const redisReply *rep)
+{
+    if (r->url.mode == XFER_REDIS_SENTINEL && rep && rep->type == REDIS_REPLY_ERROR &&
+        !strncmp(rep->str, "READONLY", 8))
+        r->demoted = true;
+}
+
 int reg_backoff_next(const xfer_registry *r, int *backoff_ms)
 {
     int b = *backoff_ms;
@@ -91,6 +104,11 @@ int reg_backoff_next(const xfer_registry *r, int *backoff_ms)
 
 int reg_conn_ensure(xfer_registry *r)
 {
+    if (r->ctx && r->demoted) { /* sentinel mode: ask again where the primary is */
+        reg_conn_fail(r, "primary changed (READONLY reply or +switch-master)");
+        r->next_connect_ms = 0;
+        r->backoff_ms = r->cfg.backoff_min_ms;
+    }
     if (r->ctx)
         return 0;
     uint64_t now = reg_now_ms();
@@ -103,7 +121,10 @@ int reg_conn_ensure(xfer_registry *r)
         r->next_connect_ms = now + (uint64_t)reg_backoff_next(r, &r->backoff_ms);
         return rc;
     }
-    xfer_info("registry: connected to %s", r->url_shown);
+    if (r->url.mode == XFER_REDIS_SINGLE)
+        xfer_info("registry: connected to %s", r->url_shown);
+    else
+        xfer_info("registry: connected to %s:%d (%s)", r->prim_host, r->prim_port, r->url_shown);
     atomic_store(&r->connected, true);
     r->backoff_ms = r->cfg.backoff_min_ms;
     if (r->own_valid)
@@ -114,7 +135,9 @@ int reg_conn_ensure(xfer_registry *r)
 int reg_conn_fail(xfer_registry *r, const char *what)
 {
     char why[160];
-    const char *e = r->ctx && r->ctx->errstr[0] ? r->ctx->errstr : "connection lost";
+    const char *e = !r->ctx             ? "connection lost"
+                    : r->ctx->errstr[0] ? r->ctx->errstr
+                                        : "closed to reconnect";
     if (r->ctx && r->ctx->err == REDIS_ERR_IO && strstr(e, "temporarily unavailable"))
         snprintf(why, sizeof(why), "no reply within %d ms", r->cfg.timeout_ms); /* SO_RCVTIMEO */
     else
@@ -125,6 +148,7 @@ int reg_conn_fail(xfer_registry *r, const char *what)
     if (r->ctx)
         redisFree(r->ctx);
     r->ctx = NULL;
+    r->demoted = false;
     atomic_store(&r->connected, false);
     atomic_fetch_add(&r->cmd_failures, 1);
     r->next_connect_ms = reg_now_ms() + (uint64_t)reg_backoff_next(r, &r->backoff_ms);
@@ -140,6 +164,7 @@ int reg_cmd(xfer_registry *r, redisReply **out, int argc, const char **argv, con
     if (rc)
         return rc;
     *out = redisCommandArgv(r->ctx, argc, argv, lens);
+    reg_reply_note(r, *out);
     return *out ? 0 : reg_conn_fail(r, argv[0]);
 }
 
@@ -147,12 +172,13 @@ int reg_read_replies(xfer_registry *r, size_t n, redisReply **out)
 {
     for (size_t i = 0; i < n; i++) {
         void *rep = NULL;
-        if (redisGetReply(r->ctx, &rep) != REDIS_OK || !rep) {
+        if (!r->ctx || redisGetReply(r->ctx, &rep) != REDIS_OK || !rep) {
             if (out)
                 for (size_t j = 0; j < i; j++)
                     freeReplyObject(out[j]);
             return reg_conn_fail(r, "pipeline");
         }
+        reg_reply_note(r, rep);
         if (out)
             out[i] = rep;
         else

@@ -23,7 +23,7 @@ static const char reap_script[] =
 int reg_reap_locked(xfer_registry *r)
 {
     char before[24];
-    uint64_t now = reg_now_ms(), ttl = (uint64_t)r->cfg.ttl_ms;
+    uint64_t now = reg_wall_ms(), ttl = (uint64_t)r->cfg.ttl_ms;
     snprintf(before, sizeof(before), "%llu", (unsigned long long)(now > ttl ? now - ttl : 0));
     const char *argv[] = {"EVAL", reap_script, "1", REG_NODES_KEY, before};
     redisReply *rep;
@@ -122,8 +122,8 @@ static int beat_regions(xfer_registry *r, const char *ttl, bool *gone)
 
 int reg_heartbeat_locked(xfer_registry *r)
 {
-    uint64_t now = reg_now_ms();
-    r->next_heartbeat_ms = now + (uint64_t)r->cfg.heartbeat_ms;
+    uint64_t now = reg_wall_ms(); /* published */
+    r->next_heartbeat_ms = reg_now_ms() + (uint64_t)r->cfg.heartbeat_ms;
     if (!r->own_valid)
         return 0;
     int rc = reg_conn_ensure(r); /* after a reconnect this already republished */

@@ -113,7 +113,7 @@ static int read_groups(xfer_registry *r, size_t groups, size_t per)
 /* Writes regions d[0..n) of the own node, REG_PIPE_CHUNK per round trip. */
 static int write_regions(xfer_registry *r, const struct xfer_region_desc *const *d, size_t n)
 {
-    uint64_t now = reg_now_ms();
+    uint64_t now = reg_wall_ms();
     for (size_t i = 0; i < n; i += REG_PIPE_CHUNK) {
         size_t k = n - i < REG_PIPE_CHUNK ? n - i : REG_PIPE_CHUNK;
         for (size_t j = 0; j < k; j++)
@@ -192,7 +192,7 @@ int reg_republish_locked(xfer_registry *r)
         return rc;
     }
     r->purge_pending = false;
-    r->own.heartbeat_ms = reg_now_ms();
+    r->own.heartbeat_ms = reg_wall_ms();
     append_node(r);
     rc = read_groups(r, 1, NODE_GROUP);
     if (!rc)
@@ -211,7 +211,7 @@ static uint64_t fresh_incarnation(void)
 {
     uint64_t v = 0;
     if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-        v = reg_now_ms() * 6364136223846793005ull ^ (uint64_t)getpid() << 32;
+        v = reg_wall_ms() * 6364136223846793005ull ^ (uint64_t)getpid() << 32;
     return v ? v : 1;
 }
 
@@ -236,8 +236,8 @@ int xfer_registry_publish_node(xfer_registry *r, const struct xfer_node_desc *no
         r->own.peer.incarnation =
             had && prev.peer.incarnation ? prev.peer.incarnation : fresh_incarnation();
     if (!r->own.started_ms)
-        r->own.started_ms = had && prev.started_ms ? prev.started_ms : reg_now_ms();
-    r->own.heartbeat_ms = reg_now_ms();
+        r->own.started_ms = had && prev.started_ms ? prev.started_ms : reg_wall_ms();
+    r->own.heartbeat_ms = reg_wall_ms();
     r->own_valid = true;
     r->need_republish = true;
     if (!had)

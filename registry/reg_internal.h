@@ -4,6 +4,7 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -29,6 +30,22 @@ struct reg_cached_node {
     struct strmap regions; /* name -> struct reg_cached_region * */
 };
 
+/* What hiredis asked the internal poll() adapter to wait for. */
+struct reg_adstate {
+    bool want_read, want_write;
+};
+
+/* Subscriber to +switch-master on one sentinel (sentinel mode only). */
+struct reg_swatch {
+    redisAsyncContext *ac;
+    struct reg_adstate ad;
+    bool subscribed;
+    int idx;              /* which sentinel of the URL */
+    uint64_t deadline_ms; /* SUBSCRIBE must be confirmed by then */
+    uint64_t next_ms;     /* next (re)connect attempt */
+    int backoff_ms;
+};
+
 struct xfer_registry {
     struct xfer_registry_config cfg;
     char *url_text;      /* cfg.url copy */
@@ -38,7 +55,12 @@ struct xfer_registry {
 
     /* Command connection and publisher state, under cmd_lock. */
     pthread_mutex_t cmd_lock;
-    redisContext *ctx; /* NULL while down */
+    redisContext *ctx;                 /* NULL while down */
+    char prim_host[XFER_REG_HOST_MAX]; /* where ctx points: the URL's host, or */
+    int prim_port;                     /* the primary the sentinels named (0: none yet) */
+    int sentinel_first;                /* sentinel that answered last: asked first */
+    bool demoted;           /* sentinel mode: a -READONLY reply or +switch-master: reconnect */
+    atomic_uint prim_epoch; /* bumped when the primary's address changes */
     uint64_t next_connect_ms;
     int backoff_ms;
     atomic_bool connected;
@@ -65,8 +87,10 @@ struct xfer_registry {
     redisAsyncContext *wac;
     atomic_bool subscribed;
     unsigned watch_fail_mark; /* cmd_failures when the watcher subscribed */
+    unsigned watch_epoch;     /* prim_epoch when the watcher connected */
     bool wac_connected;
-    bool want_read, want_write; /* internal adapter state */
+    struct reg_adstate ad; /* internal adapter state of wac */
+    struct reg_swatch swatch;
     uint64_t watch_deadline_ms; /* connect + subscribe must finish by then */
     uint64_t watch_next_ms;     /* next (re)connect attempt */
     int watch_backoff_ms;
@@ -79,7 +103,8 @@ struct xfer_registry {
 };
 
 /* ---- util (registry.c) ---- */
-uint64_t reg_now_ms(void);
+uint64_t reg_now_ms(void);  /* monotonic: intervals and schedules */
+uint64_t reg_wall_ms(void); /* wall clock: published timestamps only */
 /* Records the calling thread's last error and returns err (negative). */
 int reg_set_err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void reg_key_node(char *buf, const char *node);
@@ -90,7 +115,9 @@ void reg_emit(xfer_registry *r, const struct xfer_registry_event *ev);
 /* ---- connection (conn.c), cmd_lock held ---- */
 /* Opens a blocking connection with timeouts, AUTH and SELECT done. NULL with
  * the error recorded (-XFER_EUNAVAIL / -XFER_EAUTH) in *err. */
-redisContext *reg_redis_connect(const xfer_registry *r, int *err);
+redisContext *reg_redis_connect(xfer_registry *r, int *err);
+/* Same to host:port (unix socket when port is 0). */
+redisContext *reg_redis_connect_to(const xfer_registry *r, const char *host, int port, int *err);
 /* Connects if down and due (else fails fast), republishes when needed. */
 int reg_conn_ensure(xfer_registry *r);
 /* Drops a broken connection, schedules the reconnect; returns -XFER_EUNAVAIL. */
@@ -100,10 +127,23 @@ int reg_cmd(xfer_registry *r, redisReply **out, int argc, const char **argv, con
 /* Reads n pipelined replies into out[0..n) (caller frees them), or frees
  * them when out is NULL. 0 or -XFER_EUNAVAIL (nothing left to free). */
 int reg_read_replies(xfer_registry *r, size_t n, redisReply **out);
+/* Notes a -READONLY reply in sentinel mode (r->demoted: reconnect soon). */
+void reg_reply_note(xfer_registry *r, const redisReply *rep);
 /* "ERR ..." reply -> -XFER_EPROTO with its text recorded; else 0. */
 int reg_reply_check(const redisReply *rep, const char *what);
 /* Next backoff delay after a failure (doubling, bounded, jittered). */
 int reg_backoff_next(const xfer_registry *r, int *backoff_ms);
+
+/* ---- sentinel (sentinel.c) ---- */
+/* Asks the sentinels for the primary and connects there (checking ROLE);
+ * fills r->prim_host/prim_port. NULL with *err like reg_redis_connect. */
+redisContext *reg_sentinel_connect(xfer_registry *r, int *err);
+/* Watcher side: keeps a +switch-master subscription on one sentinel. */
+void reg_swatch_tick(xfer_registry *r, uint64_t now, uint64_t *due);
+void reg_swatch_stop(xfer_registry *r);
+/* Internal adapter helpers shared by both subscribers (watch.c). */
+int reg_ad_attach(struct reg_adstate *ad, redisAsyncContext *ac);
+void reg_ad_pollfd(const redisAsyncContext *ac, const struct reg_adstate *ad, struct pollfd *p);
 
 /* ---- rows (rows.c) ---- */
 struct reg_args {
@@ -149,7 +189,9 @@ void reg_cache_store_regions(xfer_registry *r, const char *node, uint64_t inc,
 void reg_watch_tick(xfer_registry *r, uint64_t now, uint64_t *next_due);
 void reg_watch_stop(xfer_registry *r);
 /* Internal adapter: fills a pollfd for the subscriber; false when none. */
-bool reg_watch_pollfd(xfer_registry *r, int *fd, short *events);
-void reg_watch_handle(xfer_registry *r, short revents);
+/* Fills up to 2 pollfds (events subscriber, sentinel subscriber); returns
+ * how many. */
+int reg_watch_pollfds(xfer_registry *r, struct pollfd *p);
+void reg_watch_handle(xfer_registry *r, const struct pollfd *p, int n);
 
 #endif

@@ -67,15 +67,33 @@ struct redisAsyncContext; /* hiredis; only a pointer crosses this header */
 /* ---- Redis URL --------------------------------------------------------- */
 /* redis://[user:password@]host[:port][/db]   (user may be empty: ":pw@")
  * unix:///path/to/redis.sock[?db=N]
+ * redis-sentinel://[user:password@]host[:port][,host[:port]...]/MASTER[/db]
+ *     sentinels (default port 26379) asked for the primary of MASTER; the
+ *     credentials are for the primary (sentinels get them only if they
+ *     answer NOAUTH)
+ * redis-cluster://[user:password@]host[:port][,host[:port]...]
+ *     seed nodes of a Redis Cluster (default port 6379; database 0 only)
  * IPv6 hosts in brackets: redis://[::1]:6379. %XX escapes are decoded in user
  * and password. Default port 6379, db 0. */
+enum xfer_redis_mode { XFER_REDIS_SINGLE = 0, XFER_REDIS_SENTINEL, XFER_REDIS_CLUSTER };
+#define XFER_REDIS_MAX_SEEDS  16
+#define XFER_REDIS_MASTER_MAX 128
+struct xfer_redis_hostport {
+    char host[XFER_REG_HOST_MAX];
+    int port;
+};
 struct xfer_redis_url {
+    enum xfer_redis_mode mode;
     bool is_unix;
-    char host[XFER_REG_HOST_MAX]; /* host name/address, or socket path */
+    char host[XFER_REG_HOST_MAX]; /* host name/address, or socket path
+                                     (sentinel/cluster: the first seed) */
     int port;
     int db;
     char user[128];     /* empty: no user (AUTH password only, or no AUTH) */
     char password[256]; /* empty: no AUTH */
+    int n_seeds;        /* sentinel/cluster: sentinels / seed nodes */
+    struct xfer_redis_hostport seeds[XFER_REDIS_MAX_SEEDS];
+    char master[XFER_REDIS_MASTER_MAX]; /* sentinel: the monitored master's name */
 };
 
 /* 0 or -XFER_EINVAL with the reason written to err (if errlen > 0). */

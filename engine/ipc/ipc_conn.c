@@ -436,9 +436,7 @@ static bool pending_wait(struct ipc_conn *c, struct ipc_group *pending)
 {
     if (pending->kc_running || !pending->mark || ipc_cuda_mark_done_locked(pending->mark))
         return false;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += 1;
+    struct timespec ts = xfer_mono_after_ms(1000);
     return pthread_cond_timedwait(&c->cv, &c->mu, &ts) == 0 || c->qlen > 0 || c->stop;
 }
 
@@ -468,9 +466,7 @@ static void *worker_main(void *arg)
             continue;
         }
         if (c->qlen == 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += 1;
+            struct timespec ts = xfer_mono_after_ms(1000);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
             continue;
         }
@@ -606,11 +602,7 @@ int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, stru
         rc = -XFER_ENOTSUP; /* the kernel's policy, not a region's access mode */
     if (rc < 0)
         goto out_fail;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    xfer_cond_init_mono(&c->cv);
     pthread_mutex_init(&c->mu, NULL);
     if (pthread_create(&c->worker, NULL, worker_main, c) != 0) {
         pthread_cond_destroy(&c->cv);

@@ -153,9 +153,7 @@ void tcp_disconnect(struct xfer_conn *c)
         bool released;
         pthread_mutex_lock(&th->mu);
         for (int tries = 0; !s->released && tries < 30; tries++) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
+            struct timespec ts = xfer_mono_after_ms(1000);
             pthread_cond_timedwait(&th->cv, &th->mu, &ts);
         }
         released = s->released;

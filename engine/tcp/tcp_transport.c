@@ -185,7 +185,7 @@ static int thread_start(struct tcp_transport *tt, struct tcp_thread *th)
 {
     th->tt = tt;
     pthread_mutex_init(&th->mu, NULL);
-    pthread_cond_init(&th->cv, NULL);
+    xfer_cond_init_mono(&th->cv);
     th->epfd = epoll_create1(EPOLL_CLOEXEC);
     th->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (th->epfd < 0 || th->wakefd < 0)
@@ -336,9 +336,7 @@ static void start_handshake(struct tcp_transport *tt, int fd, const char *from)
 static void wait_handshakes(struct tcp_transport *tt)
 {
     int ms = xfer_engine_config_get(tt->engine)->connect_timeout_ms + 2000;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
+    struct timespec ts = xfer_mono_after_ms(ms);
     pthread_mutex_lock(&tt->hs_mu);
     while (tt->hs_running > 0)
         if (pthread_cond_timedwait(&tt->hs_cv, &tt->hs_mu, &ts) == ETIMEDOUT)
@@ -424,7 +422,7 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->engine = e;
     tt->listen_fd = -1;
     pthread_mutex_init(&tt->hs_mu, NULL);
-    pthread_cond_init(&tt->hs_cv, NULL);
+    xfer_cond_init_mono(&tt->hs_cv);
     const char *sb = getenv("XFER_TCP_SOCKBUF");
     tt->sockbuf = sb ? atoi(sb) : 0;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

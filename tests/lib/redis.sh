@@ -70,3 +70,89 @@ redis_stop() {
     REDIS_DIR=
     return 0
 }
+
+# ---- Sentinel set (primary + replica + sentinels on loopback) -------------
+#   redis_sentinel_up [N]   redis_start (the primary), a replica of it, and N
+#                           sentinels (default 3, quorum 2, down-after 500 ms)
+#                           monitoring it as master "xfer"; waits until every
+#                           sentinel sees the replica and the others. Sets
+#                           SENTINEL_URL SENT_PORTS[] SENT_PIDS[] REPLICA_PORT
+#                           REPLICA_PID.
+#   redis_sentinel_primary  "host port" of the primary a sentinel names now
+#   redis_sentinel_down     stops the replica and the sentinels (then redis_stop)
+declare -a SENT_PORTS=() SENT_PIDS=()
+
+# _redis_spawn PORT LOGNAME ARGS...: a server like _redis_launch, pid in _SPAWNED.
+_redis_spawn() {
+    local port=$1 log=$2; shift 2
+    redis-server --port "$port" --bind 127.0.0.1 --dir "$REDIS_DIR" --save '' --appendonly no \
+        --daemonize no --logfile "$REDIS_DIR/$log.log" "$@" </dev/null &
+    _SPAWNED=$!
+}
+
+_redis_wait_info() { # port section pattern: polls INFO (10 s max)
+    local deadline=$((SECONDS + 10))
+    while ((SECONDS < deadline)); do
+        redis-cli -p "$1" info "$2" 2>/dev/null | tr -d '\r' | grep -qE "$3" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+redis_sentinel_up() {
+    local n=${1:-3} i
+    redis_start || return $?
+    REPLICA_PORT=$(_redis_free_port)
+    _redis_spawn "$REPLICA_PORT" replica --dbfilename replica.rdb --replicaof 127.0.0.1 "$REDIS_PORT"
+    REPLICA_PID=$_SPAWNED
+    _redis_wait_info "$REPLICA_PORT" replication '^master_link_status:up' ||
+        { echo "replica did not sync" >&2; return 1; }
+    local hosts=()
+    for ((i = 0; i < n; i++)); do
+        SENT_PORTS[i]=$(_redis_free_port)
+        cat >"$REDIS_DIR/sentinel$i.conf" <<CONF
+port ${SENT_PORTS[i]}
+bind 127.0.0.1
+dir $REDIS_DIR
+logfile $REDIS_DIR/sentinel$i.log
+sentinel monitor xfer 127.0.0.1 $REDIS_PORT 2
+sentinel down-after-milliseconds xfer 500
+sentinel failover-timeout xfer 5000
+CONF
+        redis-server "$REDIS_DIR/sentinel$i.conf" --sentinel </dev/null &
+        SENT_PIDS[i]=$!
+        hosts+=("127.0.0.1:${SENT_PORTS[i]}")
+    done
+    local deadline=$((SECONDS + 20)) p ok
+    while ((SECONDS < deadline)); do
+        ok=1
+        for p in "${SENT_PORTS[@]}"; do
+            redis-cli -p "$p" sentinel master xfer 2>/dev/null | tr -d '\r' |
+                awk -v want=$((n - 1)) '/^num-slaves$/{getline; s=$1} /^num-other-sentinels$/{getline; o=$1}
+                    END{exit !(s >= 1 && o >= want)}' || ok=0
+        done
+        ((ok)) && break
+        sleep 0.1
+    done
+    ((ok)) || { echo "sentinels did not discover each other and the replica" >&2; return 1; }
+    SENTINEL_URL="redis-sentinel://$(IFS=,; echo "${hosts[*]}")/xfer"
+    export SENTINEL_URL REPLICA_PORT
+}
+
+redis_sentinel_primary() {
+    local p
+    for p in "${SENT_PORTS[@]}"; do
+        redis-cli -p "$p" sentinel get-master-addr-by-name xfer 2>/dev/null | tr '\n' ' ' && return 0
+    done
+    return 1
+}
+
+redis_sentinel_down() {
+    local pid
+    for pid in "${SENT_PIDS[@]}" ${REPLICA_PID:-}; do
+        kill -9 "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    SENT_PIDS=() REPLICA_PID=
+    return 0
+}
