@@ -24,6 +24,10 @@
 extern "C" {
 #endif
 
+/* Everything declared here is libxfer's public API: exported although the
+ * library is built with -fvisibility=hidden. */
+#pragma GCC visibility push(default)
+
 #define XFER_VERSION_STRING "0.1.0"
 #define XFER_PROTO_VERSION  1u
 
@@ -343,6 +347,8 @@ static inline bool xfer_range_ok(uint64_t off, uint64_t len, uint64_t size)
 {
     return off <= size && len <= size - off;
 }
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

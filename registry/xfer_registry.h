@@ -59,6 +59,10 @@
 extern "C" {
 #endif
 
+/* Everything declared here is libxfer's public API: exported although the
+ * library is built with -fvisibility=hidden. */
+#pragma GCC visibility push(default)
+
 struct redisAsyncContext; /* hiredis; only a pointer crosses this header */
 
 #define XFER_REG_HOST_MAX    256 /* hostname incl. NUL */
@@ -264,6 +268,8 @@ int xfer_registry_poll(xfer_registry *r, int timeout_ms);
  * xfer_registry_thread_stop() or free. Callbacks then run on that thread. */
 int xfer_registry_thread_start(xfer_registry *r);
 void xfer_registry_thread_stop(xfer_registry *r);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 #include <stdbool.h>
 
 struct event_base;
@@ -49,6 +50,9 @@ struct xferd {
     pthread_mutex_t inflight_lock;
     struct inflight *inflight;         /* engine batches in flight (cancelled at drain end) */
     _Atomic int64_t drain_deadline_ms; /* 0 until SIGTERM */
+    pthread_mutex_t known_lock;        /* known.c: other nodes in the registry */
+    char (*known)[XFER_NAME_MAX];
+    size_t nknown, capknown;
 };
 
 /* ---- jobs.c: worker pool; done callbacks run on the loop thread ---- */
@@ -66,10 +70,20 @@ int jobq_pending(struct jobq *q);
 void jobq_free(struct jobq *q);
 
 /* ---- handlers.c: one request -> one response (worker thread) ---- */
-/* fd: memfd attached to the request (ownership passes), or -1. Everything
- * resp points to is allocated in a (freed after the response is sent). */
-void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, Xctl__Response *resp,
-                  struct arena *a);
+/* Limits of one control client, shared by its connection and the async
+ * batches it started (which may outlive it). */
+#define XFERD_MAX_ASYNC_PER_CLIENT 64
+struct ctl_quota {
+    atomic_int refs;
+    atomic_int async; /* async batches queued or running */
+};
+struct ctl_quota *ctl_quota_new(void);
+void ctl_quota_put(struct ctl_quota *q); /* NULL is fine */
+/* fd: memfd attached to the request (ownership passes), or -1. q: the
+ * client's limits. Everything resp points to is allocated in a (freed after
+ * the response is sent). */
+void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, struct ctl_quota *q,
+                  Xctl__Response *resp, struct arena *a);
 
 /* ---- transfer.c: named transfers ---- */
 /* Runs one transfer (possibly forwarding it) within deadline_ms; res's
@@ -110,6 +124,11 @@ void batch_table_finish(struct batch_table *t, uint64_t id, Xctl__ItemResult *co
 /* Fills res from the table (allocating in a): -XFER_ENOENT for unknown or
  * forgotten ids (the newest 1024 finished batches are kept). */
 int batch_table_query(struct batch_table *t, uint64_t id, Xctl__BatchResult *res, struct arena *a);
+
+/* ---- known.c: the nodes of the registry, kept from its events ---- */
+void xferd_known_on_event(struct xferd *d, const struct xfer_registry_event *ev);
+uint32_t xferd_known_count(struct xferd *d);
+void xferd_known_free(struct xferd *d);
 
 /* ---- ctl_server.c ---- */
 struct ctl_server *ctl_server_new(struct xferd *d, char *why, size_t why_len);

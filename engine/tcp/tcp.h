@@ -169,6 +169,7 @@ void tcp_sock_writable(struct tcp_sock *s);
 /* Closes the socket and fails what it carries with -XFER_ECONN; status 0
  * is an orderly close (logged at info), else a warning. Idempotent. */
 void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);
+void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *why);
 void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms);
 void tcp_tx_free(struct tcp_tx *t);
 /* Initiator chunk finished: reports it to the batch, frees t. */

@@ -126,14 +126,21 @@ static void ready_unlink(struct tcp_sock *s)
 
 void tcp_sock_fail(struct tcp_sock *s, int status, const char *why)
 {
+    tcp_sock_fail_as(s, status == 0 ? XFER_LOG_INFO : XFER_LOG_WARN, why);
+}
+
+/* lvl: how the close is logged; warn is for what an operator must look at,
+ * a close that was asked for (ours or an idle peer's) is info or debug. */
+void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *why)
+{
     struct tcp_thread *th = s->th;
     if (s->fd >= 0) {
         if (s->closing)
-            ;
-        else if (status == 0)
-            xfer_info("tcp: connection %s closed: %s", s->name, why);
-        else
+            lvl = XFER_LOG_DEBUG;
+        if (lvl == XFER_LOG_WARN)
             xfer_warn("tcp: closing connection %s: %s", s->name, why);
+        else
+            xfer_log(lvl, "tcp: connection %s closed: %s", s->name, why);
         epoll_ctl(th->epfd, EPOLL_CTL_DEL, s->fd, NULL);
         close(s->fd);
         s->fd = -1;
@@ -232,8 +239,13 @@ static void rx_failed(struct tcp_sock *s)
     }
     bool mid = s->rx_state == RX_PAYLOAD || s->rx_hi > s->rx_lo;
     bool clean = s->target && !mid;
-    tcp_sock_fail(s, clean ? 0 : -XFER_ECONN,
-                  mid ? "peer closed the connection mid-frame" : "peer closed the connection");
+    /* An initiator with nothing in flight loses nothing: the peer shut
+     * down (or closed an idle socket); repair reconnects if it comes back. */
+    pthread_mutex_lock(&s->qmu);
+    bool idle = !mid && !s->tx_head && !s->inf_head && !s->q_head;
+    pthread_mutex_unlock(&s->qmu);
+    tcp_sock_fail_as(s, clean || idle ? XFER_LOG_INFO : XFER_LOG_WARN,
+                     mid ? "peer closed the connection mid-frame" : "peer closed the connection");
 }
 
 /* Makes a whole header available in rxbuf: 1 = yes, 0 = later, -1 = failed.

@@ -387,7 +387,7 @@ static void tcp_close(struct xfer_transport *t)
         }
         while (th->socks) { /* target sockets; initiators left with their peers */
             struct tcp_sock *s = th->socks;
-            tcp_sock_fail(s, -XFER_ECONN, "transport closing");
+            tcp_sock_fail_as(s, XFER_LOG_DEBUG, "transport closing");
             tcp_reap(th);
             if (th->socks == s) { /* an initiator socket nobody released */
                 th->socks = s->th_next;
