@@ -69,11 +69,11 @@ def redis_url(tmp_path_factory):
 class PeerProc:
     """A peer.py process: JSON commands on stdin, one JSON reply per line."""
 
-    def __init__(self, *args: str, env: dict | None = None):
+    def __init__(self, *args: str, env: dict | None = None, script: str = "peer.py"):
         e = dict(os.environ)
         e.update(env or {})
         self.p = subprocess.Popen(
-            [sys.executable, str(HERE / "peer.py"), *args],
+            [sys.executable, str(HERE / script), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -100,6 +100,7 @@ class EngineConfig(Structure):
         ("connect_timeout_ms", c_int),
         ("io_timeout_ms", c_int),
         ("default_deadline_ms", c_int),
+        ("notify_queue_len", c_int),
     ]
 
 

@@ -128,7 +128,10 @@ def _dlpack(obj) -> Buffer:
 
 
 def buffer_of(obj: Any) -> Buffer:
-    """The registrable memory of obj (see the module doc for what is accepted)."""
+    """The registrable memory of obj (see the module doc for what is accepted;
+    a Buffer passes through: raw memory by address, kept alive by the caller)."""
+    if isinstance(obj, Buffer):
+        return obj
     if hasattr(obj, "data_ptr") and hasattr(obj, "device") and hasattr(obj, "element_size"):
         return _torch(obj)
     iface = getattr(obj, "__cuda_array_interface__", None)
