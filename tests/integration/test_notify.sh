@@ -10,7 +10,10 @@
 #     the rest refused with -XFER_ENOSPC (standalone and bound), nothing
 #     lost, the queue works again after a drain;
 #  4. (tcp) bad message frames from a raw client: answered -XFER_EPROTO or
-#     the connection cut; the node keeps serving.
+#     the connection cut; the node keeps serving;
+#  5. (tcp) notifications racing a reconnect: a stream of standalone
+#     notifications while the receiver is frozen past io_timeout and resumed;
+#     every acknowledged one arrived exactly once, none twice.
 set -u
 source "$XFER_ROOT/tests/lib/core.sh"
 batches=${XFER_NOTIFY_BATCHES:-10000}
@@ -48,6 +51,32 @@ one_transport() { # transport progress-threads
         { cat "$CORE_TMP/held-$tag.log"; core_fail "$tag: back-pressure receiver"; }
 }
 
+storm() {
+    export XFER_TRANSPORTS=tcp XFER_NOTIFY_EXPECT=tcp XFER_TEST_PROGRESS_THREADS=1
+    echo "== tcp, notifications racing a reconnect"
+    core_start_prog storm "$N" serve --mb 1 || exit 1
+    local acked=$CORE_TMP/storm.acked
+    timeout 120 "$N" storm --peer "$CORE_TMP/storm.node" --count 100000 --ready "$acked" &
+    local sp=$!
+    CORE_PIDS+=("$sp")
+    local deadline=$((SECONDS + 30))
+    until [[ -s $acked && $(wc -l <"$acked") -ge 200 ]]; do
+        ((SECONDS < deadline)) || core_fail "storm did not start"
+        sleep 0.05
+    done
+    core_freeze "$PID_storm" || core_fail "freeze"
+    sleep 4 # past the sender's io_timeout (3 s): its sockets are cut
+    kill -CONT "$PID_storm"
+    wait "$sp" || core_fail "storm sender"
+    core_stop storm
+    grep "storm:" "$CORE_TMP/storm.log"
+    grep -q "storm: received=[0-9]* dups=0" "$CORE_TMP/storm.log" || core_fail "duplicates"
+    local missing
+    missing=$(sort "$acked" | comm -23 - <(sort "$CORE_TMP/storm.node.storm") | head -3)
+    [[ -z $missing ]] || core_fail "acknowledged but never received: $missing"
+}
+
+storm
 for tr in ${XFER_NOTIFY_TRANSPORTS:-tcp ipc}; do
     one_transport "$tr" 1
 done

@@ -17,6 +17,8 @@
  *   xfer_notify flood --peer FILE --count N --queue Q --ready FILE
  *       N standalone notifications to a held receiver of queue Q: the first
  *       Q are accepted, the others refused with -XFER_ENOSPC; then "EXPECT".
+ *   xfer_notify storm --peer FILE --count N --ready FILE
+ *       notifications racing a reconnect (see run_storm).
  *   xfer_notify wire --peer FILE
  *       raw tcp frames after a real handshake: oversized, truncated and
  *       inconsistent message frames; the node answers or cuts, keeps serving.
@@ -63,7 +65,11 @@ struct recv_state {
     long good, bad, ends, end_n, floods, failed_ok;
     long expect_q, expect_r;
     uint64_t last_seq_seen;
+    uint8_t *storm; /* "S i" seen, for the reconnect race */
+    long storm_n, storm_dups;
 };
+
+#define STORM_MAX 100000
 
 /* "B k off:len:sum ..." -> every listed range must hold its data already. */
 static bool check_ranges(struct recv_state *st, char *p)
@@ -103,6 +109,9 @@ static void check_notif(struct recv_state *st, struct xfer_notif *n)
     } else if (sscanf(msg, "END %ld", &k) == 1) {
         st->ends++;
         st->end_n = k;
+    } else if (sscanf(msg, "S %ld", &k) == 1 && k >= 0 && k < STORM_MAX) {
+        st->storm[k] ? st->storm_dups++ : st->storm_n++;
+        st->storm[k] = 1;
     } else if (sscanf(msg, "P %ld", &k) == 1) {
         if (k != st->floods++ || n->bound)
             st->bad++;
@@ -155,6 +164,7 @@ static int run_serve(const struct opts *o)
     if (!e)
         FAIL("engine: %s", xfer_strerror(rc));
     struct recv_state st = {0};
+    st.storm = calloc(STORM_MAX, 1);
     if (xfer_region_alloc(e, "buf", (size_t)o->mb << 20, XFER_ACCESS_RW, &st.buf) < 0 ||
         node_file_write(e, o->out) < 0)
         FAIL("setup: %s", xfer_engine_last_error(e));
@@ -194,10 +204,21 @@ static int run_serve(const struct opts *o)
         drain(e, &st);
         printf("notifications: good=%ld bad=%ld failed_ok=%ld ends=%ld end_n=%ld\n", st.good,
                st.bad, st.failed_ok, st.ends, st.end_n);
+        printf("storm: received=%ld dups=%ld\n", st.storm_n, st.storm_dups);
+        char path[512];
+        snprintf(path, sizeof(path), "%s.storm", o->out);
+        FILE *f = fopen(path, "w");
+        for (long k = 0; f && k < STORM_MAX; k++)
+            if (st.storm[k])
+                fprintf(f, "%ld\n", k);
+        if (f)
+            fclose(f);
+        rc |= st.storm_dups != 0;
         rc = st.bad == 0 && (st.ends == 0 || st.end_n == st.good) ? 0 : 1;
     }
     fflush(stdout);
     xfer_engine_free(e);
+    free(st.storm);
     return rc;
 }
 
@@ -395,6 +416,43 @@ static int run_flood(const struct opts *o)
     return 0;
 }
 
+/* Standalone notifications "S i" one after the other (deadline 1 s each)
+ * while the test freezes the receiver past io_timeout and resumes it: the
+ * connection dies and is rebuilt under them. Acknowledged ones are listed
+ * in --ready; the receiver must have each of those exactly once. */
+static int run_storm(const struct opts *o)
+{
+    struct node_file nf;
+    struct sender s = {0};
+    if (sender_open(o, &s, &nf) < 0)
+        FAIL("sender setup");
+    FILE *f = fopen(o->ready, "w");
+    if (!f)
+        FAIL("cannot write %s", o->ready);
+    long acked = 0, lost = 0, other = 0;
+    double until = now_s() + 60;
+    for (int i = 0; i < o->count && now_s() < until; i++) {
+        char m[32];
+        snprintf(m, sizeof(m), "S %d", i);
+        int rc = xfer_notify(s.e, s.p, m, strlen(m), 1000);
+        if (rc == 0) {
+            fprintf(f, "%d\n", i);
+            acked++;
+        } else if (rc == -XFER_ECONN || rc == -XFER_ETIMEDOUT) {
+            lost++; /* may or may not have arrived */
+            poll(NULL, 0, 20);
+        } else {
+            other++;
+            fprintf(stderr, "storm %d: %s\n", i, xfer_strerror(rc));
+        }
+    }
+    fclose(f);
+    printf("storm: %ld acknowledged, %ld unknown (ECONN/ETIMEDOUT), %ld other\n", acked, lost,
+           other);
+    xfer_engine_free(s.e);
+    return other == 0 && acked > 0 && lost > 0 ? 0 : 1;
+}
+
 /* ---- bad frames from the wire (tcp) ---------------------------------------------- */
 
 static int raw_connect(uint16_t port)
@@ -573,6 +631,8 @@ int main(int argc, char **argv)
         return run_flood(&o);
     if (!strcmp(o.cmd, "wire"))
         return run_wire(&o);
+    if (!strcmp(o.cmd, "storm") && o.ready)
+        return run_storm(&o);
     fprintf(stderr, "unknown command %s\n", o.cmd);
     return 2;
 }
