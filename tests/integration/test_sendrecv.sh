@@ -15,10 +15,10 @@ echo "seed $seed"
 
 pair() { # label [extra args for both]
     local l=$1; shift
-    timeout 300 "$S" --node "a-$l" --role a --out "$CORE_TMP/a-$l.node" --other "$CORE_TMP/b-$l.node" \
+    "$S" --node "a-$l" --role a --out "$CORE_TMP/a-$l.node" --other "$CORE_TMP/b-$l.node" \
         --count "$count" --seed "$seed" "$@" >"$CORE_TMP/a-$l.log" 2>&1 &
     PID_a=$!
-    timeout 300 "$S" --node "b-$l" --role b --out "$CORE_TMP/b-$l.node" --other "$CORE_TMP/a-$l.node" \
+    "$S" --node "b-$l" --role b --out "$CORE_TMP/b-$l.node" --other "$CORE_TMP/a-$l.node" \
         --count "$count" --seed "$seed" "$@" >"$CORE_TMP/b-$l.log" 2>&1 &
     PID_b=$!
     CORE_PIDS+=("$PID_a" "$PID_b")

@@ -59,12 +59,23 @@ static uint64_t msg_len(const struct ctx *c, int i)
     return 24 + mix64(c->seed ^ (uint64_t)i) % (MAX_MSG - 24);
 }
 
+/* Pattern seeds of a's and b's messages. */
+static uint64_t own_seed(const struct ctx *c)
+{
+    return c->seed ^ (strcmp(c->role, "a") ? 2 : 1);
+}
+
+static uint64_t other_seed(const struct ctx *c)
+{
+    return c->seed ^ (strcmp(c->role, "a") ? 1 : 2);
+}
+
 /* Message i of this side at off: header + pattern. */
 static void fill_msg(struct ctx *c, uint64_t off, int i, uint64_t tag, uint64_t len)
 {
     uint64_t h[3] = {(uint64_t)i, tag, len};
     memcpy(at(c, off), h, sizeof(h));
-    pattern_fill(at(c, off) + 24, len - 24, c->seed ^ 0x5eed ^ (uint64_t)i, 0);
+    pattern_fill(at(c, off) + 24, len - 24, own_seed(c) ^ 0x5eed ^ (uint64_t)i, 0);
 }
 
 /* What a receiver got at off (len bytes, sender's seed): index or -1. */
@@ -81,11 +92,6 @@ static int check_msg(struct ctx *c, uint64_t off, uint64_t len, uint64_t tag, ui
     int ok = memcmp(want, at(c, off) + 24, len - 24) == 0;
     free(want);
     return ok ? (int)h[0] : -1;
-}
-
-static uint64_t other_seed(const struct ctx *c)
-{
-    return c->seed ^ (strcmp(c->role, "a") ? 1 : 2);
 }
 
 /* ---- phase 1: both directions at once --------------------------------------------- */
@@ -330,6 +336,18 @@ int main(int argc, char **argv)
     CHECK(xfer_peer_add(c.e, &nf.peer, &c.p) == 0, "peer add: %s", xfer_engine_last_error(c.e));
     for (int i = 0; i < nf.n_regions; i++)
         xfer_peer_region_add(c.p, &nf.regions[i]);
+    /* Barrier: a SEND to an engine that has not added us yet is refused
+     * (-XFER_ENOENT), so both announce "peer added" and wait for the other. */
+    char mine[512], theirs[512];
+    snprintf(mine, sizeof(mine), "%s.added", out);
+    snprintf(theirs, sizeof(theirs), "%s.added", other);
+    FILE *f = fopen(mine, "w");
+    CHECK(f, "cannot write %s", mine);
+    fclose(f);
+    until = now_s() + 60;
+    while (access(theirs, F_OK) != 0 && now_s() < until)
+        poll(NULL, 0, 20);
+    CHECK(access(theirs, F_OK) == 0, "the other side never added us");
     const char *want = getenv("XFER_NOTIFY_EXPECT");
     char have[32] = "";
     xfer_transports_format(xfer_peer_transport(c.p), have, sizeof(have));
