@@ -18,6 +18,8 @@ set -u
 source "$XFER_ROOT/tests/lib/core.sh"
 batches=${XFER_NOTIFY_BATCHES:-10000}
 core_san && batches=${XFER_NOTIFY_BATCHES:-3000}
+storm_n=20000
+core_san && storm_n=5000
 seed=${XFER_NOTIFY_SEED:-$RANDOM}
 N=$CORE_BIN/xfer_notify
 echo "seed $seed, $batches batches"
@@ -56,7 +58,7 @@ storm() {
     echo "== tcp, notifications racing a reconnect"
     core_start_prog storm "$N" serve --mb 1 || exit 1
     local acked=$CORE_TMP/storm.acked
-    timeout 120 "$N" storm --peer "$CORE_TMP/storm.node" --count 100000 --ready "$acked" &
+    timeout 120 "$N" storm --peer "$CORE_TMP/storm.node" --count "$storm_n" --ready "$acked" &
     local sp=$!
     CORE_PIDS+=("$sp")
     local deadline=$((SECONDS + 30))
