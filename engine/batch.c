@@ -12,6 +12,7 @@
 #include "batch.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,22 +249,13 @@ xfer_engine *batch_engine(const xfer_batch *b)
     return b->engine;
 }
 
-int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
+/* READ/WRITE items need an op and a peer; SEND/RECV items (batch_msg.c)
+ * were checked by their adder (a RECV may name no peer). */
+static int item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind)
 {
-    if (!b || !it)
-        return -XFER_EINVAL;
-    if ((it->op != XFER_OP_READ && it->op != XFER_OP_WRITE) || !it->peer ||
-        it->peer->engine != b->engine) {
-        xfer_engine_set_error(b->engine, "batch item: bad op, region or peer");
-        return -XFER_EINVAL;
-    }
-    return batch_append(b, it, BK_RMA, 0);
-}
-
-int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag)
-{
-    xfer_engine *e = b->engine;
-    if (!it->local || it->local->engine != e) {
+    bool rma_ok = (it->op == XFER_OP_READ || it->op == XFER_OP_WRITE) && it->peer;
+    if ((kind == BK_RMA && !rma_ok) || !it->local || it->local->engine != e ||
+        (it->peer && it->peer->engine != e)) {
         xfer_engine_set_error(e, "batch item: bad op, region or peer");
         return -XFER_EINVAL;
     }
@@ -273,12 +265,23 @@ int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64
                               it->local->name, it->local->len);
         return -XFER_ERANGE;
     }
+    return 0;
+}
+
+/* Appends n checked items of one kind; returns the first index. */
+static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, uint8_t kind,
+                        uint64_t tag)
+{
     pthread_mutex_lock(&b->mu);
     int rc = 0;
     if (b->state == B_RUNNING) {
         rc = -XFER_EBUSY;
-    } else if (b->n == b->cap) {
+    } else if (b->n > (size_t)INT_MAX - n) {
+        rc = -XFER_ENOSPC;
+    } else if (b->n + n > b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 16;
+        while (cap < b->n + n)
+            cap *= 2;
         struct batch_item *v = realloc(b->items, cap * sizeof(*v));
         if (v) {
             b->items = v;
@@ -290,17 +293,43 @@ int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64
     if (rc == 0) {
         if (b->state == B_DONE) /* adding after a run starts a new one */
             b->state = B_IDLE;
-        struct batch_item *bi = &b->items[b->n];
-        memset(bi, 0, sizeof(*bi));
-        bi->it = *it;
-        bi->kind = kind;
-        bi->tag = tag;
-        bi->cap = it->len;
-        bi->want = it->peer;
-        rc = (int)b->n++;
+        for (size_t i = 0; i < n; i++) {
+            struct batch_item *bi = &b->items[b->n + i];
+            memset(bi, 0, sizeof(*bi));
+            bi->it = items[i];
+            bi->kind = kind;
+            bi->tag = tag;
+            bi->cap = items[i].len;
+            bi->want = items[i].peer;
+        }
+        rc = (int)b->n;
+        b->n += n;
     }
     pthread_mutex_unlock(&b->mu);
     return rc;
+}
+
+int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
+{
+    if (!b || (!items && n) || n > INT_MAX)
+        return -XFER_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = item_check(b->engine, &items[i], BK_RMA);
+        if (rc)
+            return rc;
+    }
+    return append_items(b, items, n, BK_RMA, 0);
+}
+
+int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
+{
+    return it ? xfer_batch_add_many(b, it, 1) : -XFER_EINVAL;
+}
+
+int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag)
+{
+    int rc = item_check(b->engine, it, kind);
+    return rc ? rc : append_items(b, it, 1, kind, tag);
 }
 
 size_t xfer_batch_count(const xfer_batch *b)
@@ -621,6 +650,16 @@ int xfer_batch_item_status(const xfer_batch *b, size_t i)
     int rc = i < b->n ? b->items[i].status : -XFER_ENOENT;
     pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
     return rc;
+}
+
+unsigned xfer_batch_item_transport(const xfer_batch *b, size_t i)
+{
+    if (!b)
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
+    unsigned t = i < b->n ? b->items[i].tbit : 0;
+    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
+    return t;
 }
 
 const char *xfer_batch_item_error(const xfer_batch *b, size_t i)
