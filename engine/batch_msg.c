@@ -76,6 +76,23 @@ int xfer_batch_notify_status(const xfer_batch *b, const xfer_peer *p)
     return rc;
 }
 
+int xfer_notify(xfer_engine *e, xfer_peer *p, const void *msg, size_t len, int deadline_ms)
+{
+    int rc;
+    xfer_batch *b = xfer_batch_new(e, &rc);
+    if (!b)
+        return rc;
+    rc = xfer_batch_notify(b, p, msg, len);
+    if (rc == 0)
+        rc = xfer_batch_submit(b, deadline_ms);
+    if (rc == 0)
+        rc = xfer_batch_wait(b, -1);
+    if (rc < 0 && b->notes.n && b->notes.v[0].why[0])
+        xfer_engine_set_error(e, "notify %s: %s", p->desc.node_id, b->notes.v[0].why);
+    xfer_batch_free(b);
+    return rc;
+}
+
 /* ---- hooks of batch.c (b->mu held) ---------------------------------------------- */
 
 void batch_msg_item_end(xfer_batch *b, size_t i, int status)

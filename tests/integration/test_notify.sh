@@ -5,7 +5,9 @@
 #     items, each with a bound notification; the receiver checksums every
 #     range of a batch the moment it reads the notification: zero early ones;
 #  2. a batch with one out-of-bounds item: the notification arrives marked
-#     failed and names item 1, the other items' data is there;
+#     failed and names item 1, the other items' data is there; a batch
+#     cancelled right after submit: its notification still arrives (marked
+#     cancelled, naming the item, unless the WRITE won the race);
 #  3. back-pressure: a receiver that reads nothing, queue of 4: 4 accepted,
 #     the rest refused with -XFER_ENOSPC (standalone and bound), nothing
 #     lost, the queue works again after a drain;
@@ -36,6 +38,7 @@ one_transport() { # transport progress-threads
     timeout 300 "$N" order --peer "$node" --batches "$batches" --depth 16 --sockets 4 \
         --seed "$seed" || core_fail "$tag: ordering"
     timeout 60 "$N" failed --peer "$node" || core_fail "$tag: failed item"
+    timeout 60 "$N" cancel --peer "$node" || core_fail "$tag: cancel"
     if [[ $tr == tcp ]]; then
         timeout 60 "$N" wire --peer "$node" || core_fail "$tag: bad frames"
         timeout 60 "$N" failed --peer "$node" || core_fail "$tag: served after bad frames"
@@ -43,6 +46,8 @@ one_transport() { # transport progress-threads
     core_stop "recv-$tag"
     grep -q "notifications: good=$batches bad=0 failed_ok=[12] ends=1 end_n=$batches" \
         "$CORE_TMP/recv-$tag.log" || { cat "$CORE_TMP/recv-$tag.log"; core_fail "$tag: receiver"; }
+    grep -q "cancel_ok=1" "$CORE_TMP/recv-$tag.log" ||
+        { cat "$CORE_TMP/recv-$tag.log"; core_fail "$tag: notification of a cancelled batch"; }
     grep notifications: "$CORE_TMP/recv-$tag.log"
 
     core_start_prog "held-$tag" "$N" serve --mb 1 --queue 4 --hold "$CORE_TMP/go-$tag" || exit 1

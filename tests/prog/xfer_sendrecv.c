@@ -254,6 +254,12 @@ static int kill_phase(struct ctx *c)
               xfer_batch_item_status(b, 1) == -XFER_ECONN,
           "pending messages of a killed peer: %s", xfer_strerror(rc));
     xfer_batch_free(b);
+    /* and a notification to the dead peer fails, it is not kept */
+    t0 = now_s();
+    rc = xfer_notify(c->e, c->p, "late", 4, 5000);
+    printf("kill: notification to the dead peer: %s after %.1f s (%s)\n", xfer_strerror(rc),
+           now_s() - t0, xfer_engine_last_error(c->e));
+    CHECK(rc == -XFER_ECONN, "notification to a killed peer: %s", xfer_strerror(rc));
     return 0;
 }
 
