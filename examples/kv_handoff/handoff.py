@@ -209,12 +209,15 @@ class Request:
         self.state = "waiting"
         self.t0 = time.monotonic()
         self.t1 = 0.0
+        self.tx = 0.0  # entered "transferring"
         self.failed_blocks: list = []
         self.why = ""
         self.transfer = None
         self.covers = None
 
     def move(self, state: str, verbose: bool) -> None:
+        if state == "transferring":
+            self.tx = time.monotonic()
         if verbose:
             print(f"decode: request {self.rid}: {self.state} -> {state}", flush=True)
         self.state = state
@@ -296,9 +299,10 @@ def run_decode(a) -> int:
     s.eng.notify(p, "BYE")
     done = [r for r in reqs.values() if r.state == "done"]
     lat = sorted((r.t1 - r.t0) * 1000 for r in done)
+    xfer_ms = sorted((r.t1 - r.tx) * 1000 for r in done)
 
-    def pct(q):
-        return round(lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
+    def pct(q, v=lat):
+        return round(v[min(len(v) - 1, int(q * len(v)))], 3) if v else None
 
     moved = len(done) * nb * s.g.layers * 2 * s.g.block_bytes
     summary = {
@@ -307,6 +311,7 @@ def run_decode(a) -> int:
                                       for r in reqs.values() if r.state == "failed"},
         "bytes_per_request": nb * s.g.layers * 2 * s.g.block_bytes,
         "latency_ms_p50": pct(0.5), "latency_ms_p99": pct(0.99),
+        "transferring_ms_p50": pct(0.5, xfer_ms), "transferring_ms_p99": pct(0.99, xfer_ms),
         "gbps": round(moved / wall / 1e9, 3) if wall > 0 else None,
     }
     print("SUMMARY " + json.dumps(summary), flush=True)
