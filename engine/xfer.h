@@ -202,8 +202,17 @@ int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
                            int device, uint64_t offset, size_t len, unsigned access,
                            xfer_region **out);
 /* Removes the region; peers holding its id/gen get -XFER_ESTALE/-XFER_ENOENT.
- * Waits for in-progress target-side accesses to finish. */
+ * Waits for in-progress target-side accesses to finish: a tcp/rdma access
+ * is bounded by io_timeout_ms, and a same-host (ipc) peer that holds the
+ * region longer (stopped, hung) has its access revoked after io_timeout_ms
+ * (its connection is closed), so this returns within about io_timeout_ms +
+ * 1 s of the last local batch on r ending. */
 int xfer_region_deregister(xfer_engine *e, xfer_region *r);
+/* First half of xfer_region_deregister, which never waits: new accesses
+ * fail and xfer_region_find no longer finds r. The caller that detached r
+ * then calls xfer_region_deregister(e, r) (no other caller may), e.g. after
+ * dropping its own locks so the wait stalls nobody else. */
+int xfer_region_detach(xfer_engine *e, xfer_region *r);
 
 int xfer_region_set_layout(xfer_region *r, const struct xfer_layout *layout);
 xfer_region *xfer_region_find(xfer_engine *e, const char *name);
@@ -268,6 +277,9 @@ void xfer_batch_free(xfer_batch *b);
 /* Appends an item; returns its index (>= 0) or a negative code. Local bounds
  * and access are checked here. Only before submit (or after reset). */
 int xfer_batch_add(xfer_batch *b, const struct xfer_item *it);
+/* Appends items[0..n) at once, all or none (one lock, one growth): returns
+ * the index of the first, or a negative code with nothing appended. */
+int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n);
 size_t xfer_batch_count(const xfer_batch *b);
 /* Starts the batch. deadline_ms > 0: cancelled and reported -XFER_ETIMEDOUT
  * past it; 0: the engine's default deadline. */
@@ -285,6 +297,9 @@ int xfer_batch_fd(const xfer_batch *b);
 /* Status of item i (0, -XFER_EINPROGRESS or an error) and its reason. */
 int xfer_batch_item_status(const xfer_batch *b, size_t i);
 const char *xfer_batch_item_error(const xfer_batch *b, size_t i);
+/* XFER_TRANSPORT_* bit item i was posted on in its last run (0 if it never
+ * reached a transport: refused before posting, or not run yet). */
+unsigned xfer_batch_item_transport(const xfer_batch *b, size_t i);
 /* Clears items so the batch can be filled again (not while in flight). */
 int xfer_batch_reset(xfer_batch *b);
 
@@ -373,15 +388,19 @@ uint64_t xfer_notif_refused(xfer_engine *e);
  * the usual batch status/poll/wait/fd. A message longer than the matched
  * buffer fails with -XFER_ETRUNC on both sides (nothing is written).
  * Data moves receiver-driven (rendezvous: the receiver READs the sender's
- * region), so both engines must know each other as peers (xfer_peer_add).
- * Peer death fails pending SENDs to it (-XFER_ECONN) and RECVs that named it;
- * deadlines and cancel work as for READ/WRITE items. */
+ * region, which must allow R), so both engines must know each other as peers
+ * (xfer_peer_add; else the SEND fails -XFER_ENOENT); a SEND completes once
+ * its bytes are in the receiver's buffer. At most 4096 messages wait
+ * unmatched per receiver (more: -XFER_ENOSPC for the SEND). Peer death
+ * (tcp) fails pending SENDs to it and RECVs that named it with -XFER_ECONN;
+ * deadlines and cancel work as for READ/WRITE items. tcp and ipc; other
+ * transports: -XFER_ENOTSUP. */
 /* Append one SEND / RECV item; return its index (>= 0) or a negative code
  * (local bounds checked here, as xfer_batch_add). */
-int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len,
-                        xfer_peer *p, uint64_t tag);
-int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap,
-                        xfer_peer *p, uint64_t tag);
+int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
+                        uint64_t tag);
+int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
+                        uint64_t tag);
 /* Received length of a finished RECV item (else the item's len). */
 uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i);
 /* Tag and sender of a finished RECV item (for any-tag, any-peer receives);
