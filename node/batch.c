@@ -340,8 +340,8 @@ static void retry(xfer_node_batch *b)
         if (st == 0)
             continue;
         struct nb_ref *r = ri < b->nrefs ? &b->refs[ri] : NULL;
-        if (r && !r->state)
-            r->state = retryable(b, r, st) && re_resolve(b, r) == 0 ? 1 : 2;
+        if (r && !r->state) /* pool refs (no region) cannot be re-resolved here */
+            r->state = r->region[0] && retryable(b, r, st) && re_resolve(b, r) == 0 ? 1 : 2;
         if (!r || r->state != 1 || (st != -XFER_ESTALE && st != -XFER_ECONN)) {
             if (!b->first_other)
                 b->first_other = st;
