@@ -28,9 +28,9 @@
 #endif
 
 #define TINY        64u
-#define IN_FLIGHT   4096u    /* items outstanding at most, as the ring bench */
+#define IN_FLIGHT   4096u /* items outstanding at most, as the ring bench */
 #define REG_LEN     (4u << 20)
-#define DEADLINE_MS 30000    /* one whole flood; a healthy one takes < 2 s */
+#define DEADLINE_MS 30000 /* one whole flood; a healthy one takes < 2 s */
 #define LAT_ITERS   200
 
 static int failures;
