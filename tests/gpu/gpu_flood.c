@@ -10,9 +10,12 @@
  * With a CUDA device the regions are device memory (initiator GPU 0, target
  * the last GPU). Without one, XFER_GPU_STAGE_EMULATE=1 must be set: "GPU"
  * regions are host memory and the staging ring copies with memcpy, so the
- * slot accounting, re-driving and acks of tcp_gpu.c run here. Every wait has
- * a deadline: a stalled staging path fails with how far it got. 77 = no
- * device and no emulation.
+ * slot accounting, re-driving and acks of tcp_gpu.c run here; with
+ * XFER_GPU_STAGE_EMULATE_SMALL_US=2000 each small copy also takes 2 ms, as a
+ * small H2D that waits for another process's kernel on the GPU (the ring
+ * bench's stall: four slots, so four items per 2 ms). Every wait has a
+ * deadline: a stalled or crawling staging path fails with how far it got.
+ * 77 = no device and no emulation.
  */
 #include "xfer.h"
 
@@ -30,7 +33,7 @@
 #define TINY        64u
 #define IN_FLIGHT   4096u /* items outstanding at most, as the ring bench */
 #define REG_LEN     (4u << 20)
-#define DEADLINE_MS 30000 /* one whole flood; a healthy one takes < 2 s */
+#define DEADLINE_MS 5000 /* one flood: < 0.5 s here, even with 2 ms per small copy */
 #define LAT_ITERS   200
 
 static int failures;
