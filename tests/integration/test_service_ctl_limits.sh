@@ -83,9 +83,11 @@ grown=$(((peak - base) / 1024))
 # tens of MB (32 MiB of unread replies, in-flight reads, allocator slack).
 # Under ASan (SAN=1) the allocator keeps freed chunks of its size classes
 # and redzones every buffer: measured 280-420 MB there against 2 MB plain.
-# 768 MB still tells bounded from the unbounded 2 GB.
-limit=160
-nm -D "$XFERD" 2>/dev/null | grep -q __asan_init && limit=768
+# On a loaded machine a plain build was seen at 179 MB (reads in flight
+# pile up while the loop is starved). Both bounds still tell bounded from
+# the unbounded 2 GB.
+limit=512
+nm -D "$XFERD" 2>/dev/null | grep -q __asan_init && limit=1024
 ((grown < limit)) || fail "xferd grew by $grown MB for a client that does not read ($ABUSE_OUT)"
 echo "ok: a client that never reads its replies: $ABUSE_OUT of 2000 requests, xferd grew $grown MB"
 let_go
