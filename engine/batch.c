@@ -12,6 +12,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ struct xfer_batch {
     int deadline_ms;
     xfer_batch *mon_prev, *mon_next;
     bool on_monitor;
+    struct batch_notes notes; /* bound notifications (notify_bind.c) */
 };
 
 /* ---- deadline monitor ------------------------------------------------------ */
@@ -92,10 +94,11 @@ static void maybe_finish(xfer_batch *b);
 static void batch_expire(xfer_batch *b)
 {
     pthread_mutex_lock(&b->mu);
-    if (b->state == B_RUNNING && b->n_open > 0) {
+    if (b->state == B_RUNNING && (b->n_open > 0 || b->notes.n_unacked > 0)) {
         char why[64];
         snprintf(why, sizeof(why), "deadline of %d ms passed", b->deadline_ms);
         end_open_items(b, -XFER_ETIMEDOUT, why);
+        notes_abort(&b->notes, -XFER_ETIMEDOUT, why);
         maybe_finish(b);
     }
     pthread_mutex_unlock(&b->mu);
@@ -222,6 +225,7 @@ void xfer_batch_put(xfer_batch *b)
     if (left > 0)
         return;
     close(b->efd);
+    notes_free(&b->notes);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b->items);
@@ -257,6 +261,7 @@ int xfer_batch_reset(xfer_batch *b)
     if (rc == 0) {
         b->n = 0;
         b->state = B_IDLE;
+        notes_free(&b->notes);
     }
     pthread_mutex_unlock(&b->mu);
     return rc;
@@ -275,11 +280,8 @@ xfer_engine *batch_engine(const xfer_batch *b)
     return b->engine;
 }
 
-int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
+static int item_check(xfer_engine *e, const struct xfer_item *it)
 {
-    if (!b || !it)
-        return -XFER_EINVAL;
-    xfer_engine *e = b->engine;
     if ((it->op != XFER_OP_READ && it->op != XFER_OP_WRITE) || !it->local || !it->peer ||
         it->local->engine != e || it->peer->engine != e) {
         xfer_engine_set_error(e, "batch item: bad op, region or peer");
@@ -291,12 +293,28 @@ int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
                               it->local->name, it->local->len);
         return -XFER_ERANGE;
     }
+    return 0;
+}
+
+int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
+{
+    if (!b || (!items && n) || n > INT_MAX)
+        return -XFER_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = item_check(b->engine, &items[i]);
+        if (rc)
+            return rc;
+    }
     pthread_mutex_lock(&b->mu);
     int rc = 0;
     if (b->state == B_RUNNING) {
         rc = -XFER_EBUSY;
-    } else if (b->n == b->cap) {
+    } else if (b->n > (size_t)INT_MAX - n) {
+        rc = -XFER_ENOSPC;
+    } else if (b->n + n > b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 16;
+        while (cap < b->n + n)
+            cap *= 2;
         struct batch_item *v = realloc(b->items, cap * sizeof(*v));
         if (v) {
             b->items = v;
@@ -308,13 +326,25 @@ int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
     if (rc == 0) {
         if (b->state == B_DONE) /* adding after a run starts a new one */
             b->state = B_IDLE;
-        struct batch_item *bi = &b->items[b->n];
-        memset(bi, 0, sizeof(*bi));
-        bi->it = *it;
-        rc = (int)b->n++;
+        for (size_t i = 0; i < n; i++) {
+            struct batch_item *bi = &b->items[b->n + i];
+            bi->it = items[i];
+            bi->status = 0;
+            bi->open = false;
+            bi->tbit = 0;
+            bi->done = 0;
+            bi->why[0] = '\0';
+        }
+        rc = (int)b->n;
+        b->n += n;
     }
     pthread_mutex_unlock(&b->mu);
     return rc;
+}
+
+int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
+{
+    return it ? xfer_batch_add_many(b, it, 1) : -XFER_EINVAL;
 }
 
 size_t xfer_batch_count(const xfer_batch *b)
@@ -323,6 +353,38 @@ size_t xfer_batch_count(const xfer_batch *b)
 }
 
 /* ---- completion ------------------------------------------------------------- */
+
+/* A notification finished: acknowledged by the target or failed. */
+static void note_done(struct msg_out *o, int status, const char *why)
+{
+    xfer_batch *b = o->b;
+    pthread_mutex_lock(&b->mu);
+    if (b->state == B_RUNNING && o->run == b->notes.run && o->note < b->notes.n &&
+        notes_finish(&b->notes, o->note, status, why))
+        maybe_finish(b);
+    pthread_mutex_unlock(&b->mu);
+    xfer_batch_put(b);
+}
+
+/* Sends binding k (its items all ended). b->mu held; msg_send only queues. */
+static void note_send(xfer_batch *b, size_t k)
+{
+    struct msg_out *o = notes_frame(b->engine, &b->notes, k);
+    if (!o) {
+        notes_finish(&b->notes, k, -XFER_ENOMEM, "out of memory for a notification");
+        return; /* the caller's maybe_finish sees it */
+    }
+    o->b = b;
+    o->done = note_done;
+    xfer_batch_hold(b);
+    if (msg_send(b->engine, o) < 0) { /* engine shutting down */
+        /* Not the last reference (the caller's is alive) and b->mu is held:
+         * drop the hold without xfer_batch_put, which locks mu. */
+        __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
+        free(o);
+        notes_finish(&b->notes, k, -XFER_ECANCELED, "engine is shutting down");
+    }
+}
 
 /* b->mu held. */
 static void item_end(xfer_batch *b, size_t i, int status, const char *why)
@@ -343,6 +405,11 @@ static void item_end(xfer_batch *b, size_t i, int status, const char *why)
     int ti = transport_index(bi->tbit);
     if (ti >= 0)
         stats_count_item(&e->tstats[ti], bi->it.op, bytes, status, lat_us);
+    if (b->notes.n) { /* the fence: the last item of a peer sends its notification */
+        long k = notes_item_end(&b->notes, bi->it.peer, i, status);
+        if (k >= 0)
+            note_send(b, (size_t)k);
+    }
 }
 
 static void end_open_items(xfer_batch *b, int status, const char *why)
@@ -354,7 +421,7 @@ static void end_open_items(xfer_batch *b, int status, const char *why)
 /* Declares the batch DONE once nothing is open or touched. b->mu held. */
 static void maybe_finish(xfer_batch *b)
 {
-    if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0)
+    if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0 || b->notes.n_unacked > 0)
         return;
     b->state = B_DONE;
     b->result = 0;
@@ -363,6 +430,8 @@ static void maybe_finish(xfer_batch *b)
             b->result = b->items[i].status;
         region_unpin(b->items[i].it.local);
     }
+    if (b->result == 0)
+        b->result = notes_result(&b->notes);
     monitor_unlink(b->engine, b);
     uint64_t one = 1;
     if (write(b->efd, &one, sizeof(one)) < 0)
@@ -510,6 +579,12 @@ static int start_run(xfer_batch *b, int deadline_ms)
     b->io_active = 0;
     b->result = -XFER_EINPROGRESS;
     b->state = B_RUNNING;
+    notes_start(&b->notes);
+    for (size_t i = 0; i < b->n; i++)
+        notes_count(&b->notes, b->items[i].it.peer);
+    for (size_t k = 0; k < b->notes.n; k++) /* bindings without items go now */
+        if (b->notes.v[k].n_items == 0)
+            note_send(b, k);
     return 0;
 }
 
@@ -518,14 +593,14 @@ int xfer_batch_submit(xfer_batch *b, int deadline_ms)
     if (!b)
         return -XFER_EINVAL;
     pthread_mutex_lock(&b->mu);
-    int rc = b->state == B_RUNNING ? -XFER_EBUSY : b->n == 0 ? -XFER_EINVAL : 0;
+    int rc = b->state == B_RUNNING ? -XFER_EBUSY : b->n == 0 && b->notes.n == 0 ? -XFER_EINVAL : 0;
     if (rc == 0)
         rc = start_run(b, deadline_ms);
     size_t n = b->n;
     pthread_mutex_unlock(&b->mu);
     if (rc < 0)
         return rc;
-    size_t *idx = malloc(n * sizeof(*idx));
+    size_t *idx = malloc((n ? n : 1) * sizeof(*idx));
     if (!idx) {
         pthread_mutex_lock(&b->mu);
         end_open_items(b, -XFER_ENOMEM, "out of memory at submit");
@@ -601,6 +676,7 @@ int xfer_batch_cancel(xfer_batch *b)
         return 0;
     }
     end_open_items(b, -XFER_ECANCELED, "cancelled");
+    notes_abort(&b->notes, -XFER_ECANCELED, "cancelled");
     maybe_finish(b);
     /* io_begin/io_end pairs span one system call each: this is short. */
     int64_t limit = ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
@@ -612,6 +688,33 @@ int xfer_batch_cancel(xfer_batch *b)
     pthread_mutex_unlock(&b->mu);
     if (rc < 0)
         xfer_engine_set_error(b->engine, "cancel: a transport still touches the memory");
+    return rc;
+}
+
+int xfer_batch_notify(xfer_batch *b, xfer_peer *p, const void *msg, size_t len)
+{
+    if (!b || !p || p->engine != b->engine || (len && !msg) || len > XFER_NOTIFY_MAX) {
+        if (b)
+            xfer_engine_set_error(b->engine, "notify: bad peer or message over %u bytes",
+                                  XFER_NOTIFY_MAX);
+        return -XFER_EINVAL;
+    }
+    pthread_mutex_lock(&b->mu);
+    int rc = b->state == B_RUNNING ? -XFER_EBUSY : notes_bind(&b->notes, p, msg, len);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+int xfer_batch_notify_status(const xfer_batch *b, const xfer_peer *p)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
+    int rc = -XFER_ENOENT;
+    for (size_t k = 0; k < b->notes.n; k++)
+        if (b->notes.v[k].peer == p)
+            rc = b->state == B_IDLE ? -XFER_EINPROGRESS : b->notes.v[k].status;
+    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
     return rc;
 }
 
@@ -628,6 +731,16 @@ int xfer_batch_item_status(const xfer_batch *b, size_t i)
     int rc = i < b->n ? b->items[i].status : -XFER_ENOENT;
     pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
     return rc;
+}
+
+unsigned xfer_batch_item_transport(const xfer_batch *b, size_t i)
+{
+    if (!b)
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
+    unsigned t = i < b->n ? b->items[i].tbit : 0;
+    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
+    return t;
 }
 
 const char *xfer_batch_item_error(const xfer_batch *b, size_t i)

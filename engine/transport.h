@@ -23,6 +23,15 @@
 struct xfer_transport;
 struct xfer_conn;
 
+/* ---- engine messages (notifications; docs/notify.md) -------------------- */
+#define XFER_MSG_FRAME_MAX (128u << 10) /* largest engine message frame */
+
+/* An outgoing engine message as a transport sees it: opaque bytes. */
+struct xfer_msg {
+    const uint8_t *frame;
+    size_t len;
+};
+
 enum xfer_transport_cap {
     XFER_CAP_HOST_MEM = 1u << 0,  /* can move host memory */
     XFER_CAP_CUDA_MEM = 1u << 1,  /* can move CUDA device memory */
@@ -82,6 +91,13 @@ struct xfer_transport_ops {
      * into region functions. */
     void (*describe_region)(struct xfer_transport *t, const xfer_region *r,
                             struct xfer_region_desc *out);
+    /* Optional: carries one engine message (m->frame, m->len <=
+     * XFER_MSG_FRAME_MAX bytes, valid until completion) to the peer, whose
+     * transport hands the bytes to xfer_engine_msg_recv() and answers with
+     * its return value. Completion: xfer_msg_done(m, status) exactly once,
+     * possibly before this returns; a negative return means not sent and no
+     * completion. Without it the peer gets -XFER_ENOTSUP for messages. */
+    int (*send_msg)(struct xfer_conn *c, struct xfer_msg *m);
 };
 
 struct xfer_transport {
@@ -157,5 +173,16 @@ void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, 
  * Every hold is paired with one put; both are safe from any thread. */
 void xfer_batch_hold(xfer_batch *b);
 void xfer_batch_put(xfer_batch *b);
+
+/* Completion of a send_msg: status is the target's answer (0, -XFER_ENOSPC,
+ * -XFER_EPROTO, ...) or the transport's failure (-XFER_ECONN: may or may not
+ * have arrived). why may be NULL. Safe from any thread; m is gone after. */
+void xfer_msg_done(struct xfer_msg *m, int status, const char *why);
+/* Target side: an engine message arrived from node_id/incarnation (as the
+ * transport's handshake proved them). Returns the status to answer: 0
+ * (accepted), -XFER_ENOSPC (receive queue full), -XFER_EPROTO (malformed),
+ * -XFER_ENOMEM. Never blocks on the user; bytes are copied. */
+int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnation,
+                         const uint8_t *frame, size_t len);
 
 #endif /* XFER_TRANSPORT_H */

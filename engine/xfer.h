@@ -24,6 +24,10 @@
 extern "C" {
 #endif
 
+/* Everything declared here is libxfer's public API: exported although the
+ * library is built with -fvisibility=hidden. */
+#pragma GCC visibility push(default)
+
 #define XFER_VERSION_STRING "0.1.0"
 #define XFER_PROTO_VERSION  1u
 
@@ -142,6 +146,7 @@ struct xfer_engine_config {
     int connect_timeout_ms;  /* default 5000 */
     int io_timeout_ms;       /* no progress for this long = peer dead, default 10000 */
     int default_deadline_ms; /* submit without deadline gets this, default 60000 */
+    int notify_queue_len;    /* received notifications kept until polled, default 1024 */
 };
 
 /* Fills defaults; call before setting fields. */
@@ -240,7 +245,11 @@ void xfer_peer_describe(const xfer_peer *p, struct xfer_peer_desc *out);
 unsigned xfer_peer_transport(const xfer_peer *p);
 
 /* ---- batches ----------------------------------------------------------- */
-enum xfer_op { XFER_OP_READ = 1, XFER_OP_WRITE = 2 };
+/* SEND/RECV are two-sided messages (docs/notify.md), added with
+ * xfer_batch_add_send/xfer_batch_add_recv, not xfer_batch_add. */
+enum xfer_op { XFER_OP_READ = 1, XFER_OP_WRITE = 2, XFER_OP_SEND = 3, XFER_OP_RECV = 4 };
+
+#define XFER_MSG_TAG_ANY UINT64_MAX /* RECV: matches any tag */
 
 struct xfer_item {
     enum xfer_op op; /* READ: remote -> local; WRITE: local -> remote */
@@ -259,6 +268,9 @@ void xfer_batch_free(xfer_batch *b);
 /* Appends an item; returns its index (>= 0) or a negative code. Local bounds
  * and access are checked here. Only before submit (or after reset). */
 int xfer_batch_add(xfer_batch *b, const struct xfer_item *it);
+/* Appends items[0..n) at once, all or none (one lock, one growth): returns
+ * the index of the first, or a negative code with nothing appended. */
+int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n);
 size_t xfer_batch_count(const xfer_batch *b);
 /* Starts the batch. deadline_ms > 0: cancelled and reported -XFER_ETIMEDOUT
  * past it; 0: the engine's default deadline. */
@@ -276,8 +288,116 @@ int xfer_batch_fd(const xfer_batch *b);
 /* Status of item i (0, -XFER_EINPROGRESS or an error) and its reason. */
 int xfer_batch_item_status(const xfer_batch *b, size_t i);
 const char *xfer_batch_item_error(const xfer_batch *b, size_t i);
+/* XFER_TRANSPORT_* bit item i was posted on in its last run (0 if it never
+ * reached a transport: refused before posting, or not run yet). */
+unsigned xfer_batch_item_transport(const xfer_batch *b, size_t i);
 /* Clears items so the batch can be filled again (not while in flight). */
 int xfer_batch_reset(xfer_batch *b);
+
+/* ---- notifications (docs/notify.md) -------------------------------------- */
+/*
+ * A notification is a message of at most XFER_NOTIFY_MAX bytes that lands in
+ * the target engine's bounded receive queue. Bound to a batch, it is sent
+ * only after every item of that batch addressed to its peer has ended (a
+ * fence in the engine, the same on every transport): on arrival all those
+ * items' data is in the target's memory, except items the notification
+ * names as failed. Delivery is at most once (the engine never resends).
+ */
+#define XFER_NOTIFY_MAX        65536u /* bytes of one message (>= 4 KiB promised) */
+#define XFER_NOTIFY_FAILED_MAX 4096u  /* failed items named per notification */
+
+/* Binds msg (len <= XFER_NOTIFY_MAX bytes, copied) to batch b for peer p:
+ * one per peer per batch, a second call for the same peer replaces the
+ * first. Only before submit; xfer_batch_reset() drops the bindings. p need
+ * not have items in b (then it is sent at submit: an async standalone
+ * notification, e.g. a batch with no items and one binding).
+ * The batch finishes only when each bound notification has been acknowledged
+ * by its target (queued there) or has failed; xfer_batch_poll()/wait() then
+ * return the first failing item's code, else the first failing
+ * notification's code:
+ *   -XFER_ENOSPC   the target's queue was full (not queued; back-pressure is
+ *                  the sender's: read the code, retry later),
+ *   -XFER_ECONN    the connection died after sending: it may or may not have
+ *                  been queued (never twice),
+ *   -XFER_ETIMEDOUT/-XFER_ECANCELED  deadline/cancel before the
+ *                  acknowledgement: also "may or may not",
+ *   -XFER_ENOTSUP  the peer's transport carries no messages (tcpx),
+ *   -XFER_EPROTO   the target refused the frame.
+ * Errors here: -XFER_EINVAL (len too long, p of another engine), -XFER_EBUSY
+ * (batch running), -XFER_ENOMEM. */
+int xfer_batch_notify(xfer_batch *b, xfer_peer *p, const void *msg, size_t len);
+/* Status of b's notification for p: 0 (queued at the target),
+ * -XFER_EINPROGRESS, an error above, or -XFER_ENOENT (none bound). */
+int xfer_batch_notify_status(const xfer_batch *b, const xfer_peer *p);
+
+/* Standalone notification: sends msg to p now and waits for the
+ * acknowledgement, bounded by deadline_ms (0 = engine default). Same codes as
+ * a bound notification. */
+int xfer_notify(xfer_engine *e, xfer_peer *p, const void *msg, size_t len, int deadline_ms);
+
+/* A failed item named by a bound notification. */
+struct xfer_notif_fail {
+    uint32_t index; /* the item's index in the sender's batch */
+    int32_t status; /* its -XFER_E* code */
+};
+
+/* A received notification, one allocation: free with xfer_notif_free(). */
+struct xfer_notif {
+    char node_id[XFER_NAME_MAX]; /* sender (as its handshake proved it) */
+    uint64_t incarnation;        /* sender's incarnation */
+    uint64_t seq;                /* sender's message number (per sender engine) */
+    bool bound;                  /* bound to a batch (else standalone) */
+    int status;                  /* 0, or the first failed item's code */
+    uint32_t n_items;            /* items of that batch addressed to this node */
+    uint32_t n_failed;           /* how many of them failed */
+    uint32_t n_listed;           /* entries in failed[]: min(n_failed, FAILED_MAX) */
+    struct xfer_notif_fail *failed;
+    size_t len;
+    uint8_t *data; /* len bytes (+ a NUL, not counted) */
+};
+
+/* Takes up to max received notifications, oldest first, into out[]; returns
+ * how many (0 = none queued) or -XFER_EINVAL. Each is the caller's to free. */
+int xfer_notif_poll(xfer_engine *e, struct xfer_notif **out, size_t max);
+void xfer_notif_free(struct xfer_notif *n);
+/* eventfd readable while the receive queue is not empty (level: it is
+ * drained by xfer_notif_poll taking the last one). Borrowed, lives with e. */
+int xfer_notif_fd(const xfer_engine *e);
+/* Notifications queued now, and refused so far because the queue was full. */
+size_t xfer_notif_pending(xfer_engine *e);
+uint64_t xfer_notif_refused(xfer_engine *e);
+
+/* ---- two-sided messages (docs/notify.md) ---------------------------------
+ * A SEND item sends [off, +len) of local to p with a tag; a RECV item posts
+ * [off, +cap) of local as a receive buffer for (p, or any peer when p is
+ * NULL; tag, or any tag with XFER_MSG_TAG_ANY). Matching, per receiving
+ * engine: an arriving message takes the oldest posted RECV whose peer and tag
+ * fit; a RECV posted when messages wait takes the oldest fitting one (FIFO
+ * per sender and tag: two messages of one sender with one tag are received in
+ * the order they were sent). Vectored forms (sendv/recvv) are several SEND or
+ * RECV items in one batch; they match in item order. Completion goes through
+ * the usual batch status/poll/wait/fd. A message longer than the matched
+ * buffer fails with -XFER_ETRUNC on both sides (nothing is written).
+ * Data moves receiver-driven (rendezvous: the receiver READs the sender's
+ * region), so both engines must know each other as peers (xfer_peer_add).
+ * Peer death fails pending SENDs to it (-XFER_ECONN) and RECVs that named it;
+ * deadlines and cancel work as for READ/WRITE items. */
+/* Append one SEND / RECV item; return its index (>= 0) or a negative code
+ * (local bounds checked here, as xfer_batch_add). */
+int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len,
+                        xfer_peer *p, uint64_t tag);
+int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap,
+                        xfer_peer *p, uint64_t tag);
+/* Received length of a finished RECV item (else the item's len). */
+uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i);
+/* Tag and sender of a finished RECV item (for any-tag, any-peer receives);
+ * the name is copied into node_id (XFER_NAME_MAX bytes) when not NULL. */
+int xfer_batch_item_msg(const xfer_batch *b, size_t i, uint64_t *tag, char *node_id);
+/* One SEND / RECV, submitted and waited for; xfer_recv stores the length. */
+int xfer_send(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
+              uint64_t tag, int deadline_ms);
+int xfer_recv(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
+              uint64_t tag, uint64_t *got, int deadline_ms);
 
 /* ---- KV blocks ---------------------------------------------------------- */
 /* Block i of a region with a layout is the xfer_layout_block_size() bytes
@@ -337,6 +457,8 @@ static inline bool xfer_range_ok(uint64_t off, uint64_t len, uint64_t size)
 {
     return off <= size && len <= size - off;
 }
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

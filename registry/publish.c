@@ -15,7 +15,7 @@
 
 static void append(xfer_registry *r, struct reg_args *a)
 {
-    redisAppendCommandArgv(r->ctx, a->argc, a->argv, a->len);
+    reg_append(r, a->argc, a->argv, a->len);
 }
 
 static void append_simple(xfer_registry *r, const char *c0, const char *c1, const char *c2,
@@ -36,14 +36,21 @@ static void append_pexpire(xfer_registry *r, const char *key)
     append_simple(r, "PEXPIRE", key, ttl, NULL);
 }
 
-/* MULTI, HSET node, PEXPIRE node, PEXPIRE set, ZADD, PUBLISH join, EXEC. */
+/* MULTI, HSET node, PEXPIRE node, PEXPIRE set, ZADD, PUBLISH join, EXEC.
+ * Cluster mode: the ZADD into the node's membership shard (another slot)
+ * comes first, outside the transaction. */
 static void append_node(xfer_registry *r)
 {
     const char *id = r->own.peer.node_id;
-    char key[REG_KEY_MAX], set[REG_KEY_MAX], score[24], msg[XFER_NAME_MAX + 8];
+    char key[REG_KEY_MAX], set[REG_KEY_MAX], score[24], msg[XFER_NAME_MAX + 8],
+        members[REG_KEY_MAX];
     struct reg_args a;
     reg_key_node(key, id);
     reg_key_regions(set, id);
+    reg_key_members(r, members, id);
+    snprintf(score, sizeof(score), "%llu", (unsigned long long)r->own.heartbeat_ms);
+    if (r->cl)
+        append_simple(r, "ZADD", members, score, id);
     append_simple(r, "MULTI", NULL, NULL, NULL);
     reg_args_reset(&a);
     reg_args_add(&a, "HSET");
@@ -52,8 +59,8 @@ static void append_node(xfer_registry *r)
     append(r, &a);
     append_pexpire(r, key);
     append_pexpire(r, set);
-    snprintf(score, sizeof(score), "%llu", (unsigned long long)r->own.heartbeat_ms);
-    append_simple(r, "ZADD", REG_NODES_KEY, score, id);
+    if (!r->cl)
+        append_simple(r, "ZADD", members, score, id);
     snprintf(msg, sizeof(msg), "join %s", id);
     append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
     append_simple(r, "EXEC", NULL, NULL, NULL);
@@ -366,15 +373,19 @@ int xfer_registry_unpublish_node(xfer_registry *r)
     }
     if (!rc) {
         const char *id = r->own.peer.node_id;
-        char key[REG_KEY_MAX], set[REG_KEY_MAX], msg[XFER_NAME_MAX + 8];
+        char key[REG_KEY_MAX], set[REG_KEY_MAX], msg[XFER_NAME_MAX + 8], members[REG_KEY_MAX];
         reg_key_node(key, id);
         reg_key_regions(set, id);
+        reg_key_members(r, members, id);
         snprintf(msg, sizeof(msg), "leave %s", id);
+        if (r->cl) /* cluster: the shard is another slot, outside the transaction */
+            append_simple(r, "ZREM", members, id, NULL);
         append_simple(r, "MULTI", NULL, NULL, NULL);
         strmap_foreach(&r->own_regions, append_del_region, r);
         append_simple(r, "DEL", set, NULL, NULL);
         append_simple(r, "DEL", key, NULL, NULL);
-        append_simple(r, "ZREM", REG_NODES_KEY, id, NULL);
+        if (!r->cl)
+            append_simple(r, "ZREM", members, id, NULL);
         append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
         append_simple(r, "EXEC", NULL, NULL, NULL);
         size_t per = r->own_regions.count + 6;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "cluster.h"
 #include "strmap.h"
 #include "xfer_registry.h"
 
@@ -16,6 +17,7 @@
 #define REG_KEY_MAX     (XFER_NAME_MAX * 2 + 32)
 #define REG_ERR_MAX     512
 #define REG_PIPE_CHUNK  256 /* regions per pipelined round trip */
+#define REG_SHARDS      16  /* cluster mode: membership zsets xfer:nodes:{sNN} */
 
 struct reg_cached_region {
     struct xfer_region_desc desc;
@@ -61,6 +63,15 @@ struct xfer_registry {
     int sentinel_first;                /* sentinel that answered last: asked first */
     bool demoted;           /* sentinel mode: a -READONLY reply or +switch-master: reconnect */
     atomic_uint prim_epoch; /* bumped when the primary's address changes */
+    /* Cluster mode: the router, the batch being built, replies being handed
+     * out; ctx is then &cl_marker while the cluster is reachable. */
+    struct rcl *cl;
+    struct rcl_batch batch;
+    redisReply **held;
+    size_t held_n, held_pos, held_cap;
+    redisContext cl_marker;
+    unsigned reap_shard;
+    unsigned watch_node;
     uint64_t next_connect_ms;
     int backoff_ms;
     atomic_bool connected;
@@ -110,18 +121,27 @@ int reg_set_err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 
 void reg_key_node(char *buf, const char *node);
 void reg_key_regions(char *buf, const char *node);
 void reg_key_region(char *buf, const char *node, const char *name);
+/* Membership key of a node: xfer:nodes, or in cluster mode its shard
+ * xfer:nodes:{sNN} (NN = CRC16(node) mod REG_SHARDS). */
+void reg_key_members(const xfer_registry *r, char *buf, const char *node);
+void reg_key_shard(char *buf, unsigned shard);
 void reg_emit(xfer_registry *r, const struct xfer_registry_event *ev);
 
 /* ---- connection (conn.c), cmd_lock held ---- */
 /* Opens a blocking connection with timeouts, AUTH and SELECT done. NULL with
  * the error recorded (-XFER_EUNAVAIL / -XFER_EAUTH) in *err. */
 redisContext *reg_redis_connect(xfer_registry *r, int *err);
+/* AUTH and SELECT as the URL says; who names the server in messages. */
+int reg_redis_login(const struct xfer_redis_url *u, const char *who, redisContext *c);
 /* Same to host:port (unix socket when port is 0). */
 redisContext *reg_redis_connect_to(const xfer_registry *r, const char *host, int port, int *err);
 /* Connects if down and due (else fails fast), republishes when needed. */
 int reg_conn_ensure(xfer_registry *r);
 /* Drops a broken connection, schedules the reconnect; returns -XFER_EUNAVAIL. */
 int reg_conn_fail(xfer_registry *r, const char *what);
+/* Appends a command to the pipeline (cluster mode: to the batch that the
+ * next reg_read_replies sends, routed by slot). */
+void reg_append(xfer_registry *r, int argc, const char **argv, const size_t *lens);
 /* One command (connecting first if needed); *out is the reply to free. */
 int reg_cmd(xfer_registry *r, redisReply **out, int argc, const char **argv, const size_t *lens);
 /* Reads n pipelined replies into out[0..n) (caller frees them), or frees

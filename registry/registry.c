@@ -61,6 +61,19 @@ void reg_key_region(char *buf, const char *node, const char *name)
     snprintf(buf, REG_KEY_MAX, "xfer:region:{%s}:%s", node, name);
 }
 
+void reg_key_shard(char *buf, unsigned shard)
+{
+    snprintf(buf, REG_KEY_MAX, "xfer:nodes:{s%02u}", shard);
+}
+
+void reg_key_members(const xfer_registry *r, char *buf, const char *node)
+{
+    if (r->cl)
+        reg_key_shard(buf, rcl_crc16(node, strlen(node)) % REG_SHARDS);
+    else
+        snprintf(buf, REG_KEY_MAX, "%s", REG_NODES_KEY);
+}
+
 void reg_emit(xfer_registry *r, const struct xfer_registry_event *ev)
 {
     pthread_mutex_lock(&r->cb_lock);
@@ -156,6 +169,11 @@ static int registry_init(xfer_registry *r, const struct xfer_registry_config *cf
     show_url(r);
     snprintf(r->prim_host, sizeof(r->prim_host), "%s", r->url.host);
     r->prim_port = r->url.mode == XFER_REDIS_SINGLE && !r->url.is_unix ? r->url.port : 0;
+    if (r->url.mode == XFER_REDIS_CLUSTER) {
+        if (!(r->cl = malloc(sizeof(*r->cl))))
+            return -XFER_ENOMEM;
+        rcl_init(r->cl, &r->url, r->cfg.timeout_ms);
+    }
     r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->wake_fd < 0)
         return reg_set_err(-XFER_EIO, "eventfd: %s", strerror(errno));
@@ -217,8 +235,16 @@ void xfer_registry_free(xfer_registry *r)
         return;
     xfer_registry_thread_stop(r);
     reg_watch_stop(r);
-    if (r->ctx)
+    if (r->ctx && r->ctx != &r->cl_marker)
         redisFree(r->ctx);
+    if (r->cl) {
+        rcl_close(r->cl);
+        free(r->cl);
+    }
+    rcl_batch_free(&r->batch);
+    while (r->held_pos < r->held_n)
+        freeReplyObject(r->held[r->held_pos++]);
+    free(r->held);
     strmap_clear(&r->own_regions, free_value);
     reg_cache_free(r);
     if (r->wake_fd >= 0)

@@ -223,8 +223,13 @@ static void watch_connect(xfer_registry *r, uint64_t now)
     r->watch_epoch = atomic_load(&r->prim_epoch);
     int port = r->prim_port;
     snprintf(host, sizeof(host), "%s", r->prim_host);
+    if (r->cl && r->cl->n_nodes) { /* PUBLISH reaches every node of a cluster: */
+        const struct rcl_node *n = &r->cl->nodes[r->watch_node++ % (unsigned)r->cl->n_nodes];
+        snprintf(host, sizeof(host), "%s", n->host); /* any will do, in turn */
+        port = n->port;
+    }
     pthread_mutex_unlock(&r->cmd_lock);
-    if (u->mode == XFER_REDIS_SENTINEL && !port) {
+    if (u->mode != XFER_REDIS_SINGLE && !port) {
         r->wac = NULL;
         schedule_retry(r, "no primary known yet");
         return;

@@ -13,7 +13,11 @@
  *   channel xfer:events                "join <node>", "leave <node>",
  *                                      "region+ <node> <name>", "region- <node> <name>"
  * Every key of a node carries the node TTL and is refreshed by the heartbeat,
- * so a crashed node leaves nothing behind once its TTL runs out.
+ * so a crashed node leaves nothing behind once its TTL runs out. On Redis
+ * Cluster (redis-cluster:// URL) xfer:nodes is split into 16 shards
+ * xfer:nodes:{s00}..{s15} (shard = CRC16(node id) mod 16); with Sentinel
+ * (redis-sentinel://) the handle follows the primary through failovers and
+ * republishes there.
  *
  * One handle plays three roles:
  *  - publisher: the node this process owns and its regions. The registry keeps
@@ -58,6 +62,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Everything declared here is libxfer's public API: exported although the
+ * library is built with -fvisibility=hidden. */
+#pragma GCC visibility push(default)
 
 struct redisAsyncContext; /* hiredis; only a pointer crosses this header */
 
@@ -264,6 +272,8 @@ int xfer_registry_poll(xfer_registry *r, int timeout_ms);
  * xfer_registry_thread_stop() or free. Callbacks then run on that thread. */
 int xfer_registry_thread_start(xfer_registry *r);
 void xfer_registry_thread_stop(xfer_registry *r);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

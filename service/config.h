@@ -21,6 +21,7 @@
 #define XFER_SERVICE_CONFIG_H
 
 #include "xfer.h"
+#include "xfer_node.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -86,8 +87,11 @@ bool xferd_addr_is_loopback(const char *addr);
  * with insecure; xferd then warns at start). */
 bool xferd_config_unauthenticated_exposed(const struct xferd_config *c);
 
-/* "64M", "4k", "1G", "123" -> bytes (binary units). */
-int xferd_parse_size(const char *s, uint64_t *out);
+/* "64M", "4k", "1G", "123" -> bytes (binary units): the node library's. */
+static inline int xferd_parse_size(const char *s, uint64_t *out)
+{
+    return xfer_node_parse_size(s, out);
+}
 /* Declares a region from "NAME:SIZE[:ACCESS]" (the --region flag). */
 int xferd_config_add_region_spec(struct xferd_config *c, const char *spec, char *why,
                                  size_t why_len);

@@ -77,6 +77,11 @@ void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const 
 {
     tcp_gpu_tx_release(t);
     __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
+    if (t->msg) { /* an engine message: status is the target engine's answer */
+        xfer_msg_done(t->msg, status, why);
+        tcp_tx_free(t);
+        return;
+    }
     xfer_batch_chunk_done(t->b, t->idx, status == 0 ? t->len : 0, status, why);
     xfer_batch_put(t->b);
     tcp_tx_free(t);
@@ -160,6 +165,8 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
     if (s->rx_region)
         xfer_region_release(s->rx_region);
     s->rx_region = NULL;
+    free(s->rx_msg);
+    s->rx_msg = NULL;
     s->rx_state = RX_HDR;
     s->rx_lo = s->rx_hi = 0;
     ready_unlink(s);
@@ -332,7 +339,7 @@ static void splice_queue(struct tcp_sock *s)
 /* Initiator: drops unsent chunks at the head whose items ended. */
 static void drop_dead_heads(struct tcp_sock *s)
 {
-    while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 &&
+    while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 && !s->tx_head->msg &&
            !xfer_batch_item_live(s->tx_head->b, s->tx_head->idx)) {
         struct tcp_tx *t = s->tx_head;
         tx_pop(s);
@@ -356,8 +363,8 @@ static const uint8_t zeros[65536];
 
 static bool gather_add(struct tcp_sock *s, struct gather *g, struct tcp_tx *t, bool head)
 {
-    bool needs_mem = !s->target && !t->pad && t->payload_sent < t->payload_len;
-    if (!s->target && !head && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
+    bool needs_mem = !s->target && !t->msg && !t->pad && t->payload_sent < t->payload_len;
+    if (!s->target && !t->msg && !head && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
         return false;
     if (needs_mem) {
         if (xfer_batch_io_begin(t->b, t->idx)) {
@@ -595,8 +602,8 @@ static void initiator_readable(struct tcp_sock *s)
 
 /* ---- target: requests ---------------------------------------------------------- */
 
-static struct tcp_tx *queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req,
-                                     uint8_t op, int status, xfer_region *r, uint8_t *payload)
+struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
+                                  int status, xfer_region *r, uint8_t *payload)
 {
     struct tcp_tx *t = calloc(1, sizeof(*t));
     if (!t) {
@@ -665,10 +672,12 @@ static int target_header(struct tcp_sock *s)
                                              h->offset, h->length, &err);
         r = gpu_chunk_fits(s, r, h->length, &err);
         served(s, r ? h->length : 0, err);
-        queue_response(s, h, XFER_WIRE_READ_RESP, err, r,
-                       r ? (uint8_t *)xfer_region_ptr(r) + h->offset : NULL);
+        tcp_queue_response(s, h, XFER_WIRE_READ_RESP, err, r,
+                           r ? (uint8_t *)xfer_region_ptr(r) + h->offset : NULL);
         return 1;
     }
+    if (h->op == XFER_WIRE_MSG_REQ)
+        return tcp_msg_header(s);
     if (h->op != XFER_WIRE_WRITE_REQ) {
         tcp_sock_fail(s, -XFER_EPROTO, "unexpected frame type from an initiator");
         return -1;
@@ -695,7 +704,7 @@ static void target_write_done(struct tcp_sock *s)
     bool gpu = s->rx_gpu;
     s->rx_gpu = false;
     struct tcp_tx *t =
-        queue_response(s, &s->rh, XFER_WIRE_WRITE_RESP, s->rx_status, gpu ? r : NULL, NULL);
+        tcp_queue_response(s, &s->rh, XFER_WIRE_WRITE_RESP, s->rx_status, gpu ? r : NULL, NULL);
     if (!gpu && r)
         xfer_region_release(r);
     if (gpu && t) {
@@ -756,7 +765,9 @@ static void target_readable(struct tcp_sock *s)
         if (n < 0 || (n == 0 && left))
             break;
         s->rx_got += (uint64_t)n;
-        if (s->rx_got == s->rh.length)
+        if (s->rx_got == s->rh.length && s->rh.op == XFER_WIRE_MSG_REQ)
+            tcp_msg_received(s);
+        else if (s->rx_got == s->rh.length)
             target_write_done(s);
         if ((size_t)n >= budget) {
             ready_push(s);

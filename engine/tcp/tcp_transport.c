@@ -276,6 +276,8 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
         close(fd);
         return;
     }
+    snprintf(s->peer_node, sizeof(s->peer_node), "%s", hp.node_id);
+    s->peer_inc = hp.incarnation;
     xfer_debug("tcp: serving %s (socket %u)", name, hp.purpose);
     tcp_thread_adopt(tt, s);
 }
@@ -473,4 +475,5 @@ const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .disconnect = tcp_disconnect,
     .conn_state = tcp_conn_state,
     .post = tcp_post,
+    .send_msg = tcp_send_msg,
 };

@@ -8,18 +8,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "naddr.h"
 #include "proto/control.pb-c.h"
 #include "xfer_handshake.h"
+#include "xfer_node.h"
 #include "xfer_registry.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void parse_addr(const char *s)
 {
-    struct naddr n;
+    struct xfer_node_addr n;
     char why[200];
-    if (s && naddr_parse(s, &n, why, sizeof(why)) == 0 &&
+    if (s && xfer_node_addr_parse(s, &n, why, sizeof(why)) == 0 &&
         (!n.node[0] || !n.region[0] || strlen(n.node) >= XFER_NAME_MAX))
         __builtin_trap(); /* accepted addresses name a node and a region */
 }
