@@ -1,7 +1,7 @@
 /* xferd: one transfer node = engine + config + registry publisher +
  * control server. See docs/service.md. */
 #include "config.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "metrics.h"
 #include "xferd.h"
 

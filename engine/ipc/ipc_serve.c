@@ -10,7 +10,7 @@
  * peer from stalling the others.
  */
 #include "handshake.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "ipc.h"
 
 #define IPC_MAP_TRACK 1024 /* mappings tracked per peer for revocation */
