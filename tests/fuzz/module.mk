@@ -13,11 +13,13 @@ REPLAY_BINS := $(patsubst tests/fuzz/fuzz_%.c,$(B)/tests/replay_%,$(FUZZ_SRCS))
 
 all: $(REPLAY_BINS) $(B)/tests/fuzz_mkseeds
 
-$(B)/tests/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/replay.o $(LIBXFER)
+# (the library by its path: this file is read before the Makefile sets
+# LIBXFER, and prerequisites expand at once)
+$(B)/tests/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/replay.o $(B)/lib/libxfer.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ $(LINK_LIBS)
 
-$(B)/tests/fuzz_mkseeds: $(B)/obj/tests/fuzz/mkseeds.o $(LIBXFER)
+$(B)/tests/fuzz_mkseeds: $(B)/obj/tests/fuzz/mkseeds.o $(B)/lib/libxfer.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< -o $@ $(LINK_LIBS)
 
