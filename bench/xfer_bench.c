@@ -8,7 +8,13 @@
  *
  *   xfer_bench [--op write|read] [--size BYTES] [--batch N] [--depth N]
  *              [--sockets N] [--threads N] [--transport tcp|ipc]
- *              [--chunk BYTES] [--seconds S] [--warmup S] [--verify] [--json]
+ *              [--chunk BYTES] [--seconds S] [--warmup S] [--count N]
+ *              [--verify] [--json]
+ *
+ * --count stops after N batches (or --seconds, whichever comes first): with
+ * two counts under `valgrind --tool=callgrind`, the difference of the
+ * instruction totals divided by the difference of the counts is the cost
+ * of one batch, repeatable on a noisy machine (bench/callgrind.sh).
  *
  * --verify writes a pattern to the peer and reads it back (both ops over the
  * transport under test) before and after the timed run; a mismatch exits 1.
@@ -35,6 +41,7 @@ struct opts {
     unsigned transport;
     uint64_t chunk;
     double seconds, warmup;
+    uint64_t count;
     bool verify, json;
 };
 
@@ -170,7 +177,7 @@ static int run(const struct opts *o, xfer_engine *e, xfer_region *l, xfer_peer *
         bench_lat_add(&res->lat, t - t_sub[d]);
         res->batches++;
         res->items += (uint64_t)o->batch;
-        if (t - t0 >= seconds)
+        if (t - t0 >= seconds || (o->count && res->batches >= o->count))
             break;
         t_sub[d] = bench_now();
         xfer_batch_submit(b[d], 60000);
@@ -246,7 +253,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: xfer_bench [--op write|read] [--size BYTES] [--batch N] [--depth N]\n"
                     "  [--sockets N] [--threads N] [--transport tcp|ipc] [--chunk BYTES]\n"
-                    "  [--seconds S] [--warmup S] [--verify] [--json]\n");
+                    "  [--seconds S] [--warmup S] [--count N] [--verify] [--json]\n");
     return 2;
 }
 
@@ -257,8 +264,9 @@ static int parse(int argc, char **argv, struct opts *o)
         {"depth", 1, 0, 'd'},   {"sockets", 1, 0, 'k'},   {"threads", 1, 0, 'n'},
         {"transport", 1, 0, 'T'}, {"chunk", 1, 0, 'c'},   {"seconds", 1, 0, 't'},
         {"warmup", 1, 0, 'w'},  {"verify", 0, 0, 'v'},    {"json", 0, 0, 'j'},
+        {"count", 1, 0, 'N'},
         {0, 0, 0, 0}};
-    *o = (struct opts){XFER_OP_WRITE, 8, 1, 1, 1, 1, XFER_TRANSPORT_TCP, 0, 1.0, 0.2, false,
+    *o = (struct opts){XFER_OP_WRITE, 8, 1, 1, 1, 1, XFER_TRANSPORT_TCP, 0, 1.0, 0.2, 0, false,
                        false};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
@@ -275,6 +283,7 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'c': o->chunk = bench_size(optarg); break;
         case 't': o->seconds = atof(optarg); break;
         case 'w': o->warmup = atof(optarg); break;
+        case 'N': o->count = strtoull(optarg, NULL, 0); break;
         case 'v': o->verify = true; break;
         case 'j': o->json = true; break;
         case 'T':

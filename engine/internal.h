@@ -92,6 +92,8 @@ struct batch_monitor { /* enforces deadlines of running batches */
     pthread_cond_t cv;
     pthread_t thread;
     bool started, stop;
+    int64_t wake_ns;  /* when the sleeping monitor wakes next: a submit with a
+                         later deadline need not wake it (mu) */
     xfer_batch *head; /* running batches, doubly linked */
 };
 
