@@ -9,7 +9,11 @@
  *   xfer_bench [--op write|read] [--size BYTES] [--batch N] [--depth N]
  *              [--sockets N] [--threads N] [--transport tcp|ipc]
  *              [--chunk BYTES] [--seconds S] [--warmup S] [--count N]
- *              [--verify] [--json]
+ *              [--verify] [--fresh] [--json]
+ *
+ * --fresh measures the first pass over freshly allocated regions: neither
+ * side touches its memory before, and the run is one pass (each of the
+ * depth x batch slots once; --size 1M --batch 16 --depth 64 = 1 GiB).
  *
  * --count stops after N batches (or --seconds, whichever comes first): with
  * two counts under `valgrind --tool=callgrind`, the difference of the
@@ -42,7 +46,7 @@ struct opts {
     uint64_t chunk;
     double seconds, warmup;
     uint64_t count;
-    bool verify, json;
+    bool verify, json, fresh;
 };
 
 static uint64_t region_bytes(const struct opts *o)
@@ -85,7 +89,8 @@ static int run_target(const struct opts *o, int out_fd, int done_fd)
     xfer_engine *e = engine("bench-target", o);
     xfer_region *r = NULL;
     if (e && xfer_region_alloc(e, "bench", region_bytes(o), XFER_ACCESS_RW, &r) == 0) {
-        memset(xfer_region_ptr(r), 0x5a, xfer_region_len(r));
+        if (!o->fresh)
+            memset(xfer_region_ptr(r), 0x5a, xfer_region_len(r));
         xfer_engine_describe(e, &h.peer);
         xfer_region_describe(r, &h.region);
         h.ok = 1;
@@ -100,8 +105,8 @@ static int run_target(const struct opts *o, int out_fd, int done_fd)
 }
 
 /* Item k of batch slot d: offsets wrap around the region. */
-static void fill(xfer_batch *b, const struct opts *o, enum xfer_op op, xfer_region *l,
-                 xfer_peer *p, const struct xfer_region_desc *rd, int d)
+static void fill(xfer_batch *b, const struct opts *o, enum xfer_op op, xfer_region *l, xfer_peer *p,
+                 const struct xfer_region_desc *rd, int d)
 {
     uint64_t slots = rd->len / o->size;
     xfer_batch_reset(b);
@@ -204,8 +209,8 @@ static void print(const struct opts *o, const struct result *r)
                "\"gbps\":%.4f,\"ops\":%.1f,\"lat_us\":{\"p50\":%.2f,\"p99\":%.2f,"
                "\"p999\":%.2f},\"verified\":%s}\n",
                op, tr, (unsigned long long)o->size, o->batch, o->depth, o->sockets, o->threads,
-               r->secs, (unsigned long long)r->batches, gbps, ops, p50 * 1e6, p99 * 1e6,
-               p999 * 1e6, o->verify ? "true" : "false");
+               r->secs, (unsigned long long)r->batches, gbps, ops, p50 * 1e6, p99 * 1e6, p999 * 1e6,
+               o->verify ? "true" : "false");
         return;
     }
     printf("%s %s size=%llu batch=%d depth=%d sockets=%d threads=%d: %.3f GB/s, %.0f ops/s, "
@@ -230,7 +235,8 @@ static int initiator(const struct opts *o, const struct hello *h)
     }
     if (o->verify && verify(e, l, p, &h->region, 7))
         goto out;
-    memset(xfer_region_ptr(l), 0xa5, xfer_region_len(l));
+    if (!o->fresh)
+        memset(xfer_region_ptr(l), 0xa5, xfer_region_len(l));
     struct result warm = {0}, res = {0};
     if (o->warmup > 0 && run(o, e, l, p, &h->region, o->warmup, &warm))
         goto out;
@@ -253,21 +259,27 @@ static int usage(void)
 {
     fprintf(stderr, "usage: xfer_bench [--op write|read] [--size BYTES] [--batch N] [--depth N]\n"
                     "  [--sockets N] [--threads N] [--transport tcp|ipc] [--chunk BYTES]\n"
-                    "  [--seconds S] [--warmup S] [--count N] [--verify] [--json]\n");
+                    "  [--seconds S] [--warmup S] [--count N] [--verify] [--fresh] [--json]\n");
     return 2;
 }
 
 static int parse(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
-        {"op", 1, 0, 'o'},      {"size", 1, 0, 's'},      {"batch", 1, 0, 'b'},
-        {"depth", 1, 0, 'd'},   {"sockets", 1, 0, 'k'},   {"threads", 1, 0, 'n'},
+        {"op", 1, 0, 'o'},        {"size", 1, 0, 's'},    {"batch", 1, 0, 'b'},
+        {"depth", 1, 0, 'd'},     {"sockets", 1, 0, 'k'}, {"threads", 1, 0, 'n'},
         {"transport", 1, 0, 'T'}, {"chunk", 1, 0, 'c'},   {"seconds", 1, 0, 't'},
-        {"warmup", 1, 0, 'w'},  {"verify", 0, 0, 'v'},    {"json", 0, 0, 'j'},
-        {"count", 1, 0, 'N'},
-        {0, 0, 0, 0}};
-    *o = (struct opts){XFER_OP_WRITE, 8, 1, 1, 1, 1, XFER_TRANSPORT_TCP, 0, 1.0, 0.2, 0, false,
-                       false};
+        {"warmup", 1, 0, 'w'},    {"verify", 0, 0, 'v'},  {"json", 0, 0, 'j'},
+        {"count", 1, 0, 'N'},     {"fresh", 0, 0, 'F'},   {0, 0, 0, 0}};
+    *o = (struct opts){.op = XFER_OP_WRITE,
+                       .size = 8,
+                       .batch = 1,
+                       .depth = 1,
+                       .sockets = 1,
+                       .threads = 1,
+                       .transport = XFER_TRANSPORT_TCP,
+                       .seconds = 1.0,
+                       .warmup = 0.2};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
         case 'o':
@@ -275,30 +287,61 @@ static int parse(int argc, char **argv, struct opts *o)
                 return usage();
             o->op = strcmp(optarg, "write") ? XFER_OP_READ : XFER_OP_WRITE;
             break;
-        case 's': o->size = bench_size(optarg); break;
-        case 'b': o->batch = atoi(optarg); break;
-        case 'd': o->depth = atoi(optarg); break;
-        case 'k': o->sockets = atoi(optarg); break;
-        case 'n': o->threads = atoi(optarg); break;
-        case 'c': o->chunk = bench_size(optarg); break;
-        case 't': o->seconds = atof(optarg); break;
-        case 'w': o->warmup = atof(optarg); break;
-        case 'N': o->count = strtoull(optarg, NULL, 0); break;
-        case 'v': o->verify = true; break;
-        case 'j': o->json = true; break;
+        case 's':
+            o->size = bench_size(optarg);
+            break;
+        case 'b':
+            o->batch = atoi(optarg);
+            break;
+        case 'd':
+            o->depth = atoi(optarg);
+            break;
+        case 'k':
+            o->sockets = atoi(optarg);
+            break;
+        case 'n':
+            o->threads = atoi(optarg);
+            break;
+        case 'c':
+            o->chunk = bench_size(optarg);
+            break;
+        case 't':
+            o->seconds = atof(optarg);
+            break;
+        case 'w':
+            o->warmup = atof(optarg);
+            break;
+        case 'N':
+            o->count = strtoull(optarg, NULL, 0);
+            break;
+        case 'F':
+            o->fresh = true;
+            break;
+        case 'v':
+            o->verify = true;
+            break;
+        case 'j':
+            o->json = true;
+            break;
         case 'T':
             if (xfer_transports_parse(optarg, &o->transport) < 0 ||
                 (o->transport != XFER_TRANSPORT_TCP && o->transport != XFER_TRANSPORT_IPC))
                 return usage();
             break;
-        default: return usage();
+        default:
+            return usage();
         }
     }
     if (optind != argc || o->size == 0 || o->size > (256ull << 20) || o->batch < 1 ||
-        o->batch > 4096 || o->depth < 1 || o->depth > 1024 || o->sockets < 1 ||
-        o->sockets > 64 || o->threads < 1 || o->threads > 64 || !(o->seconds > 0) ||
-        o->warmup < 0)
+        o->batch > 4096 || o->depth < 1 || o->depth > 1024 || o->sockets < 1 || o->sockets > 64 ||
+        o->threads < 1 || o->threads > 64 || !(o->seconds > 0) || o->warmup < 0 ||
+        (o->fresh && o->verify))
         return usage();
+    if (o->fresh) { /* one pass, nothing touched before */
+        o->warmup = 0;
+        o->count = (uint64_t)o->depth;
+        o->seconds = 600;
+    }
     return 0;
 }
 

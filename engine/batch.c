@@ -408,8 +408,7 @@ static void maybe_finish(xfer_batch *b)
 }
 
 /* True if b became DONE (waiters not woken yet). */
-static bool chunk_done_locked(xfer_batch *b, size_t i, uint64_t bytes, int status,
-                              const char *why)
+static bool chunk_done_locked(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
 {
     bool done = false;
     if (b->state == B_RUNNING && i < b->n && b->items[i].open) {
@@ -437,8 +436,7 @@ void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, 
 /* The waiter is woken after b->mu is let go (our hold keeps b alive), so it
  * does not wake into a held lock: that cost two more futex calls and a
  * context switch per small batch. */
-void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status,
-                               const char *why)
+void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
 {
     pthread_mutex_lock(&b->mu);
     bool done = chunk_done_locked(b, i, bytes, status, why);

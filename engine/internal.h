@@ -58,6 +58,9 @@ void region_cuda_close(xfer_region *r);
 bool region_pin(xfer_region *r);
 void region_unpin(xfer_region *r);
 void region_table_init(struct region_table *t);
+/* memfd of len bytes, mapped and pre-faulted, on huge pages where the host
+ * has them (region_mem.c). 0 or -XFER_E* with the reason in the last error. */
+int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, void **ptr_out);
 void region_table_destroy(xfer_engine *e);
 
 /* ---- peers -------------------------------------------------------------- */

@@ -88,7 +88,7 @@ struct tcp_sock {
     struct tcp_sock *kick_next;         /* th->mu */
     struct tcp_sock *ready_next;        /* owner */
     struct tcp_sock *grave_next;        /* th->mu */
-    pthread_mutex_t iomu; /* held by whoever does this socket's I/O (see top) */
+    pthread_mutex_t iomu;               /* held by whoever does this socket's I/O (see top) */
     /* shared send queue */
     pthread_mutex_t qmu;
     bool gpu_seen; /* qmu: GPU chunks were queued: no direct sends (staging is the owner's) */
@@ -107,7 +107,7 @@ struct tcp_sock {
     uint8_t *rx_dst; /* target: region memory, NULL = discard */
     xfer_region *rx_region;
     int rx_status;
-    int rx_errno; /* why the last recv failed, 0 = EOF */
+    int rx_errno;  /* why the last recv failed, 0 = EOF */
     bool rx_short; /* the last recv returned less than asked: the socket is
                       drained, and new data brings a new edge (EPOLLET) */
     /* payload into GPU memory: received into a staging slot first */

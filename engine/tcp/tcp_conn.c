@@ -329,8 +329,8 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     for (size_t k = 0; k < n; k++)
         post_item(tc, b, idx[k], chunk, kick);
     for (int k = 0; k < tc->n; k++)
-        if (kick[k] && !(tc->tt->direct && !tc->socks[k]->target &&
-                         tcp_sock_send_direct(tc->socks[k])))
+        if (kick[k] &&
+            !(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
     return 0;
 }
