@@ -7,7 +7,8 @@
 #   make demo       deps + build + local redis + two workers + named transfers
 #   make bench      benchmarks (see README)
 #   make deps       install missing Debian packages (root), quick when present
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   libxfer.so, headers, xferd, xferctl
+#   make python     the Python package into $(B)/venv (offline)
 #   make clean
 
 .DEFAULT_GOAL := all
@@ -27,7 +28,10 @@ endif
 PREFIX ?= /usr/local
 CC ?= cc
 CPPFLAGS += -D_GNU_SOURCE -I. -Iengine -Iproto -Iregistry -Ikernels -Iservice -I$(B)/gen
-CFLAGS += -std=c11 -Wall -Wextra -Werror $(OPT) -fPIC -pthread -MMD -MP $(SANFLAGS)
+# -fvisibility=hidden: libxfer.so exports only what the public headers mark
+# (XFER_API, or a header-wide visibility pragma); the in-tree programs link
+# the static archive and see everything.
+CFLAGS += -std=c11 -Wall -Wextra -Werror $(OPT) -fPIC -fvisibility=hidden -pthread -MMD -MP $(SANFLAGS)
 LDFLAGS += -pthread $(SANFLAGS)
 VERBS_LIBS ?= -libverbs -lrdmacm
 EXT_LIBS := -lhiredis -levent -levent_pthreads -lprotobuf-c -lcrypto -lm -ldl -lrt
@@ -43,7 +47,7 @@ ifeq ($(XFER_WITH_CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CPPFLAGS += -DXFER_WITH_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++
-NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC,-Wall,-Werror -I. -Iengine -Ikernels \
+NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror -I. -Iengine -Ikernels \
              -gencode arch=compute_90,code=[sm_90,compute_90] -gencode arch=compute_80,code=sm_80
 endif
 
@@ -65,6 +69,16 @@ ifeq ($(XFER_WITH_CUDA),1)
 LIB_OBJS += $(patsubst %.cu,$(B)/obj/%.cu.o,$(CU_SRCS))
 endif
 LIBXFER := $(B)/lib/libxfer.a
+# The shared library is the public one: the layers below the service only
+# (engine, registry, proto, kernels, node), never xferd's or xferctl's code.
+SO_LAYERS := engine registry proto kernels node
+SO_OBJS := $(filter $(foreach l,$(SO_LAYERS),$(B)/obj/$(l)/%) $(B)/gen/%,$(LIB_OBJS))
+XFER_SOVERSION := 0
+LIBXFER_SO := $(B)/lib/libxfer.so
+# Headers installed under include/xfer/ (they include each other by bare name).
+PUBLIC_HEADERS := engine/xfer.h engine/xfer_err.h engine/xfer_gpu_ring.h \
+                  registry/xfer_registry.h kernels/xfer_kernels.h kernels/xfer_ring.h \
+                  kernels/xfer_ring_proto.h kernels/xfer_dev.cuh $(wildcard node/xfer_node.h)
 LINK_LIBS = $(LIBXFER) $(EXT_LIBS) $(VERBS_LIBS) $(CUDA_LIBS)
 
 prog_name = $(word 1,$(subst :, ,$(1)))
@@ -73,7 +87,7 @@ BIN_TARGETS := $(foreach p,$(PROGS),$(B)/bin/$(call prog_name,$(p)))
 TEST_TARGETS := $(foreach p,$(TEST_PROGS),$(B)/tests/$(call prog_name,$(p)))
 BENCH_TARGETS := $(foreach p,$(BENCH_PROGS),$(B)/bench/$(call prog_name,$(p)))
 
-all: $(LIBXFER) $(BIN_TARGETS) $(TEST_TARGETS) $(BENCH_TARGETS) $(UNIT_BINS)
+all: $(LIBXFER) $(LIBXFER_SO) $(BIN_TARGETS) $(TEST_TARGETS) $(BENCH_TARGETS) $(UNIT_BINS)
 
 # Generated protobuf-c sources must exist before anything includes them:
 # every object (library, mains, tests) waits for them.
@@ -93,6 +107,14 @@ $(LIBXFER): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# -z defs: every symbol resolves inside the listed libraries (a layer that
+# reached into service/ would fail here); --exclude-libs keeps the static
+# CUDA runtime's symbols out of the export table.
+$(LIBXFER_SO): $(SO_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libxfer.so.$(XFER_SOVERSION) -Wl,-z,defs -Wl,--exclude-libs,ALL \
+	    $(LDFLAGS) $^ -o $@ $(EXT_LIBS) $(VERBS_LIBS) $(CUDA_LIBS)
+
 define prog_rule
 $(2)/$(call prog_name,$(1)): $(B)/obj/$(call prog_main,$(1)) $(LIBXFER)
 	@mkdir -p $$(dir $$@)
@@ -108,6 +130,12 @@ $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(LIBXFER)
 
 deps:
 	@bash mk/deps.sh
+
+# The Python package into a venv, offline (mk/python.sh; README "Python").
+PYTHON ?= /usr/bin/python3
+PY_VENV ?= $(B)/venv
+python: $(LIBXFER_SO)
+	@B=$(B) PYTHON=$(PYTHON) bash mk/python.sh $(PY_VENV)
 
 test: deps
 	@$(MAKE) --no-print-directory all
@@ -127,8 +155,10 @@ bench: deps
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/xfer
 	install -m 755 $(BIN_TARGETS) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(LIBXFER) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 engine/xfer.h $(wildcard registry/xfer_registry.h) $(DESTDIR)$(PREFIX)/include/xfer/
+	install -m 755 $(LIBXFER_SO) $(DESTDIR)$(PREFIX)/lib/libxfer.so.$(XFER_SOVERSION)
+	ln -sf libxfer.so.$(XFER_SOVERSION) $(DESTDIR)$(PREFIX)/lib/libxfer.so
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/xfer/
+	-[[ -n "$(DESTDIR)" ]] || ldconfig
 
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h' '*.cu')
@@ -136,6 +166,6 @@ format:
 clean:
 	rm -rf build build-san build-fuzz dist
 
-.PHONY: all deps test test-unit demo bench install format clean
+.PHONY: all deps test test-unit demo bench install format clean python
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

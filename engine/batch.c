@@ -47,6 +47,7 @@ struct xfer_batch {
     int deadline_ms;
     xfer_batch *mon_prev, *mon_next;
     bool on_monitor;
+    struct batch_notes notes; /* bound notifications (notify_bind.c) */
 };
 
 /* ---- deadline monitor ------------------------------------------------------ */
@@ -96,23 +97,14 @@ static void maybe_finish(xfer_batch *b);
 static void batch_expire(xfer_batch *b)
 {
     pthread_mutex_lock(&b->mu);
-    if (b->state == B_RUNNING && b->n_open > 0) {
+    if (b->state == B_RUNNING && (b->n_open > 0 || b->notes.n_unacked > 0)) {
         char why[64];
         snprintf(why, sizeof(why), "deadline of %d ms passed", b->deadline_ms);
         end_open_items(b, -XFER_ETIMEDOUT, why);
+        notes_abort(&b->notes, -XFER_ETIMEDOUT, why);
         maybe_finish(b);
     }
     pthread_mutex_unlock(&b->mu);
-}
-
-static struct timespec abs_realtime_in_ns(int64_t ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ns += ts.tv_nsec;
-    ts.tv_sec += ns / 1000000000;
-    ts.tv_nsec = ns % 1000000000;
-    return ts;
 }
 
 /* Sleeps until the earliest deadline, expires what is due. A deadline fires
@@ -142,7 +134,7 @@ static void *monitor_main(void *arg)
             pthread_mutex_lock(&m->mu);
             continue;
         }
-        struct timespec ts = abs_realtime_in_ns(next - now);
+        struct timespec ts = xfer_mono_after_ns(next - now);
         m->wake_ns = next;
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
         m->wake_ns = 0;
@@ -155,7 +147,7 @@ int batch_monitor_start(xfer_engine *e)
 {
     struct batch_monitor *m = &e->monitor;
     pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->cv, NULL);
+    xfer_cond_init_mono(&m->cv);
     if (pthread_create(&m->thread, NULL, monitor_main, e) != 0) {
         xfer_engine_set_error(e, "cannot start the deadline thread");
         return -XFER_ENOMEM;
@@ -210,7 +202,7 @@ xfer_batch *xfer_batch_new(xfer_engine *e, int *err)
     }
     b->engine = e;
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
+    xfer_cond_init_mono(&b->cv);
     b->refs = 1;
     b->state = B_IDLE;
     rc = 0;
@@ -239,6 +231,7 @@ static int put_locked(xfer_batch *b)
 static void batch_destroy(xfer_batch *b)
 {
     close(b->efd);
+    notes_free(&b->notes);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b->items);
@@ -269,7 +262,7 @@ void xfer_batch_free(xfer_batch *b)
 static int wait_unheld(xfer_batch *b)
 {
     int64_t limit = (int64_t)b->engine->cfg.io_timeout_ms * 1000000 + 2000000000;
-    struct timespec ts = abs_realtime_in_ns(limit);
+    struct timespec ts = xfer_mono_after_ns(limit);
     while (__atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > 1)
         if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
             return __atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > 1 ? -XFER_EBUSY : 0;
@@ -285,6 +278,7 @@ int xfer_batch_reset(xfer_batch *b)
     if (rc == 0) {
         b->n = 0;
         b->state = B_IDLE;
+        notes_free(&b->notes);
     }
     pthread_mutex_unlock(&b->mu);
     return rc;
@@ -352,6 +346,38 @@ size_t xfer_batch_count(const xfer_batch *b)
 
 /* ---- completion ------------------------------------------------------------- */
 
+/* A notification finished: acknowledged by the target or failed. */
+static void note_done(struct msg_out *o, int status, const char *why)
+{
+    xfer_batch *b = o->b;
+    pthread_mutex_lock(&b->mu);
+    if (b->state == B_RUNNING && o->run == b->notes.run && o->note < b->notes.n &&
+        notes_finish(&b->notes, o->note, status, why))
+        maybe_finish(b);
+    pthread_mutex_unlock(&b->mu);
+    xfer_batch_put(b);
+}
+
+/* Sends binding k (its items all ended). b->mu held; msg_send only queues. */
+static void note_send(xfer_batch *b, size_t k)
+{
+    struct msg_out *o = notes_frame(b->engine, &b->notes, k);
+    if (!o) {
+        notes_finish(&b->notes, k, -XFER_ENOMEM, "out of memory for a notification");
+        return; /* the caller's maybe_finish sees it */
+    }
+    o->b = b;
+    o->done = note_done;
+    xfer_batch_hold(b);
+    if (msg_send(b->engine, o) < 0) { /* engine shutting down */
+        /* Not the last reference (the caller's is alive) and b->mu is held:
+         * drop the hold without xfer_batch_put, which locks mu. */
+        __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
+        free(o);
+        notes_finish(&b->notes, k, -XFER_ECANCELED, "engine is shutting down");
+    }
+}
+
 /* b->mu held. */
 static void item_end(xfer_batch *b, size_t i, int status, const char *why)
 {
@@ -371,6 +397,11 @@ static void item_end(xfer_batch *b, size_t i, int status, const char *why)
     int ti = transport_index(bi->tbit);
     if (ti >= 0)
         stats_count_item(&e->tstats[ti], bi->it.op, bytes, status, lat_us);
+    if (b->notes.n) { /* the fence: the last item of a peer sends its notification */
+        long k = notes_item_end(&b->notes, bi->it.peer, i, status);
+        if (k >= 0)
+            note_send(b, (size_t)k);
+    }
 }
 
 static void end_open_items(xfer_batch *b, int status, const char *why)
@@ -383,7 +414,7 @@ static void end_open_items(xfer_batch *b, int status, const char *why)
  * waiters: true if it did. b->mu held. */
 static bool finish_quiet(xfer_batch *b)
 {
-    if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0)
+    if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0 || b->notes.n_unacked > 0)
         return false;
     b->state = B_DONE;
     b->result = 0;
@@ -392,6 +423,8 @@ static bool finish_quiet(xfer_batch *b)
             b->result = b->items[i].status;
         region_unpin(b->items[i].it.local);
     }
+    if (b->result == 0)
+        b->result = notes_result(&b->notes);
     monitor_unlink(b->engine, b);
     /* The eventfd costs a system call per batch: only once someone has it. */
     uint64_t one = 1;
@@ -569,6 +602,12 @@ static int start_run(xfer_batch *b, int deadline_ms)
     b->io_active = 0;
     b->result = -XFER_EINPROGRESS;
     b->state = B_RUNNING;
+    notes_start(&b->notes);
+    for (size_t i = 0; i < b->n; i++)
+        notes_count(&b->notes, b->items[i].it.peer);
+    for (size_t k = 0; k < b->notes.n; k++) /* bindings without items go now */
+        if (b->notes.v[k].n_items == 0)
+            note_send(b, k);
     return 0;
 }
 
@@ -577,14 +616,14 @@ int xfer_batch_submit(xfer_batch *b, int deadline_ms)
     if (!b)
         return -XFER_EINVAL;
     pthread_mutex_lock(&b->mu);
-    int rc = b->state == B_RUNNING ? -XFER_EBUSY : b->n == 0 ? -XFER_EINVAL : 0;
+    int rc = b->state == B_RUNNING ? -XFER_EBUSY : b->n == 0 && b->notes.n == 0 ? -XFER_EINVAL : 0;
     if (rc == 0)
         rc = start_run(b, deadline_ms);
     size_t n = b->n;
     pthread_mutex_unlock(&b->mu);
     if (rc < 0)
         return rc;
-    size_t *idx = malloc(n * sizeof(*idx));
+    size_t *idx = malloc((n ? n : 1) * sizeof(*idx));
     if (!idx) {
         pthread_mutex_lock(&b->mu);
         end_open_items(b, -XFER_ENOMEM, "out of memory at submit");
@@ -660,7 +699,7 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
                    ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     if (limit_ns < 0)
         limit_ns = 0;
-    struct timespec ts = abs_realtime_in_ns(limit_ns);
+    struct timespec ts = xfer_mono_after_ns(limit_ns);
     while (b->state == B_RUNNING)
         if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
             break;
@@ -681,10 +720,11 @@ int xfer_batch_cancel(xfer_batch *b)
         return 0;
     }
     end_open_items(b, -XFER_ECANCELED, "cancelled");
+    notes_abort(&b->notes, -XFER_ECANCELED, "cancelled");
     maybe_finish(b);
     /* io_begin/io_end pairs span one system call each: this is short. */
     int64_t limit = ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
-    struct timespec ts = abs_realtime_in_ns(limit);
+    struct timespec ts = xfer_mono_after_ns(limit);
     while (b->state == B_RUNNING)
         if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
             break;
@@ -692,6 +732,33 @@ int xfer_batch_cancel(xfer_batch *b)
     pthread_mutex_unlock(&b->mu);
     if (rc < 0)
         xfer_engine_set_error(b->engine, "cancel: a transport still touches the memory");
+    return rc;
+}
+
+int xfer_batch_notify(xfer_batch *b, xfer_peer *p, const void *msg, size_t len)
+{
+    if (!b || !p || p->engine != b->engine || (len && !msg) || len > XFER_NOTIFY_MAX) {
+        if (b)
+            xfer_engine_set_error(b->engine, "notify: bad peer or message over %u bytes",
+                                  XFER_NOTIFY_MAX);
+        return -XFER_EINVAL;
+    }
+    pthread_mutex_lock(&b->mu);
+    int rc = b->state == B_RUNNING ? -XFER_EBUSY : notes_bind(&b->notes, p, msg, len);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+int xfer_batch_notify_status(const xfer_batch *b, const xfer_peer *p)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
+    int rc = -XFER_ENOENT;
+    for (size_t k = 0; k < b->notes.n; k++)
+        if (b->notes.v[k].peer == p)
+            rc = b->state == B_IDLE ? -XFER_EINPROGRESS : b->notes.v[k].status;
+    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
     return rc;
 }
 

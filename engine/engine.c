@@ -22,6 +22,7 @@ void xfer_engine_config_init(struct xfer_engine_config *cfg)
     cfg->connect_timeout_ms = 5000;
     cfg->io_timeout_ms = 10000;
     cfg->default_deadline_ms = 60000;
+    cfg->notify_queue_len = 1024;
 }
 
 int64_t engine_now_ns(void)
@@ -103,6 +104,7 @@ static int copy_config(xfer_engine *e, const struct xfer_engine_config *cfg)
     DEFAULT_IF_ZERO(connect_timeout_ms);
     DEFAULT_IF_ZERO(io_timeout_ms);
     DEFAULT_IF_ZERO(default_deadline_ms);
+    DEFAULT_IF_ZERO(notify_queue_len);
 #undef DEFAULT_IF_ZERO
     const char *bp = getenv("XFER_BUSY_POLL_US");
     if (e->cfg.busy_poll_us <= 0)
@@ -138,7 +140,7 @@ static int open_transports(xfer_engine *e)
         rc = ops->open(e, &t);
         if (rc < 0 || !t) {
             xfer_warn("transport %s failed to open: %s (%s)", ops->name, xfer_strerror(rc),
-                      e->last_err);
+                      xfer_engine_last_error(e));
             continue;
         }
         t->ops = ops;
@@ -175,9 +177,15 @@ xfer_engine *xfer_engine_new(const struct xfer_engine_config *cfg, int *err)
     if (rc < 0)
         goto free_engine;
     e->incarnation = random_incarnation();
-    rc = batch_monitor_start(e);
+    rc = notify_queue_init(e);
     if (rc < 0)
         goto free_engine;
+    rc = msg_thread_start(e);
+    if (rc < 0)
+        goto free_queue;
+    rc = batch_monitor_start(e);
+    if (rc < 0)
+        goto stop_msgs;
     rc = open_transports(e);
     if (rc < 0)
         goto stop_monitor;
@@ -193,8 +201,12 @@ xfer_engine *xfer_engine_new(const struct xfer_engine_config *cfg, int *err)
     return e;
 
 stop_monitor:
-    xfer_err("engine %s: %s", e->node_id, e->last_err);
+    xfer_err("engine %s: %s", e->node_id, xfer_engine_last_error(e));
     batch_monitor_stop(e);
+stop_msgs:
+    msg_thread_stop(e);
+free_queue:
+    notify_queue_destroy(e);
 free_engine:
     region_table_destroy(e);
     peer_table_destroy(e);
@@ -214,17 +226,29 @@ void xfer_engine_free(xfer_engine *e)
         return;
     peer_repair_stop(e);   /* no reconnects from here on */
     batch_monitor_stop(e); /* cancels what still runs */
+    msg_thread_stop(e);    /* fails unsent messages */
     peer_table_destroy(e); /* disconnects */
     close_transports(e);   /* joins progress threads */
+    notify_queue_destroy(e);
     region_table_destroy(e);
     free(e->secret);
     pthread_mutex_destroy(&e->err_mu);
     free(e);
 }
 
+/* Workers, the registry thread and progress threads set errors at any
+ * time: the text is copied out under the lock into the caller's own
+ * thread-local buffer, so a reader never sees a string being rewritten. */
 const char *xfer_engine_last_error(const xfer_engine *e)
 {
-    return e ? e->last_err : "no engine";
+    static _Thread_local char copy[sizeof(e->last_err)];
+    if (!e)
+        return "no engine";
+    xfer_engine *me = (xfer_engine *)e; /* the lock, not the text, changes */
+    pthread_mutex_lock(&me->err_mu);
+    memcpy(copy, e->last_err, sizeof(copy));
+    pthread_mutex_unlock(&me->err_mu);
+    return copy;
 }
 
 void xfer_engine_set_error(xfer_engine *e, const char *fmt, ...)

@@ -26,6 +26,7 @@ static const char *const err_text[XFER_ERR_MAX] = {
     [XFER_EMISMATCH] = "layouts disagree",
     [XFER_ENOSPC] = "capacity exhausted",
     [XFER_EUNAVAIL] = "service unavailable",
+    [XFER_ETRUNC] = "message longer than the receive buffer",
 };
 
 const char *xfer_strerror(int err)

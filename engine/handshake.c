@@ -94,6 +94,18 @@ static void fill_peer(const struct xfer_hs_hello *h, struct xfer_hs_peer *peer)
     peer->purpose = h->purpose;
 }
 
+/* Decodes a peer's hello and checks its protocol version. */
+static int check_hello(const uint8_t *buf, size_t len, struct xfer_hs_hello *h, char *why,
+                       size_t wl)
+{
+    if (xfer_hs_hello_unpack(buf, len, h))
+        return fail(-XFER_EPROTO, why, wl, "handshake: malformed hello");
+    if (h->version != XFER_PROTO_VERSION)
+        return fail(-XFER_EPROTO, why, wl, "handshake: peer %s speaks protocol %u, we speak %u",
+                    h->node_id, h->version, XFER_PROTO_VERSION);
+    return 0;
+}
+
 static int recv_hello(int fd, int64_t deadline, struct xfer_hs_hello *h, char *why, size_t wl)
 {
     uint8_t *buf;
@@ -101,14 +113,9 @@ static int recv_hello(int fd, int64_t deadline, struct xfer_hs_hello *h, char *w
     int rc = recv_msg(fd, deadline, &buf, &len);
     if (rc)
         return fail(rc, why, wl, "handshake: no hello from peer: %s", xfer_strerror(rc));
-    rc = xfer_hs_hello_unpack(buf, len, h);
+    rc = check_hello(buf, len, h, why, wl);
     free(buf);
-    if (rc)
-        return fail(rc, why, wl, "handshake: malformed hello");
-    if (h->version != XFER_PROTO_VERSION)
-        return fail(-XFER_EPROTO, why, wl, "handshake: peer %s speaks protocol %u, we speak %u",
-                    h->node_id, h->version, XFER_PROTO_VERSION);
-    return 0;
+    return rc;
 }
 
 static int client_check_server(const struct xfer_hs_self *self, const struct xfer_hs_hello *mine,
@@ -125,8 +132,7 @@ static int client_check_server(const struct xfer_hs_self *self, const struct xfe
     if (rc)
         return fail(rc, why, wl, "handshake: HMAC failed");
     if (!proof_ok(srv->proof, srv->proof_len, want))
-        return fail(-XFER_EAUTH, why, wl, "handshake: %s did not prove the cluster secret",
-                    srv->node_id);
+        return fail(-XFER_EAUTH, why, wl, "handshake: %s: %s", srv->node_id, XFER_HS_AUTH_FAILED);
     return 0;
 }
 
@@ -146,8 +152,14 @@ int xfer_handshake_client(int fd, const struct xfer_hs_self *self, int timeout_m
     if (rc)
         return rc;
     rc = client_check_server(self, &mine, &srv, why, wl);
-    if (rc)
+    if (rc) {
+        /* Both have secrets that differ: an empty proof lets the server
+         * log why, too. */
+        struct xfer_hs_auth none = {.proof_len = 0};
+        if (rc == -XFER_EAUTH && self->secret && srv.auth)
+            (void)send_msg(fd, buf, xfer_hs_auth_pack(&none, buf, sizeof(buf)), deadline);
         return rc;
+    }
     struct xfer_hs_auth auth = {.proof_len = 0};
     if (self->secret) {
         rc = compute_proof(self, "cli1", srv.nonce, mine.nonce, mine.node_id, srv.node_id,
@@ -177,13 +189,34 @@ int xfer_handshake_client(int fd, const struct xfer_hs_self *self, int timeout_m
     return 0;
 }
 
-/* Tells the client why it was refused (best effort) and returns the code. */
-static int refuse(int fd, int64_t deadline, int code, char *why, size_t wl, const char *msg)
+struct xfer_hs_server {
+    struct xfer_hs_self self;
+    struct xfer_hs_hello cli, mine;
+    int step; /* 0: hello awaited, 1: proof awaited, 2: finished */
+};
+
+_Static_assert(XFER_HS_FRAME_MAX == XFER_HS_MSG_MAX, "one handshake frame limit");
+
+xfer_hs_server *xfer_hs_server_new(const struct xfer_hs_self *self)
+{
+    xfer_hs_server *h = calloc(1, sizeof(*h));
+    if (h)
+        h->self = *self;
+    return h;
+}
+
+void xfer_hs_server_free(xfer_hs_server *h)
+{
+    free(h);
+}
+
+/* Packs the refusal the client is told (best effort) and returns the code. */
+static int refuse(int code, uint8_t *out, int *out_len, char *why, size_t wl, const char *msg)
 {
     struct xfer_hs_result res = {.status = code};
     snprintf(res.message, sizeof(res.message), "%s", msg);
-    uint8_t buf[XFER_HS_MSG_MAX];
-    (void)send_msg(fd, buf, xfer_hs_result_pack(&res, buf, sizeof(buf)), deadline);
+    int n = xfer_hs_result_pack(&res, out, XFER_HS_MSG_MAX);
+    *out_len = n >= 0 ? n : -1;
     return fail(code, why, wl, "handshake: %s", msg);
 }
 
@@ -193,58 +226,98 @@ static int server_check_client(const struct xfer_hs_self *self, const struct xfe
 {
     if (!self->secret)
         return 0; /* a client with a secret refuses us itself */
-    if (auth->proof_len == 0) {
-        snprintf(msg, ml, "peer %s sent no proof of the cluster secret", cli->node_id);
-        return -XFER_EAUTH;
-    }
     uint8_t want[XFER_HS_PROOF_LEN];
     if (compute_proof(self, "cli1", mine->nonce, cli->nonce, cli->node_id, mine->node_id, want))
         return -XFER_EIO;
     if (!proof_ok(auth->proof, auth->proof_len, want)) {
-        snprintf(msg, ml, "peer %s has a wrong cluster secret", cli->node_id);
+        snprintf(msg, ml, "%s: %s", cli->node_id, XFER_HS_AUTH_FAILED);
         return -XFER_EAUTH;
     }
     return 0;
 }
 
+static int step_hello(xfer_hs_server *h, const uint8_t *in, size_t in_len, uint8_t *out,
+                      int *out_len, char *why, size_t wl)
+{
+    int rc = check_hello(in, in_len, &h->cli, why, wl);
+    if (rc)
+        return rc;
+    rc = make_hello(&h->self, &h->mine);
+    if (rc == 0 && h->self.secret) {
+        rc = compute_proof(&h->self, "srv1", h->cli.nonce, h->mine.nonce, h->cli.node_id,
+                           h->mine.node_id, h->mine.proof);
+        h->mine.proof_len = XFER_HS_PROOF_LEN;
+    }
+    if (rc)
+        return fail(rc, why, wl, "handshake: no random bytes or HMAC failed");
+    int n = xfer_hs_hello_pack(&h->mine, out, XFER_HS_MSG_MAX);
+    if (n < 0)
+        return fail(n, why, wl, "handshake: packing hello: %s", xfer_strerror(n));
+    *out_len = n;
+    return XFER_HS_MORE;
+}
+
+static int step_auth(xfer_hs_server *h, const uint8_t *in, size_t in_len, uint8_t *out,
+                     int *out_len, struct xfer_hs_peer *peer, char *why, size_t wl)
+{
+    struct xfer_hs_auth auth;
+    int rc = xfer_hs_auth_unpack(in, in_len, &auth);
+    if (rc)
+        return refuse(rc, out, out_len, why, wl, "malformed proof message");
+    char msg[200] = "";
+    rc = server_check_client(&h->self, &h->cli, &h->mine, &auth, msg, sizeof(msg));
+    if (rc)
+        return refuse(rc, out, out_len, why, wl, msg[0] ? msg : "HMAC failed");
+    struct xfer_hs_result ok = {.status = 0};
+    int n = xfer_hs_result_pack(&ok, out, XFER_HS_MSG_MAX);
+    if (n < 0)
+        return fail(n, why, wl, "handshake: packing result: %s", xfer_strerror(n));
+    *out_len = n;
+    fill_peer(&h->cli, peer);
+    return 0;
+}
+
+int xfer_hs_server_step(xfer_hs_server *h, const uint8_t *in, size_t in_len, uint8_t *out,
+                        int *out_len, struct xfer_hs_peer *peer, char *why, size_t wl)
+{
+    *out_len = -1;
+    if (in_len > XFER_HS_MSG_MAX)
+        return fail(-XFER_EPROTO, why, wl, "handshake: frame of %zu bytes", in_len);
+    int step = h->step;
+    h->step = 2; /* a failed step finishes the exchange */
+    int rc = step == 0   ? step_hello(h, in, in_len, out, out_len, why, wl)
+             : step == 1 ? step_auth(h, in, in_len, out, out_len, peer, why, wl)
+                         : fail(-XFER_EPROTO, why, wl, "handshake: already finished");
+    if (rc == XFER_HS_MORE)
+        h->step = step + 1;
+    return rc;
+}
+
+/* The blocking server: the state machine fed from the socket. */
 int xfer_handshake_server(int fd, const struct xfer_hs_self *self, int timeout_ms,
                           struct xfer_hs_peer *peer, char *why, size_t wl)
 {
     int64_t deadline = xfer_now_ms() + timeout_ms;
-    struct xfer_hs_hello cli, mine;
-    uint8_t buf[XFER_HS_MSG_MAX];
-    int rc = recv_hello(fd, deadline, &cli, why, wl);
-    if (rc)
-        return rc;
-    rc = make_hello(self, &mine);
-    if (rc == 0 && self->secret) {
-        rc = compute_proof(self, "srv1", cli.nonce, mine.nonce, cli.node_id, mine.node_id,
-                           mine.proof);
-        mine.proof_len = XFER_HS_PROOF_LEN;
+    xfer_hs_server h = {.self = *self};
+    uint8_t out[XFER_HS_MSG_MAX];
+    for (;;) {
+        uint8_t *in;
+        size_t in_len;
+        int out_len;
+        int rc = recv_msg(fd, deadline, &in, &in_len);
+        if (rc)
+            return h.step == 0
+                       ? fail(rc, why, wl, "handshake: no hello from peer: %s", xfer_strerror(rc))
+                       : fail(rc, why, wl, "handshake: no proof from %s: %s", h.cli.node_id,
+                              xfer_strerror(rc));
+        rc = xfer_hs_server_step(&h, in, in_len, out, &out_len, peer, why, wl);
+        free(in);
+        int src = out_len >= 0 ? send_msg(fd, out, out_len, deadline) : 0;
+        if (rc == 0 && src)
+            return fail(src, why, wl, "handshake: sending result: %s", xfer_strerror(src));
+        if (rc != XFER_HS_MORE)
+            return rc;
+        if (src)
+            return fail(src, why, wl, "handshake: sending hello: %s", xfer_strerror(src));
     }
-    if (rc)
-        return fail(rc, why, wl, "handshake: no random bytes or HMAC failed");
-    rc = send_msg(fd, buf, xfer_hs_hello_pack(&mine, buf, sizeof(buf)), deadline);
-    if (rc)
-        return fail(rc, why, wl, "handshake: sending hello: %s", xfer_strerror(rc));
-    uint8_t *abuf;
-    size_t alen;
-    struct xfer_hs_auth auth;
-    rc = recv_msg(fd, deadline, &abuf, &alen);
-    if (rc)
-        return fail(rc, why, wl, "handshake: no proof from %s: %s", cli.node_id, xfer_strerror(rc));
-    rc = xfer_hs_auth_unpack(abuf, alen, &auth);
-    free(abuf);
-    if (rc)
-        return refuse(fd, deadline, rc, why, wl, "malformed proof message");
-    char msg[200] = "";
-    rc = server_check_client(self, &cli, &mine, &auth, msg, sizeof(msg));
-    if (rc)
-        return refuse(fd, deadline, rc, why, wl, msg[0] ? msg : "HMAC failed");
-    struct xfer_hs_result ok = {.status = 0};
-    rc = send_msg(fd, buf, xfer_hs_result_pack(&ok, buf, sizeof(buf)), deadline);
-    if (rc)
-        return fail(rc, why, wl, "handshake: sending result: %s", xfer_strerror(rc));
-    fill_peer(&cli, peer);
-    return 0;
 }

@@ -125,6 +125,87 @@ void peer_repair_quiesce(xfer_engine *e, xfer_peer *p);
  * conn_lock held for reading. Only for transports with conn_state(). */
 void peer_repair_kick(xfer_peer *p);
 
+/* ---- engine messages (msg.c, notify_queue.c, notify_bind.c) -------------- */
+/* An outgoing message on its way through the message thread (msg.c). */
+struct msg_out {
+    struct xfer_msg m; /* frame points just past this struct */
+    struct msg_out *next;
+    xfer_peer *peer;
+    /* Called once with the outcome, then o is freed by msg.c. */
+    void (*done)(struct msg_out *o, int status, const char *why);
+    xfer_batch *b; /* held until done */
+    size_t note;   /* index of the binding in b */
+    uint64_t run;  /* b's run that sent it */
+};
+
+struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_msg */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool started, stop;
+    struct msg_out *head, *tail;
+    uint64_t seq; /* atomic: message numbers */
+};
+int msg_thread_start(xfer_engine *e);
+/* Fails what is still queued with -XFER_ECANCELED, joins the thread. */
+void msg_thread_stop(xfer_engine *e);
+/* Allocates an outgoing message with room for a frame of len bytes. */
+struct msg_out *msg_out_new(size_t len);
+/* Queues o for o->peer: 0 and o->done is called exactly once (never from
+ * inside this call), or -XFER_ECANCELED (engine stopping; o is the caller's). */
+int msg_send(xfer_engine *e, struct msg_out *o);
+uint64_t msg_next_seq(xfer_engine *e);
+
+struct notify_queue { /* received notifications, FIFO ring */
+    pthread_mutex_t mu;
+    int efd; /* readable while n > 0 */
+    struct xfer_notif **v;
+    size_t cap, head, n;
+    uint64_t refused;
+};
+int notify_queue_init(xfer_engine *e);
+void notify_queue_destroy(xfer_engine *e);
+/* Takes ownership of n: 0, or -XFER_ENOSPC (queue full; n is not freed). */
+int notify_queue_push(xfer_engine *e, struct xfer_notif *n);
+
+/* Notifications bound to a batch (notify_bind.c), kept under the batch mu. */
+struct batch_note {
+    xfer_peer *peer;
+    uint8_t *msg;
+    size_t len;
+    /* per run */
+    uint32_t n_items, n_open, n_failed;
+    struct xfer_notif_fail *failed; /* the first XFER_NOTIFY_FAILED_MAX */
+    uint32_t n_listed, cap_listed;
+    bool fired;
+    int status; /* -XFER_EINPROGRESS until acknowledged or failed */
+    char why[96];
+};
+
+struct batch_notes {
+    struct batch_note *v;
+    size_t n, cap;
+    size_t n_unacked; /* bindings of this run not yet finished */
+    uint64_t run;     /* bumped at each submit */
+};
+
+int notes_bind(struct batch_notes *ns, xfer_peer *p, const void *msg, size_t len);
+void notes_free(struct batch_notes *ns);
+/* A new run: resets every binding; then notes_count() once per item. */
+void notes_start(struct batch_notes *ns);
+void notes_count(struct batch_notes *ns, xfer_peer *p);
+/* Item idx for peer p ended with status; returns the index of a binding that
+ * is now ready to send, or -1. */
+long notes_item_end(struct batch_notes *ns, xfer_peer *p, size_t idx, int status);
+/* Builds binding k's frame; NULL when out of memory. */
+struct msg_out *notes_frame(xfer_engine *e, struct batch_notes *ns, size_t k);
+/* Binding k finished with status: true if it was still open. */
+bool notes_finish(struct batch_notes *ns, size_t k, int status, const char *why);
+/* Ends every open binding with status (deadline, cancel). */
+void notes_abort(struct batch_notes *ns, int status, const char *why);
+/* First failing binding's code, else 0. */
+int notes_result(const struct batch_notes *ns);
+
 /* ---- engine ------------------------------------------------------------- */
 struct xfer_engine {
     struct xfer_engine_config cfg; /* strings point at the copies below */
@@ -141,6 +222,8 @@ struct xfer_engine {
     struct peer_table peers;
     struct batch_monitor monitor;
     struct peer_repair repair;
+    struct msg_thread msgs;
+    struct notify_queue notifs;
     struct xfer_stats stats;
     struct xfer_stats tstats[XFER_MAX_TRANSPORTS];
     pthread_mutex_t err_mu;

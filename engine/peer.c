@@ -71,7 +71,7 @@ static int connect_locked(xfer_peer *p)
             return 0;
         }
         xfer_warn("peer %s: %s connect failed: %s (%s)", p->desc.node_id, t->ops->name,
-                  xfer_strerror(rc), e->last_err);
+                  xfer_strerror(rc), xfer_engine_last_error(e));
     }
     if (rc == -XFER_ENOTSUP)
         xfer_engine_set_error(e, "peer %s: no common transport (peer offers 0x%x, we 0x%x)",

@@ -157,11 +157,7 @@ static void *repair_main(void *arg)
     struct peer_repair *r = &e->repair;
     pthread_mutex_lock(&r->mu);
     while (!r->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += REPAIR_TICK_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = xfer_mono_after_ms(REPAIR_TICK_MS);
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
         if (r->stop)
             break;
@@ -176,12 +172,8 @@ static void *repair_main(void *arg)
 int peer_repair_start(xfer_engine *e)
 {
     struct peer_repair *r = &e->repair;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_cond_init(&r->done_cv, NULL);
+    xfer_cond_init_mono(&r->cv);
+    xfer_cond_init_mono(&r->done_cv);
     pthread_mutex_init(&r->mu, NULL);
     r->stop = false;
     if (pthread_create(&r->thread, NULL, repair_main, e) != 0) {

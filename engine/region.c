@@ -9,6 +9,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,7 @@ void region_table_init(struct region_table *t)
 {
     memset(t, 0, sizeof(*t));
     pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->unpinned, NULL);
+    xfer_cond_init_mono(&t->unpinned);
     t->next_id = 1;
 }
 
@@ -209,6 +210,27 @@ int xfer_region_register(xfer_engine *e, const char *name, void *ptr, size_t len
     return rc;
 }
 
+/* Any holder of a memfd (a client that registered it, a peer we passed it
+ * to) could ftruncate it smaller, and the next access to the mapping would
+ * kill this process with SIGBUS. A memfd sealed against shrinking cannot be
+ * truncated by anyone. With add, seals one that still allows sealing. */
+int xfer_memfd_seal_shrink(int fd, bool add, char *why, size_t why_len)
+{
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0) {
+        snprintf(why, why_len, "not a memfd (its seals cannot be read: %s)", strerror(errno));
+        return -XFER_EINVAL;
+    }
+    if (seals & F_SEAL_SHRINK)
+        return 0;
+    if (add && !(seals & F_SEAL_SEAL) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0)
+        return 0;
+    snprintf(why, why_len,
+             "memfd not sealed against shrinking (create it with MFD_ALLOW_SEALING or add "
+             "F_SEAL_SHRINK): a holder could truncate it under a transfer");
+    return -XFER_EINVAL;
+}
+
 static int map_memfd(xfer_region *r, int fd)
 {
     void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -248,8 +270,15 @@ int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len
 {
     int rc;
     struct stat st;
+    char why[200];
     if (fd < 0)
         return -XFER_EINVAL;
+    /* Sealed first, measured second: the size cannot change in between. */
+    if ((rc = xfer_memfd_seal_shrink(fd, true, why, sizeof(why))) < 0) {
+        if (e)
+            xfer_engine_set_error(e, "region %s: %s", name, why);
+        return rc;
+    }
     if (fstat(fd, &st) < 0 || st.st_size < 0 || (uint64_t)st.st_size < len) {
         if (e)
             xfer_engine_set_error(e, "region %s: memfd smaller than %zu bytes", name, len);
@@ -285,9 +314,7 @@ int xfer_region_deregister(xfer_engine *e, xfer_region *r)
     table_remove(t, r);
     /* Accesses in progress are bounded by io_timeout_ms; say so if slow. */
     while (r->pins > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1 + e->cfg.io_timeout_ms / 1000;
+        struct timespec ts = xfer_mono_after_ms(1000 + e->cfg.io_timeout_ms);
         if (pthread_cond_timedwait(&t->unpinned, &t->mu, &ts) == ETIMEDOUT && r->pins > 0)
             xfer_warn("region %s: deregistration waits for %d accesses", r->name, r->pins);
     }

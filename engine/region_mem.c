@@ -9,11 +9,14 @@
  * otherwise plain shmem with MADV_HUGEPAGE (used where shmem THP is set to
  * "advise"). Pre-faulting: MADV_POPULATE_WRITE (Linux 5.14), else one write
  * per page. XFER_HUGETLB=0 and XFER_REGION_PREFAULT=0 turn either off (for
- * measuring what they save).
+ * measuring what they save). The memfd is sealed against resizing: the fd
+ * goes to clients and peers, none may resize it (nor add seals that would
+ * refuse their writable mappings).
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +58,11 @@ static void prefault(uint8_t *p, size_t len)
         __atomic_store_n(&p[off], 0, __ATOMIC_RELAXED);
 }
 
+static int seal(int fd)
+{
+    return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ? -errno : 0;
+}
+
 static int map_fd(int fd, size_t len, void **out)
 {
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -76,10 +84,12 @@ static int try_hugetlb(const char *name, size_t len, void **out, char *why, size
         snprintf(why, why_len, "length not a multiple of the %zu KiB huge page", hp >> 10);
         return -1;
     }
-    int fd = memfd_create(name, MFD_CLOEXEC | MFD_HUGETLB);
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
     int err = fd < 0 ? errno : 0;
     if (fd >= 0 && ftruncate(fd, (off_t)len) < 0)
         err = errno;
+    if (fd >= 0 && err == 0)
+        err = -seal(fd);
     if (fd >= 0 && err == 0)
         err = -map_fd(fd, len, out);
     if (err == 0)
@@ -102,8 +112,8 @@ int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, 
             xfer_info("region %s: no huge pages (%s): using 4 KiB pages (reserve some with "
                       "vm.nr_hugepages)",
                       name, why);
-        fd = memfd_create(name, MFD_CLOEXEC);
-        if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
+        fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || ftruncate(fd, (off_t)len) < 0 || seal(fd) < 0) {
             xfer_engine_set_error(e, "region %s: memfd of %zu bytes: %s", name, len,
                                   strerror(errno));
             int rc = errno == ENOMEM || errno == ENOSPC ? -XFER_ENOMEM : -XFER_EIO;

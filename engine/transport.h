@@ -11,6 +11,7 @@
 #ifndef XFER_TRANSPORT_H
 #define XFER_TRANSPORT_H
 
+#include "mono_clock.h"
 #include "xfer.h"
 
 #include <stddef.h>
@@ -21,6 +22,15 @@
 
 struct xfer_transport;
 struct xfer_conn;
+
+/* ---- engine messages (notifications; docs/notify.md) -------------------- */
+#define XFER_MSG_FRAME_MAX (128u << 10) /* largest engine message frame */
+
+/* An outgoing engine message as a transport sees it: opaque bytes. */
+struct xfer_msg {
+    const uint8_t *frame;
+    size_t len;
+};
 
 enum xfer_transport_cap {
     XFER_CAP_HOST_MEM = 1u << 0,  /* can move host memory */
@@ -81,6 +91,13 @@ struct xfer_transport_ops {
      * into region functions. */
     void (*describe_region)(struct xfer_transport *t, const xfer_region *r,
                             struct xfer_region_desc *out);
+    /* Optional: carries one engine message (m->frame, m->len <=
+     * XFER_MSG_FRAME_MAX bytes, valid until completion) to the peer, whose
+     * transport hands the bytes to xfer_engine_msg_recv() and answers with
+     * its return value. Completion: xfer_msg_done(m, status) exactly once,
+     * possibly before this returns; a negative return means not sent and no
+     * completion. Without it the peer gets -XFER_ENOTSUP for messages. */
+    int (*send_msg)(struct xfer_conn *c, struct xfer_msg *m);
 };
 
 struct xfer_transport {
@@ -112,6 +129,9 @@ void xfer_engine_set_data_port(xfer_engine *e, uint16_t port);
 xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,
                                  uint64_t off, uint64_t len, int *err);
 void xfer_region_release(xfer_region *r);
+/* 0 when memfd fd is sealed against shrinking (with add: sealing it where
+ * the memfd allows), else -XFER_EINVAL and why (region.c). */
+int xfer_memfd_seal_shrink(int fd, bool add, char *why, size_t why_len);
 uint32_t xfer_region_id(const xfer_region *r);
 uint32_t xfer_region_gen(const xfer_region *r);
 enum xfer_mem_kind xfer_region_kind(const xfer_region *r);
@@ -156,5 +176,16 @@ void xfer_batch_put(xfer_batch *b);
 /* xfer_batch_chunk_done() then xfer_batch_put(), in one lock round. */
 void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status,
                                const char *why);
+
+/* Completion of a send_msg: status is the target's answer (0, -XFER_ENOSPC,
+ * -XFER_EPROTO, ...) or the transport's failure (-XFER_ECONN: may or may not
+ * have arrived). why may be NULL. Safe from any thread; m is gone after. */
+void xfer_msg_done(struct xfer_msg *m, int status, const char *why);
+/* Target side: an engine message arrived from node_id/incarnation (as the
+ * transport's handshake proved them). Returns the status to answer: 0
+ * (accepted), -XFER_ENOSPC (receive queue full), -XFER_EPROTO (malformed),
+ * -XFER_ENOMEM. Never blocks on the user; bytes are copied. */
+int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnation,
+                         const uint8_t *frame, size_t len);
 
 #endif /* XFER_TRANSPORT_H */

@@ -29,6 +29,8 @@ enum xfer_wire_op {
     XFER_WIRE_WRITE_RESP = 2, /* no payload */
     XFER_WIRE_READ_REQ = 3,   /* no payload */
     XFER_WIRE_READ_RESP = 4,  /* payload = data read, when status == 0 */
+    XFER_WIRE_MSG_REQ = 5,    /* payload = an engine message frame (msg_wire.h) */
+    XFER_WIRE_MSG_RESP = 6,   /* no payload; status = the target engine's answer */
     XFER_WIRE_OP_MAX
 };
 
@@ -44,6 +46,46 @@ struct xfer_wire_hdr {
     int32_t status;
     uint32_t payload;
 };
+
+/* Little-endian field access, shared with the engine message frame. */
+static inline void xfer_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void xfer_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void xfer_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint16_t xfer_get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t xfer_get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static inline uint64_t xfer_get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
 
 void xfer_wire_encode(const struct xfer_wire_hdr *h, uint8_t out[XFER_WIRE_HDR_LEN]);
 /* Validates magic, version, op, flags, the payload/op/status agreement and

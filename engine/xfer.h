@@ -24,6 +24,10 @@
 extern "C" {
 #endif
 
+/* Everything declared here is libxfer's public API: exported although the
+ * library is built with -fvisibility=hidden. */
+#pragma GCC visibility push(default)
+
 #define XFER_VERSION_STRING "0.1.0"
 #define XFER_PROTO_VERSION  1u
 
@@ -146,6 +150,7 @@ struct xfer_engine_config {
      * wake-up (several us) on small round trips at the price of a busy
      * core. 0 = off (default), or XFER_BUSY_POLL_US from the environment. */
     int busy_poll_us;
+    int notify_queue_len;    /* received notifications kept until polled, default 1024 */
 };
 
 /* Fills defaults; call before setting fields. */
@@ -156,6 +161,9 @@ void xfer_engine_config_init(struct xfer_engine_config *cfg);
 xfer_engine *xfer_engine_new(const struct xfer_engine_config *cfg, int *err);
 /* Cancels in-flight batches, closes connections, joins threads. */
 void xfer_engine_free(xfer_engine *e);
+/* The engine's last error message, copied under the engine's lock into a
+ * buffer of the calling thread: safe while other threads set errors, valid
+ * until this thread's next xfer_engine_last_error call. */
 const char *xfer_engine_last_error(const xfer_engine *e);
 
 /* This node as peers should see it (addr, port, host id, transports, ...). */
@@ -174,15 +182,19 @@ int xfer_gpus_describe(char *buf, size_t len);
 int xfer_region_register(xfer_engine *e, const char *name, void *ptr, size_t len,
                          enum xfer_mem_kind kind, int device, unsigned access, xfer_region **out);
 /* Allocates len bytes of host memory from a memfd (shareable with same-host
- * peers) and registers it; the engine frees it on deregistration. The pages
- * are faulted in here (about 0.1-0.3 s per GiB; XFER_REGION_PREFAULT=0
+ * peers) and registers it; the engine frees it on deregistration. The memfd
+ * is sealed (F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL): no holder can resize it.
+ * The pages are faulted in here (about 0.1-0.3 s per GiB; XFER_REGION_PREFAULT=0
  * skips it) and come from huge pages (MFD_HUGETLB) when len is a multiple
  * of the huge page size and the host has free ones, else 4 KiB pages with
  * one info log line per process (XFER_HUGETLB=0: never try). */
 int xfer_region_alloc(xfer_engine *e, const char *name, size_t len, unsigned access,
                       xfer_region **out);
 /* Registers an existing memfd (e.g. received over a unix socket) of len
- * bytes; the engine maps it and takes ownership of fd. */
+ * bytes; the engine maps it and takes ownership of fd. The memfd must be
+ * sealed against shrinking (a truncation would SIGBUS this process): one
+ * created with MFD_ALLOW_SEALING is sealed here (F_SEAL_SHRINK, permanent);
+ * any other gets -XFER_EINVAL. */
 int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len, unsigned access,
                             xfer_region **out);
 /* Registers GPU memory that another process of this host exported with
@@ -241,7 +253,11 @@ void xfer_peer_describe(const xfer_peer *p, struct xfer_peer_desc *out);
 unsigned xfer_peer_transport(const xfer_peer *p);
 
 /* ---- batches ----------------------------------------------------------- */
-enum xfer_op { XFER_OP_READ = 1, XFER_OP_WRITE = 2 };
+/* SEND/RECV are two-sided messages (docs/notify.md), added with
+ * xfer_batch_add_send/xfer_batch_add_recv, not xfer_batch_add. */
+enum xfer_op { XFER_OP_READ = 1, XFER_OP_WRITE = 2, XFER_OP_SEND = 3, XFER_OP_RECV = 4 };
+
+#define XFER_MSG_TAG_ANY UINT64_MAX /* RECV: matches any tag */
 
 struct xfer_item {
     enum xfer_op op; /* READ: remote -> local; WRITE: local -> remote */
@@ -279,6 +295,111 @@ int xfer_batch_item_status(const xfer_batch *b, size_t i);
 const char *xfer_batch_item_error(const xfer_batch *b, size_t i);
 /* Clears items so the batch can be filled again (not while in flight). */
 int xfer_batch_reset(xfer_batch *b);
+
+/* ---- notifications (docs/notify.md) -------------------------------------- */
+/*
+ * A notification is a message of at most XFER_NOTIFY_MAX bytes that lands in
+ * the target engine's bounded receive queue. Bound to a batch, it is sent
+ * only after every item of that batch addressed to its peer has ended (a
+ * fence in the engine, the same on every transport): on arrival all those
+ * items' data is in the target's memory, except items the notification
+ * names as failed. Delivery is at most once (the engine never resends).
+ */
+#define XFER_NOTIFY_MAX        65536u /* bytes of one message (>= 4 KiB promised) */
+#define XFER_NOTIFY_FAILED_MAX 4096u  /* failed items named per notification */
+
+/* Binds msg (len <= XFER_NOTIFY_MAX bytes, copied) to batch b for peer p:
+ * one per peer per batch, a second call for the same peer replaces the
+ * first. Only before submit; xfer_batch_reset() drops the bindings. p need
+ * not have items in b (then it is sent at submit: an async standalone
+ * notification, e.g. a batch with no items and one binding).
+ * The batch finishes only when each bound notification has been acknowledged
+ * by its target (queued there) or has failed; xfer_batch_poll()/wait() then
+ * return the first failing item's code, else the first failing
+ * notification's code:
+ *   -XFER_ENOSPC   the target's queue was full (not queued; back-pressure is
+ *                  the sender's: read the code, retry later),
+ *   -XFER_ECONN    the connection died after sending: it may or may not have
+ *                  been queued (never twice),
+ *   -XFER_ETIMEDOUT/-XFER_ECANCELED  deadline/cancel before the
+ *                  acknowledgement: also "may or may not",
+ *   -XFER_ENOTSUP  the peer's transport carries no messages (tcpx),
+ *   -XFER_EPROTO   the target refused the frame.
+ * Errors here: -XFER_EINVAL (len too long, p of another engine), -XFER_EBUSY
+ * (batch running), -XFER_ENOMEM. */
+int xfer_batch_notify(xfer_batch *b, xfer_peer *p, const void *msg, size_t len);
+/* Status of b's notification for p: 0 (queued at the target),
+ * -XFER_EINPROGRESS, an error above, or -XFER_ENOENT (none bound). */
+int xfer_batch_notify_status(const xfer_batch *b, const xfer_peer *p);
+
+/* Standalone notification: sends msg to p now and waits for the
+ * acknowledgement, bounded by deadline_ms (0 = engine default). Same codes as
+ * a bound notification. */
+int xfer_notify(xfer_engine *e, xfer_peer *p, const void *msg, size_t len, int deadline_ms);
+
+/* A failed item named by a bound notification. */
+struct xfer_notif_fail {
+    uint32_t index; /* the item's index in the sender's batch */
+    int32_t status; /* its -XFER_E* code */
+};
+
+/* A received notification, one allocation: free with xfer_notif_free(). */
+struct xfer_notif {
+    char node_id[XFER_NAME_MAX]; /* sender (as its handshake proved it) */
+    uint64_t incarnation;        /* sender's incarnation */
+    uint64_t seq;                /* sender's message number (per sender engine) */
+    bool bound;                  /* bound to a batch (else standalone) */
+    int status;                  /* 0, or the first failed item's code */
+    uint32_t n_items;            /* items of that batch addressed to this node */
+    uint32_t n_failed;           /* how many of them failed */
+    uint32_t n_listed;           /* entries in failed[]: min(n_failed, FAILED_MAX) */
+    struct xfer_notif_fail *failed;
+    size_t len;
+    uint8_t *data; /* len bytes (+ a NUL, not counted) */
+};
+
+/* Takes up to max received notifications, oldest first, into out[]; returns
+ * how many (0 = none queued) or -XFER_EINVAL. Each is the caller's to free. */
+int xfer_notif_poll(xfer_engine *e, struct xfer_notif **out, size_t max);
+void xfer_notif_free(struct xfer_notif *n);
+/* eventfd readable while the receive queue is not empty (level: it is
+ * drained by xfer_notif_poll taking the last one). Borrowed, lives with e. */
+int xfer_notif_fd(const xfer_engine *e);
+/* Notifications queued now, and refused so far because the queue was full. */
+size_t xfer_notif_pending(xfer_engine *e);
+uint64_t xfer_notif_refused(xfer_engine *e);
+
+/* ---- two-sided messages (docs/notify.md) ---------------------------------
+ * A SEND item sends [off, +len) of local to p with a tag; a RECV item posts
+ * [off, +cap) of local as a receive buffer for (p, or any peer when p is
+ * NULL; tag, or any tag with XFER_MSG_TAG_ANY). Matching, per receiving
+ * engine: an arriving message takes the oldest posted RECV whose peer and tag
+ * fit; a RECV posted when messages wait takes the oldest fitting one (FIFO
+ * per sender and tag: two messages of one sender with one tag are received in
+ * the order they were sent). Vectored forms (sendv/recvv) are several SEND or
+ * RECV items in one batch; they match in item order. Completion goes through
+ * the usual batch status/poll/wait/fd. A message longer than the matched
+ * buffer fails with -XFER_ETRUNC on both sides (nothing is written).
+ * Data moves receiver-driven (rendezvous: the receiver READs the sender's
+ * region), so both engines must know each other as peers (xfer_peer_add).
+ * Peer death fails pending SENDs to it (-XFER_ECONN) and RECVs that named it;
+ * deadlines and cancel work as for READ/WRITE items. */
+/* Append one SEND / RECV item; return its index (>= 0) or a negative code
+ * (local bounds checked here, as xfer_batch_add). */
+int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len,
+                        xfer_peer *p, uint64_t tag);
+int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap,
+                        xfer_peer *p, uint64_t tag);
+/* Received length of a finished RECV item (else the item's len). */
+uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i);
+/* Tag and sender of a finished RECV item (for any-tag, any-peer receives);
+ * the name is copied into node_id (XFER_NAME_MAX bytes) when not NULL. */
+int xfer_batch_item_msg(const xfer_batch *b, size_t i, uint64_t *tag, char *node_id);
+/* One SEND / RECV, submitted and waited for; xfer_recv stores the length. */
+int xfer_send(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
+              uint64_t tag, int deadline_ms);
+int xfer_recv(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
+              uint64_t tag, uint64_t *got, int deadline_ms);
 
 /* ---- KV blocks ---------------------------------------------------------- */
 /* Block i of a region with a layout is the xfer_layout_block_size() bytes
@@ -338,6 +459,8 @@ static inline bool xfer_range_ok(uint64_t off, uint64_t len, uint64_t size)
 {
     return off <= size && len <= size - off;
 }
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

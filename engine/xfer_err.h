@@ -42,6 +42,7 @@ enum xfer_err {
     XFER_EMISMATCH,   /* layouts of the two sides disagree */
     XFER_ENOSPC,      /* a fixed capacity is exhausted */
     XFER_EUNAVAIL,    /* service (e.g. Redis) unreachable */
+    XFER_ETRUNC,      /* message longer than the posted receive buffer */
     XFER_ERR_MAX
 };
 

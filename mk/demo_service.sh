@@ -40,7 +40,8 @@ fi
 step "redis at $URL; starting xferd n1 and n2"
 for n in n1 n2; do
     "$XFERD" --node "demo-$n" --redis-url "$URL" --ctrl-socket "$DIR/$n.sock" --ttl-ms 5000 \
-        --region kv:16M:rw --region ro:1M:r >"$DIR/$n.log" 2>&1 </dev/null &
+        --region kv:16M:rw --region ro:1M:r $([[ $n == n2 ]] && echo --metrics-port 0) \
+        >"$DIR/$n.log" 2>&1 </dev/null &
     PIDS+=($!)
 done
 for n in n1 n2; do

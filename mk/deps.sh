@@ -8,7 +8,8 @@
 set -eu
 pkgs=(build-essential pkg-config libhiredis-dev libevent-dev libprotobuf-c-dev
       protobuf-c-compiler libssl-dev libcmocka-dev libibverbs-dev librdmacm-dev
-      redis-server redis-tools iperf3 iproute2 procps psmisc curl python3)
+      redis-server redis-tools iperf3 iproute2 procps psmisc curl python3
+      python3-venv python3-pip python3-setuptools python3-numpy python3-pytest binutils)
 what=deps
 if [[ ${1:-} == deploy ]]; then
     what=deps-deploy

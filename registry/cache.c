@@ -236,8 +236,8 @@ static int fetch_region(xfer_registry *r, const char *node_id, const char *name,
     int rc = reg_conn_ensure(r);
     if (!rc) {
         if (with_node)
-            redisAppendCommandArgv(r->ctx, 2, node_cmd, NULL);
-        redisAppendCommandArgv(r->ctx, 2, region_cmd, NULL);
+            reg_append(r, 2, node_cmd, NULL);
+        reg_append(r, 2, region_cmd, NULL);
         rc = reg_read_replies(r, with_node ? 2 : 1, reps);
     }
     pthread_mutex_unlock(&r->cmd_lock);

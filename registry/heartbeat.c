@@ -20,11 +20,64 @@ static const char reap_script[] =
     "end\n"
     "return gone\n";
 
+/* Cluster mode: a Lua script may only touch keys of its own slot, so the
+ * check that the node hash is gone is a separate command; then this script
+ * removes the member only if its score is still old (the node did not come
+ * back meanwhile): still exactly one "leave" per expired node. */
+static const char reap_one_script[] =
+    "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+    "if s and tonumber(s) <= tonumber(ARGV[2]) then\n"
+    "  redis.call('ZREM', KEYS[1], ARGV[1])\n"
+    "  redis.call('PUBLISH', 'xfer:events', 'leave ' .. ARGV[1])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
+
+/* One shard per call, in turn: with many nodes reaping, every shard is
+ * looked at every reap_ms anyway; alone, within REG_SHARDS * reap_ms. */
+static int reap_cluster(xfer_registry *r, const char *before)
+{
+    char shard[REG_KEY_MAX], key[REG_KEY_MAX];
+    reg_key_shard(shard, r->reap_shard++ % REG_SHARDS);
+    const char *argv[] = {"ZRANGEBYSCORE", shard, "-inf", before, "LIMIT", "0", "100"};
+    redisReply *names;
+    int rc = reg_cmd(r, &names, 7, argv, NULL);
+    if (rc || (rc = reg_reply_check(names, "ZRANGEBYSCORE")) || names->type != REDIS_REPLY_ARRAY) {
+        if (names)
+            freeReplyObject(names);
+        return rc;
+    }
+    for (size_t i = 0; !rc && i < names->elements; i++) {
+        const redisReply *e = names->element[i];
+        if (e->type != REDIS_REPLY_STRING || !xfer_registry_name_ok(e->str))
+            continue;
+        reg_key_node(key, e->str);
+        const char *ex[] = {"EXISTS", key};
+        const char *ev[] = {"EVAL", reap_one_script, "1", shard, e->str, before};
+        redisReply *rep;
+        if ((rc = reg_cmd(r, &rep, 2, ex, NULL)))
+            break;
+        bool gone = rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
+        freeReplyObject(rep);
+        if (!gone || (rc = reg_cmd(r, &rep, 6, ev, NULL)))
+            continue;
+        if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 1)
+            xfer_info("registry: node %s expired (no heartbeat for %d ms), announced leave", e->str,
+                      r->cfg.ttl_ms);
+        rc = reg_reply_check(rep, "reap script");
+        freeReplyObject(rep);
+    }
+    freeReplyObject(names);
+    return rc;
+}
+
 int reg_reap_locked(xfer_registry *r)
 {
     char before[24];
-    uint64_t now = reg_now_ms(), ttl = (uint64_t)r->cfg.ttl_ms;
+    uint64_t now = reg_wall_ms(), ttl = (uint64_t)r->cfg.ttl_ms;
     snprintf(before, sizeof(before), "%llu", (unsigned long long)(now > ttl ? now - ttl : 0));
+    if (r->cl)
+        return reap_cluster(r, before);
     const char *argv[] = {"EVAL", reap_script, "1", REG_NODES_KEY, before};
     redisReply *rep;
     int rc = reg_cmd(r, &rep, 5, argv, NULL);
@@ -45,7 +98,7 @@ int reg_reap_locked(xfer_registry *r)
 
 static void append_argv(xfer_registry *r, int argc, const char **argv)
 {
-    redisAppendCommandArgv(r->ctx, argc, argv, NULL);
+    reg_append(r, argc, argv, NULL);
 }
 
 struct hb_walk {
@@ -63,32 +116,38 @@ static void append_region_pexpire(const char *name, void *value, void *arg)
     append_argv(w->r, 3, argv);
 }
 
-/* MULTI, HSET heartbeat_ms, PEXPIRE node, PEXPIRE set, ZADD, EXEC. Returns
- * true in *gone when the node hash had vanished (HSET added a field). */
+/* MULTI, HSET heartbeat_ms, PEXPIRE node, PEXPIRE set, ZADD, EXEC (cluster
+ * mode: the ZADD into the membership shard first, outside). Returns true in
+ * *gone when the node hash had vanished (HSET added a field). */
 static int beat_node(xfer_registry *r, uint64_t now, const char *ttl, bool *gone)
 {
     const char *id = r->own.peer.node_id;
-    char key[REG_KEY_MAX], set[REG_KEY_MAX], ms[24];
+    char key[REG_KEY_MAX], set[REG_KEY_MAX], ms[24], members[REG_KEY_MAX];
     reg_key_node(key, id);
     reg_key_regions(set, id);
+    reg_key_members(r, members, id);
     snprintf(ms, sizeof(ms), "%llu", (unsigned long long)now);
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
     const char *hset[] = {"HSET", key, "heartbeat_ms", ms};
     const char *pe_node[] = {"PEXPIRE", key, ttl}, *pe_set[] = {"PEXPIRE", set, ttl};
-    const char *zadd[] = {"ZADD", REG_NODES_KEY, ms, id};
+    const char *zadd[] = {"ZADD", members, ms, id};
+    if (r->cl)
+        append_argv(r, 4, zadd);
     append_argv(r, 1, multi);
     append_argv(r, 4, hset);
     append_argv(r, 3, pe_node);
     append_argv(r, 3, pe_set);
-    append_argv(r, 4, zadd);
+    if (!r->cl)
+        append_argv(r, 4, zadd);
     append_argv(r, 1, exec);
     redisReply *rep[6];
     int rc = reg_read_replies(r, 6, rep);
     if (rc)
         return rc;
     const redisReply *ex = rep[5];
-    bool ints = ex->type == REDIS_REPLY_ARRAY && ex->elements == 4;
-    for (size_t i = 0; ints && i < 4; i++)
+    size_t want = r->cl ? 3 : 4;
+    bool ints = ex->type == REDIS_REPLY_ARRAY && ex->elements == want;
+    for (size_t i = 0; ints && i < want; i++)
         ints = ex->element[i]->type == REDIS_REPLY_INTEGER;
     if (!ints)
         rc = reg_reply_check(ex, "heartbeat")
@@ -122,8 +181,8 @@ static int beat_regions(xfer_registry *r, const char *ttl, bool *gone)
 
 int reg_heartbeat_locked(xfer_registry *r)
 {
-    uint64_t now = reg_now_ms();
-    r->next_heartbeat_ms = now + (uint64_t)r->cfg.heartbeat_ms;
+    uint64_t now = reg_wall_ms(); /* published */
+    r->next_heartbeat_ms = reg_now_ms() + (uint64_t)r->cfg.heartbeat_ms;
     if (!r->own_valid)
         return 0;
     int rc = reg_conn_ensure(r); /* after a reconnect this already republished */

@@ -37,7 +37,7 @@ static size_t append_hgetalls(xfer_registry *r, const redisReply *names, const c
         else
             reg_key_node(key, e->str);
         const char *argv[] = {"HGETALL", key};
-        redisAppendCommandArgv(r->ctx, 2, argv, NULL);
+        reg_append(r, 2, argv, NULL);
         k++;
     }
     return k;
@@ -71,12 +71,52 @@ static int read_rows(xfer_registry *r, const redisReply *names, const char *node
     return 0;
 }
 
-/* Runs cmd (a listing of names), then HGETALL for every name; cmd_lock held. */
+/* Cluster mode: ZRANGE of every membership shard, merged into one array
+ * reply (*names, to free). */
+static int shard_members(xfer_registry *r, redisReply **names)
+{
+    char key[REG_KEY_MAX];
+    redisReply *part[REG_SHARDS];
+    int rc = reg_conn_ensure(r);
+    if (rc)
+        return rc;
+    for (unsigned s = 0; s < REG_SHARDS; s++) {
+        reg_key_shard(key, s);
+        const char *argv[] = {"ZRANGE", key, "0", "-1"};
+        reg_append(r, 4, argv, NULL);
+    }
+    if ((rc = reg_read_replies(r, REG_SHARDS, part)))
+        return rc;
+    size_t total = 0;
+    for (unsigned s = 0; s < REG_SHARDS; s++)
+        if (!rc && !(rc = reg_reply_check(part[s], "ZRANGE")))
+            total += part[s]->type == REDIS_REPLY_ARRAY ? part[s]->elements : 0;
+    redisReply *m = rc ? NULL : calloc(1, sizeof(*m));
+    if (m && !(m->element = calloc(total ? total : 1, sizeof(*m->element)))) {
+        free(m);
+        m = NULL;
+    }
+    for (unsigned s = 0; s < REG_SHARDS; s++) {
+        for (size_t i = 0; m && part[s]->type == REDIS_REPLY_ARRAY && i < part[s]->elements; i++)
+            m->element[m->elements++] = part[s]->element[i]; /* moved into m */
+        if (m && part[s]->type == REDIS_REPLY_ARRAY)
+            part[s]->elements = 0;
+        freeReplyObject(part[s]);
+    }
+    if (!m)
+        return rc ? rc : reg_set_err(-XFER_ENOMEM, "out of memory listing nodes");
+    m->type = REDIS_REPLY_ARRAY;
+    *names = m;
+    return 0;
+}
+
+/* Runs cmd (a listing of names; argc 0: the membership shards), then
+ * HGETALL for every name; cmd_lock held. */
 static int fetch_rows(xfer_registry *r, int argc, const char **argv, const char *node, size_t elem,
                       void **out, size_t *n)
 {
     redisReply *names;
-    int rc = reg_cmd(r, &names, argc, argv, NULL);
+    int rc = argc ? reg_cmd(r, &names, argc, argv, NULL) : shard_members(r, &names);
     if (rc)
         return rc;
     if ((rc = reg_reply_check(names, argv[0])) || names->type != REDIS_REPLY_ARRAY) {
@@ -110,7 +150,7 @@ int xfer_registry_list_nodes(xfer_registry *r, struct xfer_node_desc **out, size
     const char *argv[] = {"ZRANGE", REG_NODES_KEY, "0", "-1"};
     void *rows = NULL;
     pthread_mutex_lock(&r->cmd_lock);
-    int rc = fetch_rows(r, 4, argv, NULL, sizeof(struct xfer_node_desc), &rows, n);
+    int rc = fetch_rows(r, r->cl ? 0 : 4, argv, NULL, sizeof(struct xfer_node_desc), &rows, n);
     pthread_mutex_unlock(&r->cmd_lock);
     if (rc)
         return rc;

@@ -15,7 +15,7 @@
 
 static void append(xfer_registry *r, struct reg_args *a)
 {
-    redisAppendCommandArgv(r->ctx, a->argc, a->argv, a->len);
+    reg_append(r, a->argc, a->argv, a->len);
 }
 
 static void append_simple(xfer_registry *r, const char *c0, const char *c1, const char *c2,
@@ -36,14 +36,21 @@ static void append_pexpire(xfer_registry *r, const char *key)
     append_simple(r, "PEXPIRE", key, ttl, NULL);
 }
 
-/* MULTI, HSET node, PEXPIRE node, PEXPIRE set, ZADD, PUBLISH join, EXEC. */
+/* MULTI, HSET node, PEXPIRE node, PEXPIRE set, ZADD, PUBLISH join, EXEC.
+ * Cluster mode: the ZADD into the node's membership shard (another slot)
+ * comes first, outside the transaction. */
 static void append_node(xfer_registry *r)
 {
     const char *id = r->own.peer.node_id;
-    char key[REG_KEY_MAX], set[REG_KEY_MAX], score[24], msg[XFER_NAME_MAX + 8];
+    char key[REG_KEY_MAX], set[REG_KEY_MAX], score[24], msg[XFER_NAME_MAX + 8],
+        members[REG_KEY_MAX];
     struct reg_args a;
     reg_key_node(key, id);
     reg_key_regions(set, id);
+    reg_key_members(r, members, id);
+    snprintf(score, sizeof(score), "%llu", (unsigned long long)r->own.heartbeat_ms);
+    if (r->cl)
+        append_simple(r, "ZADD", members, score, id);
     append_simple(r, "MULTI", NULL, NULL, NULL);
     reg_args_reset(&a);
     reg_args_add(&a, "HSET");
@@ -52,8 +59,8 @@ static void append_node(xfer_registry *r)
     append(r, &a);
     append_pexpire(r, key);
     append_pexpire(r, set);
-    snprintf(score, sizeof(score), "%llu", (unsigned long long)r->own.heartbeat_ms);
-    append_simple(r, "ZADD", REG_NODES_KEY, score, id);
+    if (!r->cl)
+        append_simple(r, "ZADD", members, score, id);
     snprintf(msg, sizeof(msg), "join %s", id);
     append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
     append_simple(r, "EXEC", NULL, NULL, NULL);
@@ -113,7 +120,7 @@ static int read_groups(xfer_registry *r, size_t groups, size_t per)
 /* Writes regions d[0..n) of the own node, REG_PIPE_CHUNK per round trip. */
 static int write_regions(xfer_registry *r, const struct xfer_region_desc *const *d, size_t n)
 {
-    uint64_t now = reg_now_ms();
+    uint64_t now = reg_wall_ms();
     for (size_t i = 0; i < n; i += REG_PIPE_CHUNK) {
         size_t k = n - i < REG_PIPE_CHUNK ? n - i : REG_PIPE_CHUNK;
         for (size_t j = 0; j < k; j++)
@@ -192,7 +199,7 @@ int reg_republish_locked(xfer_registry *r)
         return rc;
     }
     r->purge_pending = false;
-    r->own.heartbeat_ms = reg_now_ms();
+    r->own.heartbeat_ms = reg_wall_ms();
     append_node(r);
     rc = read_groups(r, 1, NODE_GROUP);
     if (!rc)
@@ -211,7 +218,7 @@ static uint64_t fresh_incarnation(void)
 {
     uint64_t v = 0;
     if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-        v = reg_now_ms() * 6364136223846793005ull ^ (uint64_t)getpid() << 32;
+        v = reg_wall_ms() * 6364136223846793005ull ^ (uint64_t)getpid() << 32;
     return v ? v : 1;
 }
 
@@ -236,8 +243,8 @@ int xfer_registry_publish_node(xfer_registry *r, const struct xfer_node_desc *no
         r->own.peer.incarnation =
             had && prev.peer.incarnation ? prev.peer.incarnation : fresh_incarnation();
     if (!r->own.started_ms)
-        r->own.started_ms = had && prev.started_ms ? prev.started_ms : reg_now_ms();
-    r->own.heartbeat_ms = reg_now_ms();
+        r->own.started_ms = had && prev.started_ms ? prev.started_ms : reg_wall_ms();
+    r->own.heartbeat_ms = reg_wall_ms();
     r->own_valid = true;
     r->need_republish = true;
     if (!had)
@@ -366,15 +373,19 @@ int xfer_registry_unpublish_node(xfer_registry *r)
     }
     if (!rc) {
         const char *id = r->own.peer.node_id;
-        char key[REG_KEY_MAX], set[REG_KEY_MAX], msg[XFER_NAME_MAX + 8];
+        char key[REG_KEY_MAX], set[REG_KEY_MAX], msg[XFER_NAME_MAX + 8], members[REG_KEY_MAX];
         reg_key_node(key, id);
         reg_key_regions(set, id);
+        reg_key_members(r, members, id);
         snprintf(msg, sizeof(msg), "leave %s", id);
+        if (r->cl) /* cluster: the shard is another slot, outside the transaction */
+            append_simple(r, "ZREM", members, id, NULL);
         append_simple(r, "MULTI", NULL, NULL, NULL);
         strmap_foreach(&r->own_regions, append_del_region, r);
         append_simple(r, "DEL", set, NULL, NULL);
         append_simple(r, "DEL", key, NULL, NULL);
-        append_simple(r, "ZREM", REG_NODES_KEY, id, NULL);
+        if (!r->cl)
+            append_simple(r, "ZREM", members, id, NULL);
         append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
         append_simple(r, "EXEC", NULL, NULL, NULL);
         size_t per = r->own_regions.count + 6;

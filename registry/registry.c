@@ -13,7 +13,18 @@
 
 static _Thread_local char tl_err[REG_ERR_MAX];
 
+/* Schedules (heartbeats, retries, reaps, cache ages) run on the monotonic
+ * clock: a wall-clock step back longer than the TTL would otherwise hold the
+ * next heartbeat until the node had expired. */
 uint64_t reg_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Timestamps other nodes read (heartbeat_ms, started_ms, the reap cutoff). */
+uint64_t reg_wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -48,6 +59,19 @@ void reg_key_regions(char *buf, const char *node)
 void reg_key_region(char *buf, const char *node, const char *name)
 {
     snprintf(buf, REG_KEY_MAX, "xfer:region:{%s}:%s", node, name);
+}
+
+void reg_key_shard(char *buf, unsigned shard)
+{
+    snprintf(buf, REG_KEY_MAX, "xfer:nodes:{s%02u}", shard);
+}
+
+void reg_key_members(const xfer_registry *r, char *buf, const char *node)
+{
+    if (r->cl)
+        reg_key_shard(buf, rcl_crc16(node, strlen(node)) % REG_SHARDS);
+    else
+        snprintf(buf, REG_KEY_MAX, "%s", REG_NODES_KEY);
 }
 
 void reg_emit(xfer_registry *r, const struct xfer_registry_event *ev)
@@ -105,13 +129,25 @@ static int config_fix(struct xfer_registry_config *c)
 static void show_url(xfer_registry *r)
 {
     const struct xfer_redis_url *u = &r->url;
-    bool v6 = strchr(u->host, ':') != NULL;
-    if (u->is_unix)
-        snprintf(r->url_shown, sizeof(r->url_shown), "unix://%s", u->host);
-    else
-        snprintf(r->url_shown, sizeof(r->url_shown), "redis://%s%s%s%s%s:%d/%d", u->user,
-                 u->password[0] ? ":***@" : "", v6 ? "[" : "", u->host, v6 ? "]" : "", u->port,
-                 u->db);
+    char *o = r->url_shown, *end = r->url_shown + sizeof(r->url_shown);
+    if (u->is_unix) {
+        snprintf(o, (size_t)(end - o), "unix://%s", u->host);
+        return;
+    }
+    static const char *const scheme[] = {"redis", "redis-sentinel", "redis-cluster"};
+    o += snprintf(o, (size_t)(end - o), "%s://%s%s", scheme[u->mode], u->user,
+                  u->password[0] ? ":***@" : "");
+    for (int i = 0; i < (u->mode == XFER_REDIS_SINGLE ? 1 : u->n_seeds) && o < end; i++) {
+        const char *h = u->mode == XFER_REDIS_SINGLE ? u->host : u->seeds[i].host;
+        int port = u->mode == XFER_REDIS_SINGLE ? u->port : u->seeds[i].port;
+        bool v6 = strchr(h, ':') != NULL;
+        o += snprintf(o, (size_t)(end - o), "%s%s%s%s:%d", i ? "," : "", v6 ? "[" : "", h,
+                      v6 ? "]" : "", port);
+    }
+    if (o < end && u->mode == XFER_REDIS_SENTINEL)
+        o += snprintf(o, (size_t)(end - o), "/%s", u->master);
+    if (o < end && u->mode != XFER_REDIS_CLUSTER)
+        snprintf(o, (size_t)(end - o), "/%d", u->db);
 }
 
 static int registry_init(xfer_registry *r, const struct xfer_registry_config *cfg)
@@ -131,6 +167,13 @@ static int registry_init(xfer_registry *r, const struct xfer_registry_config *cf
         return -XFER_ENOMEM;
     r->cfg.url = r->url_text;
     show_url(r);
+    snprintf(r->prim_host, sizeof(r->prim_host), "%s", r->url.host);
+    r->prim_port = r->url.mode == XFER_REDIS_SINGLE && !r->url.is_unix ? r->url.port : 0;
+    if (r->url.mode == XFER_REDIS_CLUSTER) {
+        if (!(r->cl = malloc(sizeof(*r->cl))))
+            return -XFER_ENOMEM;
+        rcl_init(r->cl, &r->url, r->cfg.timeout_ms);
+    }
     r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->wake_fd < 0)
         return reg_set_err(-XFER_EIO, "eventfd: %s", strerror(errno));
@@ -192,8 +235,16 @@ void xfer_registry_free(xfer_registry *r)
         return;
     xfer_registry_thread_stop(r);
     reg_watch_stop(r);
-    if (r->ctx)
+    if (r->ctx && r->ctx != &r->cl_marker)
         redisFree(r->ctx);
+    if (r->cl) {
+        rcl_close(r->cl);
+        free(r->cl);
+    }
+    rcl_batch_free(&r->batch);
+    while (r->held_pos < r->held_n)
+        freeReplyObject(r->held[r->held_pos++]);
+    free(r->held);
     strmap_clear(&r->own_regions, free_value);
     reg_cache_free(r);
     if (r->wake_fd >= 0)
@@ -220,7 +271,7 @@ static void tick_publisher(xfer_registry *r, uint64_t now, uint64_t *due)
 {
     pthread_mutex_lock(&r->cmd_lock);
     bool want_conn = r->own_valid || r->watch_on || r->cfg.reap_ms > 0;
-    if (!r->ctx && want_conn && now >= r->next_connect_ms)
+    if ((!r->ctx || r->demoted) && want_conn && now >= r->next_connect_ms)
         reg_conn_ensure(r); /* failure: backoff already scheduled */
     if (!r->ctx)
         *due = min_u64(*due, r->next_connect_ms);
@@ -257,9 +308,9 @@ int xfer_registry_poll(xfer_registry *r, int timeout_ms)
     int wait = xfer_registry_tick(r);
     if (timeout_ms >= 0 && timeout_ms < wait)
         wait = timeout_ms;
-    struct pollfd pfd[2] = {{.fd = r->wake_fd, .events = POLLIN}, {.fd = -1}};
-    bool have = reg_watch_pollfd(r, &pfd[1].fd, &pfd[1].events);
-    int n = poll(pfd, have ? 2 : 1, wait);
+    struct pollfd pfd[3] = {{.fd = r->wake_fd, .events = POLLIN}};
+    int have = reg_watch_pollfds(r, pfd + 1);
+    int n = poll(pfd, (nfds_t)(1 + have), wait);
     if (n < 0 && errno != EINTR)
         return reg_set_err(-XFER_EIO, "poll: %s", strerror(errno));
     if (n > 0 && (pfd[0].revents & POLLIN)) {
@@ -267,8 +318,8 @@ int xfer_registry_poll(xfer_registry *r, int timeout_ms)
         ssize_t got = read(r->wake_fd, &v, sizeof(v));
         (void)got; /* only drains the wakeup */
     }
-    if (n > 0 && have && pfd[1].revents)
-        reg_watch_handle(r, pfd[1].revents);
+    if (n > 0 && have)
+        reg_watch_handle(r, pfd + 1, have);
     return r->events_delivered;
 }
 

@@ -1,4 +1,5 @@
-/* Redis URL parsing (redis://, unix://) and name validation. */
+/* Redis URL parsing (redis://, unix://, redis-sentinel://, redis-cluster://) and
+ * name validation. */
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -103,7 +104,7 @@ static int parse_userinfo(const char *p, size_t n, struct xfer_redis_url *out, c
     return 0;
 }
 
-static int parse_hostport(const char *p, size_t n, struct xfer_redis_url *out, char *err,
+static int parse_hostport(const char *p, size_t n, struct xfer_redis_hostport *out, char *err,
                           size_t errlen)
 {
     const char *host = p, *port = NULL;
@@ -135,6 +136,54 @@ static int parse_hostport(const char *p, size_t n, struct xfer_redis_url *out, c
     return 0;
 }
 
+/* "h[:p],h[:p]..." of a sentinel or cluster URL into out->seeds. */
+static int parse_seeds(const char *p, size_t n, int defport, struct xfer_redis_url *out, char *err,
+                       size_t errlen)
+{
+    const char *end = p + n;
+    while (p <= end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        size_t len = comma ? (size_t)(comma - p) : (size_t)(end - p);
+        if (out->n_seeds == XFER_REDIS_MAX_SEEDS)
+            return url_err(err, errlen, "more than %d hosts", XFER_REDIS_MAX_SEEDS);
+        struct xfer_redis_hostport *hp = &out->seeds[out->n_seeds];
+        hp->port = defport;
+        int rc = parse_hostport(p, len, hp, err, errlen);
+        if (rc)
+            return rc;
+        out->n_seeds++;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    memcpy(out->host, out->seeds[0].host, sizeof(out->host));
+    out->port = out->seeds[0].port;
+    return 0;
+}
+
+/* "/MASTER[/db]" of a sentinel URL. */
+static int parse_master(const char *path, struct xfer_redis_url *out, char *err, size_t errlen)
+{
+    if (!path || !path[1])
+        return url_err(err, errlen,
+                       "sentinel URL needs the master name: "
+                       "redis-sentinel://host:port[,host:port...]/MASTER[/db]");
+    const char *name = path + 1, *slash = strchr(name, '/');
+    size_t n = slash ? (size_t)(slash - name) : strlen(name);
+    if (n == 0 || n >= sizeof(out->master))
+        return url_err(err, errlen, "master name empty or longer than %zu characters",
+                       sizeof(out->master) - 1);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] <= 0x20 || (unsigned char)name[i] >= 0x7f)
+            return url_err(err, errlen, "master name '%.*s': printable characters only", (int)n,
+                           name);
+    memcpy(out->master, name, n);
+    out->master[n] = '\0';
+    if (slash && slash[1] && !parse_int(slash + 1, strlen(slash + 1), 0, 100000, &out->db))
+        return url_err(err, errlen, "bad database number '%s'", slash + 1);
+    return 0;
+}
+
 int xfer_redis_url_parse(const char *url, struct xfer_redis_url *out, char *err, size_t errlen)
 {
     if (!url || !out)
@@ -143,9 +192,21 @@ int xfer_redis_url_parse(const char *url, struct xfer_redis_url *out, char *err,
     out->port = 6379;
     if (!strncmp(url, "unix://", 7))
         return parse_unix(url + 7, out, err, errlen);
-    if (strncmp(url, "redis://", 8))
-        return url_err(err, errlen, "'%s': URL must start with redis:// or unix://", url);
-    const char *p = url + 8;
+    const char *p;
+    if (!strncmp(url, "redis://", 8)) {
+        p = url + 8;
+    } else if (!strncmp(url, "redis-sentinel://", 17)) {
+        p = url + 17;
+        out->mode = XFER_REDIS_SENTINEL;
+    } else if (!strncmp(url, "redis-cluster://", 16)) {
+        p = url + 16;
+        out->mode = XFER_REDIS_CLUSTER;
+    } else {
+        return url_err(err, errlen,
+                       "'%s': URL must start with redis://, unix://, redis-sentinel:// or "
+                       "redis-cluster://",
+                       url);
+    }
     const char *slash = strchr(p, '/');
     size_t auth_len = slash ? (size_t)(slash - p) : strlen(p);
     const char *at = memrchr(p, '@', auth_len);
@@ -156,9 +217,22 @@ int xfer_redis_url_parse(const char *url, struct xfer_redis_url *out, char *err,
         auth_len -= (size_t)(at + 1 - p);
         p = at + 1;
     }
-    int rc = parse_hostport(p, auth_len, out, err, errlen);
+    if (out->mode == XFER_REDIS_SENTINEL) {
+        int rc = parse_seeds(p, auth_len, 26379, out, err, errlen);
+        return rc ? rc : parse_master(slash, out, err, errlen);
+    }
+    if (out->mode == XFER_REDIS_CLUSTER) {
+        int rc = parse_seeds(p, auth_len, 6379, out, err, errlen);
+        if (!rc && slash && slash[1] && strcmp(slash, "/0"))
+            rc = url_err(err, errlen, "Redis Cluster has database 0 only (got '%s')", slash);
+        return rc;
+    }
+    struct xfer_redis_hostport hp = {.port = 6379};
+    int rc = parse_hostport(p, auth_len, &hp, err, errlen);
     if (rc)
         return rc;
+    memcpy(out->host, hp.host, sizeof(out->host));
+    out->port = hp.port;
     if (slash && slash[1] && !parse_int(slash + 1, strlen(slash + 1), 0, 100000, &out->db))
         return url_err(err, errlen, "bad database number '%s'", slash + 1);
     return 0;

@@ -11,19 +11,19 @@
 /* ---- internal adapter: remembers what hiredis wants to wait for ---------- */
 static void ad_add_read(void *p)
 {
-    ((xfer_registry *)p)->want_read = true;
+    ((struct reg_adstate *)p)->want_read = true;
 }
 static void ad_del_read(void *p)
 {
-    ((xfer_registry *)p)->want_read = false;
+    ((struct reg_adstate *)p)->want_read = false;
 }
 static void ad_add_write(void *p)
 {
-    ((xfer_registry *)p)->want_write = true;
+    ((struct reg_adstate *)p)->want_write = true;
 }
 static void ad_del_write(void *p)
 {
-    ((xfer_registry *)p)->want_write = false;
+    ((struct reg_adstate *)p)->want_write = false;
 }
 static void ad_cleanup(void *p)
 {
@@ -31,34 +31,56 @@ static void ad_cleanup(void *p)
     ad_del_write(p);
 }
 
-static int attach_internal(xfer_registry *r, redisAsyncContext *ac)
+int reg_ad_attach(struct reg_adstate *ad, redisAsyncContext *ac)
 {
-    ac->ev.data = r;
+    ac->ev.data = ad;
     ac->ev.addRead = ad_add_read;
     ac->ev.delRead = ad_del_read;
     ac->ev.addWrite = ad_add_write;
     ac->ev.delWrite = ad_del_write;
     ac->ev.cleanup = ad_cleanup;
-    r->want_read = r->want_write = true; /* like the libevent adapter: wait for connect */
+    ad->want_read = ad->want_write = true; /* like the libevent adapter: wait for connect */
     return 0;
 }
 
-bool reg_watch_pollfd(xfer_registry *r, int *fd, short *events)
+void reg_ad_pollfd(const redisAsyncContext *ac, const struct reg_adstate *ad, struct pollfd *p)
 {
-    if (!r->wac || r->attach_fn)
-        return false;
-    *fd = r->wac->c.fd;
-    *events = (short)((r->want_read ? POLLIN : 0) | (r->want_write ? POLLOUT : 0));
-    return true;
+    p->fd = ac->c.fd;
+    p->events = (short)((ad->want_read ? POLLIN : 0) | (ad->want_write ? POLLOUT : 0));
+    p->revents = 0;
 }
 
-void reg_watch_handle(xfer_registry *r, short revents)
+int reg_watch_pollfds(xfer_registry *r, struct pollfd *p)
 {
-    redisAsyncContext *ac = r->wac;
-    if (ac && (revents & (POLLIN | POLLHUP | POLLERR)))
+    int n = 0;
+    if (r->attach_fn)
+        return 0;
+    if (r->wac)
+        reg_ad_pollfd(r->wac, &r->ad, &p[n++]);
+    if (r->swatch.ac)
+        reg_ad_pollfd(r->swatch.ac, &r->swatch.ad, &p[n++]);
+    return n;
+}
+
+/* One context at a time, re-checking after each call: a read may end (and
+ * free) the context. */
+static void handle_one(redisAsyncContext **slot, const struct pollfd *p)
+{
+    redisAsyncContext *ac = *slot;
+    if (!ac || ac->c.fd != p->fd)
+        return;
+    if (p->revents & (POLLIN | POLLHUP | POLLERR))
         redisAsyncHandleRead(ac);
-    if (ac && r->wac == ac && (revents & POLLOUT))
+    if (*slot == ac && (p->revents & POLLOUT))
         redisAsyncHandleWrite(ac);
+}
+
+void reg_watch_handle(xfer_registry *r, const struct pollfd *p, int n)
+{
+    for (int i = 0; i < n; i++) {
+        handle_one(&r->wac, &p[i]);
+        handle_one(&r->swatch.ac, &p[i]);
+    }
 }
 
 /* ---- connection life ------------------------------------------------------ */
@@ -196,8 +218,23 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
 static void watch_connect(xfer_registry *r, uint64_t now)
 {
     const struct xfer_redis_url *u = &r->url;
-    redisAsyncContext *ac =
-        u->is_unix ? redisAsyncConnectUnix(u->host) : redisAsyncConnect(u->host, u->port);
+    char host[XFER_REG_HOST_MAX];
+    pthread_mutex_lock(&r->cmd_lock); /* sentinel mode: the primary in use */
+    r->watch_epoch = atomic_load(&r->prim_epoch);
+    int port = r->prim_port;
+    snprintf(host, sizeof(host), "%s", r->prim_host);
+    if (r->cl && r->cl->n_nodes) { /* PUBLISH reaches every node of a cluster: */
+        const struct rcl_node *n = &r->cl->nodes[r->watch_node++ % (unsigned)r->cl->n_nodes];
+        snprintf(host, sizeof(host), "%s", n->host); /* any will do, in turn */
+        port = n->port;
+    }
+    pthread_mutex_unlock(&r->cmd_lock);
+    if (u->mode != XFER_REDIS_SINGLE && !port) {
+        r->wac = NULL;
+        schedule_retry(r, "no primary known yet");
+        return;
+    }
+    redisAsyncContext *ac = port ? redisAsyncConnect(host, port) : redisAsyncConnectUnix(host);
     if (!ac || ac->err) {
         r->wac = ac; /* for the message only */
         schedule_retry(r, ac ? ac->errstr : "out of memory");
@@ -208,7 +245,7 @@ static void watch_connect(xfer_registry *r, uint64_t now)
     ac->data = r;
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    int rc = r->attach_fn ? r->attach_fn(ac, r->attach_arg) : attach_internal(r, ac);
+    int rc = r->attach_fn ? r->attach_fn(ac, r->attach_arg) : reg_ad_attach(&r->ad, ac);
     if (rc) {
         redisAsyncFree(ac);
         schedule_retry(r, "attach to the event loop failed");
@@ -228,6 +265,9 @@ void reg_watch_tick(xfer_registry *r, uint64_t now, uint64_t *due)
 {
     if (!r->watch_on)
         return;
+    reg_swatch_tick(r, now, due);
+    if (!r->wac && r->watch_epoch != atomic_load(&r->prim_epoch))
+        r->watch_next_ms = now; /* a new primary is known: no need to back off */
     if (!r->wac && now >= r->watch_next_ms)
         watch_connect(r, now);
     if (!r->wac) {
@@ -240,7 +280,8 @@ void reg_watch_tick(xfer_registry *r, uint64_t now, uint64_t *due)
          * command connection (reaping every second) times out: then the
          * subscriber is not trusted either and is set up again, which
          * resyncs the cache once Redis answers. */
-        if (atomic_load(&r->cmd_failures) != r->watch_fail_mark) {
+        if (atomic_load(&r->cmd_failures) != r->watch_fail_mark ||
+            r->watch_epoch != atomic_load(&r->prim_epoch)) {
             redisAsyncContext *ac = r->wac;
             xfer_warn("registry: command connection to %s failed; resubscribing", r->url_shown);
             schedule_retry(r, "command connection failed");
@@ -260,6 +301,7 @@ void reg_watch_tick(xfer_registry *r, uint64_t now, uint64_t *due)
 void reg_watch_stop(xfer_registry *r)
 {
     r->watch_on = false;
+    reg_swatch_stop(r);
     redisAsyncContext *ac = r->wac;
     r->wac = NULL;
     atomic_store(&r->subscribed, false);

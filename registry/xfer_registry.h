@@ -13,7 +13,11 @@
  *   channel xfer:events                "join <node>", "leave <node>",
  *                                      "region+ <node> <name>", "region- <node> <name>"
  * Every key of a node carries the node TTL and is refreshed by the heartbeat,
- * so a crashed node leaves nothing behind once its TTL runs out.
+ * so a crashed node leaves nothing behind once its TTL runs out. On Redis
+ * Cluster (redis-cluster:// URL) xfer:nodes is split into 16 shards
+ * xfer:nodes:{s00}..{s15} (shard = CRC16(node id) mod 16); with Sentinel
+ * (redis-sentinel://) the handle follows the primary through failovers and
+ * republishes there.
  *
  * One handle plays three roles:
  *  - publisher: the node this process owns and its regions. The registry keeps
@@ -59,6 +63,10 @@
 extern "C" {
 #endif
 
+/* Everything declared here is libxfer's public API: exported although the
+ * library is built with -fvisibility=hidden. */
+#pragma GCC visibility push(default)
+
 struct redisAsyncContext; /* hiredis; only a pointer crosses this header */
 
 #define XFER_REG_HOST_MAX    256 /* hostname incl. NUL */
@@ -67,15 +75,33 @@ struct redisAsyncContext; /* hiredis; only a pointer crosses this header */
 /* ---- Redis URL --------------------------------------------------------- */
 /* redis://[user:password@]host[:port][/db]   (user may be empty: ":pw@")
  * unix:///path/to/redis.sock[?db=N]
+ * redis-sentinel://[user:password@]host[:port][,host[:port]...]/MASTER[/db]
+ *     sentinels (default port 26379) asked for the primary of MASTER; the
+ *     credentials are for the primary (sentinels get them only if they
+ *     answer NOAUTH)
+ * redis-cluster://[user:password@]host[:port][,host[:port]...]
+ *     seed nodes of a Redis Cluster (default port 6379; database 0 only)
  * IPv6 hosts in brackets: redis://[::1]:6379. %XX escapes are decoded in user
  * and password. Default port 6379, db 0. */
+enum xfer_redis_mode { XFER_REDIS_SINGLE = 0, XFER_REDIS_SENTINEL, XFER_REDIS_CLUSTER };
+#define XFER_REDIS_MAX_SEEDS  16
+#define XFER_REDIS_MASTER_MAX 128
+struct xfer_redis_hostport {
+    char host[XFER_REG_HOST_MAX];
+    int port;
+};
 struct xfer_redis_url {
+    enum xfer_redis_mode mode;
     bool is_unix;
-    char host[XFER_REG_HOST_MAX]; /* host name/address, or socket path */
+    char host[XFER_REG_HOST_MAX]; /* host name/address, or socket path
+                                     (sentinel/cluster: the first seed) */
     int port;
     int db;
     char user[128];     /* empty: no user (AUTH password only, or no AUTH) */
     char password[256]; /* empty: no AUTH */
+    int n_seeds;        /* sentinel/cluster: sentinels / seed nodes */
+    struct xfer_redis_hostport seeds[XFER_REDIS_MAX_SEEDS];
+    char master[XFER_REDIS_MASTER_MAX]; /* sentinel: the monitored master's name */
 };
 
 /* 0 or -XFER_EINVAL with the reason written to err (if errlen > 0). */
@@ -246,6 +272,8 @@ int xfer_registry_poll(xfer_registry *r, int timeout_ms);
  * xfer_registry_thread_stop() or free. Callbacks then run on that thread. */
 int xfer_registry_thread_start(xfer_registry *r);
 void xfer_registry_thread_stop(xfer_registry *r);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

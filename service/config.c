@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void xferd_config_defaults(struct xferd_config *c)
 {
@@ -19,6 +20,9 @@ void xferd_config_defaults(struct xferd_config *c)
     c->io_timeout_ms = 10000;
     c->request_timeout_ms = 30000;
     c->workers = 4;
+    c->metrics_port = XFERD_METRICS_PORT_DEFAULT;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    c->max_region_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
 }
 
 int xferd_parse_size(const char *s, uint64_t *out)
@@ -202,8 +206,12 @@ static int set_global_key(struct xferd_config *c, const char *key, const char *v
         return set_port(val, &c->data_port);
     if (!strcmp(key, "ctrl_port"))
         return set_port(val, &c->ctrl_port);
-    if (!strcmp(key, "metrics_port"))
+    if (!strcmp(key, "metrics_port")) {
+        c->metrics_port_given = true;
         return set_port(val, &c->metrics_port);
+    }
+    if (!strcmp(key, "max_region_bytes"))
+        return xferd_parse_size(val, &c->max_region_bytes);
     if (!strcmp(key, "secret_file")) {
         FILE *f = fopen(val, "r");
         if (!f)
@@ -393,6 +401,7 @@ static const char *const env_keys[][2] = {
     {"XFER_WORKERS", "workers"},
     {"XFER_METRICS_PORT", "metrics_port"},
     {"XFER_METRICS_ADDR", "metrics_addr"},
+    {"XFER_MAX_REGION_BYTES", "max_region_bytes"},
     {"XFER_REGIONS", "regions"},
 };
 

@@ -22,12 +22,14 @@
 
 #include "xfer.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define XFERD_MAX_REGIONS 64
-#define XFERD_PATH_MAX    256
-#define XFERD_STR_MAX     256
+#define XFERD_MAX_REGIONS          64
+#define XFERD_PATH_MAX             256
+#define XFERD_STR_MAX              256
+#define XFERD_METRICS_PORT_DEFAULT 9400
 
 struct xferd_region_conf {
     char name[XFER_NAME_MAX];
@@ -46,6 +48,7 @@ struct xferd_config {
     uint16_t data_port;               /* 0 = ephemeral */
     uint16_t ctrl_port;               /* 0 = ephemeral */
     uint16_t metrics_port;            /* Prometheus /metrics; 0 = off */
+    bool metrics_port_given;          /* set by flag/env/file, not the default */
     char metrics_addr[XFER_ADDR_MAX]; /* "" = listen */
     char ctrl_socket[XFERD_PATH_MAX];
     char config_path[XFERD_PATH_MAX];
@@ -56,6 +59,7 @@ struct xferd_config {
     int io_timeout_ms;
     int request_timeout_ms; /* default deadline of a named transfer */
     int workers;
+    uint64_t max_region_bytes; /* host memory in regions; 0 = no limit */
     char log_level[16];
     int nregions;
     struct xferd_region_conf regions[XFERD_MAX_REGIONS];

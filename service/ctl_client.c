@@ -1,7 +1,7 @@
 /* Blocking control-API client with timeouts (see ctl_client.h). */
 #include "ctl_client.h"
 #include "frame.h"
-#include "handshake.h"
+#include "xfer_handshake.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

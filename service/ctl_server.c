@@ -4,15 +4,12 @@
  * handed to the worker pool; responses go back (tagged with the request id,
  * possibly out of order when a client pipelines) when their job is done.
  */
+#include "ctl_conn.h"
 #include "frame.h"
-#include "handshake.h"
-#include "xferd.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/event.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,48 +18,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define CONN_MAX_FDS         8
-#define CONN_MAX_INFLIGHT    1024
-#define HANDSHAKE_TIMEOUT_MS 3000
-
-struct conn {
-    struct ctl_server *s;
-    int fd;
-    bool is_unix;
-    struct event *rev, *wev;
-    struct evbuffer *in, *out;
-    int fds[CONN_MAX_FDS];
-    int nfds;
-    int inflight; /* requests queued or running (flow control) */
-    int refs;     /* jobs and callbacks using the struct (lifetime) */
-    bool dead, reading;
-    char **priv; /* private regions registered over this connection */
-    size_t npriv;
-    struct conn *prev, *next;
-};
-
-struct ctl_server {
-    struct xferd *d;
-    int tcp_fd, unix_fd;
-    struct event *tcp_ev, *unix_ev;
-    struct conn *conns;
-    bool accepting;
-};
-
 struct req_job {
     struct job job;
     struct conn *c;
     Xctl__Request *req;
+    size_t bytes; /* frame size, counted in c->in_bytes */
     int fd;
     Xctl__Response resp;
     struct arena arena;
-};
-
-struct hs_job {
-    struct job job;
-    struct ctl_server *s;
-    int fd;
-    int rc;
 };
 
 /* The struct outlives conn_close() while anything still holds it. */
@@ -77,6 +40,7 @@ static void conn_unref_maybe_free(struct conn *c)
         close(c->fds[i]);
     evbuffer_free(c->in);
     evbuffer_free(c->out);
+    ctl_quota_put(c->quota);
     free(c);
 }
 
@@ -147,11 +111,14 @@ static void conn_track_private(struct conn *c, const Xctl__Request *req, const X
     }
 }
 
-static void conn_close(struct conn *c)
+void conn_close(struct conn *c)
 {
     if (c->dead)
         return;
     c->dead = true;
+    ctl_hs_forget(c);
+    if (c->counted)
+        c->s->nconns--;
     conn_release_private(c);
     event_free(c->rev);
     event_free(c->wev);
@@ -165,6 +132,25 @@ static void conn_close(struct conn *c)
     conn_unref_maybe_free(c);
 }
 
+static void conn_set_reading(struct conn *c, bool on)
+{
+    if (c->dead || c->reading == on)
+        return;
+    c->reading = on;
+    if (on)
+        event_add(c->rev, NULL);
+    else
+        event_del(c->rev);
+}
+
+/* Back-pressure: a client is read from only while its requests in flight
+ * and its unread replies are under their limits. */
+static void conn_update_reading(struct conn *c)
+{
+    conn_set_reading(c, c->inflight < CONN_MAX_INFLIGHT && c->in_bytes < CONN_IN_MAX &&
+                            evbuffer_get_length(c->out) < CONN_OUT_HIGH);
+}
+
 static void conn_flush(struct conn *c)
 {
     while (evbuffer_get_length(c->out) > 0) {
@@ -176,10 +162,29 @@ static void conn_flush(struct conn *c)
             return;
         }
     }
-    if (evbuffer_get_length(c->out) > 0)
+    size_t left = evbuffer_get_length(c->out);
+    if (left > CONN_OUT_MAX) {
+        xfer_warn("control: a client left %zu bytes of replies unread (limit %u): disconnected",
+                  left, CONN_OUT_MAX);
+        conn_close(c);
+        return;
+    }
+    if (left > 0)
         event_add(c->wev, NULL);
     else
         event_del(c->wev);
+    conn_update_reading(c);
+}
+
+void conn_send_raw(struct conn *c, const void *payload, size_t len)
+{
+    uint8_t hdr[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
+                      (uint8_t)(len >> 24)};
+    if (evbuffer_add(c->out, hdr, 4) || evbuffer_add(c->out, payload, len)) {
+        conn_close(c);
+        return;
+    }
+    conn_flush(c);
 }
 
 static void conn_send(struct conn *c, const Xctl__Response *resp)
@@ -193,35 +198,20 @@ static void conn_send(struct conn *c, const Xctl__Response *resp)
         conn_send(c, &err);
         return;
     }
-    uint8_t hdr[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
-                      (uint8_t)(len >> 24)};
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf) {
         conn_close(c);
         return;
     }
     xctl__response__pack(resp, buf);
-    evbuffer_add(c->out, hdr, 4);
-    evbuffer_add(c->out, buf, len);
+    conn_send_raw(c, buf, len);
     free(buf);
-    conn_flush(c);
-}
-
-static void conn_set_reading(struct conn *c, bool on)
-{
-    if (c->dead || c->reading == on)
-        return;
-    c->reading = on;
-    if (on)
-        event_add(c->rev, NULL);
-    else
-        event_del(c->rev);
 }
 
 static void req_run(struct job *j)
 {
     struct req_job *rj = (struct req_job *)j;
-    xferd_handle(rj->c->s->d, rj->req, rj->fd, &rj->resp, &rj->arena);
+    xferd_handle(rj->c->s->d, rj->req, rj->fd, rj->c->quota, &rj->resp, &rj->arena);
 }
 
 static void req_done(struct job *j)
@@ -229,14 +219,12 @@ static void req_done(struct job *j)
     struct req_job *rj = (struct req_job *)j;
     struct conn *c = rj->c;
     c->inflight--;
+    c->in_bytes -= rj->bytes;
     conn_track_private(c, rj->req, &rj->resp); /* c->refs still counts this job */
     if (c->dead)
         conn_release_private(c); /* registered after the client went away */
-    if (!c->dead) {
-        conn_send(c, &rj->resp);
-        if (c->inflight < CONN_MAX_INFLIGHT / 2)
-            conn_set_reading(c, true);
-    }
+    if (!c->dead)
+        conn_send(c, &rj->resp); /* updates reading */
     arena_free(&rj->arena);
     xctl__request__free_unpacked(rj->req, NULL);
     free(rj);
@@ -263,7 +251,7 @@ static int take_fd(struct conn *c)
     return fd;
 }
 
-static void dispatch(struct conn *c, Xctl__Request *req)
+static void dispatch(struct conn *c, Xctl__Request *req, size_t bytes)
 {
     struct xferd *d = c->s->d;
     int fd = -1;
@@ -287,11 +275,14 @@ static void dispatch(struct conn *c, Xctl__Request *req)
         rj->c = c;
         rj->req = req;
         rj->fd = fd;
+        rj->bytes = bytes;
         c->inflight++;
+        c->in_bytes += bytes;
         c->refs++;
         rc = atomic_load(&d->draining) ? -XFER_EBUSY : jobq_push(d->jobs, &rj->job);
         if (rc) {
             c->inflight--;
+            c->in_bytes -= bytes;
             c->refs--;
         }
     }
@@ -304,8 +295,7 @@ static void dispatch(struct conn *c, Xctl__Request *req)
         xctl__request__free_unpacked(req, NULL);
         return;
     }
-    if (c->inflight >= CONN_MAX_INFLIGHT)
-        conn_set_reading(c, false);
+    conn_update_reading(c);
 }
 
 /* Parses every complete frame in c->in. false: the connection was closed. */
@@ -316,6 +306,11 @@ static bool parse_frames(struct conn *c)
         evbuffer_copyout(c->in, h, 4);
         uint32_t len =
             (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        if (c->hs && len > XFER_HS_FRAME_MAX) {
+            xfer_warn("control: handshake frame of %u bytes refused, closing", len);
+            conn_close(c);
+            return false;
+        }
         if (len > XFER_FRAME_MAX) {
             xfer_warn("control: frame of %u bytes refused, closing", len);
             reply_now(c, 0, -XFER_EPROTO, "frame too large");
@@ -326,6 +321,14 @@ static bool parse_frames(struct conn *c)
             break;
         evbuffer_drain(c->in, 4);
         uint8_t *buf = evbuffer_pullup(c->in, len);
+        if (c->hs) {
+            bool open = ctl_hs_frame(c, buf, len);
+            if (open)
+                evbuffer_drain(c->in, len);
+            if (!open)
+                return false;
+            continue;
+        }
         Xctl__Request *req = xctl__request__unpack(NULL, len, buf);
         evbuffer_drain(c->in, len);
         if (!req) {
@@ -333,7 +336,7 @@ static bool parse_frames(struct conn *c)
             reply_now(c, 0, -XFER_EPROTO, "malformed request");
             continue;
         }
-        dispatch(c, req);
+        dispatch(c, req, 4 + (size_t)len);
     }
     return !c->dead;
 }
@@ -402,12 +405,13 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
     conn_flush(arg);
 }
 
-static void conn_adopt(struct ctl_server *s, int fd, bool is_unix)
+/* A new connection, read from at once (handshake frames first on TCP). */
+struct conn *conn_new(struct ctl_server *s, int fd, bool is_unix)
 {
     struct conn *c = calloc(1, sizeof(*c));
     if (!c) {
         close(fd);
-        return;
+        return NULL;
     }
     c->s = s;
     c->fd = fd;
@@ -416,7 +420,8 @@ static void conn_adopt(struct ctl_server *s, int fd, bool is_unix)
     c->out = evbuffer_new();
     c->rev = event_new(s->d->base, fd, EV_READ | EV_PERSIST, on_read, c);
     c->wev = event_new(s->d->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
-    if (!c->in || !c->out || !c->rev || !c->wev) {
+    c->quota = ctl_quota_new();
+    if (!c->in || !c->out || !c->rev || !c->wev || !c->quota) {
         xfer_err("control: out of memory for a connection");
         if (c->in)
             evbuffer_free(c->in);
@@ -426,71 +431,34 @@ static void conn_adopt(struct ctl_server *s, int fd, bool is_unix)
             event_free(c->rev);
         if (c->wev)
             event_free(c->wev);
+        ctl_quota_put(c->quota);
         free(c);
         close(fd);
-        return;
+        return NULL;
     }
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
     s->conns = c;
     conn_set_reading(c, true);
+    return c;
 }
 
-static void hs_run(struct job *j)
+bool conn_admit(struct conn *c)
 {
-    struct hs_job *h = (struct hs_job *)j;
-    struct xferd *d = h->s->d;
-    struct xfer_hs_self self = {.node_id = d->cfg.node, .incarnation = d->incarnation};
-    if (d->cfg.secret[0]) {
-        self.secret = d->cfg.secret;
-        self.secret_len = strlen(d->cfg.secret);
+    struct ctl_server *s = c->s;
+    if (s->nconns >= CTL_MAX_CONNS) {
+        char msg[120];
+        snprintf(msg, sizeof(msg), "xferd serves at most %d control connections; try again later",
+                 CTL_MAX_CONNS);
+        xfer_warn("control: connection refused: %d connections open", s->nconns);
+        reply_now(c, 0, -XFER_EBUSY, msg);
+        conn_close(c);
+        return false;
     }
-    struct xfer_hs_peer peer;
-    char why[200] = "";
-    h->rc = xfer_handshake_server(h->fd, &self, HANDSHAKE_TIMEOUT_MS, &peer, why, sizeof(why));
-    if (h->rc)
-        xfer_warn("control: handshake refused: %s", why);
-}
-
-static void hs_done(struct job *j)
-{
-    struct hs_job *h = (struct hs_job *)j;
-    if (h->rc == 0 && h->s->accepting)
-        conn_adopt(h->s, h->fd, false);
-    else
-        close(h->fd);
-    free(h);
-}
-
-static void on_accept(evutil_socket_t lfd, short what, void *arg)
-{
-    (void)what;
-    struct ctl_server *s = arg;
-    bool is_unix = lfd == s->unix_fd;
-    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
-        return;
-    if (is_unix) {
-        conn_adopt(s, fd, true);
-        return;
-    }
-    int one = 1; /* small request/response frames: no Nagle delay */
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    /* The handshake blocks (bounded): run it on a worker, not the loop. */
-    struct hs_job *h = calloc(1, sizeof(*h));
-    if (!h) {
-        close(fd);
-        return;
-    }
-    h->job.run = hs_run;
-    h->job.done = hs_done;
-    h->s = s;
-    h->fd = fd;
-    if (jobq_push(s->d->jobs, &h->job)) {
-        close(fd);
-        free(h);
-    }
+    c->counted = true;
+    s->nconns++;
+    return true;
 }
 
 static int listen_tcp(struct ctl_server *s, char *why, size_t wl)
@@ -575,8 +543,8 @@ struct ctl_server *ctl_server_new(struct xferd *d, char *why, size_t wl)
     s->tcp_fd = s->unix_fd = -1;
     if (listen_tcp(s, why, wl) || listen_unix(s, why, wl))
         goto fail;
-    s->tcp_ev = event_new(d->base, s->tcp_fd, EV_READ | EV_PERSIST, on_accept, s);
-    s->unix_ev = event_new(d->base, s->unix_fd, EV_READ | EV_PERSIST, on_accept, s);
+    s->tcp_ev = event_new(d->base, s->tcp_fd, EV_READ | EV_PERSIST, ctl_on_accept, s);
+    s->unix_ev = event_new(d->base, s->unix_fd, EV_READ | EV_PERSIST, ctl_on_accept, s);
     if (!s->tcp_ev || !s->unix_ev || event_add(s->tcp_ev, NULL) || event_add(s->unix_ev, NULL)) {
         snprintf(why, wl, "event setup failed");
         goto fail;
@@ -593,6 +561,8 @@ void ctl_server_stop_accepting(struct ctl_server *s)
     if (!s || !s->accepting)
         return;
     s->accepting = false;
+    while (s->hs_head)
+        conn_close(s->hs_head);
     event_del(s->tcp_ev);
     event_del(s->unix_ev);
     close(s->tcp_fd);

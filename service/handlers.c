@@ -203,6 +203,14 @@ static void do_regions(struct xferd *d, const char *node, Xctl__Response *resp, 
     resp->regions = rl;
 }
 
+static void add_host_bytes(const struct xfer_region_desc *rd, void *arg)
+{
+    if (rd->kind == XFER_MEM_HOST)
+        *(uint64_t *)arg += rd->len;
+}
+
+/* Host memory in regions is capped (max_region_bytes): a client cannot make
+ * xferd allocate or map more than the machine holds. */
 static void do_register(struct xferd *d, const Xctl__RegisterRegion *m, int fd,
                         Xctl__Response *resp, struct arena *a)
 {
@@ -224,6 +232,18 @@ static void do_register(struct xferd *d, const Xctl__RegisterRegion *m, int fd,
     xfer_region *r = NULL;
     pthread_rwlock_wrlock(&d->region_lock);
     int rc;
+    uint64_t held = 0, limit = d->cfg.max_region_bytes;
+    if (!m->cuda_ipc.len && limit)
+        xfer_region_foreach(d->eng, add_host_bytes, &held);
+    if (!m->cuda_ipc.len && limit && (m->len > limit || held > limit - m->len)) {
+        pthread_rwlock_unlock(&d->region_lock);
+        fail(resp, a, -XFER_ENOSPC,
+             "register '%s': %llu bytes would take this node's regions past max_region_bytes "
+             "(%llu bytes, %llu held)",
+             m->name, (unsigned long long)m->len, (unsigned long long)limit,
+             (unsigned long long)held);
+        goto out;
+    }
     if (m->cuda_ipc.len && fd < 0)
         rc = xfer_region_adopt_cuda(d->eng, m->name, m->cuda_ipc.data, m->cuda_ipc.len, m->gpu,
                                     m->cuda_offset, m->len, access, &r);
@@ -297,9 +317,24 @@ static void run_items(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops
         xferd_transfer_many(d, b->items, b->n_items, hops, batch_deadline(d, b), items, a);
 }
 
+struct ctl_quota *ctl_quota_new(void)
+{
+    struct ctl_quota *q = calloc(1, sizeof(*q));
+    if (q)
+        atomic_init(&q->refs, 1);
+    return q;
+}
+
+void ctl_quota_put(struct ctl_quota *q)
+{
+    if (q && atomic_fetch_sub(&q->refs, 1) == 1)
+        free(q);
+}
+
 struct async_job {
     struct job job;
     struct xferd *d;
+    struct ctl_quota *q;      /* the submitting client's: one async slot, one ref */
     Xctl__SubmitBatch *batch; /* unpacked copy, owned */
     uint32_t hops;
     uint64_t id;
@@ -323,12 +358,21 @@ static void async_done(struct job *j)
 {
     struct async_job *aj = (struct async_job *)j;
     xctl__submit_batch__free_unpacked(aj->batch, NULL);
+    if (aj->q) {
+        atomic_fetch_sub(&aj->q->async, 1);
+        ctl_quota_put(aj->q);
+    }
     free(aj);
 }
 
 /* Copies the batch (the request dies with the response) and queues it. */
-static int start_async(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops, uint64_t *id)
+static int start_async(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops,
+                       struct ctl_quota *q, uint64_t *id)
 {
+    if (q && atomic_fetch_add(&q->async, 1) >= XFERD_MAX_ASYNC_PER_CLIENT) {
+        atomic_fetch_sub(&q->async, 1);
+        return -XFER_EBUSY;
+    }
     size_t len = xctl__submit_batch__get_packed_size(b);
     uint8_t *buf = malloc(len ? len : 1);
     struct async_job *aj = calloc(1, sizeof(*aj));
@@ -344,23 +388,27 @@ static int start_async(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hop
     aj->job.done = async_done;
     aj->d = d;
     aj->hops = hops;
+    aj->q = q;
+    if (q)
+        atomic_fetch_add(&q->refs, 1);
     aj->id = *id = batch_table_add(d->batches, b->n_items);
     if (jobq_push(d->jobs, &aj->job)) {
-        xctl__submit_batch__free_unpacked(aj->batch, NULL);
-        free(aj);
+        aj->job.done(&aj->job);
         return -XFER_EBUSY;
     }
     return 0;
 nomem:
     free(buf);
     free(aj);
+    if (q)
+        atomic_fetch_sub(&q->async, 1);
     return -XFER_ENOMEM;
 }
 
 #define BATCH_MAX_ITEMS 4096
 
 static void do_batch(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops,
-                     Xctl__Response *resp, struct arena *a)
+                     struct ctl_quota *q, Xctl__Response *resp, struct arena *a)
 {
     if (b->n_items == 0 || b->n_items > BATCH_MAX_ITEMS) {
         fail(resp, a, -XFER_EINVAL, "a batch holds 1..%d transfers", BATCH_MAX_ITEMS);
@@ -373,8 +421,13 @@ static void do_batch(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops,
     resp->body_case = XCTL__RESPONSE__BODY_BATCH;
     resp->batch = br;
     if (b->async) {
-        int rc = start_async(d, b, hops, &br->batch_id);
-        if (rc)
+        int rc = start_async(d, b, hops, q, &br->batch_id);
+        if (rc == -XFER_EBUSY && !atomic_load(&d->draining))
+            fail(resp, a, rc,
+                 "cannot start batch: this client has %d async batches running (the limit); "
+                 "query them (QueryStatus) and submit again when some are done",
+                 XFERD_MAX_ASYNC_PER_CLIENT);
+        else if (rc)
             fail(resp, a, rc, "cannot start batch: %s", xfer_strerror(rc));
         return;
     }
@@ -563,8 +616,8 @@ static void do_query(struct xferd *d, uint64_t id, Xctl__Response *resp, struct 
     resp->batch = br;
 }
 
-void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, Xctl__Response *resp,
-                  struct arena *a)
+void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, struct ctl_quota *q,
+                  Xctl__Response *resp, struct arena *a)
 {
     xctl__response__init(resp);
     resp->id = req->id;
@@ -588,7 +641,7 @@ void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, Xctl__Respo
         do_deregister(d, req->dereg->name, resp, a);
         break;
     case XCTL__REQUEST__BODY_BATCH:
-        do_batch(d, req->batch, req->hops, resp, a);
+        do_batch(d, req->batch, req->hops, q, resp, a);
         break;
     case XCTL__REQUEST__BODY_QUERY:
         do_query(d, req->query->batch_id, resp, a);

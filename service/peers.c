@@ -167,6 +167,7 @@ static void drop_region(struct xferd *d, const char *node, const char *name)
 void xferd_on_registry_event(const struct xfer_registry_event *ev, void *arg)
 {
     struct xferd *d = arg;
+    xferd_known_on_event(d, ev);
     if (ev->node && !strcmp(ev->node, d->cfg.node))
         return;
     switch (ev->type) {

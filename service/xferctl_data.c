@@ -102,7 +102,7 @@ static int stage_open(struct stage *s, const char *what, uint64_t want)
     snprintf(s->name, sizeof(s->name), "_%s.%d", what, (int)getpid());
     snprintf(s->addr, sizeof(s->addr), "%s/%s", r->health->node, s->name);
     xctl__response__free_unpacked(r, NULL);
-    s->fd = memfd_create("xferctl-stage", MFD_CLOEXEC);
+    s->fd = memfd_create("xferctl-stage", MFD_CLOEXEC | MFD_ALLOW_SEALING); /* xferd seals it */
     if (s->fd < 0 || ftruncate(s->fd, (off_t)s->len))
         return xctl_die(EXIT_FAIL, "staging memfd: %s", strerror(errno));
     s->map = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);

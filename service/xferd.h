@@ -18,6 +18,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 #include <stdbool.h>
 
 struct event_base;
@@ -50,6 +51,9 @@ struct xferd {
     pthread_mutex_t inflight_lock;
     struct inflight *inflight;         /* engine batches in flight (cancelled at drain end) */
     _Atomic int64_t drain_deadline_ms; /* 0 until SIGTERM */
+    pthread_mutex_t known_lock;        /* known.c: other nodes in the registry */
+    char (*known)[XFER_NAME_MAX];
+    size_t nknown, capknown;
 };
 
 /* ---- jobs.c: worker pool; done callbacks run on the loop thread ---- */
@@ -67,10 +71,20 @@ int jobq_pending(struct jobq *q);
 void jobq_free(struct jobq *q);
 
 /* ---- handlers.c: one request -> one response (worker thread) ---- */
-/* fd: memfd attached to the request (ownership passes), or -1. Everything
- * resp points to is allocated in a (freed after the response is sent). */
-void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, Xctl__Response *resp,
-                  struct arena *a);
+/* Limits of one control client, shared by its connection and the async
+ * batches it started (which may outlive it). */
+#define XFERD_MAX_ASYNC_PER_CLIENT 64
+struct ctl_quota {
+    atomic_int refs;
+    atomic_int async; /* async batches queued or running */
+};
+struct ctl_quota *ctl_quota_new(void);
+void ctl_quota_put(struct ctl_quota *q); /* NULL is fine */
+/* fd: memfd attached to the request (ownership passes), or -1. q: the
+ * client's limits. Everything resp points to is allocated in a (freed after
+ * the response is sent). */
+void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, struct ctl_quota *q,
+                  Xctl__Response *resp, struct arena *a);
 
 /* ---- transfer.c: named transfers ---- */
 /* Runs one transfer (possibly forwarding it) within deadline_ms; res's
@@ -122,6 +136,11 @@ int xferd_peer_get(struct xferd *d, const char *node, const char *region, xfer_p
 void xferd_peer_put(struct xferd *d, const char *node);
 void xferd_peers_free(struct xferd *d);
 void xferd_on_registry_event(const struct xfer_registry_event *ev, void *arg);
+
+/* ---- known.c: the nodes of the registry, kept from its events ---- */
+void xferd_known_on_event(struct xferd *d, const struct xfer_registry_event *ev);
+uint32_t xferd_known_count(struct xferd *d);
+void xferd_known_free(struct xferd *d);
 
 /* ---- publish.c: this node and its regions in the registry ---- */
 int xferd_publish_start(struct xferd *d, char *why, size_t why_len);

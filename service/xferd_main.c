@@ -34,7 +34,7 @@ static const char usage[] =
     "                                                       (XFER_CTRL_SOCKET)\n"
     "  -R, --region NAME:SIZE[:ACCESS]  allocate a host region (repeatable)\n"
     "      --regions LIST        the same, comma-separated  (XFER_REGIONS)\n"
-    "      --metrics-port P      Prometheus /metrics over HTTP, 0 = off\n"
+    "      --metrics-port P      Prometheus /metrics over HTTP, default 9400, 0 = off\n"
     "                                                       (XFER_METRICS_PORT)\n"
     "      --metrics-addr ADDR   its address, default: --listen (XFER_METRICS_ADDR)\n"
     "      --ttl-ms MS           registry TTL, default 10000 (XFER_TTL_MS)\n"
@@ -42,6 +42,9 @@ static const char usage[] =
     "      --drain-ms MS         SIGTERM grace, default 5000 (XFER_DRAIN_MS)\n"
     "      --connect-timeout-ms, --io-timeout-ms, --request-timeout-ms MS\n"
     "      --workers N           request worker threads, default 4\n"
+    "      --max-region-bytes N  host memory xferd keeps in regions (control-plane\n"
+    "                            registrations past it are refused), default: the\n"
+    "                            machine's RAM, 0 = no limit (XFER_MAX_REGION_BYTES)\n"
     "      --log-level L         error|warn|info|debug      (XFER_LOG_LEVEL)\n"
     "  -h, --help                this text\n"
     "  -V, --version             print the version\n"
@@ -74,6 +77,7 @@ static const struct option long_opts[] = {
     {"regions", required_argument, 0, OPT_KEY},
     {"metrics-port", required_argument, 0, OPT_KEY},
     {"metrics-addr", required_argument, 0, OPT_KEY},
+    {"max-region-bytes", required_argument, 0, OPT_KEY},
     {0, 0, 0, 0},
 };
 
@@ -190,9 +194,8 @@ static int start_engine(struct xferd *d)
     return 0;
 }
 
-/* Registry state for /metrics; runs on the loop thread at each scrape. The
- * node list is read only while Redis is up (bounded by the registry's
- * command timeout). */
+/* Registry state for /metrics; runs on the loop thread at each scrape and
+ * never talks to Redis (known peers come from registry events, known.c). */
 static void count_public_region(const struct xfer_region_desc *rd, void *arg)
 {
     if (rd->name[0] != XFERD_PRIVATE_PREFIX)
@@ -204,14 +207,7 @@ static void metrics_registry_state(struct xfer_metrics_registry *out, void *arg)
     struct xferd *d = arg;
     out->connected = d->reg && xfer_registry_connected(d->reg);
     xfer_region_foreach(d->eng, count_public_region, &out->regions);
-    struct xfer_node_desc *nodes = NULL;
-    size_t n = 0;
-    if (out->connected && !xfer_registry_list_nodes(d->reg, &nodes, &n)) {
-        for (size_t i = 0; i < n; i++)
-            if (strcmp(nodes[i].peer.node_id, d->cfg.node))
-                out->known_peers++;
-        free(nodes);
-    }
+    out->known_peers = xferd_known_count(d);
 }
 
 static int start_metrics(struct xferd *d, char *why, size_t why_len)
@@ -228,6 +224,13 @@ static int start_metrics(struct xferd *d, char *why, size_t why_len)
     };
     int err = 0;
     d->metrics = xfer_metrics_start(d->base, &mc, &err);
+    if (!d->metrics && !d->cfg.metrics_port_given) {
+        /* The default port may be another xferd's on this address. */
+        xfer_warn("metrics on %s:%u (the default port): %s; /metrics is off, set "
+                  "--metrics-port (0 = off) to choose",
+                  mc.addr, mc.port, xfer_strerror(err));
+        return 0;
+    }
     if (!d->metrics)
         snprintf(why, why_len, "metrics on %s:%u: %s", mc.addr, mc.port, xfer_strerror(err));
     return d->metrics ? 0 : err;
@@ -294,6 +297,7 @@ static void shutdown_all(struct xferd *d)
     batch_table_free(d->batches);
     xfer_engine_free(d->eng);
     xferd_peers_free(d);
+    xferd_known_free(d);
     if (d->base)
         event_base_free(d->base);
 }
@@ -310,6 +314,7 @@ int main(int argc, char **argv)
     pthread_mutex_init(&d->peer_lock, NULL);
     pthread_mutex_init(&d->inflight_lock, NULL);
     pthread_mutex_init(&d->fwd_lock, NULL);
+    pthread_mutex_init(&d->known_lock, NULL);
     pthread_rwlock_init(&d->region_lock, NULL);
     d->started_ms = (uint64_t)xfer_now_ms();
     char why[400] = "";

@@ -40,7 +40,9 @@ enum ipc_msg_type {
     IPC_MAP_RESP = 3, /* + one fd (memfd / cuMem) when the mechanism has one */
     IPC_ACQ_REQ = 4,  /* validate + pin count regions ranges */
     IPC_ACQ_RESP = 5,
-    IPC_REL = 6, /* unpin slots, no answer */
+    IPC_REL = 6,      /* unpin slots, no answer */
+    IPC_MSG_REQ = 7,  /* an engine message frame (docs/notify.md) */
+    IPC_MSG_RESP = 8, /* int32 status: the owner engine's answer */
 };
 
 enum ipc_mech { IPC_MECH_NONE = 0, IPC_MECH_MEMFD, IPC_MECH_CMA, IPC_MECH_CUDA, IPC_MECH_CUMEM };
@@ -220,6 +222,8 @@ struct ipc_transport {
 int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out);
 void ipc_conn_close(struct xfer_conn *c);
 int ipc_conn_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
+/* Queues an engine message; the worker sends it between groups. */
+int ipc_conn_send_msg(struct xfer_conn *c, struct xfer_msg *m);
 
 extern const struct xfer_transport_ops xfer_ipc_transport_ops;
 

@@ -27,6 +27,11 @@ struct ipc_work {
     size_t i;
 };
 
+struct ipc_msgq { /* engine messages waiting for the worker */
+    struct xfer_msg *m;
+    struct ipc_msgq *next;
+};
+
 struct ipc_conn {
     struct xfer_conn base;
     struct ipc_transport *t;
@@ -43,6 +48,7 @@ struct ipc_conn {
     struct ipc_cuda_copier *copier; /* created on the first CUDA item */
     struct xfer_kbatch *kb;         /* batched GPU<->GPU copies, ipc_kbatch.c */
     uint64_t group_bytes;           /* see take_work */
+    struct ipc_msgq *mhead, *mtail; /* mu */
 };
 
 struct ipc_job {
@@ -436,10 +442,39 @@ static bool pending_wait(struct ipc_conn *c, struct ipc_group *pending)
 {
     if (pending->kc_running || !pending->mark || ipc_cuda_mark_done_locked(pending->mark))
         return false;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += 1;
+    struct timespec ts = xfer_mono_after_ms(1000);
     return pthread_cond_timedwait(&c->cv, &c->mu, &ts) == 0 || c->qlen > 0 || c->stop;
+}
+
+/* Sends the queued engine messages, one round trip each; c->mu held on entry
+ * and exit. The engine only sends a bound notification after the items it
+ * covers ended, so no ordering with the groups is needed. A failed round
+ * trip fails the rest (-XFER_ECONN: may or may not have arrived). */
+static int send_msgs(struct ipc_conn *c, int rc)
+{
+    struct ipc_msgq *q = c->mhead;
+    c->mhead = c->mtail = NULL;
+    pthread_mutex_unlock(&c->mu);
+    while (q) {
+        struct ipc_msgq *next = q->next;
+        struct ipc_hdr h;
+        int32_t ans = -XFER_ECONN;
+        if (rc == 0)
+            rc = ipc_send(c->fd, IPC_MSG_REQ, 1, q->m->frame, (uint32_t)q->m->len, -1,
+                          c->io_timeout_ms);
+        if (rc == 0)
+            rc = ipc_recv(c->fd, &h, &ans, sizeof(ans), NULL, c->io_timeout_ms);
+        if (rc == 0 &&
+            (h.type != IPC_MSG_RESP || h.bytes != sizeof(ans) || ans > 0 || ans <= -XFER_ERR_MAX))
+            rc = -XFER_EPROTO;
+        if (rc < 0)
+            ans = -XFER_ECONN;
+        xfer_msg_done(q->m, ans, rc < 0 ? "ipc connection to the owner lost" : NULL);
+        free(q);
+        q = next;
+    }
+    pthread_mutex_lock(&c->mu);
+    return rc;
 }
 
 /* Two groups alternate: while the GPU runs one group's copies, the next one
@@ -457,6 +492,10 @@ static void *worker_main(void *arg)
     int cur = 0, rc = 0;
     pthread_mutex_lock(&c->mu);
     while (!c->stop && g[0].jobs && g[1].jobs && rc == 0) {
+        if (c->mhead) {
+            rc = send_msgs(c, 0);
+            continue;
+        }
         if (c->qlen == 0 && pending && pending_wait(c, pending))
             continue; /* new work or the pending copies finished: look again */
         if (c->qlen == 0 && pending) {
@@ -468,9 +507,7 @@ static void *worker_main(void *arg)
             continue;
         }
         if (c->qlen == 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += 1;
+            struct timespec ts = xfer_mono_after_ms(1000);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
             continue;
         }
@@ -496,6 +533,7 @@ static void *worker_main(void *arg)
         xfer_warn("ipc: connection to %s lost: %s", xfer_peer_desc_get(c->base.peer)->node_id,
                   xfer_strerror(rc));
     }
+    send_msgs(c, -XFER_ECONN); /* fails what is queued */
     pthread_mutex_unlock(&c->mu);
     if (pending)
         group_finish(c, pending);
@@ -540,6 +578,29 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
         pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+int ipc_conn_send_msg(struct xfer_conn *xc, struct xfer_msg *m)
+{
+    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
+    struct ipc_msgq *q = malloc(sizeof(*q));
+    if (!q)
+        return -XFER_ENOMEM;
+    *q = (struct ipc_msgq){m, NULL};
+    pthread_mutex_lock(&c->mu);
+    bool dead = c->broken || c->stop;
+    if (!dead) {
+        if (c->mtail)
+            c->mtail->next = q;
+        else
+            c->mhead = q;
+        c->mtail = q;
+        pthread_cond_signal(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (dead)
+        free(q);
+    return dead ? -XFER_ECONN : 0;
 }
 
 /* Handshake, then the owner's HELLO, then a CMA probe: if the kernel will not
@@ -606,11 +667,7 @@ int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, stru
         rc = -XFER_ENOTSUP; /* the kernel's policy, not a region's access mode */
     if (rc < 0)
         goto out_fail;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    xfer_cond_init_mono(&c->cv);
     pthread_mutex_init(&c->mu, NULL);
     if (pthread_create(&c->worker, NULL, worker_main, c) != 0) {
         pthread_cond_destroy(&c->cv);

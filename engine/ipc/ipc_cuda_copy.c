@@ -186,14 +186,7 @@ bool ipc_cuda_mark_done_locked(const struct ipc_cuda_mark *m)
 int ipc_cuda_mark_wait(struct ipc_cuda_mark *m, int timeout_ms, char *why, size_t why_len)
 {
     struct ipc_cuda_copier *c = m->c;
-    struct timespec end;
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    end.tv_sec += timeout_ms / 1000;
-    end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (end.tv_nsec >= 1000000000L) {
-        end.tv_sec++;
-        end.tv_nsec -= 1000000000L;
-    }
+    struct timespec end = xfer_mono_after_ms(timeout_ms);
     int rc = 0;
     pthread_mutex_lock(c->mu);
     while (rc == 0 && m->left > 0)

@@ -93,6 +93,11 @@ static int map_open(struct ipc_map *m, const struct ipc_map_resp *r, int fd, cha
             rc = -XFER_EPROTO;
             break;
         }
+        /* An owner's memfd that can shrink would SIGBUS us mid-copy. */
+        if (xfer_memfd_seal_shrink(fd, false, why, why_len) < 0) {
+            rc = -XFER_EPROTO;
+            break;
+        }
         m->base = ipc_host_map(fd, r->len, (r->access & XFER_ACCESS_W) != 0, &rc);
         if (!m->base)
             snprintf(why, why_len, "mmap of the peer's memfd (%llu bytes): %s",

@@ -36,7 +36,9 @@ struct serve_conn {
     uint32_t nslots, free_head;
     struct ipc_revoked mapped[IPC_MAP_TRACK]; /* (id, gen) this peer mapped */
     uint32_t nmapped;
-    int64_t revoke_check_ms; /* last scan of mapped[] for deregistered regions */
+    int64_t revoke_check_ms;       /* last scan of mapped[] for deregistered regions */
+    char peer_node[XFER_NAME_MAX]; /* the initiator, as its handshake proved */
+    uint64_t peer_inc;
     struct serve_conn *next;
 };
 
@@ -242,6 +244,13 @@ static int handle_release(struct serve_conn *c, const struct ipc_hdr *h, const v
     return 0;
 }
 
+/* An engine message: handed to the engine, its answer sent back. */
+static int handle_msg(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
+{
+    int32_t st = xfer_engine_msg_recv(c->srv->engine, c->peer_node, c->peer_inc, buf, h->bytes);
+    return ipc_send(c->fd, IPC_MSG_RESP, 1, &st, sizeof(st), -1, serve_timeout(c->srv));
+}
+
 static int conn_handshake(struct serve_conn *c)
 {
     struct ipc_server *s = c->srv;
@@ -267,6 +276,8 @@ static int conn_handshake(struct serve_conn *c)
         xfer_warn("ipc: refused a connection: %s", why);
         return rc;
     }
+    snprintf(c->peer_node, sizeof(c->peer_node), "%s", peer.node_id);
+    c->peer_inc = peer.incarnation;
     struct ipc_hello hello = {.pid = getpid(),
                               .probe_len = sizeof(s->probe_cookie),
                               .probe_addr = (uint64_t)(uintptr_t)s->probe_cookie};
@@ -279,8 +290,11 @@ static void *conn_main(void *arg)
 {
     struct serve_conn *c = arg;
     struct ipc_server *s = c->srv;
-    /* Big enough for the largest request (an ACQ of IPC_BATCH_MAX records). */
+    /* Big enough for the largest request: an ACQ of IPC_BATCH_MAX records or
+     * an engine message frame. */
     size_t max = IPC_BATCH_MAX * sizeof(struct ipc_acq_req);
+    if (max < XFER_MSG_FRAME_MAX)
+        max = XFER_MSG_FRAME_MAX;
     void *buf = malloc(max);
     int rc = buf ? conn_handshake(c) : -XFER_ENOMEM;
     while (rc == 0) {
@@ -308,6 +322,9 @@ static void *conn_main(void *arg)
             break;
         case IPC_REL:
             rc = handle_release(c, &h, buf);
+            break;
+        case IPC_MSG_REQ:
+            rc = handle_msg(c, &h, buf);
             break;
         default:
             rc = -XFER_EPROTO;

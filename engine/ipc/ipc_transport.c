@@ -114,5 +114,6 @@ const struct xfer_transport_ops xfer_ipc_transport_ops = {
     .connect = ipc_connect,
     .disconnect = ipc_conn_close,
     .post = ipc_conn_post,
+    .send_msg = ipc_conn_send_msg,
     .describe_region = ipc_describe_region,
 };

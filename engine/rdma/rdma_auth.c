@@ -1,5 +1,6 @@
 /* rdma_cm private data: node identity, version and HMAC proofs (rdma_auth.h). */
 #include "rdma_auth.h"
+#include "xfer_handshake.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -121,7 +122,7 @@ int xfer_rdma_req_verify(const struct xfer_rdma_self *self, const void *pdata, s
     uint8_t want[PROOF_LEN];
     proof(self, "xfer-rdma-req", p, 40, self->node_id, strlen(self->node_id), want);
     if (CRYPTO_memcmp(want, p + 40, PROOF_LEN)) {
-        snprintf(why, why_len, "node %s did not prove the cluster secret", out->node);
+        snprintf(why, why_len, "node %s: " XFER_HS_AUTH_FAILED, out->node);
         return -XFER_EAUTH;
     }
     int64_t ts = (int64_t)(out->nonce >> 16);
@@ -179,7 +180,7 @@ int xfer_rdma_rep_verify(const struct xfer_rdma_self *self, uint64_t nonce, cons
     put64(n, nonce);
     proof(self, "xfer-rdma-rep", p, 32, n, sizeof(n), want);
     if (CRYPTO_memcmp(want, p + 32, PROOF_LEN)) {
-        snprintf(why, why_len, "node %s did not prove the cluster secret", node);
+        snprintf(why, why_len, "node %s: " XFER_HS_AUTH_FAILED, node);
         return -XFER_EAUTH;
     }
     return 0;

@@ -189,9 +189,7 @@ static void xrdma_disconnect(struct xfer_conn *xc)
     c->closing = true;
     pthread_mutex_unlock(&c->lock);
     xrdma_cm_kick(t);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += 30;
+    struct timespec dl = xfer_mono_after_ms(30000);
     pthread_mutex_lock(&c->lock);
     int rc = 0;
     while (!c->torn_down && rc == 0)
@@ -220,14 +218,7 @@ static void xrdma_disconnect(struct xfer_conn *xc)
 static int wait_connected(struct rdma_conn *c, int timeout_ms, char *why, size_t why_len)
 {
     struct rdma_transport *t = c->t;
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
+    struct timespec dl = xfer_mono_after_ms(timeout_ms);
     pthread_mutex_lock(&c->lock);
     for (;;) {
         int ready = 0, settled = 0;
@@ -266,7 +257,7 @@ static int xrdma_connect(struct xfer_transport *tr, xfer_peer *peer, int timeout
     c->base.peer = peer;
     c->peer = *xfer_peer_desc_get(peer);
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->cond, NULL);
+    xfer_cond_init_mono(&c->cond);
     c->n_rnics = xfer_rdma_nics_parse(c->peer.nics, c->rnics, XFER_RDMA_MAX_NICS);
     if (c->n_rnics <= 0) {
         xfer_engine_set_error(t->base.engine, "rdma: peer %s publishes no usable NIC list",

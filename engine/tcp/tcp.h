@@ -54,6 +54,8 @@ struct tcp_tx {
     uint64_t req_id;
     uint64_t len;   /* chunk bytes */
     uint8_t *local; /* READ: where the response payload goes */
+    /* engine message (tcp_msg.c): MSG_REQ carrying msg->frame, b NULL */
+    struct xfer_msg *msg;
     /* target response */
     xfer_region *region; /* pinned, released when sent */
     /* GPU memory (tcp_gpu.c). Payload from GPU memory (gsrc set): sent from
@@ -107,9 +109,12 @@ struct tcp_sock {
     uint8_t *rx_dst; /* target: region memory, NULL = discard */
     xfer_region *rx_region;
     int rx_status;
-    int rx_errno;  /* why the last recv failed, 0 = EOF */
+    int rx_errno;                  /* why the last recv failed, 0 = EOF */
     bool rx_short; /* the last recv returned less than asked: the socket is
                       drained, and new data brings a new edge (EPOLLET) */
+    uint8_t *rx_msg;               /* target: MSG_REQ payload being received (malloc'd) */
+    char peer_node[XFER_NAME_MAX]; /* target: the initiator, as its handshake proved */
+    uint64_t peer_inc;
     /* payload into GPU memory: received into a staging slot first */
     bool rx_gpu;
     int rx_gslot; /* -1 = none yet */
@@ -181,8 +186,13 @@ bool tcp_sock_send_direct(struct tcp_sock *s);
 /* Closes the socket and fails what it carries with -XFER_ECONN; status 0
  * is an orderly close (logged at info), else a warning. Idempotent. */
 void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);
+void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *why);
 void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms);
 void tcp_tx_free(struct tcp_tx *t);
+/* Target: queues the response op to request req (r pinned: payload from
+ * it, released when sent). NULL when out of memory (socket failed). */
+struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
+                                  int status, xfer_region *r, uint8_t *payload);
 /* Initiator chunk finished: reports it to the batch, frees t. */
 void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why);
 
@@ -212,7 +222,18 @@ void tcp_gpu_sock_fail(struct tcp_sock *s); /* from tcp_sock_fail */
 void tcp_gpu_pump(struct tcp_thread *th);
 void tcp_gpu_thread_free(struct tcp_thread *th);
 
+/* tcp_msg.c: engine messages (MSG_REQ/MSG_RESP) */
+int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m);
+/* Target: a MSG_REQ header was decoded into s->rh: 1 = receive its payload,
+ * -1 = the socket failed (oversized frame). */
+int tcp_msg_header(struct tcp_sock *s);
+/* Target: the payload is in s->rx_msg: hand it to the engine, answer. */
+void tcp_msg_received(struct tcp_sock *s);
+
 /* tcp_conn.c */
+/* Queues t on the least loaded live socket of tc (kick[k] set for socket
+ * k); false if every socket is dead. */
+bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick);
 int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out);
 void tcp_disconnect(struct xfer_conn *c);
 unsigned tcp_conn_state(struct xfer_conn *c);

@@ -153,9 +153,7 @@ void tcp_disconnect(struct xfer_conn *c)
         bool released;
         pthread_mutex_lock(&th->mu);
         for (int tries = 0; !s->released && tries < 30; tries++) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
+            struct timespec ts = xfer_mono_after_ms(1000);
             pthread_cond_timedwait(&th->cv, &th->mu, &ts);
         }
         released = s->released;
@@ -210,7 +208,7 @@ static struct tcp_sock *pick_socket(struct tcp_conn *tc)
 }
 
 /* Queues t on a live socket; false if every socket is dead. */
-static bool enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick)
+bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick)
 {
     for (int tries = 0; tries < tc->n; tries++) {
         struct tcp_sock *s = pick_socket(tc);
@@ -305,7 +303,7 @@ static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chu
             xfer_batch_chunk_done(b, i, 0, -XFER_ENOMEM, "out of memory for a chunk");
             return;
         }
-        if (!enqueue(tc, t, kick)) {
+        if (!tcp_enqueue(tc, t, kick)) {
             xfer_batch_chunk_done(b, i, 0, -XFER_ECONN, "every connection to the peer is lost");
             xfer_batch_put(b);
             tcp_tx_free(t);

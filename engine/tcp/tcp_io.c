@@ -81,6 +81,11 @@ void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const 
 {
     tcp_gpu_tx_release(t);
     __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
+    if (t->msg) { /* an engine message: status is the target engine's answer */
+        xfer_msg_done(t->msg, status, why);
+        tcp_tx_free(t);
+        return;
+    }
     xfer_batch_chunk_done_put(t->b, t->idx, status == 0 ? t->len : 0, status, why);
     tcp_tx_free(t);
 }
@@ -129,14 +134,21 @@ static void ready_unlink(struct tcp_sock *s)
 
 void tcp_sock_fail(struct tcp_sock *s, int status, const char *why)
 {
+    tcp_sock_fail_as(s, status == 0 ? XFER_LOG_INFO : XFER_LOG_WARN, why);
+}
+
+/* lvl: how the close is logged; warn is for what an operator must look at,
+ * a close that was asked for (ours or an idle peer's) is info or debug. */
+void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *why)
+{
     struct tcp_thread *th = s->th;
     if (s->fd >= 0) {
         if (s->closing)
-            ;
-        else if (status == 0)
-            xfer_info("tcp: connection %s closed: %s", s->name, why);
-        else
+            lvl = XFER_LOG_DEBUG;
+        if (lvl == XFER_LOG_WARN)
             xfer_warn("tcp: closing connection %s: %s", s->name, why);
+        else
+            xfer_log(lvl, "tcp: connection %s closed: %s", s->name, why);
         epoll_ctl(th->epfd, EPOLL_CTL_DEL, s->fd, NULL);
         close(s->fd);
         s->fd = -1;
@@ -156,6 +168,8 @@ void tcp_sock_fail(struct tcp_sock *s, int status, const char *why)
     if (s->rx_region)
         xfer_region_release(s->rx_region);
     s->rx_region = NULL;
+    free(s->rx_msg);
+    s->rx_msg = NULL;
     s->rx_state = RX_HDR;
     s->rx_lo = s->rx_hi = 0;
     ready_unlink(s);
@@ -238,8 +252,13 @@ static void rx_failed(struct tcp_sock *s)
     }
     bool mid = s->rx_state == RX_PAYLOAD || s->rx_hi > s->rx_lo;
     bool clean = s->target && !mid;
-    tcp_sock_fail(s, clean ? 0 : -XFER_ECONN,
-                  mid ? "peer closed the connection mid-frame" : "peer closed the connection");
+    /* An initiator with nothing in flight loses nothing: the peer shut
+     * down (or closed an idle socket); repair reconnects if it comes back. */
+    pthread_mutex_lock(&s->qmu);
+    bool idle = !mid && !s->tx_head && !s->inf_head && !s->q_head;
+    pthread_mutex_unlock(&s->qmu);
+    tcp_sock_fail_as(s, clean || idle ? XFER_LOG_INFO : XFER_LOG_WARN,
+                     mid ? "peer closed the connection mid-frame" : "peer closed the connection");
 }
 
 /* Makes a whole header available in rxbuf: 1 = yes, 0 = later, -1 = failed.
@@ -333,7 +352,7 @@ static bool splice_queue(struct tcp_sock *s, bool direct)
 /* Initiator: drops unsent chunks at the head whose items ended. */
 static void drop_dead_heads(struct tcp_sock *s)
 {
-    while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 &&
+    while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 && !s->tx_head->msg &&
            !xfer_batch_item_live(s->tx_head->b, s->tx_head->idx)) {
         struct tcp_tx *t = s->tx_head;
         tx_pop(s);
@@ -357,8 +376,8 @@ static const uint8_t zeros[65536];
 
 static bool gather_add(struct tcp_sock *s, struct gather *g, struct tcp_tx *t, bool head)
 {
-    bool needs_mem = !s->target && !t->pad && t->payload_sent < t->payload_len;
-    if (!s->target && !head && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
+    bool needs_mem = !s->target && !t->msg && !t->pad && t->payload_sent < t->payload_len;
+    if (!s->target && !t->msg && !head && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
         return false;
     if (needs_mem) {
         if (xfer_batch_io_begin(t->b, t->idx)) {
@@ -615,8 +634,8 @@ static void initiator_readable(struct tcp_sock *s)
 
 /* ---- target: requests ---------------------------------------------------------- */
 
-static struct tcp_tx *queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req,
-                                     uint8_t op, int status, xfer_region *r, uint8_t *payload)
+struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
+                                  int status, xfer_region *r, uint8_t *payload)
 {
     struct tcp_tx *t = calloc(1, sizeof(*t));
     if (!t) {
@@ -685,10 +704,12 @@ static int target_header(struct tcp_sock *s)
                                              h->offset, h->length, &err);
         r = gpu_chunk_fits(s, r, h->length, &err);
         served(s, r ? h->length : 0, err);
-        queue_response(s, h, XFER_WIRE_READ_RESP, err, r,
-                       r ? (uint8_t *)xfer_region_ptr(r) + h->offset : NULL);
+        tcp_queue_response(s, h, XFER_WIRE_READ_RESP, err, r,
+                           r ? (uint8_t *)xfer_region_ptr(r) + h->offset : NULL);
         return 1;
     }
+    if (h->op == XFER_WIRE_MSG_REQ)
+        return tcp_msg_header(s);
     if (h->op != XFER_WIRE_WRITE_REQ) {
         tcp_sock_fail(s, -XFER_EPROTO, "unexpected frame type from an initiator");
         return -1;
@@ -715,7 +736,7 @@ static void target_write_done(struct tcp_sock *s)
     bool gpu = s->rx_gpu;
     s->rx_gpu = false;
     struct tcp_tx *t =
-        queue_response(s, &s->rh, XFER_WIRE_WRITE_RESP, s->rx_status, gpu ? r : NULL, NULL);
+        tcp_queue_response(s, &s->rh, XFER_WIRE_WRITE_RESP, s->rx_status, gpu ? r : NULL, NULL);
     if (!gpu && r)
         xfer_region_release(r);
     if (gpu && t) {
@@ -776,7 +797,9 @@ static void target_readable(struct tcp_sock *s)
         if (n < 0 || (n == 0 && left))
             break;
         s->rx_got += (uint64_t)n;
-        if (s->rx_got == s->rh.length)
+        if (s->rx_got == s->rh.length && s->rh.op == XFER_WIRE_MSG_REQ)
+            tcp_msg_received(s);
+        else if (s->rx_got == s->rh.length)
             target_write_done(s);
         if ((size_t)n >= budget) {
             ready_push(s);

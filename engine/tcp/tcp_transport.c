@@ -196,7 +196,7 @@ static int thread_start(struct tcp_transport *tt, struct tcp_thread *th)
 {
     th->tt = tt;
     pthread_mutex_init(&th->mu, NULL);
-    pthread_cond_init(&th->cv, NULL);
+    xfer_cond_init_mono(&th->cv);
     th->epfd = epoll_create1(EPOLL_CLOEXEC);
     th->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (th->epfd < 0 || th->wakefd < 0)
@@ -287,6 +287,8 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
         close(fd);
         return;
     }
+    snprintf(s->peer_node, sizeof(s->peer_node), "%s", hp.node_id);
+    s->peer_inc = hp.incarnation;
     xfer_debug("tcp: serving %s (socket %u)", name, hp.purpose);
     tcp_thread_adopt(tt, s);
 }
@@ -347,9 +349,7 @@ static void start_handshake(struct tcp_transport *tt, int fd, const char *from)
 static void wait_handshakes(struct tcp_transport *tt)
 {
     int ms = xfer_engine_config_get(tt->engine)->connect_timeout_ms + 2000;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
+    struct timespec ts = xfer_mono_after_ms(ms);
     pthread_mutex_lock(&tt->hs_mu);
     while (tt->hs_running > 0)
         if (pthread_cond_timedwait(&tt->hs_cv, &tt->hs_mu, &ts) == ETIMEDOUT)
@@ -400,7 +400,7 @@ static void tcp_close(struct xfer_transport *t)
         }
         while (th->socks) { /* target sockets; initiators left with their peers */
             struct tcp_sock *s = th->socks;
-            tcp_sock_fail(s, -XFER_ECONN, "transport closing");
+            tcp_sock_fail_as(s, XFER_LOG_DEBUG, "transport closing");
             tcp_reap(th);
             if (th->socks == s) { /* an initiator socket nobody released */
                 th->socks = s->th_next;
@@ -435,7 +435,7 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->engine = e;
     tt->listen_fd = -1;
     pthread_mutex_init(&tt->hs_mu, NULL);
-    pthread_cond_init(&tt->hs_cv, NULL);
+    xfer_cond_init_mono(&tt->hs_cv);
     const char *sb = getenv("XFER_TCP_SOCKBUF");
     tt->sockbuf = sb ? atoi(sb) : 0;
     const char *direct = getenv("XFER_TCP_DIRECT"); /* 0: always hand off (measuring) */
@@ -488,4 +488,5 @@ const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .disconnect = tcp_disconnect,
     .conn_state = tcp_conn_state,
     .post = tcp_post,
+    .send_msg = tcp_send_msg,
 };

@@ -172,9 +172,7 @@ static void *acceptor_main(void *arg)
 static void wait_handshakes(struct tcpx_transport *tt)
 {
     int ms = 2 * xfer_engine_config_get(tt->engine)->connect_timeout_ms + 2000;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
+    struct timespec ts = xfer_mono_after_ms(ms);
     pthread_mutex_lock(&tt->hs_mu);
     while (tt->hs_running > 0)
         if (pthread_cond_timedwait(&tt->hs_cv, &tt->hs_mu, &ts) == ETIMEDOUT)
@@ -238,9 +236,9 @@ static int tcpx_open(xfer_engine *e, struct xfer_transport **out)
     tt->engine = e;
     tt->listen_fd = -1;
     pthread_mutex_init(&tt->mu, NULL);
-    pthread_cond_init(&tt->cv, NULL);
+    xfer_cond_init_mono(&tt->cv);
     pthread_mutex_init(&tt->hs_mu, NULL);
-    pthread_cond_init(&tt->hs_cv, NULL);
+    xfer_cond_init_mono(&tt->hs_cv);
     tt->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     char why[256] = "";
     int rc = tcpx_net_get(NULL, 0, &tt->net, why, sizeof(why));
@@ -306,9 +304,7 @@ static void tcpx_disconnect(struct xfer_conn *xc)
     l->close_req = true;
     pthread_mutex_unlock(&tt->mu);
     tcpx_kick(tt);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 30;
+    struct timespec ts = xfer_mono_after_ms(30000);
     pthread_mutex_lock(&tt->mu);
     while (!l->released)
         if (pthread_cond_timedwait(&tt->cv, &tt->mu, &ts) == ETIMEDOUT)

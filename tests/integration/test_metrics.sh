@@ -122,6 +122,26 @@ wait_for 10 bash -c "! kill -0 ${SVC_PID[m3]} 2>/dev/null" || fail "xferd starte
 grep -q "metrics on .*:$P1" "$SVC_DIR/m3.log" || fail "no clear error: $(tail -n 3 "$SVC_DIR/m3.log")"
 svc_kill m3
 
+# ---- known peers come from registry events, not Redis per scrape -----------------
+kill -STOP "$REDIS_PID"
+t0=$(date +%s%N)
+out=$(scrape "$P1") || { kill -CONT "$REDIS_PID"; fail "no scrape while Redis is stopped"; }
+ms=$((($(date +%s%N) - t0) / 1000000))
+kill -CONT "$REDIS_PID"
+((ms < 500)) || fail "a scrape took $ms ms while Redis was stopped (a Redis call per scrape?)"
+[[ $(metric "$out" xfer_registry_known_peers) == 1 ]] || fail "known peers while Redis is stopped: $(grep known <<<"$out")"
+echo "ok: scrape in $ms ms with Redis stopped, known peers still 1"
+
+# ---- metrics are on by default: port 9400 on the listen address ---------------------
+# (a loopback address of its own, so no other xferd holds 9400 there)
+addr=127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))
+SVC_METRICS_PORT= svc_start m4 0 --redis-url "$REDIS_URL" --listen "$addr" --transports tcp
+svc_wait_ready m4
+wait_for 10 curl -sf "http://$addr:9400/metrics" || fail "no /metrics on $addr:9400 by default: $(tail -n 3 "$SVC_DIR/m4.log")"
+curl -sf "http://$addr:9400/metrics" | grep -q '^xfer_registry_connected 1$' || fail "default /metrics content"
+svc_kill m4 TERM || fail "m4 exit status"
+echo "ok: /metrics on by default at $addr:9400"
+
 for n in m1 m2; do
     svc_kill "$n" TERM || fail "xferd $n exited non-zero on SIGTERM"
     ! grep -q 'ERROR: AddressSanitizer\|runtime error:' "$SVC_DIR/$n.log" ||

@@ -108,7 +108,11 @@ expect_err "layouts disagree" ctl n1 copy 'n1/kv#0' 'n1/typed#1' 1
 expect_err "bad address" ctl n1 copy n1 n1/kv 1
 expect_err "cannot reach xferd" "$XFERCTL" --socket "$SVC_DIR/none.sock" health
 port=$(redis-cli -p "$REDIS_PORT" hget 'xfer:node:{n1}' ctrl_port)
-expect_err "handshake" "$XFERCTL" --connect "127.0.0.1:$port" --secret wrong health
+expect_err "authentication failed: the cluster secrets differ (or the peer has none)" \
+    "$XFERCTL" --connect "127.0.0.1:$port" --secret wrong health
+# ... and the server's log says the same.
+wait_for 5 grep -q "handshake refused: handshake: xferctl: authentication failed: the cluster secrets differ" \
+    "$SVC_DIR/n1.log" || fail "n1 does not log the failed authentication: $(grep -i handshake "$SVC_DIR/n1.log")"
 "$XFERCTL" --connect "127.0.0.1:$port" --secret s3cret health | grep -q 'node n1' \
     || fail "TCP control with the right secret"
 expect_err "unix socket" "$XFERCTL" --connect "127.0.0.1:$port" --secret s3cret put "$SVC_DIR/in.bin" n1/kv

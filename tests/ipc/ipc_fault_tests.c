@@ -2,8 +2,10 @@
  * `ipc_node faults`: the ipc transport under failure, against a child owner:
  * a batch past its deadline, a cancelled batch, a stopped owner (bounded by
  * io_timeout, then a reconnect), and a killed owner (every item ends, nothing
- * hangs, the engine shuts down). Each phase checks that plain transfers work
- * again where the owner is still alive.
+ * hangs, the engine shuts down), and a client truncating a memfd region
+ * under transfers (refused by its seals, where it would SIGBUS the process
+ * that maps it). Each phase checks that plain transfers work again where the
+ * owner is still alive.
  */
 #include "ipc_test.h"
 
@@ -126,6 +128,31 @@ static int phase_stopped(xfer_engine *e, xfer_peer *p, xfer_region *l, struct ow
     return plain_op(e, p, l, o);
 }
 
+/* Without seals the truncation makes this process's copies into the
+ * mapping die of SIGBUS; with them it is refused and the batch checks out. */
+static int phase_shrink(xfer_engine *e, xfer_peer *p, xfer_region *l, struct owner *o)
+{
+    xfer_batch *b = big_batch(e, p, l, owner_region(o, "a"));
+    CHECK(b, "batch");
+    CHECK(xfer_batch_submit(b, 30000) == 0, "submit");
+    char ans[256] = "";
+    /* owner_cmd returns -1 for an ERR answer (or a dead owner: ans empty) */
+    CHECK(owner_cmd(o, ans, sizeof(ans), "SHRINK a") < 0 && !strncmp(ans, "ERR", 3),
+          "the client truncated its adopted memfd under a transfer: %s", ans);
+    ans[0] = 0;
+    CHECK(owner_cmd(o, ans, sizeof(ans), "SHRINK m") < 0 && !strncmp(ans, "ERR", 3),
+          "the engine's memfd was truncated: %s", ans);
+    int rc = xfer_batch_wait(b, -1);
+    xfer_batch_free(b);
+    CHECK(rc == 0, "batch over a memfd a client tried to truncate: %s", xfer_strerror(rc));
+    printf("ok ftruncate of adopted and engine memfds under a 2 GB batch refused; batch ok\n");
+    ans[0] = 0;
+    CHECK(owner_cmd(o, ans, sizeof(ans), "ADOPTRAW raw 65536") < 0 && strstr(ans, "not sealed"),
+          "a memfd that cannot be sealed was adopted: %s", ans);
+    printf("ok unsealable memfd refused: %s\n", ans);
+    return plain_op(e, p, l, o);
+}
+
 static int phase_killed(xfer_engine *e, xfer_peer *p, xfer_region *l, struct owner *o)
 {
     xfer_batch *b = big_batch(e, p, l, owner_region(o, "c"));
@@ -150,7 +177,7 @@ int run_fault_tests(int argc, char **argv)
 {
     (void)argc, (void)argv;
     setenv("IPC_TEST_IO_TIMEOUT_MS", "1500", 0);
-    const char *args[] = {"m:memfd:4194304:rw", "c:cma:4194304:rw", NULL};
+    const char *args[] = {"m:memfd:4194304:rw", "c:cma:4194304:rw", "a:adopt:4194304:rw", NULL};
     struct owner o;
     CHECK(owner_start(&o, args) == 0, "owner did not start");
     xfer_peer *p = NULL;
@@ -158,7 +185,7 @@ int run_fault_tests(int argc, char **argv)
     xfer_region *l = NULL;
     int bad = !e || !p || xfer_region_alloc(e, "l", RLEN, XFER_ACCESS_RW, &l) < 0;
     bad = bad || phase_deadline(e, p, l, &o) || phase_cancel(e, p, l, &o) ||
-          phase_stopped(e, p, l, &o) || phase_killed(e, p, l, &o);
+          phase_shrink(e, p, l, &o) || phase_stopped(e, p, l, &o) || phase_killed(e, p, l, &o);
     double t0 = now_ms();
     xfer_engine_free(e);
     printf("engine freed in %.0f ms\n", now_ms() - t0);

@@ -9,13 +9,21 @@
  *   REREG name         -> REGION ...    registers it again (new generation)
  *   CUFREE name        -> OK            frees the GPU memory, registration kept
  *                                       (a user error the transport must report)
+ *   SHRINK name        -> ERR why | SHRUNK  ftruncate(0) of the region's memfd, as a
+ *                                       client holding it could (kind adopt: the
+ *                                       client's own fd; kind memfd: the engine's)
+ *   ADOPTRAW name len  -> ERR why | OK  adopts a memfd made without MFD_ALLOW_SEALING
+ * Kind adopt is a client's memfd made with MFD_ALLOW_SEALING, left unsealed,
+ * adopted with xfer_region_adopt_memfd and kept open here.
  */
 #include "ipc_test.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -26,7 +34,8 @@ struct oregion {
     unsigned access;
     int dev; /* -1 host */
     bool cumem;
-    void *mem; /* caller memory (cma/cuda), NULL for memfd */
+    void *mem;   /* caller memory (cma/cuda), NULL for memfd */
+    int keep_fd; /* kind adopt: the client's copy of the memfd, else -1 */
     xfer_region *r;
 };
 
@@ -50,8 +59,35 @@ static int fill(struct oregion *o, uint64_t seed)
     return 0;
 }
 
+/* A memfd made by a client and adopted; returns the client's fd or -errno. */
+static int adopt(xfer_engine *e, const char *name, size_t len, unsigned access, unsigned flags,
+                 xfer_region **r)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | flags);
+    if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -XFER_EIO;
+    }
+    int keep = dup(fd);
+    int rc = keep < 0 ? -XFER_EIO : xfer_region_adopt_memfd(e, name, fd, len, access, r);
+    if (rc < 0) {
+        close(fd);
+        if (keep >= 0)
+            close(keep);
+        return rc;
+    }
+    return keep;
+}
+
 static int do_register(xfer_engine *e, struct oregion *o)
 {
+    if (!strcmp(o->kind, "adopt")) {
+        if (o->keep_fd >= 0)
+            close(o->keep_fd);
+        o->keep_fd = adopt(e, o->name, o->len, o->access, MFD_ALLOW_SEALING, &o->r);
+        return o->keep_fd < 0 ? o->keep_fd : 0;
+    }
     if (!strcmp(o->kind, "memfd"))
         return xfer_region_alloc(e, o->name, o->len, o->access, &o->r);
     if (!o->mem) {
@@ -78,6 +114,7 @@ static int add_region(xfer_engine *e, const char *spec)
         return -XFER_EINVAL;
     o->len = len;
     o->dev = -1;
+    o->keep_fd = -1;
     if (!strncmp(o->kind, "cuda", 4))
         o->dev = atoi(o->kind + 4);
     if (!strncmp(o->kind, "cumem", 5)) {
@@ -107,7 +144,13 @@ static void answer(xfer_engine *e, char *line)
     struct oregion *o = NULL;
     if (sscanf(line, "%*s %63s %llu %llu", name, &a, &b) >= 1)
         o = find(name);
-    if (!o) {
+    if (!strncmp(line, "ADOPTRAW ", 9)) {
+        xfer_region *r = NULL;
+        int fd = adopt(e, name, a, XFER_ACCESS_RW, 0, &r);
+        if (fd >= 0)
+            close(fd);
+        printf(fd >= 0 ? "OK\n" : "ERR %s\n", xfer_engine_last_error(e));
+    } else if (!o) {
         printf("ERR unknown region\n");
     } else if (!strncmp(line, "SUM ", 4)) {
         uint64_t s = 0;
@@ -125,6 +168,14 @@ static void answer(xfer_engine *e, char *line)
         int rc = o->r ? xfer_region_deregister(e, o->r) : -XFER_ENOENT;
         o->r = NULL;
         printf(rc ? "ERR %s\n" : "OK\n", xfer_strerror(rc));
+    } else if (!strncmp(line, "SHRINK ", 7)) {
+        int fd = o->keep_fd >= 0 ? o->keep_fd : o->r ? xfer_region_memfd(o->r) : -1;
+        if (fd < 0)
+            printf("ERR no memfd\n");
+        else if (ftruncate(fd, 0) < 0)
+            printf("ERR %s\n", strerror(errno));
+        else
+            printf("SHRUNK\n");
     } else if (!strncmp(line, "CUFREE ", 7)) {
         if (o->dev >= 0 && o->mem)
             ipc_gpu_free(o->dev, o->mem, o->cumem, o->len);

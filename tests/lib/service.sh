@@ -68,7 +68,10 @@ svc_start() {
     local pre=()
     ((host > 0)) && pre=(ip netns exec "$(_netns_name "$host")")
     # exec chain (ip netns exec -> env -> xferd) keeps $! the xferd pid.
-    "${pre[@]}" env XFER_LOG_LEVEL=${XFER_LOG_LEVEL:-info} "$XFERD" --node "$name" \
+    # Metrics off unless asked for (SVC_METRICS_PORT; "" = xferd's default
+    # port): several xferd share 127.0.0.1 here.
+    "${pre[@]}" env XFER_LOG_LEVEL=${XFER_LOG_LEVEL:-info} XFER_METRICS_PORT="${SVC_METRICS_PORT-0}" \
+        "$XFERD" --node "$name" \
         --ctrl-socket "$SVC_DIR/$name.sock" "$@" >"$SVC_DIR/$name.log" 2>&1 </dev/null &
     SVC_PID[$name]=$!
 }

@@ -26,6 +26,7 @@
 struct test_redis {
     pid_t pid;
     int port;
+    const char *const *extra; /* more redis-server arguments (NULL-terminated) */
     char dir[64];
     char url[128];
     char sock[128];
@@ -99,9 +100,15 @@ static inline int tr_launch(struct test_redis *t)
             dup2(devnull, 0);
             dup2(devnull, 1);
         }
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
-               t->dir, "--save", "", "--appendonly", "no", "--unixsocket", t->sock,
-               "--unixsocketperm", "700", "--logfile", logf, (char *)NULL);
+        const char *argv[48] = {
+            "redis-server", "--port",           port,  "--bind",       "127.0.0.1", "--dir",
+            t->dir,         "--save",           "",    "--appendonly", "no",        "--unixsocket",
+            t->sock,        "--unixsocketperm", "700", "--logfile",    logf};
+        int n = 17;
+        for (int i = 0; t->extra && t->extra[i] && n < 47; i++)
+            argv[n++] = t->extra[i];
+        argv[n] = NULL;
+        execvp("redis-server", (char *const *)argv);
         _exit(127);
     }
     t->pid = pid;
@@ -135,9 +142,11 @@ static inline void tr_kill(struct test_redis *t, int sig)
     t->pid = 0;
 }
 
-static inline int test_redis_start(struct test_redis *t)
+/* extra: more redis-server arguments for every (re)start, or NULL. */
+static inline int test_redis_start_with(struct test_redis *t, const char *const *extra)
 {
     memset(t, 0, sizeof(*t));
+    t->extra = extra;
     snprintf(t->dir, sizeof(t->dir), "/tmp/xfer-test-redis.XXXXXX");
     if (!mkdtemp(t->dir))
         return -1;
@@ -150,6 +159,11 @@ static inline int test_redis_start(struct test_redis *t)
         }
     }
     return -1;
+}
+
+static inline int test_redis_start(struct test_redis *t)
+{
+    return test_redis_start_with(t, NULL);
 }
 
 /* Kills the server (SIGKILL: a crash) and starts an empty one on the same port. */

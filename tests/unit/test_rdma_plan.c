@@ -251,7 +251,7 @@ static void test_private_data(void **state)
     xfer_rdma_req_encode(&bad, "decode-1", 3, xfer_rdma_nonce_new(now), req);
     assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now, &replay, &got, why, 200),
                      -XFER_EAUTH);
-    assert_non_null(strstr(why, "did not prove"));
+    assert_non_null(strstr(why, "authentication failed: the cluster secrets differ"));
     bad.secret = NULL;
     xfer_rdma_req_encode(&bad, "decode-1", 3, xfer_rdma_nonce_new(now), req);
     assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now, &replay, &got, why, 200),
@@ -279,9 +279,10 @@ static void test_private_data(void **state)
     assert_non_null(strstr(why, "node decode-1 answered, expected decode-2"));
     assert_int_equal(xfer_rdma_rep_check_peer("junk", 4, "decode-1", 7, why, 200), -XFER_EPROTO);
     /* REJ carries the target's code and reason */
-    n = xfer_rdma_rep_encode(&srv, 0, -XFER_EAUTH, "node x did not prove the cluster secret", rep);
+    n = xfer_rdma_rep_encode(&srv, 0, -XFER_EAUTH,
+                             "node x: authentication failed: the cluster secrets differ", rep);
     assert_int_equal(xfer_rdma_rep_verify(&cli, nonce, rep, n, why, 200), -XFER_EAUTH);
-    assert_non_null(strstr(why, "decode-1 refused: node x did not prove"));
+    assert_non_null(strstr(why, "decode-1 refused: node x: authentication failed"));
 }
 
 int main(void)

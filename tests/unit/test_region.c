@@ -161,16 +161,28 @@ static void test_memfd_alloc_and_adopt(void **state)
     assert_true(p2 != MAP_FAILED);
     assert_int_equal(p2[12345], 0x5a);
     munmap(p2, 1 << 20);
+    /* sealed: no holder of the fd can resize it under the mapping */
+    assert_int_equal(ftruncate(xfer_region_memfd(r), 4096), -1);
+    assert_int_equal(ftruncate(xfer_region_memfd(r), 2 << 20), -1);
 
-    int fd = memfd_create("adopt", MFD_CLOEXEC);
+    /* a memfd that cannot be sealed is refused */
+    int raw = memfd_create("raw", MFD_CLOEXEC);
+    assert_int_equal(ftruncate(raw, 8192), 0);
+    xfer_region *a;
+    assert_int_equal(xfer_region_adopt_memfd(e, "raw", raw, 8192, XFER_ACCESS_RW, &a),
+                     -XFER_EINVAL);
+    assert_non_null(strstr(xfer_engine_last_error(e), "not sealed"));
+    close(raw);
+
+    int fd = memfd_create("adopt", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     assert_int_equal(ftruncate(fd, 8192), 0);
     assert_int_equal(pwrite(fd, "hello", 5, 100), 5);
-    xfer_region *a;
     assert_int_equal(xfer_region_adopt_memfd(e, "big", fd, 16384, XFER_ACCESS_RW, &a),
                      -XFER_ERANGE);
     assert_int_equal(xfer_region_adopt_memfd(e, "adopted", fd, 8192, XFER_ACCESS_R, &a), 0);
     assert_memory_equal((uint8_t *)xfer_region_ptr(a) + 100, "hello", 5);
     assert_int_equal(xfer_region_memfd(a), fd);
+    assert_int_equal(ftruncate(fd, 4096), -1);         /* adopting sealed it */
     assert_int_equal(xfer_region_deregister(e, a), 0); /* closes fd */
     assert_int_equal(xfer_region_deregister(e, r), 0);
 }

@@ -75,6 +75,38 @@ static void test_ipv6_unix(void **state)
     assert_int_equal(u.db, 3);
 }
 
+static void test_sentinel_cluster(void **state)
+{
+    (void)state;
+    struct xfer_redis_url u;
+    parse_ok("redis-sentinel://alice:pw@10.0.0.1,10.0.0.2:26380,[::1]/mymaster/3", &u);
+    assert_int_equal(u.mode, XFER_REDIS_SENTINEL);
+    assert_int_equal(u.n_seeds, 3);
+    assert_string_equal(u.seeds[0].host, "10.0.0.1");
+    assert_int_equal(u.seeds[0].port, 26379);
+    assert_string_equal(u.seeds[1].host, "10.0.0.2");
+    assert_int_equal(u.seeds[1].port, 26380);
+    assert_string_equal(u.seeds[2].host, "::1");
+    assert_string_equal(u.master, "mymaster");
+    assert_int_equal(u.db, 3);
+    assert_string_equal(u.user, "alice");
+    assert_string_equal(u.password, "pw");
+    assert_string_equal(u.host, "10.0.0.1"); /* first seed */
+    parse_ok("redis-sentinel://s:1/m", &u);
+    assert_int_equal(u.n_seeds, 1);
+    assert_int_equal(u.db, 0);
+    parse_ok("redis-cluster://a:7000,b:7001,c", &u);
+    assert_int_equal(u.mode, XFER_REDIS_CLUSTER);
+    assert_int_equal(u.n_seeds, 3);
+    assert_int_equal(u.seeds[2].port, 6379);
+    assert_string_equal(u.master, "");
+    parse_ok("redis-cluster://:pw@a:7000/0", &u);
+    assert_string_equal(u.password, "pw");
+    parse_ok("redis://h:1", &u);
+    assert_int_equal(u.mode, XFER_REDIS_SINGLE);
+    assert_int_equal(u.n_seeds, 0);
+}
+
 static void test_bad(void **state)
 {
     (void)state;
@@ -96,6 +128,17 @@ static void test_bad(void **state)
         "redis://u:%zz@h",
         "redis://u:%4@h",
         "redis://user:@h",
+        "redis-sentinel://s:1",
+        "redis-sentinel://s:1/",
+        "redis-sentinel://s:1,/m",
+        "redis-sentinel://s:1,s:x/m",
+        "redis-sentinel://s:1/m/x",
+        "redis-sentinel://s:1/a b",
+        "redis-sentinel://",
+        "redis-cluster://",
+        "redis-cluster://a:1,,b:2",
+        "redis-cluster://a:1/3",
+        "redis-cluster://a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct xfer_redis_url u;
@@ -137,8 +180,11 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plain),     cmocka_unit_test(test_userinfo),
-        cmocka_unit_test(test_ipv6_unix), cmocka_unit_test(test_bad),
+        cmocka_unit_test(test_plain),
+        cmocka_unit_test(test_userinfo),
+        cmocka_unit_test(test_sentinel_cluster),
+        cmocka_unit_test(test_ipv6_unix),
+        cmocka_unit_test(test_bad),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,25 @@
+/*
+ * The engine's interval clock. Every timed wait measures CLOCK_MONOTONIC,
+ * so a step of the wall clock (NTP, an operator, a resumed VM) neither
+ * stretches a wait (a step back would make a CLOCK_REALTIME deadline hours
+ * away) nor ends it early (a step forward). The wall clock is for log lines
+ * and published timestamps only. Shared by the core and the transports.
+ */
+#ifndef XFER_MONO_CLOCK_H
+#define XFER_MONO_CLOCK_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+/* pthread_cond_init with pthread_condattr_setclock(CLOCK_MONOTONIC). */
+void xfer_cond_init_mono(pthread_cond_t *cv);
+/* The absolute CLOCK_MONOTONIC time ns from now (ns <= 0: now), for
+ * pthread_cond_timedwait on a condition made by xfer_cond_init_mono. */
+struct timespec xfer_mono_after_ns(int64_t ns);
+static inline struct timespec xfer_mono_after_ms(int64_t ms)
+{
+    return xfer_mono_after_ns(ms * 1000000);
+}
+
+#endif

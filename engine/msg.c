@@ -1,0 +1,193 @@
+/*
+ * Engine messages: the thread that sends them and the dispatch of received
+ * ones (docs/notify.md).
+ *
+ * Why a thread: a bound notification becomes ready inside item_end(), under
+ * the batch lock and often on a transport's progress thread, while the
+ * peer's conn_lock ranks above the batch lock. The message thread takes
+ * conn_lock for reading, with no other lock held, and calls send_msg.
+ */
+#include "internal.h"
+#include "msg_wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct msg_out *msg_out_new(size_t len)
+{
+    struct msg_out *o = calloc(1, sizeof(*o) + len);
+    if (!o)
+        return NULL;
+    o->m.frame = (const uint8_t *)(o + 1);
+    o->m.len = len;
+    return o;
+}
+
+uint64_t msg_next_seq(xfer_engine *e)
+{
+    return __atomic_add_fetch(&e->msgs.seq, 1, __ATOMIC_RELAXED);
+}
+
+static void msg_finish(struct msg_out *o, int status, const char *why)
+{
+    if (o->done)
+        o->done(o, status, why);
+    free(o);
+}
+
+void xfer_msg_done(struct xfer_msg *m, int status, const char *why)
+{
+    msg_finish(container_of(m, struct msg_out, m), status, why);
+}
+
+/* Hands o to its peer's transport; no lock held on entry. */
+static void msg_deliver(struct msg_out *o)
+{
+    xfer_peer *p = o->peer;
+    char why[160];
+    pthread_rwlock_rdlock(&p->conn_lock);
+    struct xfer_conn *c = p->conn;
+    int rc;
+    if (!c) {
+        snprintf(why, sizeof(why), "peer %s is not connected", p->desc.node_id);
+        rc = -XFER_ECONN;
+    } else if (!c->transport->ops->send_msg) {
+        snprintf(why, sizeof(why), "transport %s carries no messages", c->transport->ops->name);
+        rc = -XFER_ENOTSUP;
+    } else {
+        rc = c->transport->ops->send_msg(c, &o->m); /* o may be gone from here on */
+        if (rc < 0)
+            snprintf(why, sizeof(why), "%s: sending a message to %s: %s", c->transport->ops->name,
+                     p->desc.node_id, xfer_strerror(rc));
+        if (rc == -XFER_ECONN)
+            peer_repair_kick(p);
+    }
+    pthread_rwlock_unlock(&p->conn_lock);
+    if (rc < 0)
+        msg_finish(o, rc, why);
+}
+
+static void *msg_main(void *arg)
+{
+    xfer_engine *e = arg;
+    struct msg_thread *t = &e->msgs;
+    pthread_mutex_lock(&t->mu);
+    while (!t->stop) {
+        struct msg_out *o = t->head;
+        if (!o) {
+            pthread_cond_wait(&t->cv, &t->mu);
+            continue;
+        }
+        t->head = o->next;
+        if (!t->head)
+            t->tail = NULL;
+        pthread_mutex_unlock(&t->mu);
+        msg_deliver(o);
+        pthread_mutex_lock(&t->mu);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+int msg_send(xfer_engine *e, struct msg_out *o)
+{
+    struct msg_thread *t = &e->msgs;
+    o->next = NULL;
+    pthread_mutex_lock(&t->mu);
+    bool stopped = t->stop || !t->started;
+    if (!stopped) {
+        if (t->tail)
+            t->tail->next = o;
+        else
+            t->head = o;
+        t->tail = o;
+        pthread_cond_signal(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return stopped ? -XFER_ECANCELED : 0;
+}
+
+int msg_thread_start(xfer_engine *e)
+{
+    struct msg_thread *t = &e->msgs;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    if (pthread_create(&t->thread, NULL, msg_main, e) != 0) {
+        xfer_engine_set_error(e, "cannot start the message thread");
+        return -XFER_ENOMEM;
+    }
+    t->started = true;
+    return 0;
+}
+
+void msg_thread_stop(xfer_engine *e)
+{
+    struct msg_thread *t = &e->msgs;
+    if (!t->started)
+        return;
+    pthread_mutex_lock(&t->mu);
+    t->stop = true;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->thread, NULL);
+    pthread_mutex_lock(&t->mu);
+    struct msg_out *o = t->head;
+    t->head = t->tail = NULL;
+    t->started = false;
+    pthread_mutex_unlock(&t->mu);
+    while (o) {
+        struct msg_out *next = o->next;
+        msg_finish(o, -XFER_ECANCELED, "engine is shutting down");
+        o = next;
+    }
+}
+
+/* ---- receiving -------------------------------------------------------------- */
+
+static struct xfer_notif *notif_from_frame(const char *node_id, uint64_t incarnation,
+                                           const uint8_t *frame, const struct xfer_msg_hdr *h)
+{
+    size_t failed_bytes = (size_t)h->n_listed * sizeof(struct xfer_notif_fail);
+    struct xfer_notif *n = malloc(sizeof(*n) + failed_bytes + h->msg_len + 1);
+    if (!n)
+        return NULL;
+    memset(n, 0, sizeof(*n));
+    snprintf(n->node_id, sizeof(n->node_id), "%s", node_id);
+    n->incarnation = incarnation;
+    n->seq = h->seq;
+    n->bound = h->flags & XFER_MSG_F_BOUND;
+    n->status = h->status;
+    n->n_items = h->n_items;
+    n->n_failed = h->n_failed;
+    n->n_listed = h->n_listed;
+    n->failed = (struct xfer_notif_fail *)(n + 1);
+    for (uint32_t k = 0; k < h->n_listed; k++)
+        n->failed[k] = xfer_msg_failed_at(frame, k);
+    n->data = (uint8_t *)n->failed + failed_bytes;
+    n->len = h->msg_len;
+    memcpy(n->data, xfer_msg_payload(frame, h), h->msg_len);
+    n->data[h->msg_len] = '\0';
+    return n;
+}
+
+int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnation,
+                         const uint8_t *frame, size_t len)
+{
+    struct xfer_msg_hdr h;
+    char why[96];
+    if (xfer_msg_decode(frame, len, &h, why, sizeof(why)) < 0) {
+        xfer_warn("refused a message from %s: %s", node_id, why);
+        return -XFER_EPROTO;
+    }
+    struct xfer_notif *n = notif_from_frame(node_id, incarnation, frame, &h);
+    if (!n)
+        return -XFER_ENOMEM;
+    int rc = notify_queue_push(e, n);
+    if (rc < 0) {
+        xfer_debug("notification %llu from %s refused: receive queue full",
+                   (unsigned long long)h.seq, node_id);
+        free(n);
+    }
+    return rc;
+}

@@ -1,0 +1,60 @@
+/*
+ * Engine message frame (notifications; docs/notify.md): what the engine
+ * hands a transport's send_msg and gets back from xfer_engine_msg_recv.
+ * Little-endian, independent of struct padding:
+ *
+ *  off size field
+ *    0   4  magic     0x47534d58 ("XMSG" as LE bytes)
+ *    4   1  version   XFER_MSG_VERSION
+ *    5   1  kind      enum xfer_msg_kind
+ *    6   2  flags     XFER_MSG_F_*
+ *    8   8  seq       sender's message number
+ *   16   4  status    0 or the first failed item's code
+ *   20   4  n_items   items of the batch addressed to the target
+ *   24   4  n_failed  failed items (total)
+ *   28   4  n_listed  (index u32, status i32) pairs following the header
+ *   32   4  msg_len   message bytes following the pairs
+ *   36  12  reserved  0
+ */
+#ifndef XFER_MSG_WIRE_H
+#define XFER_MSG_WIRE_H
+
+#include "xfer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XFER_MSG_MAGIC   0x47534d58u
+#define XFER_MSG_VERSION 1u
+#define XFER_MSG_HDR_LEN 48u
+
+enum xfer_msg_kind { XFER_MSG_NOTIFY = 1, XFER_MSG_KIND_MAX };
+
+#define XFER_MSG_F_BOUND 1u /* bound to a batch */
+
+struct xfer_msg_hdr {
+    uint8_t kind;
+    uint16_t flags;
+    uint64_t seq;
+    int32_t status;
+    uint32_t n_items, n_failed, n_listed, msg_len;
+};
+
+/* Bytes of the frame this header announces. */
+size_t xfer_msg_frame_len(const struct xfer_msg_hdr *h);
+/* Writes a whole frame into out (xfer_msg_frame_len bytes): the header,
+ * n_listed pairs from failed, msg_len bytes of msg. */
+void xfer_msg_encode(const struct xfer_msg_hdr *h, const struct xfer_notif_fail *failed,
+                     const void *msg, uint8_t *out);
+/* Validates a received frame of len bytes: magic, version, kind, flags,
+ * counts (n_listed <= n_failed <= n_items, n_listed <= FAILED_MAX),
+ * msg_len <= XFER_NOTIFY_MAX, every listed status an error code, and len ==
+ * the announced length. 0 or -XFER_EPROTO with the reason in why. */
+int xfer_msg_decode(const uint8_t *in, size_t len, struct xfer_msg_hdr *h, char *why,
+                    size_t why_len);
+/* Pair k of a decoded frame. */
+struct xfer_notif_fail xfer_msg_failed_at(const uint8_t *in, uint32_t k);
+/* Message bytes of a decoded frame. */
+const uint8_t *xfer_msg_payload(const uint8_t *in, const struct xfer_msg_hdr *h);
+
+#endif

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Control-server limits (issue 14 item 3, issue 18 item 5), one xferd on the
+# loopback:
+#  - 1,000 silent TCP clients (no handshake bytes) leave `xferctl --connect
+#    ... health` answering in under 100 ms, from the same source address;
+#  - a client that pipelines reads and never reads its replies is cut off
+#    (or stopped) while xferd's memory stays bounded and others are served;
+#  - connections past the cap get a clear error; registrations past
+#    max_region_bytes too.
+set -u
+cd "${XFER_ROOT:-.}"
+B=${B:-build}
+source tests/lib/service.sh
+ABUSE=$B/tests/ctl_abuse
+[[ -x $ABUSE && -x $XFERD && -x $XFERCTL ]] || fail "ctl_abuse/xferd/xferctl not built in $B"
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; svc_cleanup; redis_stop' EXIT
+svc_init
+redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+
+svc_start c1 0 --redis-url "$REDIS_URL" --secret s3cret --region kv:8M:rw --max-region-bytes 64M
+svc_wait_ready c1
+port=$(redis-cli -p "$REDIS_PORT" hget 'xfer:node:{c1}' ctrl_port)
+[[ -n $port ]] || fail "no ctrl_port published"
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# Starts "$ABUSE ARGS" with its stdin on a fifo (EOF = let go); waits for
+# its one status line (15 s max) into $ABUSE_OUT.
+abuse() {
+    local fifo=$SVC_DIR/abuse.$RANDOM out=$SVC_DIR/abuse.out.$RANDOM
+    mkfifo "$fifo"
+    "$ABUSE" "$@" <"$fifo" >"$out" 2>&1 &
+    pids+=($!)
+    exec {ABUSE_FD}>"$fifo"
+    wait_for 15 test -s "$out" || fail "ctl_abuse $1 gave no status: $(cat "$out")"
+    ABUSE_OUT=$(cat "$out")
+}
+let_go() { exec {ABUSE_FD}>&-; }
+
+# ---- 1,000 silent TCP clients -------------------------------------------------
+abuse silent 127.0.0.1 "$port" 1000
+[[ $ABUSE_OUT == "open 1000" ]] || fail "silent clients: $ABUSE_OUT"
+worst=0
+for i in 1 2 3 4 5; do
+    t0=$(now_ms)
+    "$XFERCTL" --connect "127.0.0.1:$port" --secret s3cret --timeout 2000 health | grep -q 'node c1' \
+        || fail "health over TCP with 1,000 silent clients connected"
+    dt=$(($(now_ms) - t0))
+    ((dt > worst)) && worst=$dt
+done
+# The xferctl process start counts in dt; under 100 ms even so.
+((worst < 100)) || fail "health took $worst ms with 1,000 silent clients (limit 100 ms)"
+grep -q "half-open control connections per source reached" "$SVC_DIR/c1.log" \
+    || fail "no warning about the half-open cap in the log"
+echo "ok: 1,000 silent TCP clients: health over TCP in at most $worst ms"
+let_go
+
+# ---- connection cap (unix socket) ------------------------------------------
+abuse hold "$SVC_DIR/c1.sock" 256
+[[ $ABUSE_OUT == "open 256" ]] || fail "holding connections: $ABUSE_OUT"
+out=$(ctl c1 health 2>&1) && fail "a 257th connection was served"
+[[ $out == *"at most 256 control connections"* ]] || fail "no clear error past the cap: $out"
+let_go
+wait_for 10 ctl c1 health || fail "health after the held connections closed"
+echo "ok: connection 257 refused with a clear error, served again after"
+
+# ---- a client that never reads its replies ----------------------------------
+pid=${SVC_PID[c1]}
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
+base=$(rss_kb)
+abuse noread "$SVC_DIR/c1.sock" c1/kv 1048576 2000
+[[ $ABUSE_OUT == "closed after"* || $ABUSE_OUT == "blocked after"* ]] || fail "noread: $ABUSE_OUT"
+peak=$(rss_kb)
+for i in $(seq 20); do
+    r=$(rss_kb); ((r > peak)) && peak=$r
+    ctl c1 health >/dev/null || fail "health while a client does not read its replies"
+done
+grown=$(((peak - base) / 1024))
+# Unbounded, 2,000 replies of 1 MiB would be 2 GB; the limits keep it to
+# tens of MB (32 MiB of unread replies, in-flight reads, allocator slack).
+((grown < 160)) || fail "xferd grew by $grown MB for a client that does not read"
+echo "ok: a client that never reads its replies: $ABUSE_OUT of 2000 requests, xferd grew $grown MB"
+let_go
+
+# ---- registration size -------------------------------------------------------
+out=$(ctl c1 register big 128M 2>&1) && fail "a 128 MiB region past max_region_bytes was registered"
+[[ $out == *max_region_bytes* ]] || fail "no clear error for a too large region: $out"
+ctl c1 register mid 40M >/dev/null || fail "a 40 MiB region within the limit"
+out=$(ctl c1 register more 20M 2>&1) && fail "regions past max_region_bytes in total"
+[[ $out == *max_region_bytes* ]] || fail "no clear error for the total: $out"
+ctl c1 deregister mid || fail "deregister"
+ctl c1 register more 20M >/dev/null || fail "20 MiB after freeing 40"
+echo "ok: registrations past max_region_bytes refused with a clear error"
+
+svc_kill c1 TERM; rc=$?
+grep -qE "AddressSanitizer|LeakSanitizer|runtime error" "$SVC_DIR/c1.log" && fail "sanitizer report: $(grep -A20 Sanitizer "$SVC_DIR/c1.log")"
+((rc == 0)) || fail "xferd exit status after SIGTERM: $rc"
+echo "control limits test passed"

@@ -1,0 +1,578 @@
+/*
+ * Test helper for notifications (docs/notify.md): a receiving node and the
+ * senders that check it, one engine per process.
+ *
+ *   xfer_notify serve --out FILE --node ID [--mb N] [--queue N] [--hold FILE]
+ *       registers region "buf" (N MiB, memfd), writes FILE, and checks every
+ *       notification the moment it is read (see check_notif). With --hold it
+ *       reads nothing until FILE exists, then drains once (back-pressure).
+ *       Exit 0 only if an "END n" arrived after n good batch notifications
+ *       (or, held, the drain matched "EXPECT q r") and nothing was wrong.
+ *   xfer_notify order  --peer FILE [--batches N] [--depth D] [--sockets S] [--seed X]
+ *       N batches of 1..8 random WRITE items into fresh ranges, each with a
+ *       bound notification listing (offset, length, checksum) of its items;
+ *       D batches in flight; then a standalone "END N".
+ *   xfer_notify failed --peer FILE
+ *       a batch of 3 items whose item 1 is out of bounds at the target.
+ *   xfer_notify flood --peer FILE --count N --queue Q --ready FILE
+ *       N standalone notifications to a held receiver of queue Q: the first
+ *       Q are accepted, the others refused with -XFER_ENOSPC; then "EXPECT".
+ *   xfer_notify wire --peer FILE
+ *       raw tcp frames after a real handshake: oversized, truncated and
+ *       inconsistent message frames; the node answers or cuts, keeps serving.
+ */
+#include "frame.h"
+#include "handshake.h"
+#include "msg_wire.h"
+#include "node_common.h"
+#include "transport.h"
+#include "wire.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+struct opts {
+    const char *cmd, *out, *node, *peer, *hold, *ready;
+    int mb, queue, batches, depth, sockets, count;
+    uint64_t seed;
+};
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        fprintf(stderr, "FAIL: " __VA_ARGS__);                                                     \
+        fputc('\n', stderr);                                                                       \
+        return 1;                                                                                  \
+    } while (0)
+
+/* ---- receiver --------------------------------------------------------------------- */
+
+struct recv_state {
+    xfer_region *buf;
+    long good, bad, ends, end_n, floods, failed_ok;
+    long expect_q, expect_r;
+    uint64_t last_seq_seen;
+};
+
+/* "B k off:len:sum ..." -> every listed range must hold its data already. */
+static bool check_ranges(struct recv_state *st, char *p)
+{
+    const uint8_t *base = xfer_region_ptr(st->buf);
+    size_t size = xfer_region_len(st->buf);
+    for (char *tok = strtok(p, " "); tok; tok = strtok(NULL, " ")) {
+        unsigned long long off, len, sum;
+        if (sscanf(tok, "%llu:%llu:%llx", &off, &len, &sum) != 3 || !xfer_range_ok(off, len, size))
+            return false;
+        if (checksum(base + off, len) != sum) {
+            fprintf(stderr, "range %llu+%llu: data not there when its notification was read\n", off,
+                    len);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void check_notif(struct recv_state *st, struct xfer_notif *n)
+{
+    char *msg = (char *)n->data;
+    long k;
+    if (msg[0] == 'B' && sscanf(msg, "B %ld", &k) == 1) {
+        char *p = strchr(msg + 2, ' ');
+        bool ok = n->bound && n->status == 0 && n->n_failed == 0 && p && check_ranges(st, p + 1);
+        ok ? st->good++ : st->bad++;
+    } else if (msg[0] == 'F') { /* failed: 3 items, item 1 refused, others landed */
+        char *p = strchr(msg, ' ');
+        bool ok = n->bound && n->n_items == 3 && n->n_failed == 1 && n->n_listed == 1 &&
+                  n->failed[0].index == 1 && n->failed[0].status == -XFER_ERANGE &&
+                  n->status == -XFER_ERANGE && p && check_ranges(st, p + 1);
+        if (!ok)
+            fprintf(stderr, "failed-item notification wrong: status %d items %u failed %u\n",
+                    n->status, n->n_items, n->n_failed);
+        ok ? st->failed_ok++ : st->bad++;
+    } else if (sscanf(msg, "END %ld", &k) == 1) {
+        st->ends++;
+        st->end_n = k;
+    } else if (sscanf(msg, "P %ld", &k) == 1) {
+        if (k != st->floods++ || n->bound)
+            st->bad++;
+    } else if (strcmp(msg, "PING")) {
+        fprintf(stderr, "unexpected notification '%.40s'\n", msg);
+        st->bad++;
+    }
+    if (n->incarnation == 0 || !n->node_id[0])
+        st->bad++;
+    xfer_notif_free(n);
+}
+
+static int drain(xfer_engine *e, struct recv_state *st)
+{
+    struct xfer_notif *v[64];
+    int got, total = 0;
+    while ((got = xfer_notif_poll(e, v, 64)) > 0) {
+        for (int i = 0; i < got; i++)
+            check_notif(st, v[i]);
+        total += got;
+    }
+    return total;
+}
+
+/* Waits (bounded) until path exists: the sender's go-ahead. */
+static bool wait_file(const char *path, int seconds)
+{
+    double until = now_s() + seconds;
+    while (access(path, F_OK) != 0) {
+        if (stop || now_s() > until)
+            return false;
+        poll(NULL, 0, 20);
+    }
+    return true;
+}
+
+static int run_serve(const struct opts *o)
+{
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = o->node;
+    cfg.transports = node_transports();
+    cfg.io_timeout_ms = 3000;
+    if (o->queue)
+        cfg.notify_queue_len = o->queue;
+    if (getenv("XFER_TEST_PROGRESS_THREADS"))
+        cfg.progress_threads = atoi(getenv("XFER_TEST_PROGRESS_THREADS"));
+    int rc;
+    xfer_engine *e = xfer_engine_new(&cfg, &rc);
+    if (!e)
+        FAIL("engine: %s", xfer_strerror(rc));
+    struct recv_state st = {0};
+    if (xfer_region_alloc(e, "buf", (size_t)o->mb << 20, XFER_ACCESS_RW, &st.buf) < 0 ||
+        node_file_write(e, o->out) < 0)
+        FAIL("setup: %s", xfer_engine_last_error(e));
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    if (o->hold) { /* back-pressure: read nothing until the sender says "q r" */
+        bool go = wait_file(o->hold, 120);
+        FILE *f = go ? fopen(o->hold, "r") : NULL;
+        if (!f || fscanf(f, "%ld %ld", &st.expect_q, &st.expect_r) != 2)
+            go = false;
+        if (f)
+            fclose(f);
+        size_t pending = xfer_notif_pending(e);
+        uint64_t refused = xfer_notif_refused(e);
+        drain(e, &st);
+        printf("held: go=%d pending=%zu refused=%llu floods=%ld expect=%ld/%ld bad=%ld\n", go,
+               pending, (unsigned long long)refused, st.floods, st.expect_q, st.expect_r, st.bad);
+        rc = go && st.bad == 0 && st.floods == st.expect_q && (long)refused == st.expect_r &&
+                     (long)pending == st.expect_q
+                 ? 0
+                 : 1;
+        char done[512];
+        snprintf(done, sizeof(done), "%s.done", o->hold);
+        if ((f = fopen(done, "w")))
+            fclose(f);
+        struct pollfd p = {.fd = xfer_notif_fd(e), .events = POLLIN};
+        while (!stop) /* serve on (the sender checks the queue works again) */
+            if (poll(&p, 1, 100) > 0)
+                drain(e, &st);
+        rc |= st.bad != 0;
+    } else {
+        struct pollfd p = {.fd = xfer_notif_fd(e), .events = POLLIN};
+        while (!stop) {
+            if (poll(&p, 1, 100) > 0)
+                drain(e, &st);
+        }
+        drain(e, &st);
+        printf("notifications: good=%ld bad=%ld failed_ok=%ld ends=%ld end_n=%ld\n", st.good,
+               st.bad, st.failed_ok, st.ends, st.end_n);
+        rc = st.bad == 0 && (st.ends == 0 || st.end_n == st.good) ? 0 : 1;
+    }
+    fflush(stdout);
+    xfer_engine_free(e);
+    return rc;
+}
+
+/* ---- senders ----------------------------------------------------------------------- */
+
+struct sender {
+    xfer_engine *e;
+    xfer_peer *p;
+    xfer_region *src;
+    const struct xfer_region_desc *rd;
+};
+
+static int sender_open(const struct opts *o, struct sender *s, struct node_file *nf)
+{
+    int rc;
+    if (node_file_read(o->peer, nf) < 0 || !(s->rd = node_region(nf, "buf")))
+        return -1;
+    s->e = client_engine("notify-sender", nf, NULL, o->sockets, &s->p, &rc);
+    if (!s->e || rc < 0) {
+        fprintf(stderr, "connect: %s (%s)\n", xfer_strerror(rc),
+                s->e ? xfer_engine_last_error(s->e) : "");
+        return -1;
+    }
+    if (xfer_region_alloc(s->e, "src", s->rd->len, XFER_ACCESS_RW, &s->src) < 0)
+        return -1;
+    /* ipc needs a tcp port in the node file: the test allows both and checks
+     * that ipc (preferred) carries the traffic. */
+    const char *want = getenv("XFER_NOTIFY_EXPECT");
+    char have[32] = "";
+    xfer_transports_format(xfer_peer_transport(s->p), have, sizeof(have));
+    if (want && strcmp(want, have)) {
+        fprintf(stderr, "peer reached over '%s', expected '%s'\n", have, want);
+        return -1;
+    }
+    return 0;
+}
+
+static uint64_t rnd(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* Appends a WRITE of [off, +len) (same offset on both sides) with fresh
+ * random bytes, and its "off:len:sum" to msg. */
+static int add_write(struct sender *s, xfer_batch *b, uint64_t off, uint64_t len, uint64_t *x,
+                     char *msg, size_t cap)
+{
+    uint8_t *p = (uint8_t *)xfer_region_ptr(s->src) + off;
+    for (uint64_t i = 0; i < len; i++)
+        p[i] = (uint8_t)rnd(x);
+    struct xfer_item it = {XFER_OP_WRITE, s->src, off, s->p, s->rd->id, s->rd->gen, off, len};
+    size_t used = strlen(msg);
+    snprintf(msg + used, cap - used, " %llu:%llu:%llx", (unsigned long long)off,
+             (unsigned long long)len, (unsigned long long)checksum(p, len));
+    return xfer_batch_add(b, &it);
+}
+
+static int run_order(const struct opts *o)
+{
+    struct node_file nf;
+    struct sender s = {0};
+    if (sender_open(o, &s, &nf) < 0)
+        FAIL("sender setup");
+    int depth = o->depth > 0 ? o->depth : 8;
+    xfer_batch **ring = calloc((size_t)depth, sizeof(*ring));
+    uint64_t x = o->seed | 1, bump = 0, size = s.rd->len;
+    long sent = 0;
+    double t0 = now_s();
+    for (long k = 0; k < o->batches + depth; k++) {
+        xfer_batch **slot = &ring[k % depth];
+        if (*slot) { /* the oldest batch in flight */
+            int rc = xfer_batch_wait(*slot, -1);
+            if (rc != 0 || xfer_batch_notify_status(*slot, s.p) != 0)
+                FAIL("batch %ld: %s / notify %d (%s)", k - depth, xfer_strerror(rc),
+                     xfer_batch_notify_status(*slot, s.p), xfer_batch_item_error(*slot, 0));
+            xfer_batch_free(*slot);
+            *slot = NULL;
+        }
+        if (k >= o->batches)
+            continue;
+        int rc;
+        xfer_batch *b = xfer_batch_new(s.e, &rc);
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "B %ld", k);
+        int n = 1 + (int)(rnd(&x) % 8);
+        for (int i = 0; i < n; i++) { /* mostly small, some spread over several chunks */
+            uint64_t len = rnd(&x) % 16 == 0 ? 1 + rnd(&x) % 49152 : 1 + rnd(&x) % 2048;
+            uint64_t off = bump + rnd(&x) % 64;
+            if (off + len > size)
+                FAIL("region too small for %d batches (give --mb)", o->batches);
+            bump = off + len;
+            if (add_write(&s, b, off, len, &x, msg, sizeof(msg)) < 0)
+                FAIL("add: %s", xfer_engine_last_error(s.e));
+        }
+        if ((rc = xfer_batch_notify(b, s.p, msg, strlen(msg))) < 0 ||
+            (rc = xfer_batch_submit(b, 30000)) < 0)
+            FAIL("notify/submit: %s", xfer_strerror(rc));
+        *slot = b;
+        sent++;
+    }
+    double dt = now_s() - t0;
+    char end[32];
+    snprintf(end, sizeof(end), "END %ld", sent);
+    int rc = xfer_notify(s.e, s.p, end, strlen(end), 10000);
+    if (rc != 0)
+        FAIL("END: %s", xfer_strerror(rc));
+    printf("order: %ld batches with notifications in %.2f s (%.0f/s)\n", sent, dt, sent / dt);
+    free(ring);
+    xfer_engine_free(s.e);
+    return 0;
+}
+
+static int run_failed(const struct opts *o)
+{
+    struct node_file nf;
+    struct sender s = {0};
+    if (sender_open(o, &s, &nf) < 0)
+        FAIL("sender setup");
+    uint64_t x = o->seed | 1, size = s.rd->len;
+    int rc;
+    xfer_batch *b = xfer_batch_new(s.e, &rc);
+    char msg[256] = "F";
+    add_write(&s, b, 0, 1000, &x, msg, sizeof(msg));
+    /* item 1: past the end of the target's region; the local side is fine */
+    struct xfer_item bad = {XFER_OP_WRITE, s.src, 0, s.p, s.rd->id, s.rd->gen, size - 10, 100};
+    if (xfer_batch_add(b, &bad) != 1)
+        FAIL("add bad item");
+    add_write(&s, b, 4096, 5000, &x, msg, sizeof(msg));
+    if (xfer_batch_notify(b, s.p, msg, strlen(msg)) < 0 || xfer_batch_submit(b, 10000) < 0)
+        FAIL("submit");
+    rc = xfer_batch_wait(b, -1);
+    int ns = xfer_batch_notify_status(b, s.p);
+    printf("failed: batch %s, item 1 %s, notification %s\n", xfer_strerror(rc),
+           xfer_strerror(xfer_batch_item_status(b, 1)), xfer_strerror(ns));
+    if (rc != -XFER_ERANGE || xfer_batch_item_status(b, 0) != 0 || ns != 0)
+        FAIL("expected ERANGE for the batch, a delivered notification");
+    xfer_batch_free(b);
+    xfer_engine_free(s.e);
+    return 0;
+}
+
+static int run_flood(const struct opts *o)
+{
+    struct node_file nf;
+    struct sender s = {0};
+    if (sender_open(o, &s, &nf) < 0)
+        FAIL("sender setup");
+    long ok = 0, full = 0;
+    for (int i = 0; i < o->count; i++) {
+        char m[32];
+        snprintf(m, sizeof(m), "P %ld", ok);
+        int rc = xfer_notify(s.e, s.p, m, strlen(m), 5000);
+        if (rc == 0)
+            ok++;
+        else if (rc == -XFER_ENOSPC)
+            full++;
+        else
+            FAIL("notify %d: %s", i, xfer_strerror(rc));
+    }
+    /* a bound notification is refused the same way; its data still landed */
+    int rc;
+    xfer_batch *b = xfer_batch_new(s.e, &rc);
+    uint64_t x = 7;
+    char msg[128] = "B 0";
+    add_write(&s, b, 0, 512, &x, msg, sizeof(msg));
+    xfer_batch_notify(b, s.p, msg, strlen(msg));
+    xfer_batch_submit(b, 5000);
+    rc = xfer_batch_wait(b, -1);
+    if (o->queue > 0 && (ok != o->queue || full != o->count - o->queue || rc != -XFER_ENOSPC ||
+                         xfer_batch_item_status(b, 0) != 0))
+        FAIL("flood: %ld accepted, %ld refused, bound %s (queue %d)", ok, full, xfer_strerror(rc),
+             o->queue);
+    xfer_batch_free(b);
+    printf("flood: %ld accepted, %ld refused with ENOSPC\n", ok, full);
+    /* Tell the held receiver what to expect (atomically), wait until it
+     * drained, then the queue must accept again. */
+    char tmp[512], done[512];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", o->ready);
+    snprintf(done, sizeof(done), "%s.done", o->ready);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        FAIL("cannot write %s", tmp);
+    fprintf(f, "%ld %ld\n", ok, full + 1);
+    fclose(f);
+    rename(tmp, o->ready);
+    if (!wait_file(done, 60))
+        FAIL("receiver did not drain");
+    rc = xfer_notify(s.e, s.p, "PING", 4, 5000);
+    if (rc != 0)
+        FAIL("after the drain: %s", xfer_strerror(rc));
+    xfer_engine_free(s.e);
+    return 0;
+}
+
+/* ---- bad frames from the wire (tcp) ---------------------------------------------- */
+
+static int raw_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+        return -1;
+    struct xfer_hs_self hs = {"raw-notify", 4242, NULL, 0, 0};
+    struct xfer_hs_peer hp;
+    char why[200];
+    if (xfer_handshake_client(fd, &hs, 3000, &hp, why, sizeof(why)) < 0) {
+        fprintf(stderr, "handshake: %s\n", why);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends MSG_REQ announcing `announce` bytes with len bytes of body; when
+ * want_resp, reads the MSG_RESP and returns its status (1 = no answer). */
+static int raw_msg(int fd, const void *body, uint32_t len, uint32_t announce, bool want_resp)
+{
+    static uint64_t req = 1;
+    struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION,
+                              .op = XFER_WIRE_MSG_REQ,
+                              .req_id = req++,
+                              .length = announce,
+                              .payload = announce};
+    uint8_t hdr[XFER_WIRE_HDR_LEN];
+    xfer_wire_encode(&h, hdr);
+    int64_t dl = xfer_now_ms() + 3000;
+    if (xfer_io_write_all(fd, hdr, sizeof(hdr), dl) < 0 ||
+        (len && xfer_io_write_all(fd, body, len, dl) < 0))
+        return 1;
+    if (!want_resp)
+        return 0;
+    uint8_t in[XFER_WIRE_HDR_LEN];
+    struct xfer_wire_hdr r;
+    if (xfer_io_read_all(fd, in, sizeof(in), xfer_now_ms() + 3000) < 0 ||
+        xfer_wire_decode(in, 64u << 20, &r) < 0 || r.op != XFER_WIRE_MSG_RESP ||
+        r.req_id != h.req_id)
+        return 1;
+    return r.status;
+}
+
+static uint32_t frame_of(struct xfer_msg_hdr *h, const char *msg, uint8_t *out)
+{
+    h->msg_len = (uint32_t)strlen(msg);
+    xfer_msg_encode(h, NULL, msg, out);
+    return (uint32_t)xfer_msg_frame_len(h);
+}
+
+static int run_wire(const struct opts *o)
+{
+    struct node_file nf;
+    if (node_file_read(o->peer, &nf) < 0)
+        FAIL("node file");
+    int fd = raw_connect(nf.peer.data_port);
+    if (fd < 0)
+        FAIL("connect");
+    static uint8_t f[XFER_MSG_FRAME_MAX];
+    struct {
+        const char *what;
+        struct xfer_msg_hdr h;
+        int cut; /* bytes removed from the end of the frame */
+    } cases[] = {
+        {"truncated frame", {.kind = XFER_MSG_NOTIFY}, 3},
+        {"unknown kind", {.kind = 9}, 0},
+        {"failed > items", {.kind = XFER_MSG_NOTIFY, .flags = 1, .n_items = 1, .n_failed = 2}, 0},
+        {"items in a standalone", {.kind = XFER_MSG_NOTIFY, .n_items = 3}, 0},
+        {"status without failures", {.kind = XFER_MSG_NOTIFY, .status = -XFER_EIO}, 0},
+        {"unknown flags", {.kind = XFER_MSG_NOTIFY, .flags = 0x80}, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint32_t len = frame_of(&cases[i].h, "bad", f) - (uint32_t)cases[i].cut;
+        int st = raw_msg(fd, f, len, len, true);
+        printf("wire: %-24s -> %s\n", cases[i].what, xfer_strerror(st));
+        if (st != -XFER_EPROTO)
+            FAIL("%s: expected EPROTO, got %d", cases[i].what, st);
+    }
+    /* a message over XFER_NOTIFY_MAX inside a frame that fits */
+    struct xfer_msg_hdr big = {.kind = XFER_MSG_NOTIFY, .msg_len = XFER_NOTIFY_MAX + 1};
+    memset(f, 'x', sizeof(f));
+    xfer_msg_encode(&big, NULL, f + XFER_MSG_HDR_LEN, f);
+    uint32_t blen = (uint32_t)xfer_msg_frame_len(&big);
+    if (raw_msg(fd, f, blen, blen, true) != -XFER_EPROTO)
+        FAIL("oversized message not refused");
+    struct xfer_msg_hdr ok = {.kind = XFER_MSG_NOTIFY};
+    uint32_t len = frame_of(&ok, "PING", f);
+    if (raw_msg(fd, f, len, len, true) != 0)
+        FAIL("valid frame after bad ones not accepted");
+    close(fd);
+    /* a frame over XFER_MSG_FRAME_MAX: the node cuts the connection */
+    fd = raw_connect(nf.peer.data_port);
+    if (fd < 0 || raw_msg(fd, NULL, 0, XFER_MSG_FRAME_MAX + 1, false) != 0)
+        FAIL("connect 2");
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char c;
+    if (poll(&p, 1, 3000) != 1 || recv(fd, &c, 1, 0) != 0)
+        FAIL("oversized frame: connection not closed within 3 s");
+    close(fd);
+    printf("wire: oversized frame -> connection closed\n");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.node = "notify-target", .mb = 64, .batches = 1000, .sockets = 4};
+    o.seed = (uint64_t)time(NULL);
+    static const struct option lo[] = {
+        {"out", 1, 0, 'o'},   {"node", 1, 0, 'n'},    {"peer", 1, 0, 'p'},  {"hold", 1, 0, 'h'},
+        {"ready", 1, 0, 'r'}, {"mb", 1, 0, 'm'},      {"queue", 1, 0, 'q'}, {"batches", 1, 0, 'b'},
+        {"depth", 1, 0, 'd'}, {"sockets", 1, 0, 's'}, {"count", 1, 0, 'c'}, {"seed", 1, 0, 'x'},
+        {0, 0, 0, 0}};
+    if (argc < 2) {
+        fprintf(stderr, "usage: xfer_notify serve|order|failed|flood|wire [options]\n");
+        return 2;
+    }
+    o.cmd = argv[1];
+    optind = 2;
+    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        switch (c) {
+        case 'o':
+            o.out = optarg;
+            break;
+        case 'n':
+            o.node = optarg;
+            break;
+        case 'p':
+            o.peer = optarg;
+            break;
+        case 'h':
+            o.hold = optarg;
+            break;
+        case 'r':
+            o.ready = optarg;
+            break;
+        case 'm':
+            o.mb = atoi(optarg);
+            break;
+        case 'q':
+            o.queue = atoi(optarg);
+            break;
+        case 'b':
+            o.batches = atoi(optarg);
+            break;
+        case 'd':
+            o.depth = atoi(optarg);
+            break;
+        case 's':
+            o.sockets = atoi(optarg);
+            break;
+        case 'c':
+            o.count = atoi(optarg);
+            break;
+        case 'x':
+            o.seed = strtoull(optarg, NULL, 0);
+            break;
+        default:
+            return 2;
+        }
+    }
+    if (!strcmp(o.cmd, "serve") && o.out)
+        return run_serve(&o);
+    if (!o.peer) {
+        fprintf(stderr, "--peer FILE required\n");
+        return 2;
+    }
+    if (!strcmp(o.cmd, "order"))
+        return run_order(&o);
+    if (!strcmp(o.cmd, "failed"))
+        return run_failed(&o);
+    if (!strcmp(o.cmd, "flood") && o.ready)
+        return run_flood(&o);
+    if (!strcmp(o.cmd, "wire"))
+        return run_wire(&o);
+    fprintf(stderr, "unknown command %s\n", o.cmd);
+    return 2;
+}

@@ -1,0 +1,135 @@
+/* Engine message frames (engine/msg_wire.c): round trip, and every
+ * truncation, extension or corrupted field of a valid frame is refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msg_wire.h"
+#include "xfer.h"
+
+static const struct xfer_notif_fail failed[2] = {{1, -XFER_ERANGE}, {7, -XFER_ETIMEDOUT}};
+
+static size_t sample(uint8_t *buf, struct xfer_msg_hdr *h)
+{
+    *h = (struct xfer_msg_hdr){.kind = XFER_MSG_NOTIFY,
+                               .flags = XFER_MSG_F_BOUND,
+                               .seq = 0x0102030405060708ull,
+                               .status = -XFER_ERANGE,
+                               .n_items = 9,
+                               .n_failed = 3,
+                               .n_listed = 2,
+                               .msg_len = 5};
+    xfer_msg_encode(h, failed, "hello", buf);
+    return xfer_msg_frame_len(h);
+}
+
+static void test_roundtrip(void **state)
+{
+    (void)state;
+    uint8_t buf[256];
+    struct xfer_msg_hdr h, d;
+    size_t len = sample(buf, &h);
+    assert_int_equal(len, XFER_MSG_HDR_LEN + 16 + 5);
+    assert_int_equal(buf[0], 'X');
+    assert_int_equal(buf[8], 0x08); /* little-endian */
+    assert_int_equal(xfer_msg_decode(buf, len, &d, NULL, 0), 0);
+    assert_int_equal(d.seq, h.seq);
+    assert_int_equal(d.status, -XFER_ERANGE);
+    assert_int_equal(d.n_items, 9);
+    assert_int_equal(d.n_failed, 3);
+    struct xfer_notif_fail f = xfer_msg_failed_at(buf, 1);
+    assert_int_equal(f.index, 7);
+    assert_int_equal(f.status, -XFER_ETIMEDOUT);
+    assert_memory_equal(xfer_msg_payload(buf, &d), "hello", 5);
+}
+
+static void test_truncated_and_extended(void **state)
+{
+    (void)state;
+    uint8_t buf[256];
+    struct xfer_msg_hdr h, d;
+    size_t len = sample(buf, &h);
+    char why[96];
+    for (size_t n = 0; n < len; n++)
+        assert_int_equal(xfer_msg_decode(buf, n, &d, why, sizeof(why)), -XFER_EPROTO);
+    assert_int_equal(xfer_msg_decode(buf, len + 1, &d, why, sizeof(why)), -XFER_EPROTO);
+}
+
+static void test_bad_fields(void **state)
+{
+    (void)state;
+    struct xfer_msg_hdr bad[] = {
+        {.kind = 0},
+        {.kind = XFER_MSG_KIND_MAX},
+        {.kind = XFER_MSG_NOTIFY, .flags = 2},
+        {.kind = XFER_MSG_NOTIFY, .n_items = 1},                            /* unbound with items */
+        {.kind = XFER_MSG_NOTIFY, .flags = 1, .n_items = 1, .n_failed = 2}, /* failed > items */
+        {.kind = XFER_MSG_NOTIFY, .flags = 1, .n_items = 2, .n_failed = 1}, /* nothing listed */
+        {.kind = XFER_MSG_NOTIFY, .status = -XFER_EIO},                     /* status, no failure */
+        {.kind = XFER_MSG_NOTIFY, .status = 5},
+        {.kind = XFER_MSG_NOTIFY, .msg_len = XFER_NOTIFY_MAX + 1},
+        {.kind = XFER_MSG_NOTIFY,
+         .flags = 1,
+         .n_items = 8000,
+         .n_failed = 8000,
+         .n_listed = XFER_NOTIFY_FAILED_MAX + 1,
+         .status = -XFER_EIO},
+    };
+    size_t cap = XFER_MSG_HDR_LEN + 8u * (XFER_NOTIFY_FAILED_MAX + 1) + XFER_NOTIFY_MAX + 1;
+    uint8_t *buf = calloc(1, cap);
+    struct xfer_notif_fail *f = calloc(XFER_NOTIFY_FAILED_MAX + 1, sizeof(*f));
+    for (size_t i = 0; i <= XFER_NOTIFY_FAILED_MAX; i++)
+        f[i] = (struct xfer_notif_fail){(uint32_t)i, -XFER_EIO};
+    char *msg = calloc(1, XFER_NOTIFY_MAX + 1);
+    struct xfer_msg_hdr d;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        xfer_msg_encode(&bad[i], f, msg, buf);
+        assert_int_equal(xfer_msg_decode(buf, xfer_msg_frame_len(&bad[i]), &d, NULL, 0),
+                         -XFER_EPROTO);
+    }
+    /* a listed item without an error code */
+    struct xfer_msg_hdr h = {.kind = XFER_MSG_NOTIFY,
+                             .flags = 1,
+                             .n_items = 2,
+                             .n_failed = 1,
+                             .n_listed = 1,
+                             .status = -XFER_EIO};
+    struct xfer_notif_fail zero = {0, 0};
+    xfer_msg_encode(&h, &zero, "", buf);
+    assert_int_equal(xfer_msg_decode(buf, xfer_msg_frame_len(&h), &d, NULL, 0), -XFER_EPROTO);
+    free(buf);
+    free(f);
+    free(msg);
+}
+
+/* Random corruption never crashes and never passes a frame whose declared
+ * length differs from what arrived. */
+static void test_random_bytes(void **state)
+{
+    (void)state;
+    uint8_t buf[256], good[256];
+    struct xfer_msg_hdr h, d;
+    size_t len = sample(good, &h);
+    srand(42);
+    for (int round = 0; round < 20000; round++) {
+        memcpy(buf, good, len);
+        buf[rand() % len] ^= (uint8_t)(1 + rand() % 255);
+        if (xfer_msg_decode(buf, len, &d, NULL, 0) == 0)
+            assert_int_equal(xfer_msg_frame_len(&d), len);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_truncated_and_extended),
+        cmocka_unit_test(test_bad_fields),
+        cmocka_unit_test(test_random_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
