@@ -12,6 +12,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,11 +298,8 @@ xfer_engine *batch_engine(const xfer_batch *b)
     return b->engine;
 }
 
-int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
+static int item_check(xfer_engine *e, const struct xfer_item *it)
 {
-    if (!b || !it)
-        return -XFER_EINVAL;
-    xfer_engine *e = b->engine;
     if ((it->op != XFER_OP_READ && it->op != XFER_OP_WRITE) || !it->local || !it->peer ||
         it->local->engine != e || it->peer->engine != e) {
         xfer_engine_set_error(e, "batch item: bad op, region or peer");
@@ -313,12 +311,28 @@ int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
                               it->local->name, it->local->len);
         return -XFER_ERANGE;
     }
+    return 0;
+}
+
+int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
+{
+    if (!b || (!items && n) || n > INT_MAX)
+        return -XFER_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = item_check(b->engine, &items[i]);
+        if (rc)
+            return rc;
+    }
     pthread_mutex_lock(&b->mu);
     int rc = 0;
     if (b->state == B_RUNNING) {
         rc = -XFER_EBUSY;
-    } else if (b->n == b->cap) {
+    } else if (b->n > (size_t)INT_MAX - n) {
+        rc = -XFER_ENOSPC;
+    } else if (b->n + n > b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 16;
+        while (cap < b->n + n)
+            cap *= 2;
         struct batch_item *v = realloc(b->items, cap * sizeof(*v));
         if (v) {
             b->items = v;
@@ -330,13 +344,25 @@ int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
     if (rc == 0) {
         if (b->state == B_DONE) /* adding after a run starts a new one */
             b->state = B_IDLE;
-        struct batch_item *bi = &b->items[b->n];
-        memset(bi, 0, sizeof(*bi));
-        bi->it = *it;
-        rc = (int)b->n++;
+        for (size_t i = 0; i < n; i++) {
+            struct batch_item *bi = &b->items[b->n + i];
+            bi->it = items[i];
+            bi->status = 0;
+            bi->open = false;
+            bi->tbit = 0;
+            bi->done = 0;
+            bi->why[0] = '\0';
+        }
+        rc = (int)b->n;
+        b->n += n;
     }
     pthread_mutex_unlock(&b->mu);
     return rc;
+}
+
+int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
+{
+    return it ? xfer_batch_add_many(b, it, 1) : -XFER_EINVAL;
 }
 
 size_t xfer_batch_count(const xfer_batch *b)
@@ -786,6 +812,16 @@ int xfer_batch_item_status(const xfer_batch *b, size_t i)
     int rc = i < b->n ? b->items[i].status : -XFER_ENOENT;
     pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
     return rc;
+}
+
+unsigned xfer_batch_item_transport(const xfer_batch *b, size_t i)
+{
+    if (!b)
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
+    unsigned t = i < b->n ? b->items[i].tbit : 0;
+    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
+    return t;
 }
 
 const char *xfer_batch_item_error(const xfer_batch *b, size_t i)

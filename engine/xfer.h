@@ -276,6 +276,9 @@ void xfer_batch_free(xfer_batch *b);
 /* Appends an item; returns its index (>= 0) or a negative code. Local bounds
  * and access are checked here. Only before submit (or after reset). */
 int xfer_batch_add(xfer_batch *b, const struct xfer_item *it);
+/* Appends items[0..n) at once, all or none (one lock, one growth): returns
+ * the index of the first, or a negative code with nothing appended. */
+int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n);
 size_t xfer_batch_count(const xfer_batch *b);
 /* Starts the batch. deadline_ms > 0: cancelled and reported -XFER_ETIMEDOUT
  * past it; 0: the engine's default deadline. */
@@ -293,6 +296,9 @@ int xfer_batch_fd(const xfer_batch *b);
 /* Status of item i (0, -XFER_EINPROGRESS or an error) and its reason. */
 int xfer_batch_item_status(const xfer_batch *b, size_t i);
 const char *xfer_batch_item_error(const xfer_batch *b, size_t i);
+/* XFER_TRANSPORT_* bit item i was posted on in its last run (0 if it never
+ * reached a transport: refused before posting, or not run yet). */
+unsigned xfer_batch_item_transport(const xfer_batch *b, size_t i);
 /* Clears items so the batch can be filled again (not while in flight). */
 int xfer_batch_reset(xfer_batch *b);
 

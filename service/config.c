@@ -25,49 +25,6 @@ void xferd_config_defaults(struct xferd_config *c)
     c->max_region_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
 }
 
-int xferd_parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    if (!s || !*s || *s == '-')
-        return -XFER_EINVAL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s)
-        return -XFER_EINVAL;
-    unsigned shift = 0;
-    switch (toupper((unsigned char)*end)) {
-    case 0:
-        break;
-    case 'K':
-        shift = 10;
-        break;
-    case 'M':
-        shift = 20;
-        break;
-    case 'G':
-        shift = 30;
-        break;
-    case 'T':
-        shift = 40;
-        break;
-    default:
-        return -XFER_EINVAL;
-    }
-    if (*end) {
-        end++;
-        if (toupper((unsigned char)*end) == 'I')
-            end++;
-        if (toupper((unsigned char)*end) == 'B')
-            end++;
-        if (*end)
-            return -XFER_EINVAL;
-    }
-    if (shift && v > (UINT64_MAX >> shift))
-        return -XFER_ERANGE;
-    *out = (uint64_t)v << shift;
-    return 0;
-}
-
 static int parse_int(const char *s, int lo, int hi, int *out)
 {
     char *end;

@@ -21,6 +21,7 @@
 #define XFER_SERVICE_CONFIG_H
 
 #include "xfer.h"
+#include "xfer_node.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -79,8 +80,11 @@ int xferd_config_set(struct xferd_config *c, const char *key, const char *val, c
 /* Fills derived defaults and checks the result (node given, ...). */
 int xferd_config_finish(struct xferd_config *c, char *why, size_t why_len);
 
-/* "64M", "4k", "1G", "123" -> bytes (binary units). */
-int xferd_parse_size(const char *s, uint64_t *out);
+/* "64M", "4k", "1G", "123" -> bytes (binary units): the node library's. */
+static inline int xferd_parse_size(const char *s, uint64_t *out)
+{
+    return xfer_node_parse_size(s, out);
+}
 /* Declares a region from "NAME:SIZE[:ACCESS]" (the --region flag). */
 int xferd_config_add_region_spec(struct xferd_config *c, const char *spec, char *why,
                                  size_t why_len);

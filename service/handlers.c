@@ -1,6 +1,5 @@
 /* Control requests -> responses (run on worker threads). */
 #include "frame.h"
-#include "naddr.h"
 #include "xferd.h"
 
 #include <stdarg.h>
@@ -137,10 +136,7 @@ static void do_peers(struct xferd *d, Xctl__Response *resp, struct arena *a)
         m->incarnation = nd->peer.incarnation;
         m->heartbeat_ms = nd->heartbeat_ms;
         m->alive = true;
-        pthread_mutex_lock(&d->peer_lock); /* no removal between find and use */
-        xfer_peer *p = xfer_peer_find(d->eng, nd->peer.node_id);
-        unsigned t = p ? xfer_peer_transport(p) : 0;
-        pthread_mutex_unlock(&d->peer_lock);
+        unsigned t = xfer_node_peer_transport(d->node, nd->peer.node_id);
         tr[0] = 0;
         if (t)
             xfer_transports_format(t, tr, sizeof(tr));
@@ -260,8 +256,8 @@ static void do_register(struct xferd *d, const Xctl__RegisterRegion *m, int fd,
     layout_from_msg(m->layout, &l);
     if (rc == 0 && m->layout && (rc = xfer_region_set_layout(r, &l)) != 0)
         xfer_region_deregister(d->eng, r);
-    if (rc == 0 && !priv)
-        xferd_publish_region(d, r);
+    if (rc == 0 && !priv && xfer_node_region_publish(d->node, r))
+        xfer_warn("publishing region %s: %s", m->name, xfer_node_last_error(d->node));
     struct xfer_region_desc rd;
     if (rc == 0)
         xfer_region_describe(r, &rd);
@@ -283,16 +279,11 @@ static void do_deregister(struct xferd *d, const char *name, Xctl__Response *res
 {
     pthread_rwlock_wrlock(&d->region_lock);
     xfer_region *r = name ? xfer_region_find(d->eng, name) : NULL;
-    int rc = r ? 0 : -XFER_ENOENT;
-    if (r) {
-        if (name[0] != XFERD_PRIVATE_PREFIX)
-            xferd_unpublish_region(d, name);
-        rc = xfer_region_deregister(d->eng, r);
-    }
+    int rc = r ? xfer_node_region_deregister(d->node, r) : -XFER_ENOENT;
     pthread_rwlock_unlock(&d->region_lock);
     if (rc)
         fail(resp, a, rc, "deregister '%s': %s", name ? name : "",
-             rc == -XFER_ENOENT ? "no such region here" : xfer_engine_last_error(d->eng));
+             rc == -XFER_ENOENT ? "no such region here" : xfer_node_last_error(d->node));
     else
         xfer_info("region %s deregistered", name);
 }

@@ -8,7 +8,6 @@
  */
 #include "ctl_client.h"
 #include "frame.h"
-#include "naddr.h"
 #include "transfer_int.h"
 #include "xferd.h"
 
@@ -83,7 +82,18 @@ int side_remote(struct xctx *x, struct side *s, bool connect)
         int rc = xfer_registry_lookup_region(x->d->reg, s->n.node, s->n.region, &s->rd);
         return rc ? why_set(x, rc, "%s", xfer_registry_last_error(x->d->reg)) : 0;
     }
-    return xferd_peer_get(x->d, s->n.node, s->n.region, &s->peer, &s->rd, x->why, sizeof(x->why));
+    int rc = xfer_node_resolve(x->d->node, s->n.node, s->n.region, 0, &s->ref);
+    if (rc)
+        return why_set(x, rc, "%s", xfer_node_last_error(x->d->node));
+    s->peer = s->ref.peer;
+    s->rd = s->ref.rd;
+    return 0;
+}
+
+void side_release(struct xctx *x, struct side *s)
+{
+    xfer_node_unref(x->d->node, &s->ref);
+    s->peer = NULL;
 }
 
 /* Block addresses -> byte offsets and length, once both layouts are known. */
@@ -166,17 +176,6 @@ static int engine_op(struct xctx *x, enum xfer_op op, struct side *loc, struct s
     return rc < 0 ? rc : 0;
 }
 
-/* A connection failure may mean the peer restarted and its "join" has not
- * reached our cache yet: true when Redis has a different incarnation. */
-static bool peer_restarted(struct xctx *x, struct side *rem)
-{
-    struct xfer_node_desc nd;
-    struct xfer_peer_desc cur;
-    xfer_peer_describe(rem->peer, &cur);
-    return xfer_registry_fetch_node(x->d->reg, rem->n.node, &nd) == 0 &&
-           nd.peer.incarnation != cur.incarnation;
-}
-
 static int execute_held(struct xctx *x, enum xfer_op op, struct side *src, struct side *dst,
                         struct side *loc, struct side *rem, uint64_t len, int deadline_ms)
 {
@@ -190,23 +189,21 @@ static int execute_held(struct xctx *x, enum xfer_op op, struct side *src, struc
     if (rem->local)
         return local_copy(x, src, dst, len);
     rc = engine_op(x, op, loc, rem, len, deadline_ms);
-    if (rc == -XFER_ECONN && peer_restarted(x, rem)) {
-        xferd_peer_put(x->d, rem->n.node);
+    /* A connection failure may mean the peer restarted and its "join" has
+     * not reached our cache yet: Redis has a different incarnation. */
+    if (rc == -XFER_ECONN && xfer_node_peer_restarted(x->d->node, &rem->ref)) {
+        side_release(x, rem);
         rc = side_remote(x, rem, true); /* re-adds it with the new incarnation */
-        if (rc) {
-            rem->peer = NULL;
+        if (rc)
             return rc;
-        }
         rc = engine_op(x, op, loc, rem, len, deadline_ms);
     }
     if (rc == -XFER_ESTALE) { /* re-read the descriptor once and retry */
         xfer_registry_cache_clear(x->d->reg);
-        xferd_peer_put(x->d, rem->n.node);
+        side_release(x, rem);
         rc = side_remote(x, rem, true);
-        if (rc) {
-            rem->peer = NULL; /* not held any more */
+        if (rc)
             return rc;
-        }
         rc = engine_op(x, op, loc, rem, len, deadline_ms);
     }
     return rc;
@@ -227,8 +224,8 @@ static int execute(struct xctx *x, enum xfer_op op, struct side *src, struct sid
     if (rc)
         return rc;
     rc = execute_held(x, op, src, dst, loc, rem, len, deadline_ms);
-    if (!rem->local && rem->peer)
-        xferd_peer_put(x->d, rem->n.node);
+    if (!rem->local)
+        side_release(x, rem);
     return rc;
 }
 
@@ -282,9 +279,9 @@ int transfer_plan(struct xctx *x, const Xctl__Transfer *t, struct side *src, str
                   enum xfer_op *op, const char **exec)
 {
     const char *me = x->d->cfg.node;
-    int rc = naddr_parse(t->src, &src->n, x->why, sizeof(x->why));
+    int rc = xfer_node_addr_parse(t->src, &src->n, x->why, sizeof(x->why));
     if (!rc)
-        rc = naddr_parse(t->dst, &dst->n, x->why, sizeof(x->why));
+        rc = xfer_node_addr_parse(t->dst, &dst->n, x->why, sizeof(x->why));
     bool own_src = !rc && !strcmp(src->n.node, me), own_dst = !rc && !strcmp(dst->n.node, me);
     *op = t->op == XCTL__OP__OP_READ ? XFER_OP_READ : XFER_OP_WRITE;
     if (t->op == XCTL__OP__OP_AUTO)
@@ -349,7 +346,7 @@ static int inline_forward(struct xferd *d, const char *node, Xctl__Request *req,
     return rc;
 }
 
-static int inline_local(struct xferd *d, const struct naddr *n, uint64_t len, unsigned need,
+static int inline_local(struct xferd *d, const struct xfer_node_addr *n, uint64_t len, unsigned need,
                         xfer_region **r, char *why, size_t wl)
 {
     struct xctx x = {.d = d};
@@ -370,8 +367,8 @@ static int inline_local(struct xferd *d, const struct naddr *n, uint64_t len, un
 int xferd_write_data(struct xferd *d, const char *dst, const uint8_t *data, size_t len,
                      uint32_t hops, char *why, size_t wl)
 {
-    struct naddr n;
-    int rc = naddr_parse(dst, &n, why, wl);
+    struct xfer_node_addr n;
+    int rc = xfer_node_addr_parse(dst, &n, why, wl);
     if (rc)
         return rc;
     if (strcmp(n.node, d->cfg.node)) {
@@ -400,8 +397,8 @@ int xferd_write_data(struct xferd *d, const char *dst, const uint8_t *data, size
 int xferd_read_data(struct xferd *d, const char *src, uint64_t len, uint32_t hops, uint8_t **out,
                     char *why, size_t wl)
 {
-    struct naddr n;
-    int rc = naddr_parse(src, &n, why, wl);
+    struct xfer_node_addr n;
+    int rc = xfer_node_addr_parse(src, &n, why, wl);
     if (rc)
         return rc;
     *out = NULL;

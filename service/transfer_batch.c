@@ -61,7 +61,7 @@ static int prepare(struct xferd *d, const Xctl__Transfer *t, struct prepared *p,
     if (!rc && rem->local && p->len > 0)
         rc = local_copy(&x, &p->src, &p->dst, p->len);
     if (held)
-        xferd_peer_put(d, rem->n.node);
+        side_release(&x, rem);
     result(res, a, rc, x.why, me, p->len, now_us() - t0);
     return 0;
 }
@@ -116,7 +116,8 @@ static void collect(struct xferd *d, struct prepared *pp, size_t n, xfer_batch *
         int rc = b ? xfer_batch_item_status(b, k) : brc;
         const char *e = b ? xfer_batch_item_error(b, k) : NULL;
         k++;
-        xferd_peer_put(d, rem->n.node);
+        struct xctx x = {.d = d};
+        side_release(&x, rem);
         if (rc == -XFER_ESTALE || rc == -XFER_ECONN) {
             pp[i].single = true; /* re-resolved and retried alone */
             continue;

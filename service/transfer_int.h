@@ -5,7 +5,6 @@
 #ifndef XFER_SERVICE_TRANSFER_INT_H
 #define XFER_SERVICE_TRANSFER_INT_H
 
-#include "naddr.h"
 #include "xferd.h"
 
 struct inflight {
@@ -14,11 +13,12 @@ struct inflight {
 };
 
 struct side {
-    struct naddr n;
+    struct xfer_node_addr n;
     bool local;
     xfer_region *lr;            /* local region */
     struct xfer_region_desc rd; /* local or remote descriptor */
-    xfer_peer *peer;            /* remote side's peer */
+    xfer_peer *peer;            /* remote side's peer (ref.peer) */
+    struct xfer_node_ref ref;   /* remote side, held while resolved */
 };
 
 struct xctx {
@@ -32,9 +32,10 @@ int why_set(struct xctx *x, int rc, const char *fmt, ...) __attribute__((format(
 int transfer_plan(struct xctx *x, const Xctl__Transfer *t, struct side *src, struct side *dst,
                   enum xfer_op *op, const char **exec);
 /* Local side (caller holds region_lock); remote side (connect: the peer is
- * set up and held, xferd_peer_put() when done). */
+ * set up and held, side_release() when done). */
 int side_local(struct xctx *x, struct side *s);
 int side_remote(struct xctx *x, struct side *s, bool connect);
+void side_release(struct xctx *x, struct side *s);
 /* Block addresses -> bytes; access and bounds of one side. */
 int to_bytes(struct xctx *x, struct side *src, struct side *dst, uint64_t *len);
 int check_side(struct xctx *x, const struct side *s, uint64_t len, unsigned need);

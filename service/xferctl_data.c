@@ -1,7 +1,7 @@
 /* xferctl commands that move data in bulk or measure: put/get through a
  * memfd staging region, batch, probe and bench. */
 #include "ctl_print.h"
-#include "naddr.h"
+#include "xfer_node.h"
 #include "progress.h"
 #include "xferctl.h"
 
@@ -123,10 +123,10 @@ static void stage_close(struct stage *s, bool registered)
         close(s->fd);
 }
 
-static int byte_addr(const char *addr, struct naddr *n)
+static int byte_addr(const char *addr, struct xfer_node_addr *n)
 {
     char why[200];
-    if (naddr_parse(addr, n, why, sizeof(why)))
+    if (xfer_node_addr_parse(addr, n, why, sizeof(why)))
         return xctl_die(EXIT_USAGE, "%s", why);
     if (n->is_block)
         return xctl_die(EXIT_USAGE, "put/get take a byte address (NODE/REGION+OFF)");
@@ -135,7 +135,7 @@ static int byte_addr(const char *addr, struct naddr *n)
 
 int xctl_cmd_put(const char *file, const char *addr)
 {
-    struct naddr n;
+    struct xfer_node_addr n;
     int rc = byte_addr(addr, &n);
     if (rc)
         return rc;
@@ -174,7 +174,7 @@ int xctl_cmd_put(const char *file, const char *addr)
 
 int xctl_cmd_get(const char *addr, const char *lens, const char *file)
 {
-    struct naddr n;
+    struct xfer_node_addr n;
     uint64_t total;
     int rc = byte_addr(addr, &n) ? EXIT_USAGE : xctl_parse_len(lens, &total);
     if (rc)

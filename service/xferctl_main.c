@@ -5,7 +5,7 @@
 #include "ctl_print.h"
 #include "frame.h"
 #include "metrics_ctl.h"
-#include "naddr.h"
+#include "xfer_node.h"
 #include "progress.h"
 #include "xferctl.h"
 
@@ -125,9 +125,9 @@ int xctl_parse_len(const char *s, uint64_t *out)
 
 int xctl_check_addr(const char *s)
 {
-    struct naddr n;
+    struct xfer_node_addr n;
     char why[200];
-    return naddr_parse(s, &n, why, sizeof(why)) ? xctl_die(EXIT_USAGE, "%s", why) : 0;
+    return xfer_node_addr_parse(s, &n, why, sizeof(why)) ? xctl_die(EXIT_USAGE, "%s", why) : 0;
 }
 
 static int cmd_peers(void)

@@ -4,8 +4,8 @@
  * Threads: the libevent loop thread owns listeners and control connections
  * and does I/O only; requests run on a pool of worker threads (jobs.c), which
  * may block (engine batches, registry lookups, forwarding) within their
- * deadlines; the registry runs on its own thread and calls back into
- * peers.c for events. Peer setup is serialised by peer_lock.
+ * deadlines. The node library (node/xfer_node.h) owns the engine, the
+ * registry thread, peer setup and event handling.
  */
 #ifndef XFER_SERVICE_XFERD_H
 #define XFER_SERVICE_XFERD_H
@@ -13,6 +13,7 @@
 #include "arena.h"
 #include "config.h"
 #include "xfer.h"
+#include "xfer_node.h"
 #include "xfer_registry.h"
 #include "proto/control.pb-c.h"
 
@@ -29,8 +30,9 @@ struct xfer_metrics;
 
 struct xferd {
     struct xferd_config cfg;
-    xfer_engine *eng;
-    xfer_registry *reg;
+    xfer_node *node;    /* engine + registry (node/) */
+    xfer_engine *eng;   /* borrowed from node */
+    xfer_registry *reg; /* borrowed from node */
     struct event_base *base;
     struct ctl_server *srv;
     struct jobq *jobs;
@@ -41,12 +43,9 @@ struct xferd {
     uint16_t ctrl_port;  /* bound TCP control port */
     atomic_bool draining;
     atomic_uint_fast64_t ctl_requests, ctl_errors;
-    pthread_mutex_t peer_lock;  /* peer setup/removal and the use counts below */
-    struct peer_use *peer_uses; /* peers held by running transfers */
     pthread_mutex_t fwd_lock;
     struct fwd_conn *fwd_idle; /* idle control connections to other xferd */
     int fwd_nidle;
-    size_t n_peer_uses, cap_peer_uses;
     pthread_rwlock_t region_lock; /* write: register/deregister; read: transfers */
     pthread_mutex_t inflight_lock;
     struct inflight *inflight;         /* engine batches in flight (cancelled at drain end) */
@@ -126,27 +125,10 @@ void batch_table_finish(struct batch_table *t, uint64_t id, Xctl__ItemResult *co
  * forgotten ids (the newest 1024 finished batches are kept). */
 int batch_table_query(struct batch_table *t, uint64_t id, Xctl__BatchResult *res, struct arena *a);
 
-/* ---- peers.c: registry -> engine peers ---- */
-/* Finds the peer (adding/refreshing it from the registry) and the remote
- * region's descriptor (cached into the engine). region may be NULL. On
- * success the peer is held: it is not removed from the engine (leave
- * events are deferred) until xferd_peer_put(). */
-int xferd_peer_get(struct xferd *d, const char *node, const char *region, xfer_peer **peer,
-                   struct xfer_region_desc *rd, char *why, size_t why_len);
-void xferd_peer_put(struct xferd *d, const char *node);
-void xferd_peers_free(struct xferd *d);
-void xferd_on_registry_event(const struct xfer_registry_event *ev, void *arg);
-
 /* ---- known.c: the nodes of the registry, kept from its events ---- */
 void xferd_known_on_event(struct xferd *d, const struct xfer_registry_event *ev);
 uint32_t xferd_known_count(struct xferd *d);
 void xferd_known_free(struct xferd *d);
-
-/* ---- publish.c: this node and its regions in the registry ---- */
-int xferd_publish_start(struct xferd *d, char *why, size_t why_len);
-int xferd_publish_region(struct xferd *d, xfer_region *r);
-void xferd_unpublish_region(struct xferd *d, const char *name);
-void xferd_publish_stop(struct xferd *d);
 
 /* ---- ctl_server.c ---- */
 struct ctl_server *ctl_server_new(struct xferd *d, char *why, size_t why_len);

@@ -158,28 +158,47 @@ static void apply_log_level(const char *s)
             xfer_log_set_level((enum xfer_log_level)i);
 }
 
-static int start_engine(struct xferd *d)
+/* Registry events, after the node applied them (registry thread). */
+static void on_node_event(const struct xfer_registry_event *ev, void *arg)
 {
-    struct xfer_engine_config ec;
-    xfer_engine_config_init(&ec);
-    ec.node_id = d->cfg.node;
-    ec.listen_addr = d->cfg.listen;
-    ec.data_port = d->cfg.data_port;
+    xferd_known_on_event(arg, ev);
+}
+
+/* The node (engine, registry publisher and watcher) and the configured
+ * regions, published as they are made. Runs after the control server bound
+ * its port, which the node publishes. */
+static int start_node(struct xferd *d)
+{
+    struct xfer_node_config nc;
+    xfer_node_config_init(&nc);
+    nc.node_id = d->cfg.node;
+    nc.redis_url = d->cfg.redis_url;
     if (d->cfg.secret[0]) {
-        ec.secret = d->cfg.secret;
-        ec.secret_len = strlen(d->cfg.secret);
+        nc.secret = d->cfg.secret;
+        nc.secret_len = strlen(d->cfg.secret);
     }
-    if (d->cfg.transports[0] && xfer_transports_parse(d->cfg.transports, &ec.transports))
-        return -XFER_EINVAL;
-    ec.connect_timeout_ms = d->cfg.connect_timeout_ms;
-    ec.io_timeout_ms = d->cfg.io_timeout_ms;
-    ec.default_deadline_ms = d->cfg.request_timeout_ms;
+    nc.transports = d->cfg.transports;
+    nc.listen_addr = d->cfg.listen;
+    nc.data_port = d->cfg.data_port;
+    nc.advertise = d->cfg.advertise;
+    nc.ctrl_port = d->ctrl_port;
+    nc.ttl_ms = d->cfg.ttl_ms;
+    nc.heartbeat_ms = d->cfg.heartbeat_ms;
+    nc.connect_timeout_ms = d->cfg.connect_timeout_ms;
+    nc.io_timeout_ms = d->cfg.io_timeout_ms;
+    nc.default_deadline_ms = d->cfg.request_timeout_ms;
+    nc.offline_ok = true; /* serve now, publish when Redis answers */
+    nc.on_event = on_node_event;
+    nc.event_arg = d;
     int err = 0;
-    d->eng = xfer_engine_new(&ec, &err);
-    if (!d->eng) {
-        fprintf(stderr, "xferd: engine: %s\n", xfer_strerror(err));
+    d->node = xfer_node_new(&nc, &err);
+    if (!d->node) {
+        fprintf(stderr, "xferd: %s\n", xfer_node_last_error(NULL));
         return err;
     }
+    d->eng = xfer_node_engine(d->node);
+    d->reg = xfer_node_registry(d->node);
+    d->incarnation = xfer_node_incarnation(d->node);
     for (int i = 0; i < d->cfg.nregions; i++) {
         const struct xferd_region_conf *rc = &d->cfg.regions[i];
         xfer_region *r;
@@ -188,6 +207,10 @@ static int start_engine(struct xferd *d)
             err = xfer_region_set_layout(r, &rc->layout);
         if (err) {
             fprintf(stderr, "xferd: region %s: %s\n", rc->name, xfer_engine_last_error(d->eng));
+            return err;
+        }
+        if ((err = xfer_node_region_publish(d->node, r))) {
+            fprintf(stderr, "xferd: region %s: %s\n", rc->name, xfer_node_last_error(d->node));
             return err;
         }
     }
@@ -290,13 +313,11 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 static void shutdown_all(struct xferd *d)
 {
     xfer_metrics_stop(d->metrics);
-    xferd_publish_stop(d); /* removes our keys, publishes "leave" */
-    jobq_free(d->jobs);
+    jobq_free(d->jobs); /* drained by now: no transfer uses the node any more */
     xferd_forward_close_all(d);
     ctl_server_free(d->srv);
     batch_table_free(d->batches);
-    xfer_engine_free(d->eng);
-    xferd_peers_free(d);
+    xfer_node_free(d->node); /* removes our keys, publishes "leave", frees the engine */
     xferd_known_free(d);
     if (d->base)
         event_base_free(d->base);
@@ -311,7 +332,6 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     apply_log_level(d->cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
-    pthread_mutex_init(&d->peer_lock, NULL);
     pthread_mutex_init(&d->inflight_lock, NULL);
     pthread_mutex_init(&d->fwd_lock, NULL);
     pthread_mutex_init(&d->known_lock, NULL);
@@ -320,11 +340,6 @@ int main(int argc, char **argv)
     char why[400] = "";
     struct drain dr = {.d = d};
     struct event *sigs[2] = {0};
-    if (start_engine(d))
-        goto fail;
-    struct xfer_peer_desc self;
-    xfer_engine_describe(d->eng, &self);
-    d->incarnation = self.incarnation;
     d->base = event_base_new();
     d->jobs = d->base ? jobq_new(d->base, d->cfg.workers) : NULL;
     d->batches = batch_table_new();
@@ -333,7 +348,13 @@ int main(int argc, char **argv)
         goto fail;
     }
     d->srv = ctl_server_new(d, why, sizeof(why));
-    if (!d->srv || xferd_publish_start(d, why, sizeof(why)) || start_metrics(d, why, sizeof(why))) {
+    if (!d->srv) {
+        fprintf(stderr, "xferd: %s\n", why);
+        goto fail;
+    }
+    if (start_node(d))
+        goto fail;
+    if (start_metrics(d, why, sizeof(why))) {
         fprintf(stderr, "xferd: %s\n", why);
         goto fail;
     }

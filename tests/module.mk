@@ -5,4 +5,5 @@ TEST_PROGS += xfer_raw:tests/prog/xfer_raw.c
 TEST_PROGS += xfer_notify:tests/prog/xfer_notify.c
 TEST_PROGS += gpu_xfer:tests/gpu/gpu_xfer.c
 TEST_PROGS += xfer_ring_node:tests/prog/xfer_ring_node.c
+TEST_PROGS += node_lib:tests/prog/node_lib.c
 TEST_PROGS += ctl_abuse:tests/prog/ctl_abuse.c

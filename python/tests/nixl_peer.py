@@ -2,6 +2,8 @@
 would be (only the import differs). Prints its metadata (hex) and the
 address of its buffer, then answers JSON commands on stdin:
   {"op": "digest"} -> {"hex": sha256 of the buffer}
+  {"op": "wait_notif", "agent": A, "tag": T, "wait": S} -> {"found": bool, "digest": ...}
+  {"op": "add", "name": A} (by name through Redis)   {"op": "send_notif", "agent": A, "msg": M}
   {"op": "deregister"} -> {}        {"op": "exit"}
 
   nixl_peer.py --name N --redis URL --bytes B --seed S
@@ -11,6 +13,7 @@ import argparse
 import hashlib
 import json
 import sys
+import time
 
 import numpy as np
 
@@ -36,6 +39,19 @@ def main() -> int:
             break
         if c["op"] == "digest":
             out = {"hex": hashlib.sha256(buf.tobytes()).hexdigest()}
+        elif c["op"] == "wait_notif":  # NIXL's target loop, bounded
+            deadline = time.monotonic() + c.get("wait", 10)
+            found = False
+            while not found and time.monotonic() < deadline:
+                found = agent.check_remote_xfer_done(c["agent"], c["tag"].encode())
+                if not found:
+                    time.sleep(0.001)
+            out = {"found": found, "digest": hashlib.sha256(buf.tobytes()).hexdigest()}
+        elif c["op"] == "add":
+            out = {"name": agent.add_remote_agent(c["name"])}
+        elif c["op"] == "send_notif":
+            agent.send_notif(c["agent"], c["msg"].encode())
+            out = {}
         elif c["op"] == "deregister":
             agent.deregister_memory(reg)
             out = {}

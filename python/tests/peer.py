@@ -9,6 +9,8 @@ Regions are filled with bytes_of(SEED, BYTES). Commands (reply on stdout):
   {"op": "fill", "region": R, "seed": S}             -> {}
   {"op": "reregister", "region": R}                  -> {"gen": G}
   {"op": "deregister", "region": R}                  -> {}
+  {"op": "notifs", "count": N, "wait": S}         -> {"notifs": [...]}
+  {"op": "notify", "node": NODE, "msg": TEXT}          -> {}   (standalone)
   {"op": "exit"}
 """
 
@@ -33,9 +35,10 @@ def main() -> int:
     ap.add_argument("--secret")
     ap.add_argument("--transports", default="tcp")
     ap.add_argument("--region", action="append", default=[])
+    ap.add_argument("--notify-queue", type=int)
     a = ap.parse_args()
 
-    eng = xfer.Engine(a.node, secret=a.secret, transports=a.transports)
+    eng = xfer.Engine(a.node, secret=a.secret, transports=a.transports, notify_queue_len=a.notify_queue)
     reg = xfer.Registry(a.redis, ttl_ms=3000)
     reg.publish_node(eng)
     specs = {}
@@ -60,6 +63,18 @@ def main() -> int:
             if op == "digest":
                 v = r.numpy()[c.get("off", 0) : c.get("off", 0) + c.get("len", r.nbytes)]
                 out = {"hex": hashlib.sha256(v.tobytes()).hexdigest()}
+            elif op == "notifs":  # waits up to timeout for at least "count"
+                got = []
+                for n in eng.notifications(timeout=c.get("wait", 5)):
+                    got.append({"sender": n.sender, "data": n.data.decode(), "bound": n.bound,
+                                "status": n.status.name, "n_items": n.n_items, "n_failed": n.n_failed,
+                                "failed": [[i, code.name] for i, code in n.failed]})
+                    if len(got) >= c.get("count", 1):
+                        break
+                out = {"notifs": got}
+            elif op == "notify":
+                eng.notify(reg.connect(eng, c["node"]), c["msg"], c.get("deadline_ms", 5000))
+                out = {}
             elif op == "fill":
                 r.numpy()[:] = bytes_of(c["seed"], r.nbytes)
                 out = {}

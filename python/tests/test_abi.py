@@ -16,6 +16,10 @@ from xfer import _lib
 ROOT = Path(os.environ.get("XFER_ROOT", Path(__file__).resolve().parents[2]))
 
 
+CONSTS = ("TRANSPORT_TCP", "TRANSPORT_IPC", "TRANSPORT_RDMA", "TRANSPORT_TCPX", "MEM_HOST", "MEM_CUDA", "ACCESS_R",
+          "ACCESS_W", "OP_READ", "OP_WRITE", "NAME_MAX", "BLOB_MAX", "NICS_MAX", "EINPROGRESS", "NOTIFY_MAX")
+
+
 def c_program() -> str:
     lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "xfer_registry.h"', "int main(void) {"]
     for cname, cls in _lib.STRUCTS.items():
@@ -24,10 +28,8 @@ def c_program() -> str:
             lines.append(f'printf("{cname}.{f} %zu\\n", offsetof({cname}, {f}));')
     for code in xfer.Code:
         lines.append(f'printf("XFER_{code.name} %d\\n", (int)XFER_{code.name});')
-    for name in ("TRANSPORT_TCP", "TRANSPORT_IPC", "TRANSPORT_RDMA", "TRANSPORT_TCPX", "MEM_HOST", "MEM_CUDA",
-                 "ACCESS_R", "ACCESS_W", "OP_READ", "OP_WRITE", "NAME_MAX", "BLOB_MAX", "NICS_MAX"):
+    for name in CONSTS:
         lines.append(f'printf("{name} %d\\n", (int)XFER_{name});')
-    lines.append('printf("EINPROGRESS %d\\n", (int)XFER_EINPROGRESS);')
     lines += ["return 0;", "}"]
     return "\n".join(lines)
 
@@ -53,8 +55,7 @@ def test_layouts_match_headers(tmp_path):
     for code in xfer.Code:
         if int(got[f"XFER_{code.name}"]) != code.value:
             bad.append(f"XFER_{code.name}: C {got['XFER_' + code.name]} vs {code.value}")
-    for name in ("TRANSPORT_TCP", "TRANSPORT_IPC", "TRANSPORT_RDMA", "TRANSPORT_TCPX", "MEM_HOST", "MEM_CUDA",
-                 "ACCESS_R", "ACCESS_W", "OP_READ", "OP_WRITE", "NAME_MAX", "BLOB_MAX", "NICS_MAX", "EINPROGRESS"):
+    for name in CONSTS:
         if int(got[name]) != getattr(_lib, name):
             bad.append(f"{name}: C {got[name]} vs {getattr(_lib, name)}")
     assert not bad, "\n".join(bad)

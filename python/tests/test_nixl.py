@@ -102,8 +102,6 @@ def test_errors(pair, node_name):
         agent.make_prepped_xfer("READ", lh, [0], rh, [1])
     with pytest.raises(xfer.InvalidArgumentError):
         agent.make_prepped_xfer("COPY", lh, [0], rh, [0])
-    with pytest.raises(xfer.NotSupportedError):
-        agent.make_prepped_xfer("READ", lh, [0], rh, [0], notif_msg=b"done")
     # The target deregisters: the transfer ends "ERR" with the item's reason.
     tgt.cmd(op="deregister")
     h = agent.make_prepped_xfer("READ", lh, [0], rh, [0])
@@ -112,3 +110,34 @@ def test_errors(pair, node_name):
     st = h.transfer.status()[0]
     assert st.code in (xfer.Code.ENOENT, xfer.Code.ESTALE) and st.reason
     agent.release_xfer_handle(h)
+
+
+def test_notifications(pair, node_name):
+    agent, tgt = pair
+    name = agent.add_remote_agent("t-" + node_name)
+    raddr = tgt.ready["addr"]
+    local = bytes_of(21, MB).copy()
+    agent.register_memory([(local.ctypes.data, MB, 0, "")], "DRAM")
+    lh = agent.prep_xfer_dlist("", [(local.ctypes.data, MB, 0)], "DRAM")
+    rh = agent.prep_xfer_dlist(name, [(raddr, MB, 0)], "DRAM")
+    h = agent.make_prepped_xfer("WRITE", lh, [0], rh, [0], notif_msg=b"req-1:done")
+    agent.transfer(h)
+    # The target learns of the transfer from the notification alone, and
+    # the data is there when it does.
+    r = tgt.cmd(op="wait_notif", agent=agent.name, tag="req-1")
+    assert r["found"] and r["digest"] == hashlib.sha256(local.tobytes()).hexdigest()
+    assert poll_state(agent, h) == "DONE"
+    local[:] = bytes_of(22, MB)
+    agent.transfer(h, notif_msg=b"req-2:done")
+    r = tgt.cmd(op="wait_notif", agent=agent.name, tag="req-2")
+    assert r["found"] and r["digest"] == hashlib.sha256(local.tobytes()).hexdigest()
+    assert not tgt.cmd(op="wait_notif", agent=agent.name, tag="req-1", wait=0.2)["found"]  # taken once
+
+    # The target answers with a standalone notification (it finds us by name).
+    tgt.cmd(op="add", name=agent.name)
+    tgt.cmd(op="send_notif", agent=agent.name, msg="release:req-1")
+    deadline = time.monotonic() + 10
+    while not agent.check_remote_xfer_done(name, b"release:", tag_is_prefix=True):
+        assert time.monotonic() < deadline, "no notification from the target"
+        time.sleep(0.001)
+    assert agent.get_new_notifs() == {}

@@ -44,6 +44,7 @@ MEM_HOST, MEM_CUDA = 0, 1
 ACCESS_R, ACCESS_W = 1, 2
 OP_READ, OP_WRITE = 1, 2
 EINPROGRESS = 14
+NOTIFY_MAX = 65536
 
 
 class Layout(Structure):
@@ -117,6 +118,26 @@ class Item(Structure):
     ]
 
 
+class NotifFail(Structure):
+    _fields_ = [("index", c_uint32), ("status", ctypes.c_int32)]
+
+
+class Notif(Structure):
+    _fields_ = [
+        ("node_id", c_char * NAME_MAX),
+        ("incarnation", c_uint64),
+        ("seq", c_uint64),
+        ("bound", c_bool),
+        ("status", c_int),
+        ("n_items", c_uint32),
+        ("n_failed", c_uint32),
+        ("n_listed", c_uint32),
+        ("failed", POINTER(NotifFail)),
+        ("len", c_size_t),
+        ("data", POINTER(ctypes.c_uint8)),
+    ]
+
+
 class Stats(Structure):
     _fields_ = [
         ("ops_read", c_uint64),
@@ -167,6 +188,8 @@ STRUCTS = {
     "struct xfer_engine_config": EngineConfig,
     "struct xfer_item": Item,
     "struct xfer_stats": Stats,
+    "struct xfer_notif_fail": NotifFail,
+    "struct xfer_notif": Notif,
     "struct xfer_node_desc": NodeDesc,
     "struct xfer_registry_config": RegistryConfig,
 }
@@ -286,6 +309,14 @@ batch_add_blocks = _fn(
     POINTER(c_uint64),
     c_size_t,
 )
+batch_notify = _fn("xfer_batch_notify", c_int, P, P, c_char_p, c_size_t)
+batch_notify_status = _fn("xfer_batch_notify_status", c_int, P, P)
+notify = _fn("xfer_notify", c_int, P, P, c_char_p, c_size_t, c_int)
+notif_poll = _fn("xfer_notif_poll", c_int, P, POINTER(POINTER(Notif)), c_size_t)
+notif_free = _fn("xfer_notif_free", None, POINTER(Notif))
+notif_fd = _fn("xfer_notif_fd", c_int, P)
+notif_pending = _fn("xfer_notif_pending", c_size_t, P)
+notif_refused = _fn("xfer_notif_refused", c_uint64, P)
 layout_block_size = _fn("xfer_layout_block_size", c_uint64, POINTER(Layout))
 layouts_match = _fn("xfer_layouts_match", c_int, POINTER(Layout), POINTER(Layout), c_char_p, c_size_t)
 kernels_ptr_device = _fn("xfer_kernels_ptr_device", c_int, c_void_p)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
 from . import _lib
+from . import notify as _notify
 from .errors import InvalidArgumentError, check, error_for
 from .memory import Buffer, buffer_of, cuda_device, host_view
 from .transfer import Transfer
@@ -175,6 +176,19 @@ def _stats(s: _lib.Stats) -> dict:
     return out
 
 
+class _Notifications:
+    """What Engine.notifications() returns: iterable and async-iterable."""
+
+    def __init__(self, engine: "Engine", timeout: Optional[float]):
+        self._engine, self._timeout = engine, timeout
+
+    def __iter__(self):
+        return _notify.iterate(self._engine, self._timeout)
+
+    def __aiter__(self):
+        return _notify.aiterate(self._engine)
+
+
 class Region:
     """A registered region of this engine. Valid until :meth:`deregister` or
     the engine's close."""
@@ -298,6 +312,7 @@ class Engine:
         transports: allowed transports, e.g. "tcp,ipc" (None = all usable).
         connect_timeout_ms, io_timeout_ms, default_deadline_ms,
         sockets_per_peer, chunk_bytes: engine tuning (None = defaults).
+        notify_queue_len: received notifications kept until polled.
 
     Use as a context manager, or call :meth:`close`.
     """
@@ -316,6 +331,7 @@ class Engine:
         default_deadline_ms: Optional[int] = None,
         sockets_per_peer: Optional[int] = None,
         chunk_bytes: Optional[int] = None,
+        notify_queue_len: Optional[int] = None,
     ):
         cfg = _lib.new_filled(_lib.EngineConfig)
         _lib.engine_config_init(cfg)
@@ -334,6 +350,7 @@ class Engine:
             ("default_deadline_ms", default_deadline_ms),
             ("sockets_per_peer", sockets_per_peer),
             ("chunk_bytes", chunk_bytes),
+            ("notify_queue_len", notify_queue_len),
         ):
             if val is not None:
                 setattr(cfg, name, val)
@@ -452,6 +469,31 @@ class Engine:
 
     def peer(self, node_id: str) -> Optional[Peer]:
         return self._peers.get(node_id)
+
+    # -- notifications -----------------------------------------------------------
+    def notify(self, peer: Peer, msg: Union[bytes, str], deadline_ms: int = 0) -> None:
+        """Sends a standalone notification and waits until the peer queued
+        it (NoSpaceError: its queue is full; retry later)."""
+        b = _notify._bytes(msg)
+        check(_lib.notify(self.handle, peer.handle, b, len(b), deadline_ms), self.last_error, f"notify {peer.node_id}")
+
+    def poll_notifications(self, max_count: int = 64) -> list:
+        """Queued notifications, oldest first (never blocks)."""
+        return _notify.poll(self, max_count)
+
+    def notifications(self, timeout: Optional[float] = None):
+        """Iterator over notifications as they arrive; ends after timeout
+        seconds without one (None = never). ``async for`` works too."""
+        return _Notifications(self, timeout)
+
+    def notification_fd(self) -> int:
+        """eventfd readable while notifications are queued."""
+        return _lib.notif_fd(self.handle)
+
+    @property
+    def notifications_refused(self) -> int:
+        """Notifications refused so far because the queue was full."""
+        return _lib.notif_refused(self.handle)
 
     # -- transfers -----------------------------------------------------------
     def batch(self) -> Transfer:

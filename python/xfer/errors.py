@@ -33,6 +33,7 @@ class Code(enum.IntEnum):
     EMISMATCH = 18
     ENOSPC = 19
     EUNAVAIL = 20
+    ETRUNC = 21
 
 
 class Error(Exception):
@@ -135,6 +136,10 @@ class UnavailableError(Error):
     """XFER_EUNAVAIL: a service (Redis) is unreachable."""
 
 
+class TruncatedError(Error):
+    """XFER_ETRUNC: a message was longer than the posted receive buffer."""
+
+
 _BY_CODE = {
     Code.EINVAL: InvalidArgumentError,
     Code.ENOMEM: OutOfMemoryError,
@@ -156,6 +161,7 @@ _BY_CODE = {
     Code.EMISMATCH: MismatchError,
     Code.ENOSPC: NoSpaceError,
     Code.EUNAVAIL: UnavailableError,
+    Code.ETRUNC: TruncatedError,
 }
 
 

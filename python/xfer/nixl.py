@@ -385,7 +385,6 @@ class nixl_agent:
                                        "make_prepped_xfer")
         if remote_xfer_side.peer is None:
             raise InvalidArgumentError(1, "the remote side was prepared for the local agent", "make_prepped_xfer")
-        self._check_notif(notif_msg)
         pairs = []
         for li, ri in zip(local_indices, remote_indices):
             lr, lo, ll = local_xfer_side.entries[int(li)]
@@ -402,7 +401,11 @@ class nixl_agent:
         add = t.read if operation == "READ" else t.write
         for lr, lo, rr, ro, n in pairs:
             add(lr, lo, remote_xfer_side.peer, rr, ro, n)
-        return nixl_xfer_handle(self, t, remote_xfer_side.agent_name, bytes(notif_msg))
+        h = nixl_xfer_handle(self, t, remote_xfer_side.agent_name, b"")
+        h.peer = remote_xfer_side.peer
+        if notif_msg:
+            t.notify(h.peer, notif_msg)
+        return h
 
     def initialize_xfer(self, operation: str, local_descs, remote_descs, remote_agent: str,
                         notif_msg: bytes = b"", backends: Optional[list] = None) -> nixl_xfer_handle:
@@ -422,11 +425,13 @@ class nixl_agent:
 
     def transfer(self, handle: nixl_xfer_handle, notif_msg: bytes = b"") -> str:
         """Posts the transfer (again, once the last post finished): "DONE",
-        "PROC" or "ERR"."""
-        self._check_notif(notif_msg or handle.notif)
+        "PROC" or "ERR". notif_msg reaches the remote agent once the data is
+        in place (get_new_notifs there)."""
         if handle._posted and self._state(handle.transfer) == "PROC":
             return "ERR"  # still running: NIXL refuses a repost too
         try:
+            if notif_msg:  # replaces the one given at creation
+                handle.transfer.notify(handle.peer, notif_msg)
             handle.transfer.submit()
         except Error:
             return "ERR"
@@ -445,24 +450,37 @@ class nixl_agent:
         handle.release()
 
     # -- notifications -------------------------------------------------------------
-    @staticmethod
-    def _check_notif(msg) -> None:
-        if msg:
-            raise NotSupportedError(13, "notifications need the engine's notification API, not in this libxfer "
-                                        "yet (docs/python.md)", "nixl")
-
     def get_new_notifs(self, backends: Optional[list] = None) -> dict:
-        self._check_notif(b"x")
-        return {}
+        """Notifications received since the last call: {agent: [bytes, ...]}."""
+        out: dict = {}
+        while True:
+            got = self.engine.poll_notifications(256)
+            for n in got:
+                out.setdefault(n.sender, []).append(n.data)
+            if len(got) < 256:
+                return out
 
     def update_notifs(self, backends: Optional[list] = None) -> dict:
-        self._check_notif(b"x")
+        """Adds new notifications to self.notifs and returns it."""
+        for k, v in self.get_new_notifs().items():
+            self.notifs.setdefault(k, []).extend(v)
         return self.notifs
 
     def check_remote_xfer_done(self, remote_agent_name: str, lookup_tag: bytes, backends: Optional[list] = None,
                                tag_is_prefix: bool = True) -> bool:
-        self._check_notif(b"x")
+        """True (and the message is taken out of self.notifs) when a
+        notification from remote_agent_name starts with (or, tag_is_prefix
+        False, contains) lookup_tag."""
+        self.update_notifs()
+        tag = lookup_tag.encode() if isinstance(lookup_tag, str) else bytes(lookup_tag)
+        msgs = self.notifs.get(remote_agent_name, [])
+        for i, m in enumerate(msgs):
+            if (m.startswith(tag) if tag_is_prefix else tag in m):
+                del msgs[i]
+                return True
         return False
 
     def send_notif(self, remote_agent_name: str, notif_msg: bytes, backend: Optional[str] = None) -> None:
-        self._check_notif(b"x")
+        """A standalone notification; waits until the remote agent queued it."""
+        p, _ = self._remote_of(remote_agent_name)
+        self.engine.notify(p, notif_msg)

@@ -137,6 +137,21 @@ class Transfer:
         """Adds WRITEs of blocks local_ids[i] -> remote_ids[i]."""
         return self._blocks(_lib.OP_WRITE, local, local_ids, peer, remote, remote_ids)
 
+    def notify(self, peer: "Peer", msg) -> "Transfer":
+        """Binds a notification for peer: sent once every item of this
+        transfer addressed to peer has ended, so on arrival their data is in
+        place (failed items are named in it). One per peer; before submit."""
+        b = msg.encode() if isinstance(msg, str) else bytes(msg)
+        check(_lib.batch_notify(self.handle, peer.handle, b, len(b)), self._engine.last_error, "notify")
+        self._refs.append(peer)
+        return self
+
+    def notify_status(self, peer: "Peer") -> Code:
+        """OK once peer queued the bound notification, EINPROGRESS before,
+        or the error (ENOSPC: its queue was full; ENOENT: none bound)."""
+        st = _lib.batch_notify_status(self.handle, peer.handle)
+        return Code(-st) if -st in Code._value2member_map_ else Code.EIO
+
     def __len__(self) -> int:
         return _lib.batch_count(self.handle)
 

@@ -243,7 +243,11 @@ static bool n1_gone_and_left(void *arg)
     struct expiry *e = arg;
     xfer_registry_poll(e->alive, 0); /* keeps n2 heartbeating */
     struct want w = {e->s, XFER_REG_EV_LEAVE, "n1", NULL};
-    return has_event(&w) && tr_int(&R, "EXISTS xfer:node:{n1}") == 0;
+    /* each key expires on its own clock (set a few ms apart, and Redis
+     * expires lazily or in sampled sweeps): wait for all of n1's keys */
+    return has_event(&w) && tr_int(&R, "EXISTS xfer:node:{n1}") == 0 &&
+           tr_int(&R, "EXISTS xfer:region:{n1}:kv") == 0 &&
+           tr_int(&R, "EXISTS xfer:regions:{n1}") == 0;
 }
 
 static void test_ttl_expiry(void **state)

@@ -1,4 +1,4 @@
-/* service/config.c and service/naddr.c: file/env/flag precedence, region
+/* service/config.c and node/names.c: file/env/flag precedence, region
  * sections, sizes, named addresses and layout checks. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "config.h"
-#include "naddr.h"
+#include "xfer_node.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,21 +135,21 @@ static void test_bad_config(void **state)
 static void test_naddr(void **state)
 {
     (void)state;
-    struct naddr n;
+    struct xfer_node_addr n;
     char why[200];
-    assert_int_equal(naddr_parse("n1/kv", &n, why, sizeof(why)), 0);
+    assert_int_equal(xfer_node_addr_parse("n1/kv", &n, why, sizeof(why)), 0);
     assert_string_equal(n.node, "n1");
     assert_string_equal(n.region, "kv");
     assert_int_equal(n.off, 0);
-    assert_int_equal(naddr_parse("n1/kv+4k", &n, why, sizeof(why)), 0);
+    assert_int_equal(xfer_node_addr_parse("n1/kv+4k", &n, why, sizeof(why)), 0);
     assert_int_equal(n.off, 4096);
     assert_false(n.is_block);
-    assert_int_equal(naddr_parse("n1/kv#7", &n, why, sizeof(why)), 0);
+    assert_int_equal(xfer_node_addr_parse("n1/kv#7", &n, why, sizeof(why)), 0);
     assert_int_equal(n.off, 7);
     assert_true(n.is_block);
     const char *bad[] = {"", "n1", "/kv", "n1/", "n1/kv+", "n1/kv+x", "n1/a/b", "n1/+3"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        assert_int_equal(naddr_parse(bad[i], &n, why, sizeof(why)), -XFER_EINVAL);
+        assert_int_equal(xfer_node_addr_parse(bad[i], &n, why, sizeof(why)), -XFER_EINVAL);
 }
 
 static void test_layouts(void **state)

@@ -1,0 +1,40 @@
+/* Node batch internals shared by batch.c and pool_xfer.c (not installed). */
+#ifndef XFER_NODE_BATCH_H
+#define XFER_NODE_BATCH_H
+
+#include "node_int.h"
+
+#define NB_NO_REF UINT32_MAX /* item not re-resolvable (pool items) */
+
+struct nb_ref {
+    struct xfer_node_ref ref;   /* held until reset/free */
+    char region[XFER_NAME_MAX]; /* "" = the peer only (pool items) */
+    int state;                  /* retry(): 0 unknown, 1 re-resolved, 2 keep */
+    int rrc;                    /* re-resolve failure, 0 = none */
+    char why[256];              /* its reason */
+};
+
+struct xfer_node_batch {
+    xfer_node *n;
+    unsigned require;
+    xfer_batch *eb;          /* the items, first run */
+    xfer_batch *eb2;         /* retry run (wait), or NULL */
+    struct xfer_item *items; /* copies of what eb holds (for the retry) */
+    uint32_t *item_ref;      /* ref index per item, or NB_NO_REF */
+    int32_t *retry_idx;      /* item -> index in eb2, -1 = not retried */
+    size_t nitems, capitems;
+    struct nb_ref *refs;
+    size_t nrefs, caprefs;
+    int64_t deadline; /* CLOCK_MONOTONIC ms */
+    bool submitted, retried;
+    int first_other; /* first failure that was not retried */
+};
+
+/* Ref index of node[/region] (resolved and held on first use), or a code. */
+int nb_ref(xfer_node_batch *b, const char *node, const char *region);
+/* Room for more items (items and item_ref). */
+int nb_reserve(xfer_node_batch *b, size_t more);
+/* Appends items [first, nitems) to the engine batch; on failure drops them. */
+int nb_commit(xfer_node_batch *b, size_t first);
+
+#endif
