@@ -146,11 +146,11 @@ struct xfer_engine_config {
     int connect_timeout_ms;  /* default 5000 */
     int io_timeout_ms;       /* no progress for this long = peer dead, default 10000 */
     int default_deadline_ms; /* submit without deadline gets this, default 60000 */
+    int notify_queue_len;    /* received notifications kept until polled, default 1024 */
     /* xfer_batch_wait spins up to this long before sleeping: saves the
      * wake-up (several us) on small round trips at the price of a busy
      * core. 0 = off (default), or XFER_BUSY_POLL_US from the environment. */
     int busy_poll_us;
-    int notify_queue_len;    /* received notifications kept until polled, default 1024 */
 };
 
 /* Fills defaults; call before setting fields. */
