@@ -4,3 +4,4 @@ BENCH_PROGS += bench_tcp:bench/bench_tcp.c
 # the floors/ceilings it is compared with (bench/run.sh).
 BENCH_PROGS += xfer_bench:bench/xfer_bench.c pingpong:bench/pingpong.c memcpy_bw:bench/memcpy_bw.c
 BENCH_PROGS += bench_call:bench/bench_call.c
+BENCH_PROGS += bench_notify:bench/bench_notify.c

@@ -9,7 +9,7 @@
  * the local memory is no longer touched. Transports keep the batch alive
  * with hold/put while they refer to it; free() only drops the user's hold.
  */
-#include "internal.h"
+#include "batch.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -19,37 +19,6 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
-
-enum batch_state { B_IDLE, B_RUNNING, B_DONE };
-
-struct batch_item {
-    struct xfer_item it;
-    int status;
-    bool open;
-    unsigned tbit;
-    uint64_t done;
-    char why[96];
-};
-
-struct xfer_batch {
-    xfer_engine *engine;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* state or refs changed */
-    struct batch_item *items;
-    size_t n, cap;
-    enum batch_state state;
-    size_t n_open;
-    unsigned io_active;
-    int refs; /* user + transport holds + monitor; atomic */
-    int result;
-    int efd;
-    bool fd_used; /* xfer_batch_fd was called: keep efd up to date (mu) */
-    int64_t t_submit_ns, deadline_ns;
-    int deadline_ms;
-    xfer_batch *mon_prev, *mon_next;
-    bool on_monitor;
-    struct batch_notes notes; /* bound notifications (notify_bind.c) */
-};
 
 /* ---- deadline monitor ------------------------------------------------------ */
 
@@ -93,7 +62,6 @@ static void monitor_unlink(xfer_engine *e, xfer_batch *b)
 }
 
 static void end_open_items(xfer_batch *b, int status, const char *why);
-static void maybe_finish(xfer_batch *b);
 
 static void batch_expire(xfer_batch *b)
 {
@@ -103,7 +71,7 @@ static void batch_expire(xfer_batch *b)
         snprintf(why, sizeof(why), "deadline of %d ms passed", b->deadline_ms);
         end_open_items(b, -XFER_ETIMEDOUT, why);
         notes_abort(&b->notes, -XFER_ETIMEDOUT, why);
-        maybe_finish(b);
+        batch_maybe_finish(b);
     }
     pthread_mutex_unlock(&b->mu);
 }
@@ -219,35 +187,23 @@ void xfer_batch_hold(xfer_batch *b)
     __atomic_add_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
 }
 
-/* Drops one reference; b->mu held. Returns the references left: at 0 the
- * caller frees b with batch_destroy() after unlocking. */
-static int put_locked(xfer_batch *b)
+void xfer_batch_put(xfer_batch *b)
 {
+    /* Under mu, so that whoever drops the last reference frees b only
+     * after every other put has left the lock. */
+    pthread_mutex_lock(&b->mu);
     int left = __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
     if (left == 1) /* a resubmit or reset may wait for this */
         pthread_cond_broadcast(&b->cv);
-    return left;
-}
-
-static void batch_destroy(xfer_batch *b)
-{
+    pthread_mutex_unlock(&b->mu);
+    if (left > 0)
+        return;
     close(b->efd);
     notes_free(&b->notes);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b->items);
     free(b);
-}
-
-void xfer_batch_put(xfer_batch *b)
-{
-    /* Under mu, so that whoever drops the last reference frees b only
-     * after every other put has left the lock. */
-    pthread_mutex_lock(&b->mu);
-    int left = put_locked(b);
-    pthread_mutex_unlock(&b->mu);
-    if (left == 0)
-        batch_destroy(b);
 }
 
 void xfer_batch_free(xfer_batch *b)
@@ -298,10 +254,13 @@ xfer_engine *batch_engine(const xfer_batch *b)
     return b->engine;
 }
 
-static int item_check(xfer_engine *e, const struct xfer_item *it)
+/* READ/WRITE items need an op and a peer; SEND/RECV items (batch_msg.c)
+ * were checked by their adder (a RECV may name no peer). */
+static int item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind)
 {
-    if ((it->op != XFER_OP_READ && it->op != XFER_OP_WRITE) || !it->local || !it->peer ||
-        it->local->engine != e || it->peer->engine != e) {
+    bool rma_ok = (it->op == XFER_OP_READ || it->op == XFER_OP_WRITE) && it->peer;
+    if ((kind == BK_RMA && !rma_ok) || !it->local || it->local->engine != e ||
+        (it->peer && it->peer->engine != e)) {
         xfer_engine_set_error(e, "batch item: bad op, region or peer");
         return -XFER_EINVAL;
     }
@@ -314,15 +273,10 @@ static int item_check(xfer_engine *e, const struct xfer_item *it)
     return 0;
 }
 
-int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
+/* Appends n checked items of one kind; returns the first index. */
+static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, uint8_t kind,
+                        uint64_t tag)
 {
-    if (!b || (!items && n) || n > INT_MAX)
-        return -XFER_EINVAL;
-    for (size_t i = 0; i < n; i++) {
-        int rc = item_check(b->engine, &items[i]);
-        if (rc)
-            return rc;
-    }
     pthread_mutex_lock(&b->mu);
     int rc = 0;
     if (b->state == B_RUNNING) {
@@ -346,12 +300,12 @@ int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
             b->state = B_IDLE;
         for (size_t i = 0; i < n; i++) {
             struct batch_item *bi = &b->items[b->n + i];
+            memset(bi, 0, sizeof(*bi));
             bi->it = items[i];
-            bi->status = 0;
-            bi->open = false;
-            bi->tbit = 0;
-            bi->done = 0;
-            bi->why[0] = '\0';
+            bi->kind = kind;
+            bi->tag = tag;
+            bi->cap = items[i].len;
+            bi->want = items[i].peer;
         }
         rc = (int)b->n;
         b->n += n;
@@ -360,9 +314,27 @@ int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
     return rc;
 }
 
+int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
+{
+    if (!b || (!items && n) || n > INT_MAX)
+        return -XFER_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = item_check(b->engine, &items[i], BK_RMA);
+        if (rc)
+            return rc;
+    }
+    return append_items(b, items, n, BK_RMA, 0);
+}
+
 int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
 {
     return it ? xfer_batch_add_many(b, it, 1) : -XFER_EINVAL;
+}
+
+int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag)
+{
+    int rc = item_check(b->engine, it, kind);
+    return rc ? rc : append_items(b, it, 1, kind, tag);
 }
 
 size_t xfer_batch_count(const xfer_batch *b)
@@ -372,40 +344,7 @@ size_t xfer_batch_count(const xfer_batch *b)
 
 /* ---- completion ------------------------------------------------------------- */
 
-/* A notification finished: acknowledged by the target or failed. */
-static void note_done(struct msg_out *o, int status, const char *why)
-{
-    xfer_batch *b = o->b;
-    pthread_mutex_lock(&b->mu);
-    if (b->state == B_RUNNING && o->run == b->notes.run && o->note < b->notes.n &&
-        notes_finish(&b->notes, o->note, status, why))
-        maybe_finish(b);
-    pthread_mutex_unlock(&b->mu);
-    xfer_batch_put(b);
-}
-
-/* Sends binding k (its items all ended). b->mu held; msg_send only queues. */
-static void note_send(xfer_batch *b, size_t k)
-{
-    struct msg_out *o = notes_frame(b->engine, &b->notes, k);
-    if (!o) {
-        notes_finish(&b->notes, k, -XFER_ENOMEM, "out of memory for a notification");
-        return; /* the caller's maybe_finish sees it */
-    }
-    o->b = b;
-    o->done = note_done;
-    xfer_batch_hold(b);
-    if (msg_send(b->engine, o) < 0) { /* engine shutting down */
-        /* Not the last reference (the caller's is alive) and b->mu is held:
-         * drop the hold without xfer_batch_put, which locks mu. */
-        __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
-        free(o);
-        notes_finish(&b->notes, k, -XFER_ECANCELED, "engine is shutting down");
-    }
-}
-
-/* b->mu held. */
-static void item_end(xfer_batch *b, size_t i, int status, const char *why)
+void batch_item_end(xfer_batch *b, size_t i, int status, const char *why)
 {
     struct batch_item *bi = &b->items[i];
     if (!bi->open)
@@ -419,21 +358,18 @@ static void item_end(xfer_batch *b, size_t i, int status, const char *why)
     uint64_t lat_us = (uint64_t)(engine_now_ns() - b->t_submit_ns) / 1000;
     uint64_t bytes = status == 0 ? bi->it.len : 0;
     stats_count_item(&e->stats, bi->it.op, bytes, status, lat_us);
-    stats_count_item(&bi->it.peer->stats, bi->it.op, bytes, status, lat_us);
+    if (bi->it.peer) /* NULL: a RECV from any peer that matched nothing */
+        stats_count_item(&bi->it.peer->stats, bi->it.op, bytes, status, lat_us);
     int ti = transport_index(bi->tbit);
     if (ti >= 0)
         stats_count_item(&e->tstats[ti], bi->it.op, bytes, status, lat_us);
-    if (b->notes.n) { /* the fence: the last item of a peer sends its notification */
-        long k = notes_item_end(&b->notes, bi->it.peer, i, status);
-        if (k >= 0)
-            note_send(b, (size_t)k);
-    }
+    batch_msg_item_end(b, i, status);
 }
 
 static void end_open_items(xfer_batch *b, int status, const char *why)
 {
     for (size_t i = 0; i < b->n; i++)
-        item_end(b, i, status, why);
+        batch_item_end(b, i, status, why);
 }
 
 /* Declares the batch DONE once nothing is open or touched, without waking
@@ -460,24 +396,24 @@ static bool finish_quiet(xfer_batch *b)
 }
 
 /* finish_quiet() and wake the waiters. b->mu held. */
-static void maybe_finish(xfer_batch *b)
+void batch_maybe_finish(xfer_batch *b)
 {
     if (finish_quiet(b))
         pthread_cond_broadcast(&b->cv);
 }
 
-/* True if b became DONE (waiters not woken yet). */
+/* True if b became DONE (waiters not woken yet). b->mu held. */
 static bool chunk_done_locked(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
 {
     bool done = false;
     if (b->state == B_RUNNING && i < b->n && b->items[i].open) {
         struct batch_item *bi = &b->items[i];
         if (status < 0) {
-            item_end(b, i, status, why);
+            batch_item_end(b, i, status, why);
         } else {
             bi->done += bytes;
             if (bi->done >= bi->it.len)
-                item_end(b, i, 0, NULL);
+                batch_item_end(b, i, 0, NULL);
         }
         done = finish_quiet(b);
     }
@@ -520,7 +456,7 @@ void xfer_batch_io_end(xfer_batch *b, size_t i)
     (void)i;
     pthread_mutex_lock(&b->mu);
     b->io_active--;
-    maybe_finish(b);
+    batch_maybe_finish(b);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -560,8 +496,7 @@ static void fail_items(xfer_batch *b, const size_t *idx, size_t n, int rc, const
         xfer_batch_chunk_done(b, idx[k], 0, rc, why);
 }
 
-/* Posts the items of one peer (idx[0..n)) over its connection. */
-static void post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n)
+void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n)
 {
     char why[160];
     pthread_rwlock_rdlock(&p->conn_lock);
@@ -628,12 +563,7 @@ static int start_run(xfer_batch *b, int deadline_ms)
     b->io_active = 0;
     b->result = -XFER_EINPROGRESS;
     b->state = B_RUNNING;
-    notes_start(&b->notes);
-    for (size_t i = 0; i < b->n; i++)
-        notes_count(&b->notes, b->items[i].it.peer);
-    for (size_t k = 0; k < b->notes.n; k++) /* bindings without items go now */
-        if (b->notes.v[k].n_items == 0)
-            note_send(b, k);
+    batch_msg_start(b);
     return 0;
 }
 
@@ -653,22 +583,26 @@ int xfer_batch_submit(xfer_batch *b, int deadline_ms)
     if (!idx) {
         pthread_mutex_lock(&b->mu);
         end_open_items(b, -XFER_ENOMEM, "out of memory at submit");
-        maybe_finish(b);
+        batch_maybe_finish(b);
         pthread_mutex_unlock(&b->mu);
         return 0;
     }
     xfer_batch_hold(b); /* the batch may finish while we still post */
     monitor_link(b->engine, b);
+    size_t n_rma = 0; /* READ/WRITE items; SEND/RECV go through batch_msg.c */
     for (size_t i = 0; i < n; i++)
-        idx[i] = i;
+        if (b->items[i].kind == BK_RMA)
+            idx[n_rma++] = i;
+    n = n_rma;
     qsort_r(idx, n, sizeof(*idx), item_peer_cmp, b->items);
     for (size_t s = 0, e; s < n; s = e) {
         xfer_peer *p = b->items[idx[s]].it.peer;
         for (e = s + 1; e < n && b->items[idx[e]].it.peer == p; e++)
             ;
-        post_to_peer(b, p, idx + s, e - s);
+        batch_post_to_peer(b, p, idx + s, e - s);
     }
     free(idx);
+    batch_msg_submit(b);
     pthread_mutex_lock(&b->mu);
     if (b->state != B_RUNNING) /* finished already: make sure it is unlinked */
         monitor_unlink(b->engine, b);
@@ -747,7 +681,7 @@ int xfer_batch_cancel(xfer_batch *b)
     }
     end_open_items(b, -XFER_ECANCELED, "cancelled");
     notes_abort(&b->notes, -XFER_ECANCELED, "cancelled");
-    maybe_finish(b);
+    batch_maybe_finish(b);
     /* io_begin/io_end pairs span one system call each: this is short. */
     int64_t limit = ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     struct timespec ts = xfer_mono_after_ns(limit);
@@ -758,33 +692,6 @@ int xfer_batch_cancel(xfer_batch *b)
     pthread_mutex_unlock(&b->mu);
     if (rc < 0)
         xfer_engine_set_error(b->engine, "cancel: a transport still touches the memory");
-    return rc;
-}
-
-int xfer_batch_notify(xfer_batch *b, xfer_peer *p, const void *msg, size_t len)
-{
-    if (!b || !p || p->engine != b->engine || (len && !msg) || len > XFER_NOTIFY_MAX) {
-        if (b)
-            xfer_engine_set_error(b->engine, "notify: bad peer or message over %u bytes",
-                                  XFER_NOTIFY_MAX);
-        return -XFER_EINVAL;
-    }
-    pthread_mutex_lock(&b->mu);
-    int rc = b->state == B_RUNNING ? -XFER_EBUSY : notes_bind(&b->notes, p, msg, len);
-    pthread_mutex_unlock(&b->mu);
-    return rc;
-}
-
-int xfer_batch_notify_status(const xfer_batch *b, const xfer_peer *p)
-{
-    if (!b)
-        return -XFER_EINVAL;
-    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
-    int rc = -XFER_ENOENT;
-    for (size_t k = 0; k < b->notes.n; k++)
-        if (b->notes.v[k].peer == p)
-            rc = b->state == B_IDLE ? -XFER_EINPROGRESS : b->notes.v[k].status;
-    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
     return rc;
 }
 

@@ -136,6 +136,7 @@ struct msg_out {
     xfer_batch *b; /* held until done */
     size_t note;   /* index of the binding in b */
     uint64_t run;  /* b's run that sent it */
+    uint64_t id;   /* RTS: the send id */
 };
 
 struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_msg */
@@ -144,7 +145,9 @@ struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_m
     pthread_t thread;
     bool started, stop;
     struct msg_out *head, *tail;
-    uint64_t seq; /* atomic: message numbers */
+    uint64_t seq;     /* atomic: message numbers */
+    bool kick;        /* run the matcher (msg_match.c) */
+    int64_t swept_ns; /* last mm_sweep */
 };
 int msg_thread_start(xfer_engine *e);
 /* Fails what is still queued with -XFER_ECANCELED, joins the thread. */
@@ -206,6 +209,52 @@ void notes_abort(struct batch_notes *ns, int status, const char *why);
 /* First failing binding's code, else 0. */
 int notes_result(const struct batch_notes *ns);
 
+/* ---- two-sided messages (msg_match.c, batch_msg.c; docs/notify.md) ------- */
+#define XFER_MSG_UNEXPECTED_MAX 4096 /* RTS waiting for a RECV, per engine */
+struct xfer_msg_rts;
+struct xfer_msg_fin;
+struct mm_recv;
+struct mm_rts;
+struct mm_send;
+struct msg_match { /* leaf lock: never held while calling out */
+    pthread_mutex_t mu;
+    struct mm_recv *recv_head, *recv_tail; /* posted RECV items, FIFO */
+    struct mm_rts *rts_head, *rts_tail;    /* arrived RTS not matched yet, FIFO */
+    size_t n_rts;
+    struct mm_send *sends; /* SEND items waiting for their FIN */
+    uint64_t next_send_id;
+};
+void msg_match_init(xfer_engine *e);
+/* After the message thread stopped: ends what is left (-XFER_ECANCELED). */
+void msg_match_destroy(xfer_engine *e);
+/* b->mu held: registers RECV / SEND item i of run (takes a batch hold). */
+int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *want,
+                uint64_t tag);
+int mm_send_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *p, uint64_t len,
+                uint64_t *send_id);
+/* b->mu held: item i ended; drops its registration if it still has one. */
+void mm_forget(xfer_engine *e, xfer_batch *b, size_t i);
+/* Queues an RTS (no lock needed) / a FIN (b->mu may be held). */
+void mm_send_rts(xfer_engine *e, xfer_peer *p, const struct xfer_msg_rts *r);
+void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, uint64_t got);
+/* Message thread: pairs arrived RTS with posted RECVs; fails entries whose
+ * peer's connection is gone (-XFER_ECONN). */
+void mm_match_run(xfer_engine *e);
+void mm_sweep(xfer_engine *e);
+/* Transport threads (xfer_engine_msg_recv): 0 or the status to answer. */
+int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct xfer_msg_rts *r);
+int mm_fin_arrived(xfer_engine *e, const char *node, const struct xfer_msg_fin *f);
+/* batch_msg.c, no lock held: RECV item i of run got the message r from p:
+ * it becomes a READ of the sender's region (or ends -XFER_ETRUNC).
+ * -XFER_ENOENT when the item no longer waits (ended, another run). */
+int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
+                       const struct xfer_msg_rts *r);
+/* b->mu held and another reference alive: drops one hold without the lock
+ * xfer_batch_put takes. */
+void batch_unhold_locked(xfer_batch *b);
+/* Kicks the message thread to run the matcher. */
+void msg_kick(xfer_engine *e);
+
 /* ---- engine ------------------------------------------------------------- */
 struct xfer_engine {
     struct xfer_engine_config cfg; /* strings point at the copies below */
@@ -224,6 +273,7 @@ struct xfer_engine {
     struct peer_repair repair;
     struct msg_thread msgs;
     struct notify_queue notifs;
+    struct msg_match match;
     struct xfer_stats stats;
     struct xfer_stats tstats[XFER_MAX_TRANSPORTS];
     pthread_mutex_t err_mu;

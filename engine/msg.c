@@ -8,6 +8,7 @@
  * conn_lock for reading, with no other lock held, and calls send_msg.
  */
 #include "internal.h"
+#include "mono_clock.h"
 #include "msg_wire.h"
 
 #include <stdio.h>
@@ -68,15 +69,48 @@ static void msg_deliver(struct msg_out *o)
         msg_finish(o, rc, why);
 }
 
+#define SWEEP_NS 200000000 /* two-sided entries of dead peers fail this often */
+
+/* Runs the matcher when kicked and the sweep every SWEEP_NS; t->mu held on
+ * entry and exit. True if it dropped the lock. */
+static bool match_work(xfer_engine *e, struct msg_thread *t)
+{
+    int64_t now = engine_now_ns();
+    bool sweep = now - t->swept_ns >= SWEEP_NS, kick = t->kick;
+    if (!sweep && !kick)
+        return false;
+    t->kick = false;
+    if (sweep)
+        t->swept_ns = now;
+    pthread_mutex_unlock(&t->mu);
+    if (sweep)
+        mm_sweep(e);
+    mm_match_run(e);
+    pthread_mutex_lock(&t->mu);
+    return true;
+}
+
+void msg_kick(xfer_engine *e)
+{
+    struct msg_thread *t = &e->msgs;
+    pthread_mutex_lock(&t->mu);
+    t->kick = true;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
 static void *msg_main(void *arg)
 {
     xfer_engine *e = arg;
     struct msg_thread *t = &e->msgs;
     pthread_mutex_lock(&t->mu);
     while (!t->stop) {
+        if (match_work(e, t))
+            continue;
         struct msg_out *o = t->head;
         if (!o) {
-            pthread_cond_wait(&t->cv, &t->mu);
+            struct timespec ts = xfer_mono_after_ns(SWEEP_NS);
+            pthread_cond_timedwait(&t->cv, &t->mu, &ts);
             continue;
         }
         t->head = o->next;
@@ -112,7 +146,8 @@ int msg_thread_start(xfer_engine *e)
 {
     struct msg_thread *t = &e->msgs;
     pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->cv, NULL);
+    xfer_cond_init_mono(&t->cv);
+    msg_match_init(e);
     if (pthread_create(&t->thread, NULL, msg_main, e) != 0) {
         xfer_engine_set_error(e, "cannot start the message thread");
         return -XFER_ENOMEM;
@@ -141,6 +176,7 @@ void msg_thread_stop(xfer_engine *e)
         msg_finish(o, -XFER_ECANCELED, "engine is shutting down");
         o = next;
     }
+    msg_match_destroy(e);
 }
 
 /* ---- receiving -------------------------------------------------------------- */
@@ -178,6 +214,18 @@ int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnati
     char why[96];
     if (xfer_msg_decode(frame, len, &h, why, sizeof(why)) < 0) {
         xfer_warn("refused a message from %s: %s", node_id, why);
+        return -XFER_EPROTO;
+    }
+    if (h.kind == XFER_MSG_RTS || h.kind == XFER_MSG_FIN) {
+        const uint8_t *body = xfer_msg_payload(frame, &h);
+        struct xfer_msg_rts r;
+        struct xfer_msg_fin f;
+        if (h.kind == XFER_MSG_RTS && xfer_msg_decode_rts(body, &r) == 0)
+            return mm_rts_arrived(e, node_id, incarnation, &r);
+        if (h.kind == XFER_MSG_FIN && xfer_msg_decode_fin(body, &f) == 0)
+            return mm_fin_arrived(e, node_id, &f);
+        xfer_warn("refused a message from %s: malformed %s", node_id,
+                  h.kind == XFER_MSG_RTS ? "RTS" : "FIN");
         return -XFER_EPROTO;
     }
     struct xfer_notif *n = notif_from_frame(node_id, incarnation, frame, &h);

@@ -65,6 +65,10 @@ int xfer_msg_decode(const uint8_t *in, size_t len, struct xfer_msg_hdr *h, char 
         return bad(why, why_len, "message frame: unknown kind");
     if (h->flags & ~XFER_MSG_F_BOUND)
         return bad(why, why_len, "message frame: unknown flags");
+    if (h->kind != XFER_MSG_NOTIFY &&
+        (h->flags || h->status || h->n_items ||
+         h->msg_len != (h->kind == XFER_MSG_RTS ? XFER_MSG_RTS_BODY : XFER_MSG_FIN_BODY)))
+        return bad(why, why_len, "message frame: malformed two-sided frame");
     if (h->n_listed > h->n_failed || h->n_failed > h->n_items ||
         h->n_listed > XFER_NOTIFY_FAILED_MAX || (h->n_failed && h->n_listed == 0))
         return bad(why, why_len, "message frame: inconsistent item counts");
@@ -93,4 +97,88 @@ struct xfer_notif_fail xfer_msg_failed_at(const uint8_t *in, uint32_t k)
 const uint8_t *xfer_msg_payload(const uint8_t *in, const struct xfer_msg_hdr *h)
 {
     return in + XFER_MSG_HDR_LEN + 8u * (size_t)h->n_listed;
+}
+
+/* ---- two-sided bodies --------------------------------------------------------- */
+/*  RTS: send_id 8, tag 8, len 8, off 8 | id 4, gen 4, kind 4, device 4, addr 8,
+ *       rlen 8 | access 4, pad 4 | name 64 | ipc 256 | rkeys 256
+ *  FIN: send_id 8, status 4, pad 4, got 8 */
+
+static size_t put_hdr(uint8_t kind, uint64_t seq, uint32_t body, uint8_t *out)
+{
+    struct xfer_msg_hdr h = {.kind = kind, .seq = seq};
+    xfer_msg_encode(&h, NULL, NULL, out);
+    xfer_put32(out + 32, body); /* the body is written by the caller */
+    return XFER_MSG_HDR_LEN;
+}
+
+size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out)
+{
+    uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, XFER_MSG_RTS_BODY, out);
+    memset(p, 0, XFER_MSG_RTS_BODY);
+    xfer_put64(p, r->send_id);
+    xfer_put64(p + 8, r->tag);
+    xfer_put64(p + 16, r->len);
+    xfer_put64(p + 24, r->off);
+    xfer_put32(p + 32, r->src.id);
+    xfer_put32(p + 36, r->src.gen);
+    xfer_put32(p + 40, (uint32_t)r->src.kind);
+    xfer_put32(p + 44, (uint32_t)r->src.device);
+    xfer_put64(p + 48, r->src.addr);
+    xfer_put64(p + 56, r->src.len);
+    xfer_put32(p + 64, r->src.access);
+    memcpy(p + 72, r->src.name, XFER_NAME_MAX);
+    memcpy(p + 72 + XFER_NAME_MAX, r->src.ipc, XFER_BLOB_MAX);
+    memcpy(p + 72 + XFER_NAME_MAX + XFER_BLOB_MAX, r->src.rkeys, XFER_BLOB_MAX);
+    return XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY;
+}
+
+size_t xfer_msg_encode_fin(uint64_t seq, const struct xfer_msg_fin *f, uint8_t *out)
+{
+    uint8_t *p = out + put_hdr(XFER_MSG_FIN, seq, XFER_MSG_FIN_BODY, out);
+    memset(p, 0, XFER_MSG_FIN_BODY);
+    xfer_put64(p, f->send_id);
+    xfer_put32(p + 8, (uint32_t)f->status);
+    xfer_put64(p + 16, f->got);
+    return XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY;
+}
+
+static bool terminated(const uint8_t *p, size_t n)
+{
+    return memchr(p, 0, n) != NULL;
+}
+
+int xfer_msg_decode_rts(const uint8_t *p, struct xfer_msg_rts *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->send_id = xfer_get64(p);
+    r->tag = xfer_get64(p + 8);
+    r->len = xfer_get64(p + 16);
+    r->off = xfer_get64(p + 24);
+    r->src.id = xfer_get32(p + 32);
+    r->src.gen = xfer_get32(p + 36);
+    r->src.kind = (enum xfer_mem_kind)xfer_get32(p + 40);
+    r->src.device = (int)xfer_get32(p + 44);
+    r->src.addr = xfer_get64(p + 48);
+    r->src.len = xfer_get64(p + 56);
+    r->src.access = xfer_get32(p + 64);
+    const uint8_t *names = p + 72;
+    if (!terminated(names, XFER_NAME_MAX) || !terminated(names + XFER_NAME_MAX, XFER_BLOB_MAX) ||
+        !terminated(names + XFER_NAME_MAX + XFER_BLOB_MAX, XFER_BLOB_MAX))
+        return -XFER_EPROTO;
+    memcpy(r->src.name, names, XFER_NAME_MAX);
+    memcpy(r->src.ipc, names + XFER_NAME_MAX, XFER_BLOB_MAX);
+    memcpy(r->src.rkeys, names + XFER_NAME_MAX + XFER_BLOB_MAX, XFER_BLOB_MAX);
+    if ((r->src.kind != XFER_MEM_HOST && r->src.kind != XFER_MEM_CUDA) ||
+        (r->src.access & ~XFER_ACCESS_RW) || !xfer_range_ok(r->off, r->len, r->src.len))
+        return -XFER_EPROTO;
+    return 0;
+}
+
+int xfer_msg_decode_fin(const uint8_t *p, struct xfer_msg_fin *f)
+{
+    f->send_id = xfer_get64(p);
+    f->status = (int32_t)xfer_get32(p + 8);
+    f->got = xfer_get64(p + 16);
+    return f->status > 0 || f->status <= -XFER_ERR_MAX ? -XFER_EPROTO : 0;
 }

@@ -28,7 +28,12 @@
 #define XFER_MSG_VERSION 1u
 #define XFER_MSG_HDR_LEN 48u
 
-enum xfer_msg_kind { XFER_MSG_NOTIFY = 1, XFER_MSG_KIND_MAX };
+enum xfer_msg_kind {
+    XFER_MSG_NOTIFY = 1, /* a notification (message bytes follow) */
+    XFER_MSG_RTS = 2,    /* two-sided: "read my message" (body: xfer_msg_rts) */
+    XFER_MSG_FIN = 3,    /* two-sided: the receiver is done (body: xfer_msg_fin) */
+    XFER_MSG_KIND_MAX
+};
 
 #define XFER_MSG_F_BOUND 1u /* bound to a batch */
 
@@ -39,6 +44,32 @@ struct xfer_msg_hdr {
     int32_t status;
     uint32_t n_items, n_failed, n_listed, msg_len;
 };
+
+/* Two-sided bodies, carried as the message bytes of their frame (fixed
+ * lengths, little-endian; layout in msg_wire.c). */
+#define XFER_MSG_RTS_BODY (32u + 32u + 8u + XFER_NAME_MAX + 2u * XFER_BLOB_MAX)
+#define XFER_MSG_FIN_BODY 24u
+
+struct xfer_msg_rts {
+    uint64_t send_id; /* sender's id of the SEND, echoed in the FIN */
+    uint64_t tag, len;
+    uint64_t off;                /* of the message in src */
+    struct xfer_region_desc src; /* sender's region (id, gen, addr, len, access, blobs) */
+};
+
+struct xfer_msg_fin {
+    uint64_t send_id;
+    int32_t status; /* 0, -XFER_ETRUNC, or the READ's error */
+    uint64_t got;   /* bytes received */
+};
+
+/* Whole frames of the two kinds into out (XFER_MSG_HDR_LEN + body bytes). */
+size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out);
+size_t xfer_msg_encode_fin(uint64_t seq, const struct xfer_msg_fin *f, uint8_t *out);
+/* Bodies of decoded frames: 0 or -XFER_EPROTO (unterminated strings, bad
+ * kind or access, message outside its region, non-error status). */
+int xfer_msg_decode_rts(const uint8_t *body, struct xfer_msg_rts *r);
+int xfer_msg_decode_fin(const uint8_t *body, struct xfer_msg_fin *f);
 
 /* Bytes of the frame this header announces. */
 size_t xfer_msg_frame_len(const struct xfer_msg_hdr *h);

@@ -173,18 +173,3 @@ int notes_result(const struct batch_notes *ns)
             return ns->v[k].status;
     return 0;
 }
-
-int xfer_notify(xfer_engine *e, xfer_peer *p, const void *msg, size_t len, int deadline_ms)
-{
-    int rc;
-    xfer_batch *b = xfer_batch_new(e, &rc);
-    if (!b)
-        return rc;
-    rc = xfer_batch_notify(b, p, msg, len);
-    if (rc == 0)
-        rc = xfer_batch_submit(b, deadline_ms);
-    if (rc == 0)
-        rc = xfer_batch_wait(b, -1);
-    xfer_batch_free(b);
-    return rc;
-}

@@ -387,15 +387,19 @@ uint64_t xfer_notif_refused(xfer_engine *e);
  * the usual batch status/poll/wait/fd. A message longer than the matched
  * buffer fails with -XFER_ETRUNC on both sides (nothing is written).
  * Data moves receiver-driven (rendezvous: the receiver READs the sender's
- * region), so both engines must know each other as peers (xfer_peer_add).
- * Peer death fails pending SENDs to it (-XFER_ECONN) and RECVs that named it;
- * deadlines and cancel work as for READ/WRITE items. */
+ * region, which must allow R), so both engines must know each other as peers
+ * (xfer_peer_add; else the SEND fails -XFER_ENOENT); a SEND completes once
+ * its bytes are in the receiver's buffer. At most 4096 messages wait
+ * unmatched per receiver (more: -XFER_ENOSPC for the SEND). Peer death
+ * (tcp) fails pending SENDs to it and RECVs that named it with -XFER_ECONN;
+ * deadlines and cancel work as for READ/WRITE items. tcp and ipc; other
+ * transports: -XFER_ENOTSUP. */
 /* Append one SEND / RECV item; return its index (>= 0) or a negative code
  * (local bounds checked here, as xfer_batch_add). */
-int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len,
-                        xfer_peer *p, uint64_t tag);
-int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap,
-                        xfer_peer *p, uint64_t tag);
+int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
+                        uint64_t tag);
+int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
+                        uint64_t tag);
 /* Received length of a finished RECV item (else the item's len). */
 uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i);
 /* Tag and sender of a finished RECV item (for any-tag, any-peer receives);

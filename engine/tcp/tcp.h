@@ -231,9 +231,9 @@ int tcp_msg_header(struct tcp_sock *s);
 void tcp_msg_received(struct tcp_sock *s);
 
 /* tcp_conn.c */
-/* Queues t on the least loaded live socket of tc (kick[k] set for socket
- * k); false if every socket is dead. */
-bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick);
+/* Queues t on the least loaded live socket of tc, or the first live one
+ * (kick[k] set for socket k); false if every socket is dead. */
+bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_live);
 int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out);
 void tcp_disconnect(struct xfer_conn *c);
 unsigned tcp_conn_state(struct xfer_conn *c);

@@ -190,9 +190,12 @@ unsigned tcp_conn_state(struct xfer_conn *c)
     return st;
 }
 
-/* Least loaded live socket, or NULL. */
-static struct tcp_sock *pick_socket(struct tcp_conn *tc)
+/* Least loaded live socket (first_live: the first live one), or NULL. */
+static struct tcp_sock *pick_socket(struct tcp_conn *tc, bool first_live)
 {
+    for (int k = 0; first_live && k < tc->n; k++)
+        if (!__atomic_load_n(&tc->socks[k]->dead, __ATOMIC_RELAXED))
+            return tc->socks[k];
     unsigned start = __atomic_fetch_add(&tc->next, 1, __ATOMIC_RELAXED);
     struct tcp_sock *best = NULL;
     uint64_t best_load = UINT64_MAX;
@@ -208,10 +211,10 @@ static struct tcp_sock *pick_socket(struct tcp_conn *tc)
 }
 
 /* Queues t on a live socket; false if every socket is dead. */
-bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick)
+bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_live)
 {
     for (int tries = 0; tries < tc->n; tries++) {
-        struct tcp_sock *s = pick_socket(tc);
+        struct tcp_sock *s = pick_socket(tc, first_live);
         if (!s)
             return false;
         pthread_mutex_lock(&s->qmu);
@@ -303,7 +306,7 @@ static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chu
             xfer_batch_chunk_done(b, i, 0, -XFER_ENOMEM, "out of memory for a chunk");
             return;
         }
-        if (!tcp_enqueue(tc, t, kick)) {
+        if (!tcp_enqueue(tc, t, kick, false)) {
             xfer_batch_chunk_done(b, i, 0, -XFER_ECONN, "every connection to the peer is lost");
             xfer_batch_put(b);
             tcp_tx_free(t);

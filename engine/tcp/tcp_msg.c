@@ -1,6 +1,7 @@
 /*
  * Engine messages over tcp (docs/notify.md): MSG_REQ carries an engine frame
- * on the least loaded live socket of the connection, the target's progress
+ * on the first live socket of the connection (so messages to a peer arrive
+ * in the order they were sent: two-sided matching is FIFO), the target's progress
  * thread receives it whole into a buffer, hands it to the engine and answers
  * MSG_RESP with the engine's status, in its response order like any request.
  */
@@ -31,7 +32,7 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
                               .payload = (uint32_t)m->len};
     xfer_wire_encode(&h, t->hdr);
     bool kick[64] = {false};
-    if (!tcp_enqueue(tc, t, kick)) {
+    if (!tcp_enqueue(tc, t, kick, true)) {
         tcp_tx_free(t);
         return -XFER_ECONN;
     }

@@ -5,16 +5,23 @@
 #     items, each with a bound notification; the receiver checksums every
 #     range of a batch the moment it reads the notification: zero early ones;
 #  2. a batch with one out-of-bounds item: the notification arrives marked
-#     failed and names item 1, the other items' data is there;
+#     failed and names item 1, the other items' data is there; a batch
+#     cancelled right after submit: its notification still arrives (marked
+#     cancelled, naming the item, unless the WRITE won the race);
 #  3. back-pressure: a receiver that reads nothing, queue of 4: 4 accepted,
 #     the rest refused with -XFER_ENOSPC (standalone and bound), nothing
 #     lost, the queue works again after a drain;
 #  4. (tcp) bad message frames from a raw client: answered -XFER_EPROTO or
-#     the connection cut; the node keeps serving.
+#     the connection cut; the node keeps serving;
+#  5. (tcp) notifications racing a reconnect: a stream of standalone
+#     notifications while the receiver is frozen past io_timeout and resumed;
+#     every acknowledged one arrived exactly once, none twice.
 set -u
 source "$XFER_ROOT/tests/lib/core.sh"
 batches=${XFER_NOTIFY_BATCHES:-10000}
 core_san && batches=${XFER_NOTIFY_BATCHES:-3000}
+storm_n=20000
+core_san && storm_n=5000
 seed=${XFER_NOTIFY_SEED:-$RANDOM}
 N=$CORE_BIN/xfer_notify
 echo "seed $seed, $batches batches"
@@ -31,6 +38,7 @@ one_transport() { # transport progress-threads
     timeout 300 "$N" order --peer "$node" --batches "$batches" --depth 16 --sockets 4 \
         --seed "$seed" || core_fail "$tag: ordering"
     timeout 60 "$N" failed --peer "$node" || core_fail "$tag: failed item"
+    timeout 60 "$N" cancel --peer "$node" || core_fail "$tag: cancel"
     if [[ $tr == tcp ]]; then
         timeout 60 "$N" wire --peer "$node" || core_fail "$tag: bad frames"
         timeout 60 "$N" failed --peer "$node" || core_fail "$tag: served after bad frames"
@@ -38,6 +46,8 @@ one_transport() { # transport progress-threads
     core_stop "recv-$tag"
     grep -q "notifications: good=$batches bad=0 failed_ok=[12] ends=1 end_n=$batches" \
         "$CORE_TMP/recv-$tag.log" || { cat "$CORE_TMP/recv-$tag.log"; core_fail "$tag: receiver"; }
+    grep -q "cancel_ok=1" "$CORE_TMP/recv-$tag.log" ||
+        { cat "$CORE_TMP/recv-$tag.log"; core_fail "$tag: notification of a cancelled batch"; }
     grep notifications: "$CORE_TMP/recv-$tag.log"
 
     core_start_prog "held-$tag" "$N" serve --mb 1 --queue 4 --hold "$CORE_TMP/go-$tag" || exit 1
@@ -48,6 +58,32 @@ one_transport() { # transport progress-threads
         { cat "$CORE_TMP/held-$tag.log"; core_fail "$tag: back-pressure receiver"; }
 }
 
+storm() {
+    export XFER_TRANSPORTS=tcp XFER_NOTIFY_EXPECT=tcp XFER_TEST_PROGRESS_THREADS=1
+    echo "== tcp, notifications racing a reconnect"
+    core_start_prog storm "$N" serve --mb 1 || exit 1
+    local acked=$CORE_TMP/storm.acked
+    timeout 120 "$N" storm --peer "$CORE_TMP/storm.node" --count "$storm_n" --ready "$acked" &
+    local sp=$!
+    CORE_PIDS+=("$sp")
+    local deadline=$((SECONDS + 30))
+    until [[ -s $acked && $(wc -l <"$acked") -ge 200 ]]; do
+        ((SECONDS < deadline)) || core_fail "storm did not start"
+        sleep 0.05
+    done
+    core_freeze "$PID_storm" || core_fail "freeze"
+    sleep 4 # past the sender's io_timeout (3 s): its sockets are cut
+    kill -CONT "$PID_storm"
+    wait "$sp" || core_fail "storm sender"
+    core_stop storm
+    grep "storm:" "$CORE_TMP/storm.log"
+    grep -q "storm: received=[0-9]* dups=0" "$CORE_TMP/storm.log" || core_fail "duplicates"
+    local missing
+    missing=$(sort "$acked" | comm -23 - <(sort "$CORE_TMP/storm.node.storm") | head -3)
+    [[ -z $missing ]] || core_fail "acknowledged but never received: $missing"
+}
+
+storm
 for tr in ${XFER_NOTIFY_TRANSPORTS:-tcp ipc}; do
     one_transport "$tr" 1
 done

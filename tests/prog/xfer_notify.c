@@ -17,6 +17,11 @@
  *   xfer_notify flood --peer FILE --count N --queue Q --ready FILE
  *       N standalone notifications to a held receiver of queue Q: the first
  *       Q are accepted, the others refused with -XFER_ENOSPC; then "EXPECT".
+ *   xfer_notify storm --peer FILE --count N --ready FILE
+ *       notifications racing a reconnect (see run_storm).
+ *   xfer_notify cancel --peer FILE    cancel of a batch with a notification
+ *   xfer_notify unsupported --peer FILE
+ *       over a transport without messages (tcpx): -XFER_ENOTSUP, data lands.
  *   xfer_notify wire --peer FILE
  *       raw tcp frames after a real handshake: oversized, truncated and
  *       inconsistent message frames; the node answers or cuts, keeps serving.
@@ -63,7 +68,12 @@ struct recv_state {
     long good, bad, ends, end_n, floods, failed_ok;
     long expect_q, expect_r;
     uint64_t last_seq_seen;
+    uint8_t *storm; /* "S i" seen, for the reconnect race */
+    long storm_n, storm_dups;
+    long cancel_ok;
 };
+
+#define STORM_MAX 100000
 
 /* "B k off:len:sum ..." -> every listed range must hold its data already. */
 static bool check_ranges(struct recv_state *st, char *p)
@@ -100,9 +110,18 @@ static void check_notif(struct recv_state *st, struct xfer_notif *n)
             fprintf(stderr, "failed-item notification wrong: status %d items %u failed %u\n",
                     n->status, n->n_items, n->n_failed);
         ok ? st->failed_ok++ : st->bad++;
+    } else if (msg[0] == 'C') { /* cancelled batch: still notified, item 0 named */
+        bool ok = n->bound && n->n_items == 1 &&
+                  (n->status == 0 ? n->n_failed == 0
+                                  : n->status == -XFER_ECANCELED && n->n_failed == 1 &&
+                                        n->failed[0].index == 0);
+        ok ? st->cancel_ok++ : st->bad++;
     } else if (sscanf(msg, "END %ld", &k) == 1) {
         st->ends++;
         st->end_n = k;
+    } else if (sscanf(msg, "S %ld", &k) == 1 && k >= 0 && k < STORM_MAX) {
+        st->storm[k] ? st->storm_dups++ : st->storm_n++;
+        st->storm[k] = 1;
     } else if (sscanf(msg, "P %ld", &k) == 1) {
         if (k != st->floods++ || n->bound)
             st->bad++;
@@ -155,6 +174,7 @@ static int run_serve(const struct opts *o)
     if (!e)
         FAIL("engine: %s", xfer_strerror(rc));
     struct recv_state st = {0};
+    st.storm = calloc(STORM_MAX, 1);
     if (xfer_region_alloc(e, "buf", (size_t)o->mb << 20, XFER_ACCESS_RW, &st.buf) < 0 ||
         node_file_write(e, o->out) < 0)
         FAIL("setup: %s", xfer_engine_last_error(e));
@@ -194,10 +214,22 @@ static int run_serve(const struct opts *o)
         drain(e, &st);
         printf("notifications: good=%ld bad=%ld failed_ok=%ld ends=%ld end_n=%ld\n", st.good,
                st.bad, st.failed_ok, st.ends, st.end_n);
+        printf("storm: received=%ld dups=%ld\n", st.storm_n, st.storm_dups);
+        printf("cancel_ok=%ld\n", st.cancel_ok);
+        char path[512];
+        snprintf(path, sizeof(path), "%s.storm", o->out);
+        FILE *f = fopen(path, "w");
+        for (long k = 0; f && k < STORM_MAX; k++)
+            if (st.storm[k])
+                fprintf(f, "%ld\n", k);
+        if (f)
+            fclose(f);
+        rc |= st.storm_dups != 0;
         rc = st.bad == 0 && (st.ends == 0 || st.end_n == st.good) ? 0 : 1;
     }
     fflush(stdout);
     xfer_engine_free(e);
+    free(st.storm);
     return rc;
 }
 
@@ -395,6 +427,105 @@ static int run_flood(const struct opts *o)
     return 0;
 }
 
+/* A batch of one large WRITE with a bound notification, cancelled right
+ * after submit: cancel returns, and the notification still goes out (marked
+ * failed, naming item 0) unless the WRITE won the race. */
+static int run_cancel(const struct opts *o)
+{
+    struct node_file nf;
+    struct sender s = {0};
+    if (sender_open(o, &s, &nf) < 0)
+        FAIL("sender setup");
+    int rc;
+    xfer_batch *b = xfer_batch_new(s.e, &rc);
+    struct xfer_item it = {XFER_OP_WRITE, s.src, 0, s.p, s.rd->id, s.rd->gen, 0, s.rd->len};
+    xfer_batch_add(b, &it);
+    xfer_batch_notify(b, s.p, "C", 1);
+    double t0 = now_s();
+    xfer_batch_submit(b, 30000);
+    rc = xfer_batch_cancel(b);
+    int res = xfer_batch_poll(b), ns = xfer_batch_notify_status(b, s.p);
+    printf("cancel: cancel %s after %.3f s, batch %s, notification %s\n", xfer_strerror(rc),
+           now_s() - t0, xfer_strerror(res), xfer_strerror(ns));
+    if (rc != 0 || (res != -XFER_ECANCELED && res != 0) || ns == -XFER_EINPROGRESS)
+        FAIL("cancel of a batch with a notification");
+    xfer_batch_free(b);
+    /* Messages to a peer leave in order on one channel: once this one is
+     * acknowledged, the cancelled batch's notification has arrived. */
+    if ((rc = xfer_notify(s.e, s.p, "PING", 4, 5000)) != 0)
+        FAIL("ping after cancel: %s", xfer_strerror(rc));
+    xfer_engine_free(s.e);
+    return 0;
+}
+
+/* Standalone notifications "S i" one after the other (deadline 1 s each)
+ * while the test freezes the receiver past io_timeout and resumes it: the
+ * connection dies and is rebuilt under them. Acknowledged ones are listed
+ * in --ready; the receiver must have each of those exactly once. */
+static int run_storm(const struct opts *o)
+{
+    struct node_file nf;
+    struct sender s = {0};
+    if (sender_open(o, &s, &nf) < 0)
+        FAIL("sender setup");
+    FILE *f = fopen(o->ready, "w");
+    if (!f)
+        FAIL("cannot write %s", o->ready);
+    long acked = 0, lost = 0, other = 0;
+    double until = now_s() + 60;
+    for (int i = 0; i < o->count && now_s() < until; i++) {
+        char m[32];
+        snprintf(m, sizeof(m), "S %d", i);
+        int rc = xfer_notify(s.e, s.p, m, strlen(m), 1000);
+        if (rc == 0) {
+            fprintf(f, "%d\n", i);
+            acked++;
+        } else if (rc == -XFER_ECONN || rc == -XFER_ETIMEDOUT) {
+            lost++; /* may or may not have arrived */
+            poll(NULL, 0, 20);
+        } else {
+            other++;
+            fprintf(stderr, "storm %d: %s\n", i, xfer_strerror(rc));
+        }
+    }
+    fclose(f);
+    printf("storm: %ld acknowledged, %ld unknown (ECONN/ETIMEDOUT), %ld other\n", acked, lost,
+           other);
+    xfer_engine_free(s.e);
+    return other == 0 && acked > 0 && lost > 0 ? 0 : 1;
+}
+
+/* A transport without messages (tcpx): notifications and SENDs fail with
+ * -XFER_ENOTSUP, clearly, and the data items of such a batch still land. */
+static int run_unsupported(const struct opts *o)
+{
+    struct node_file nf;
+    struct sender s = {0};
+    if (sender_open(o, &s, &nf) < 0)
+        FAIL("sender setup");
+    int rc = xfer_notify(s.e, s.p, "x", 1, 5000);
+    printf("unsupported: notify %s (%s)\n", xfer_strerror(rc), xfer_engine_last_error(s.e));
+    if (rc != -XFER_ENOTSUP)
+        FAIL("notify over a transport without messages: %s", xfer_strerror(rc));
+    xfer_batch *b = xfer_batch_new(s.e, &rc);
+    uint64_t x = 3;
+    char msg[128] = "B 0";
+    add_write(&s, b, 0, 4096, &x, msg, sizeof(msg));
+    xfer_batch_notify(b, s.p, msg, strlen(msg));
+    xfer_batch_add_send(b, s.src, 0, 64, s.p, 5);
+    xfer_batch_submit(b, 5000);
+    rc = xfer_batch_wait(b, -1);
+    printf("unsupported: batch %s, write %s, send %s, notification %s\n", xfer_strerror(rc),
+           xfer_strerror(xfer_batch_item_status(b, 0)), xfer_strerror(xfer_batch_item_status(b, 1)),
+           xfer_strerror(xfer_batch_notify_status(b, s.p)));
+    if (xfer_batch_item_status(b, 0) != 0 || xfer_batch_item_status(b, 1) != -XFER_ENOTSUP ||
+        xfer_batch_notify_status(b, s.p) != -XFER_ENOTSUP)
+        FAIL("expected the WRITE done, the SEND and the notification -XFER_ENOTSUP");
+    xfer_batch_free(b);
+    xfer_engine_free(s.e);
+    return 0;
+}
+
 /* ---- bad frames from the wire (tcp) ---------------------------------------------- */
 
 static int raw_connect(uint16_t port)
@@ -484,6 +615,23 @@ static int run_wire(const struct opts *o)
     uint32_t blen = (uint32_t)xfer_msg_frame_len(&big);
     if (raw_msg(fd, f, blen, blen, true) != -XFER_EPROTO)
         FAIL("oversized message not refused");
+    /* two-sided frames that refer to nothing: a FIN for a send never made,
+     * an RTS from a node the target does not know, a malformed RTS body */
+    struct xfer_msg_fin fin = {0xdeadbeef, 0, 0};
+    uint32_t flen = (uint32_t)xfer_msg_encode_fin(1, &fin, f);
+    if (raw_msg(fd, f, flen, flen, true) != -XFER_ENOENT)
+        FAIL("FIN for an unknown send not refused with ENOENT");
+    struct xfer_msg_rts rts = {.send_id = 1, .tag = 5, .len = 10};
+    rts.src.len = 100;
+    strcpy(rts.src.name, "x");
+    uint32_t rlen = (uint32_t)xfer_msg_encode_rts(2, &rts, f);
+    if (raw_msg(fd, f, rlen, rlen, true) != -XFER_ENOENT)
+        FAIL("RTS from an unknown node not refused with ENOENT");
+    rts.off = 95; /* 95 + 10 > 100 */
+    xfer_msg_encode_rts(3, &rts, f);
+    if (raw_msg(fd, f, rlen, rlen, true) != -XFER_EPROTO)
+        FAIL("RTS outside its region not refused with EPROTO");
+    printf("wire: FIN/RTS referring to nothing -> ENOENT, bad RTS -> EPROTO\n");
     struct xfer_msg_hdr ok = {.kind = XFER_MSG_NOTIFY};
     uint32_t len = frame_of(&ok, "PING", f);
     if (raw_msg(fd, f, len, len, true) != 0)
@@ -573,6 +721,12 @@ int main(int argc, char **argv)
         return run_flood(&o);
     if (!strcmp(o.cmd, "wire"))
         return run_wire(&o);
+    if (!strcmp(o.cmd, "storm") && o.ready)
+        return run_storm(&o);
+    if (!strcmp(o.cmd, "cancel"))
+        return run_cancel(&o);
+    if (!strcmp(o.cmd, "unsupported"))
+        return run_unsupported(&o);
     fprintf(stderr, "unknown command %s\n", o.cmd);
     return 2;
 }

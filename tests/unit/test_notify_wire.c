@@ -123,13 +123,54 @@ static void test_random_bytes(void **state)
     }
 }
 
+/* RTS and FIN bodies: round trip; unterminated names, a range outside the
+ * region and non-error statuses are refused. */
+static void test_two_sided(void **state)
+{
+    (void)state;
+    uint8_t buf[XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY];
+    struct xfer_msg_rts r = {.send_id = 9, .tag = 77, .len = 100, .off = 28};
+    r.src = (struct xfer_region_desc){.id = 3, .gen = 2, .len = 128, .access = XFER_ACCESS_RW};
+    strcpy(r.src.name, "kv");
+    strcpy(r.src.ipc, "memfd");
+    size_t len = xfer_msg_encode_rts(5, &r, buf);
+    assert_int_equal(len, sizeof(buf));
+    struct xfer_msg_hdr h;
+    struct xfer_msg_rts d;
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_int_equal(h.kind, XFER_MSG_RTS);
+    assert_int_equal(xfer_msg_decode_rts(xfer_msg_payload(buf, &h), &d), 0);
+    assert_int_equal(d.tag, 77);
+    assert_int_equal(d.src.gen, 2);
+    assert_string_equal(d.src.ipc, "memfd");
+    r.off = 29; /* 29 + 100 > 128 */
+    xfer_msg_encode_rts(5, &r, buf);
+    assert_int_equal(xfer_msg_decode_rts(xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
+    r.off = 0;
+    xfer_msg_encode_rts(5, &r, buf);
+    memset(buf + XFER_MSG_HDR_LEN + 72, 'x', XFER_NAME_MAX); /* name without NUL */
+    assert_int_equal(xfer_msg_decode_rts(xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
+    assert_int_equal(xfer_msg_decode(buf, len - 1, &h, NULL, 0), -XFER_EPROTO);
+
+    uint8_t fb[XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY];
+    struct xfer_msg_fin f = {9, -XFER_ETRUNC, 0}, g;
+    len = xfer_msg_encode_fin(6, &f, fb);
+    assert_int_equal(xfer_msg_decode(fb, len, &h, NULL, 0), 0);
+    assert_int_equal(xfer_msg_decode_fin(xfer_msg_payload(fb, &h), &g), 0);
+    assert_int_equal(g.status, -XFER_ETRUNC);
+    f.status = 3;
+    xfer_msg_encode_fin(6, &f, fb);
+    assert_int_equal(xfer_msg_decode_fin(xfer_msg_payload(fb, &h), &g), -XFER_EPROTO);
+    fb[5] = XFER_MSG_RTS; /* a FIN-sized body under the RTS kind */
+    assert_int_equal(xfer_msg_decode(fb, len, &h, NULL, 0), -XFER_EPROTO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_truncated_and_extended),
-        cmocka_unit_test(test_bad_fields),
-        cmocka_unit_test(test_random_bytes),
+        cmocka_unit_test(test_roundtrip),  cmocka_unit_test(test_truncated_and_extended),
+        cmocka_unit_test(test_bad_fields), cmocka_unit_test(test_random_bytes),
+        cmocka_unit_test(test_two_sided),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,329 @@
+/*
+ * Notifications and two-sided messages (docs/notify.md), two engines in this
+ * process over one transport (tcp loopback or ipc), each the other's peer:
+ *   1. submit -> notification read at the target (a thread waiting on
+ *      xfer_notif_fd), for one WRITE item of 4 KiB and of 1 MiB with a bound
+ *      notification, against submit -> completion of the same batch without
+ *      one (what a sender learns without notifications);
+ *   2. send/recv of 8 B: half a ping-pong round trip, against half the
+ *      round trip of a one-sided 8 B WRITE + wait;
+ *   3. 1 MiB messages, 4 in flight, receives posted ahead: GB/s against
+ *      one-sided 1 MiB WRITEs, 4 in flight.
+ * Medians of --iters runs (latency), best of --repeat (throughput).
+ *
+ *   bench_notify [--transport tcp|ipc] [--iters N] [--seconds S] [--repeat N]
+ */
+#include "xfer.h"
+
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define REGION (64ull << 20)
+#define MIB    (1ull << 20)
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_d);
+    return v[n / 2];
+}
+
+struct side {
+    xfer_engine *e;
+    xfer_region *r;
+    xfer_peer *p; /* the other side */
+    struct xfer_region_desc rd;
+};
+
+static int setup(struct side *s, const char *name, unsigned transports)
+{
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = name;
+    cfg.transports = transports | XFER_TRANSPORT_TCP; /* tcp: the data port */
+    int rc;
+    s->e = xfer_engine_new(&cfg, &rc);
+    if (!s->e || xfer_region_alloc(s->e, "buf", REGION, XFER_ACCESS_RW, &s->r) < 0) {
+        fprintf(stderr, "bench: engine %s: %s\n", name, xfer_strerror(rc));
+        return -1;
+    }
+    xfer_region_describe(s->r, &s->rd);
+    return 0;
+}
+
+static int connect_pair(struct side *a, struct side *b, unsigned transports)
+{
+    struct side *v[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        struct xfer_peer_desc d;
+        xfer_engine_describe(v[1 - k]->e, &d);
+        d.transports &= transports;
+        if (xfer_peer_add(v[k]->e, &d, &v[k]->p) < 0 ||
+            xfer_peer_region_add(v[k]->p, &v[1 - k]->rd) < 0) {
+            fprintf(stderr, "bench: connect: %s\n", xfer_engine_last_error(v[k]->e));
+            return -1;
+        }
+        if (xfer_peer_transport(v[k]->p) != transports) {
+            fprintf(stderr, "bench: peer reached over transport 0x%x, wanted 0x%x\n",
+                    xfer_peer_transport(v[k]->p), transports);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- 1. submit -> notification read ------------------------------------------------ */
+
+struct reader {
+    xfer_engine *e;
+    volatile double t_read;
+    volatile int seen, stop;
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader *r = arg;
+    struct pollfd p = {.fd = xfer_notif_fd(r->e), .events = POLLIN};
+    while (!r->stop) {
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        struct xfer_notif *n[16];
+        int got = xfer_notif_poll(r->e, n, 16);
+        if (got > 0) {
+            r->t_read = now_us();
+            for (int i = 0; i < got; i++)
+                xfer_notif_free(n[i]);
+            __atomic_add_fetch(&r->seen, got, __ATOMIC_RELEASE);
+        }
+    }
+    return NULL;
+}
+
+static void bench_notify(struct side *I, struct side *T, uint64_t size, int iters)
+{
+    struct reader rd = {.e = T->e};
+    pthread_t th;
+    pthread_create(&th, NULL, reader_main, &rd);
+    double *with = calloc((size_t)iters, sizeof(double)), *with_done = calloc((size_t)iters, 8),
+           *without = calloc((size_t)iters, sizeof(double));
+    struct xfer_item it = {XFER_OP_WRITE, I->r, 0, I->p, T->rd.id, T->rd.gen, 0, size};
+    for (int k = 0; k < iters; k++) {
+        xfer_batch *b = xfer_batch_new(I->e, NULL);
+        xfer_batch_add(b, &it);
+        double t0 = now_us();
+        xfer_batch_submit(b, 10000);
+        xfer_batch_wait(b, -1);
+        without[k] = now_us() - t0;
+        xfer_batch_free(b);
+
+        b = xfer_batch_new(I->e, NULL);
+        xfer_batch_add(b, &it);
+        xfer_batch_notify(b, I->p, "ready", 5);
+        int before = __atomic_load_n(&rd.seen, __ATOMIC_ACQUIRE);
+        t0 = now_us();
+        xfer_batch_submit(b, 10000);
+        while (__atomic_load_n(&rd.seen, __ATOMIC_ACQUIRE) == before)
+            ; /* the reader thread stamps the moment it read it */
+        with[k] = rd.t_read - t0;
+        xfer_batch_wait(b, -1);
+        with_done[k] = now_us() - t0;
+        xfer_batch_free(b);
+    }
+    rd.stop = 1;
+    pthread_join(th, NULL);
+    double m0 = median(without, iters), m1 = median(with, iters), m2 = median(with_done, iters);
+    printf("  WRITE %7llu B: submit->done %8.1f us | with notification: submit->read at target "
+           "%8.1f us (+%.1f), submit->done %8.1f us\n",
+           (unsigned long long)size, m0, m1, m1 - m0, m2);
+    free(with);
+    free(with_done);
+    free(without);
+}
+
+/* ---- 2. 8 B latency ------------------------------------------------------------------- */
+
+struct echo {
+    struct side *T;
+    int iters;
+};
+
+static void *echo_main(void *arg)
+{
+    struct echo *x = arg;
+    for (int k = 0; k < x->iters; k++) {
+        uint64_t got;
+        if (xfer_recv(x->T->e, x->T->r, 0, 64, x->T->p, 1, &got, 10000) != 0 ||
+            xfer_send(x->T->e, x->T->r, 0, got, x->T->p, 2, 10000) != 0) {
+            fprintf(stderr, "bench: echo failed at %d\n", k);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static void bench_latency(struct side *I, struct side *T, int iters)
+{
+    double *v = calloc((size_t)iters, sizeof(double)), *w = calloc((size_t)iters, 8);
+    struct echo x = {T, iters};
+    pthread_t th;
+    pthread_create(&th, NULL, echo_main, &x);
+    for (int k = 0; k < iters; k++) {
+        uint64_t got;
+        double t0 = now_us();
+        if (xfer_send(I->e, I->r, 0, 8, I->p, 1, 10000) != 0 ||
+            xfer_recv(I->e, I->r, 64, 64, I->p, 2, &got, 10000) != 0) {
+            fprintf(stderr, "bench: ping failed at %d\n", k);
+            break;
+        }
+        v[k] = (now_us() - t0) / 2;
+    }
+    pthread_join(th, NULL);
+    for (int k = 0; k < iters; k++) {
+        double t0 = now_us();
+        xfer_write(I->e, I->r, 0, I->p, T->rd.id, T->rd.gen, 0, 8, 10000);
+        w[k] = (now_us() - t0) / 2;
+    }
+    printf("  8 B: send/recv one way (ping-pong / 2) %7.1f us | WRITE + wait / 2 %7.1f us\n",
+           median(v, iters), median(w, iters));
+    free(v);
+    free(w);
+}
+
+/* ---- 3. 1 MiB throughput --------------------------------------------------------------- */
+
+struct sink {
+    struct side *T;
+    double seconds;
+    volatile int stop;
+};
+
+static void *sink_main(void *arg)
+{
+    struct sink *s = arg;
+    xfer_batch *b[4];
+    for (int k = 0; k < 4; k++) {
+        b[k] = xfer_batch_new(s->T->e, NULL);
+        xfer_batch_add_recv(b[k], s->T->r, (uint64_t)k * MIB, MIB, s->T->p, 7);
+        xfer_batch_submit(b[k], 30000);
+    }
+    for (int k = 0; !s->stop; k = (k + 1) % 4) {
+        if (xfer_batch_wait(b[k], 200) == -XFER_EINPROGRESS)
+            continue;
+        xfer_batch_submit(b[k], 30000);
+    }
+    for (int k = 0; k < 4; k++)
+        xfer_batch_free(b[k]);
+    return NULL;
+}
+
+static double pump(struct side *I, struct side *T, enum xfer_op op, double seconds)
+{
+    xfer_batch *b[4];
+    for (int k = 0; k < 4; k++) {
+        b[k] = xfer_batch_new(I->e, NULL);
+        if (op == XFER_OP_SEND) {
+            xfer_batch_add_send(b[k], I->r, (uint64_t)k * MIB, MIB, I->p, 7);
+        } else {
+            struct xfer_item it = {XFER_OP_WRITE, I->r,      (uint64_t)k * MIB, I->p,
+                                   T->rd.id,      T->rd.gen, (uint64_t)k * MIB, MIB};
+            xfer_batch_add(b[k], &it);
+        }
+        xfer_batch_submit(b[k], 30000);
+    }
+    uint64_t n = 0;
+    double t0 = now_us(), t = t0;
+    for (int k = 0; t - t0 < seconds * 1e6; k = (k + 1) % 4) {
+        if (xfer_batch_wait(b[k], -1) != 0)
+            break;
+        n++;
+        t = now_us();
+        xfer_batch_submit(b[k], 30000);
+    }
+    for (int k = 0; k < 4; k++) {
+        xfer_batch_wait(b[k], -1);
+        xfer_batch_free(b[k]);
+    }
+    return (double)n * MIB / ((t - t0) * 1e3);
+}
+
+static void bench_throughput(struct side *I, struct side *T, double seconds, int repeat)
+{
+    double best_s = 0, best_w = 0;
+    for (int r = 0; r < repeat; r++) {
+        struct sink s = {T, seconds, 0};
+        pthread_t th;
+        pthread_create(&th, NULL, sink_main, &s);
+        double g = pump(I, T, XFER_OP_SEND, seconds);
+        s.stop = 1;
+        pthread_join(th, NULL);
+        best_s = g > best_s ? g : best_s;
+        g = pump(I, T, XFER_OP_WRITE, seconds);
+        best_w = g > best_w ? g : best_w;
+    }
+    printf("  1 MiB, 4 in flight: send/recv %6.2f GB/s | WRITE %6.2f GB/s\n", best_s, best_w);
+}
+
+int main(int argc, char **argv)
+{
+    const char *tr = "tcp";
+    int iters = 200, repeat = 3;
+    double seconds = 0.5;
+    static const struct option lo[] = {{"transport", 1, 0, 't'},
+                                       {"iters", 1, 0, 'i'},
+                                       {"seconds", 1, 0, 's'},
+                                       {"repeat", 1, 0, 'r'},
+                                       {0, 0, 0, 0}};
+    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        switch (c) {
+        case 't':
+            tr = optarg;
+            break;
+        case 'i':
+            iters = atoi(optarg);
+            break;
+        case 's':
+            seconds = atof(optarg);
+            break;
+        case 'r':
+            repeat = atoi(optarg);
+            break;
+        default:
+            return 2;
+        }
+    }
+    unsigned mask;
+    if (xfer_transports_parse(tr, &mask) < 0 ||
+        (mask != XFER_TRANSPORT_TCP && mask != XFER_TRANSPORT_IPC)) {
+        fprintf(stderr, "bench_notify: --transport tcp or ipc\n");
+        return 2;
+    }
+    struct side I = {0}, T = {0};
+    if (setup(&I, "bench-init", mask) < 0 || setup(&T, "bench-target", mask) < 0 ||
+        connect_pair(&I, &T, mask) < 0)
+        return 1;
+    printf("%s:\n", tr);
+    bench_notify(&I, &T, 4096, iters);
+    bench_notify(&I, &T, MIB, iters / 4 > 10 ? iters / 4 : 10);
+    bench_latency(&I, &T, iters);
+    bench_throughput(&I, &T, seconds, repeat);
+    xfer_engine_free(I.e);
+    xfer_engine_free(T.e);
+    return 0;
+}

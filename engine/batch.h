@@ -1,0 +1,69 @@
+/*
+ * Batch internals shared by batch.c (items, completion, submit, deadlines)
+ * and batch_msg.c (what a batch carries besides READ/WRITE: bound
+ * notifications and two-sided SEND/RECV items). Nothing else includes it.
+ */
+#ifndef XFER_BATCH_H
+#define XFER_BATCH_H
+
+#include "internal.h"
+
+enum batch_state { B_IDLE, B_RUNNING, B_DONE };
+
+enum batch_kind { BK_RMA = 0, BK_SEND, BK_RECV };
+
+struct batch_item {
+    struct xfer_item it; /* a matched RECV becomes a READ of the sender's region */
+    int status;
+    bool open;
+    unsigned tbit;
+    uint64_t done;
+    char why[96];
+    /* two-sided (batch_msg.c) */
+    uint8_t kind;     /* enum batch_kind */
+    bool matched;     /* RECV: a message was assigned to it */
+    uint64_t tag;     /* SEND/RECV tag; a matched RECV: the message's */
+    uint64_t cap;     /* RECV: the posted length */
+    xfer_peer *want;  /* RECV: the peer asked for (NULL = any) */
+    xfer_peer *from;  /* matched RECV: the sender */
+    uint64_t send_id; /* SEND: the RTS id; matched RECV: the sender's */
+};
+
+struct xfer_batch {
+    xfer_engine *engine;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* state or refs changed */
+    struct batch_item *items;
+    size_t n, cap;
+    enum batch_state state;
+    size_t n_open;
+    unsigned io_active;
+    int refs; /* user + transport holds + monitor; atomic */
+    int result;
+    int efd;
+    bool fd_used; /* xfer_batch_fd was called: keep efd up to date (mu) */
+    int64_t t_submit_ns, deadline_ns;
+    int deadline_ms;
+    xfer_batch *mon_prev, *mon_next;
+    bool on_monitor;
+    struct batch_notes notes; /* bound notifications (notify_bind.c) */
+};
+
+/* batch.c, b->mu held: end item i (hooks batch_msg_item_end), finish. */
+void batch_item_end(xfer_batch *b, size_t i, int status, const char *why);
+void batch_maybe_finish(xfer_batch *b);
+/* batch.c, no lock held: posts items idx[0..n) of peer p to its transport. */
+void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n);
+/* batch.c: appends an item of that kind (local range checked). */
+int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag);
+
+/* batch_msg.c, b->mu held: item i ended (the notification fence, FIN of a
+ * RECV, unregistering a waiting SEND/RECV); a run starts (bindings reset and
+ * counted, SEND/RECV registered). */
+void batch_msg_item_end(xfer_batch *b, size_t i, int status);
+void batch_msg_start(xfer_batch *b);
+/* batch_msg.c, no lock held, after submit posted the READ/WRITE items:
+ * sends the RTS of each SEND item. */
+void batch_msg_submit(xfer_batch *b);
+
+#endif

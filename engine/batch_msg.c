@@ -1,0 +1,290 @@
+/*
+ * What a batch carries besides READ/WRITE items (docs/notify.md):
+ * notifications bound to it (the fence: sent when the last item of their
+ * peer ends) and two-sided SEND/RECV items (matched in msg_match.c; a
+ * matched RECV runs as a READ of the sender's region, and its end sends the
+ * FIN that completes the SEND).
+ */
+#include "batch.h"
+#include "msg_wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void batch_unhold_locked(xfer_batch *b)
+{
+    __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+/* ---- notifications ------------------------------------------------------------ */
+
+/* A notification finished: acknowledged by the target or failed. */
+static void note_done(struct msg_out *o, int status, const char *why)
+{
+    xfer_batch *b = o->b;
+    pthread_mutex_lock(&b->mu);
+    if (b->state == B_RUNNING && o->run == b->notes.run && o->note < b->notes.n &&
+        notes_finish(&b->notes, o->note, status, why))
+        batch_maybe_finish(b);
+    pthread_mutex_unlock(&b->mu);
+    xfer_batch_put(b);
+}
+
+/* Sends binding k (its items all ended). b->mu held; msg_send only queues. */
+static void note_send(xfer_batch *b, size_t k)
+{
+    struct msg_out *o = notes_frame(b->engine, &b->notes, k);
+    if (!o) {
+        notes_finish(&b->notes, k, -XFER_ENOMEM, "out of memory for a notification");
+        return; /* the caller's maybe_finish sees it */
+    }
+    o->b = b;
+    o->done = note_done;
+    xfer_batch_hold(b);
+    if (msg_send(b->engine, o) < 0) { /* engine shutting down */
+        batch_unhold_locked(b);       /* the caller's reference is alive */
+        free(o);
+        notes_finish(&b->notes, k, -XFER_ECANCELED, "engine is shutting down");
+    }
+}
+
+int xfer_batch_notify(xfer_batch *b, xfer_peer *p, const void *msg, size_t len)
+{
+    if (!b || !p || p->engine != b->engine || (len && !msg) || len > XFER_NOTIFY_MAX) {
+        if (b)
+            xfer_engine_set_error(b->engine, "notify: bad peer or message over %u bytes",
+                                  XFER_NOTIFY_MAX);
+        return -XFER_EINVAL;
+    }
+    pthread_mutex_lock(&b->mu);
+    int rc = b->state == B_RUNNING ? -XFER_EBUSY : notes_bind(&b->notes, p, msg, len);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+int xfer_batch_notify_status(const xfer_batch *b, const xfer_peer *p)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
+    int rc = -XFER_ENOENT;
+    for (size_t k = 0; k < b->notes.n; k++)
+        if (b->notes.v[k].peer == p)
+            rc = b->state == B_IDLE ? -XFER_EINPROGRESS : b->notes.v[k].status;
+    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
+    return rc;
+}
+
+int xfer_notify(xfer_engine *e, xfer_peer *p, const void *msg, size_t len, int deadline_ms)
+{
+    int rc;
+    xfer_batch *b = xfer_batch_new(e, &rc);
+    if (!b)
+        return rc;
+    rc = xfer_batch_notify(b, p, msg, len);
+    if (rc == 0)
+        rc = xfer_batch_submit(b, deadline_ms);
+    if (rc == 0)
+        rc = xfer_batch_wait(b, -1);
+    if (rc < 0 && b->notes.n && b->notes.v[0].why[0])
+        xfer_engine_set_error(e, "notify %s: %s", p->desc.node_id, b->notes.v[0].why);
+    xfer_batch_free(b);
+    return rc;
+}
+
+/* ---- hooks of batch.c (b->mu held) ---------------------------------------------- */
+
+void batch_msg_item_end(xfer_batch *b, size_t i, int status)
+{
+    struct batch_item *bi = &b->items[i];
+    if (bi->kind == BK_RECV && bi->matched) /* the sender waits for this */
+        mm_send_fin(b->engine, bi->from, bi->send_id, status, status == 0 ? bi->it.len : 0);
+    else if (bi->kind != BK_RMA)
+        mm_forget(b->engine, b, i);
+    if (b->notes.n && bi->kind == BK_RMA) { /* the fence: a peer's last item sends */
+        long k = notes_item_end(&b->notes, bi->it.peer, i, status);
+        if (k >= 0)
+            note_send(b, (size_t)k);
+    }
+}
+
+void batch_msg_start(xfer_batch *b)
+{
+    notes_start(&b->notes);
+    for (size_t i = 0; i < b->n; i++) {
+        struct batch_item *bi = &b->items[i];
+        if (bi->kind == BK_RMA) {
+            notes_count(&b->notes, bi->it.peer);
+            continue;
+        }
+        int rc;
+        if (bi->kind == BK_RECV) { /* a former run may have made it a READ */
+            bi->it.op = XFER_OP_RECV;
+            bi->it.peer = bi->want;
+            bi->it.len = bi->cap;
+            bi->matched = false;
+            bi->from = NULL;
+            rc = mm_recv_add(b->engine, b, i, b->notes.run, bi->want, bi->tag);
+        } else {
+            rc = mm_send_add(b->engine, b, i, b->notes.run, bi->it.peer, bi->it.len, &bi->send_id);
+        }
+        if (rc < 0)
+            batch_item_end(b, i, rc, "out of memory for a message");
+    }
+    for (size_t k = 0; k < b->notes.n; k++) /* bindings without items go now */
+        if (b->notes.v[k].n_items == 0)
+            note_send(b, k);
+}
+
+void batch_msg_submit(xfer_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        pthread_mutex_lock(&b->mu);
+        struct batch_item *bi = &b->items[i];
+        bool go = bi->kind == BK_SEND && bi->open;
+        struct xfer_msg_rts r = {
+            .send_id = bi->send_id, .tag = bi->tag, .len = bi->it.len, .off = bi->it.local_off};
+        xfer_peer *p = bi->it.peer;
+        xfer_region *local = bi->it.local;
+        pthread_mutex_unlock(&b->mu);
+        if (!go)
+            continue;
+        xfer_region_describe(local, &r.src); /* pinned by the run */
+        mm_send_rts(b->engine, p, &r);
+    }
+}
+
+int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
+                       const struct xfer_msg_rts *r)
+{
+    pthread_mutex_lock(&b->mu);
+    struct batch_item *bi = i < b->n ? &b->items[i] : NULL;
+    if (b->state != B_RUNNING || b->notes.run != run || !bi || !bi->open || bi->matched) {
+        pthread_mutex_unlock(&b->mu);
+        return -XFER_ENOENT;
+    }
+    bi->matched = true;
+    bi->from = p;
+    bi->send_id = r->send_id;
+    bi->tag = r->tag;
+    char why[160];
+    if (r->len > bi->cap) {
+        snprintf(why, sizeof(why), "message of %llu bytes from %s, buffer of %llu",
+                 (unsigned long long)r->len, p->desc.node_id, (unsigned long long)bi->cap);
+        batch_item_end(b, i, -XFER_ETRUNC, why); /* the FIN tells the sender */
+        batch_maybe_finish(b);
+        pthread_mutex_unlock(&b->mu);
+        return 0;
+    }
+    xfer_peer_region_add(p, &r->src); /* transports check remote items against it */
+    bi->it.op = XFER_OP_READ;
+    bi->it.peer = p;
+    bi->it.remote_id = r->src.id;
+    bi->it.remote_gen = r->src.gen;
+    bi->it.remote_off = r->off;
+    bi->it.len = r->len;
+    if (r->len == 0) {
+        batch_item_end(b, i, 0, NULL);
+        batch_maybe_finish(b);
+        pthread_mutex_unlock(&b->mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&b->mu);
+    size_t idx = i;
+    batch_post_to_peer(b, p, &idx, 1);
+    return 0;
+}
+
+/* ---- two-sided API --------------------------------------------------------------- */
+
+static int add_msg_item(xfer_batch *b, enum xfer_op op, xfer_region *local, uint64_t off,
+                        uint64_t len, xfer_peer *p, uint64_t tag)
+{
+    if (!b || !local || (op == XFER_OP_SEND && !p) || (p && p->engine != b->engine))
+        return -XFER_EINVAL;
+    if (op == XFER_OP_SEND && !(local->access & XFER_ACCESS_R)) {
+        /* the receiver READs the message from this region */
+        xfer_engine_set_error(b->engine, "send: region %s does not allow peers to read",
+                              local->name);
+        return -XFER_EACCES;
+    }
+    struct xfer_item it = {op, local, off, p, 0, 0, 0, len};
+    return batch_append(b, &it, op == XFER_OP_SEND ? BK_SEND : BK_RECV, tag);
+}
+
+int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
+                        uint64_t tag)
+{
+    return add_msg_item(b, XFER_OP_SEND, local, off, len, p, tag);
+}
+
+int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
+                        uint64_t tag)
+{
+    return add_msg_item(b, XFER_OP_RECV, local, off, cap, p, tag);
+}
+
+uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i)
+{
+    if (!b || i >= b->n)
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
+    const struct batch_item *bi = &b->items[i];
+    uint64_t n = bi->kind == BK_RECV && !bi->matched ? 0 : bi->it.len;
+    if (bi->kind == BK_RECV && bi->status < 0)
+        n = 0;
+    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
+    return n;
+}
+
+int xfer_batch_item_msg(const xfer_batch *b, size_t i, uint64_t *tag, char *node_id)
+{
+    if (!b || i >= b->n)
+        return -XFER_EINVAL;
+    pthread_mutex_lock((pthread_mutex_t *)&b->mu);
+    const struct batch_item *bi = &b->items[i];
+    int rc = bi->kind == BK_RMA                    ? -XFER_EINVAL
+             : bi->kind == BK_RECV && !bi->matched ? -XFER_ENOENT
+                                                   : 0;
+    if (rc == 0 && tag)
+        *tag = bi->tag;
+    if (rc == 0 && node_id) {
+        xfer_peer *p = bi->kind == BK_RECV ? bi->from : bi->it.peer;
+        snprintf(node_id, XFER_NAME_MAX, "%s", p->desc.node_id);
+    }
+    pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
+    return rc;
+}
+
+static int one_msg(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_t off, uint64_t len,
+                   xfer_peer *p, uint64_t tag, uint64_t *got, int deadline_ms)
+{
+    int rc;
+    xfer_batch *b = xfer_batch_new(e, &rc);
+    if (!b)
+        return rc;
+    rc = add_msg_item(b, op, local, off, len, p, tag);
+    if (rc >= 0)
+        rc = xfer_batch_submit(b, deadline_ms);
+    if (rc >= 0)
+        rc = xfer_batch_wait(b, -1);
+    if (got)
+        *got = rc == 0 ? xfer_batch_item_bytes(b, 0) : 0;
+    if (rc < 0 && b->n > 0 && b->items[0].why[0])
+        xfer_engine_set_error(e, "%s", b->items[0].why);
+    xfer_batch_free(b);
+    return rc;
+}
+
+int xfer_send(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
+              uint64_t tag, int deadline_ms)
+{
+    return one_msg(e, XFER_OP_SEND, local, off, len, p, tag, NULL, deadline_ms);
+}
+
+int xfer_recv(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
+              uint64_t tag, uint64_t *got, int deadline_ms)
+{
+    return one_msg(e, XFER_OP_RECV, local, off, cap, p, tag, got, deadline_ms);
+}

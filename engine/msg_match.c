@@ -1,0 +1,429 @@
+/*
+ * Two-sided messages: matching (docs/notify.md). Rendezvous, receiver
+ * driven: a SEND item registers here and sends an RTS (tag, length, its
+ * region); the target queues the RTS, the message thread pairs it with the
+ * oldest posted RECV that fits (peer or any, tag or any), and the RECV item
+ * becomes a READ of the sender's region (batch_msg.c), whose end sends a FIN
+ * that completes the SEND. Data thus moves on the transports' READ path.
+ *
+ * Locks: mm->mu is a leaf. Entries hold a reference on their batch; an entry
+ * is taken off its list under mu by exactly one of: the matcher, a FIN, the
+ * sweep, or mm_forget (the item ended), which then owns that reference.
+ */
+#include "internal.h"
+#include "msg_wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mm_recv {
+    struct mm_recv *next;
+    xfer_batch *b;
+    size_t i;
+    uint64_t run;
+    xfer_peer *want; /* NULL = any peer */
+    uint64_t tag;    /* or XFER_MSG_TAG_ANY */
+};
+
+struct mm_rts {
+    struct mm_rts *next;
+    xfer_peer *from;
+    struct xfer_msg_rts r;
+};
+
+struct mm_send {
+    struct mm_send *next;
+    uint64_t id;
+    xfer_batch *b;
+    size_t i;
+    uint64_t run, len;
+    xfer_peer *to;
+};
+
+void msg_match_init(xfer_engine *e)
+{
+    pthread_mutex_init(&e->match.mu, NULL);
+}
+
+/* ---- registration (b->mu held) ------------------------------------------------- */
+
+int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *want,
+                uint64_t tag)
+{
+    struct mm_recv *r = malloc(sizeof(*r));
+    if (!r)
+        return -XFER_ENOMEM;
+    *r = (struct mm_recv){NULL, b, i, run, want, tag};
+    xfer_batch_hold(b);
+    struct msg_match *m = &e->match;
+    pthread_mutex_lock(&m->mu);
+    if (m->recv_tail)
+        m->recv_tail->next = r;
+    else
+        m->recv_head = r;
+    m->recv_tail = r;
+    pthread_mutex_unlock(&m->mu);
+    msg_kick(e); /* an RTS may be waiting already */
+    return 0;
+}
+
+int mm_send_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *p, uint64_t len,
+                uint64_t *send_id)
+{
+    struct mm_send *s = malloc(sizeof(*s));
+    if (!s)
+        return -XFER_ENOMEM;
+    struct msg_match *m = &e->match;
+    xfer_batch_hold(b);
+    pthread_mutex_lock(&m->mu);
+    *s = (struct mm_send){m->sends, ++m->next_send_id, b, i, run, len, p};
+    m->sends = s;
+    *send_id = s->id;
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+}
+
+void mm_forget(xfer_engine *e, xfer_batch *b, size_t i)
+{
+    struct msg_match *m = &e->match;
+    void *gone = NULL;
+    pthread_mutex_lock(&m->mu);
+    struct mm_recv *prev = NULL;
+    for (struct mm_recv *r = m->recv_head; r; prev = r, r = r->next) {
+        if (r->b == b && r->i == i) {
+            if (prev)
+                prev->next = r->next;
+            else
+                m->recv_head = r->next;
+            if (m->recv_tail == r)
+                m->recv_tail = prev;
+            gone = r;
+            break;
+        }
+    }
+    for (struct mm_send **pp = &m->sends; !gone && *pp; pp = &(*pp)->next) {
+        if ((*pp)->b == b && (*pp)->i == i) {
+            gone = *pp;
+            *pp = (*pp)->next;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (gone) {
+        batch_unhold_locked(b);
+        free(gone);
+    }
+}
+
+/* ---- sending RTS and FIN -------------------------------------------------------- */
+
+/* An RTS that was not queued at the target fails its SEND (if still waiting). */
+static void rts_done(struct msg_out *o, int status, const char *why)
+{
+    if (status == 0)
+        return; /* queued there; the FIN completes the SEND */
+    xfer_engine *e = o->peer->engine;
+    struct msg_match *m = &e->match;
+    struct mm_send *s = NULL;
+    pthread_mutex_lock(&m->mu);
+    for (struct mm_send **pp = &m->sends; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == o->id) {
+            s = *pp;
+            *pp = s->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!s)
+        return;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "send to %s: %s", o->peer->desc.node_id,
+             why && *why ? why : xfer_strerror(status));
+    xfer_batch_chunk_done(s->b, s->i, 0, status, msg);
+    xfer_batch_put(s->b);
+    free(s);
+}
+
+void mm_send_rts(xfer_engine *e, xfer_peer *p, const struct xfer_msg_rts *r)
+{
+    struct msg_out *o = msg_out_new(XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY);
+    if (!o) {
+        struct msg_out stub = {.peer = p, .id = r->send_id};
+        rts_done(&stub, -XFER_ENOMEM, "out of memory for a message");
+        return;
+    }
+    xfer_msg_encode_rts(msg_next_seq(e), r, (uint8_t *)o->m.frame);
+    o->peer = p;
+    o->id = r->send_id;
+    o->done = rts_done;
+    if (msg_send(e, o) < 0) {
+        struct msg_out stub = {.peer = p, .id = r->send_id};
+        free(o);
+        rts_done(&stub, -XFER_ECANCELED, "engine is shutting down");
+    }
+}
+
+static void fin_done(struct msg_out *o, int status, const char *why)
+{
+    /* Lost: the sender's SEND ends by its deadline or the sweep. Unknown
+     * there (-XFER_ENOENT): that SEND ended already (cancel, deadline). */
+    if (status < 0)
+        xfer_log(status == -XFER_ENOENT ? XFER_LOG_DEBUG : XFER_LOG_WARN,
+                 "FIN of a message to %s: %s", o->peer->desc.node_id,
+                 why && *why ? why : xfer_strerror(status));
+}
+
+void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, uint64_t got)
+{
+    struct msg_out *o = msg_out_new(XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY);
+    if (!o) {
+        xfer_warn("out of memory for a FIN to %s", to->desc.node_id);
+        return;
+    }
+    struct xfer_msg_fin f = {send_id, status, got};
+    xfer_msg_encode_fin(msg_next_seq(e), &f, (uint8_t *)o->m.frame);
+    o->peer = to;
+    o->done = fin_done;
+    if (msg_send(e, o) < 0)
+        free(o);
+}
+
+/* ---- arrivals (transport threads) ---------------------------------------------- */
+
+int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct xfer_msg_rts *r)
+{
+    /* The data comes through our own connection to the sender. */
+    xfer_peer *p = xfer_peer_find(e, node);
+    if (!p) {
+        xfer_warn("message from %s refused: not a known peer (add it to receive)", node);
+        return -XFER_ENOENT;
+    }
+    struct xfer_peer_desc d;
+    xfer_peer_describe(p, &d);
+    if (d.incarnation && d.incarnation != inc)
+        return -XFER_ESTALE;
+    struct mm_rts *x = malloc(sizeof(*x));
+    if (!x)
+        return -XFER_ENOMEM;
+    *x = (struct mm_rts){NULL, p, *r};
+    struct msg_match *m = &e->match;
+    pthread_mutex_lock(&m->mu);
+    int rc = m->n_rts >= XFER_MSG_UNEXPECTED_MAX ? -XFER_ENOSPC : 0;
+    if (rc == 0) {
+        if (m->rts_tail)
+            m->rts_tail->next = x;
+        else
+            m->rts_head = x;
+        m->rts_tail = x;
+        m->n_rts++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (rc < 0)
+        free(x);
+    else
+        msg_kick(e);
+    return rc;
+}
+
+int mm_fin_arrived(xfer_engine *e, const char *node, const struct xfer_msg_fin *f)
+{
+    struct msg_match *m = &e->match;
+    struct mm_send *s = NULL;
+    pthread_mutex_lock(&m->mu);
+    for (struct mm_send **pp = &m->sends; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == f->send_id && !strcmp((*pp)->to->desc.node_id, node)) {
+            s = *pp;
+            *pp = s->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!s) { /* ended meanwhile (cancel, deadline) or never ours */
+        xfer_debug("FIN from %s for unknown send %llu", node, (unsigned long long)f->send_id);
+        return -XFER_ENOENT;
+    }
+    char why[160];
+    snprintf(why, sizeof(why), "receiver %s: %s", node, xfer_strerror(f->status));
+    if (f->status == 0 && f->got != s->len)
+        xfer_batch_chunk_done(s->b, s->i, 0, -XFER_EPROTO, "receiver reports another length");
+    else
+        xfer_batch_chunk_done(s->b, s->i, f->status == 0 ? s->len : 0, f->status, why);
+    xfer_batch_put(s->b);
+    free(s);
+    return 0;
+}
+
+/* ---- matching and sweeping (message thread) ------------------------------------- */
+
+static bool fits(const struct mm_recv *v, const struct mm_rts *x)
+{
+    return (!v->want || v->want == x->from) && (v->tag == XFER_MSG_TAG_ANY || v->tag == x->r.tag);
+}
+
+/* Takes the first (RTS, RECV) pair in arrival / posting order. mu held. */
+static bool take_pair(struct msg_match *m, struct mm_rts **xo, struct mm_recv **vo)
+{
+    struct mm_rts *xp = NULL;
+    for (struct mm_rts *x = m->rts_head; x; xp = x, x = x->next) {
+        struct mm_recv *vp = NULL;
+        for (struct mm_recv *v = m->recv_head; v; vp = v, v = v->next) {
+            if (!fits(v, x))
+                continue;
+            if (vp)
+                vp->next = v->next;
+            else
+                m->recv_head = v->next;
+            if (m->recv_tail == v)
+                m->recv_tail = vp;
+            if (xp)
+                xp->next = x->next;
+            else
+                m->rts_head = x->next;
+            if (m->rts_tail == x)
+                m->rts_tail = xp;
+            m->n_rts--;
+            *xo = x;
+            *vo = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+void mm_match_run(xfer_engine *e)
+{
+    struct msg_match *m = &e->match;
+    struct mm_rts *x;
+    struct mm_recv *v;
+    for (;;) {
+        pthread_mutex_lock(&m->mu);
+        bool got = take_pair(m, &x, &v);
+        pthread_mutex_unlock(&m->mu);
+        if (!got)
+            return;
+        int rc = batch_recv_matched(v->b, v->i, v->run, x->from, &x->r);
+        xfer_batch_put(v->b);
+        free(v);
+        if (rc == 0) {
+            free(x);
+            continue;
+        }
+        /* that RECV ended meanwhile: the message waits for the next one */
+        pthread_mutex_lock(&m->mu);
+        x->next = m->rts_head;
+        m->rts_head = x;
+        if (!m->rts_tail)
+            m->rts_tail = x;
+        m->n_rts++;
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
+static bool peer_gone(const xfer_peer *p)
+{
+    return p && xfer_peer_transport(p) == 0;
+}
+
+/* Entries whose peer has no live connection fail with -XFER_ECONN; RTS of
+ * such peers are dropped (their FIN could not go back). The connection
+ * state is read lock-free, so mu may be held. */
+void mm_sweep(xfer_engine *e)
+{
+    struct msg_match *m = &e->match;
+    struct mm_recv *dead_v = NULL;
+    struct mm_send *dead_s = NULL;
+    struct mm_rts *dead_x = NULL;
+    pthread_mutex_lock(&m->mu);
+    struct mm_recv **vp = &m->recv_head, *vlast = NULL;
+    while (*vp) {
+        struct mm_recv *v = *vp;
+        if (peer_gone(v->want)) {
+            *vp = v->next;
+            v->next = dead_v;
+            dead_v = v;
+        } else {
+            vlast = v;
+            vp = &v->next;
+        }
+    }
+    m->recv_tail = vlast;
+    for (struct mm_send **sp = &m->sends; *sp;) {
+        struct mm_send *s = *sp;
+        if (peer_gone(s->to)) {
+            *sp = s->next;
+            s->next = dead_s;
+            dead_s = s;
+        } else {
+            sp = &s->next;
+        }
+    }
+    struct mm_rts **xp = &m->rts_head, *xlast = NULL;
+    while (*xp) {
+        struct mm_rts *x = *xp;
+        if (peer_gone(x->from)) {
+            *xp = x->next;
+            x->next = dead_x;
+            dead_x = x;
+            m->n_rts--;
+        } else {
+            xlast = x;
+            xp = &x->next;
+        }
+    }
+    m->rts_tail = xlast;
+    pthread_mutex_unlock(&m->mu);
+    char why[160];
+    for (struct mm_recv *v; (v = dead_v);) {
+        dead_v = v->next;
+        snprintf(why, sizeof(why), "connection to %s lost while receiving", v->want->desc.node_id);
+        xfer_batch_chunk_done(v->b, v->i, 0, -XFER_ECONN, why);
+        xfer_batch_put(v->b);
+        free(v);
+    }
+    for (struct mm_send *s; (s = dead_s);) {
+        dead_s = s->next;
+        snprintf(why, sizeof(why), "connection to %s lost before it received the message",
+                 s->to->desc.node_id);
+        xfer_batch_chunk_done(s->b, s->i, 0, -XFER_ECONN, why);
+        xfer_batch_put(s->b);
+        free(s);
+    }
+    for (struct mm_rts *x; (x = dead_x);) {
+        dead_x = x->next;
+        free(x);
+    }
+}
+
+void msg_match_destroy(xfer_engine *e)
+{
+    struct msg_match *m = &e->match;
+    pthread_mutex_lock(&m->mu);
+    struct mm_recv *v = m->recv_head;
+    struct mm_send *s = m->sends;
+    struct mm_rts *x = m->rts_head;
+    m->recv_head = m->recv_tail = NULL;
+    m->sends = NULL;
+    m->rts_head = m->rts_tail = NULL;
+    m->n_rts = 0;
+    pthread_mutex_unlock(&m->mu);
+    while (v) {
+        struct mm_recv *n = v->next;
+        xfer_batch_chunk_done(v->b, v->i, 0, -XFER_ECANCELED, "engine is shutting down");
+        xfer_batch_put(v->b);
+        free(v);
+        v = n;
+    }
+    while (s) {
+        struct mm_send *n = s->next;
+        xfer_batch_chunk_done(s->b, s->i, 0, -XFER_ECANCELED, "engine is shutting down");
+        xfer_batch_put(s->b);
+        free(s);
+        s = n;
+    }
+    while (x) {
+        struct mm_rts *n = x->next;
+        free(x);
+        x = n;
+    }
+    pthread_mutex_destroy(&m->mu);
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Two-sided messages (docs/notify.md), two processes that are peers of each
+# other (tests/prog/xfer_sendrecv.c), over tcp and over ipc: 1,000 messages
+# of random sizes in both directions at once through vectored SEND and
+# any-tag RECV batches, every byte and index checked; exact-tag receives in
+# reverse tag order (FIFO per sender and tag, messages waiting unmatched);
+# truncation on both sides; a RECV's deadline and cancel. Then (tcp) a peer
+# killed with a SEND and a RECV pending towards it: both end -XFER_ECONN.
+set -u
+source "$XFER_ROOT/tests/lib/core.sh"
+S=$CORE_BIN/xfer_sendrecv
+count=${XFER_SENDRECV_COUNT:-1000}
+seed=${XFER_SENDRECV_SEED:-$RANDOM}
+echo "seed $seed"
+
+pair() { # label [extra args for both]
+    local l=$1; shift
+    "$S" --node "a-$l" --role a --out "$CORE_TMP/a-$l.node" --other "$CORE_TMP/b-$l.node" \
+        --count "$count" --seed "$seed" "$@" >"$CORE_TMP/a-$l.log" 2>&1 &
+    PID_a=$!
+    "$S" --node "b-$l" --role b --out "$CORE_TMP/b-$l.node" --other "$CORE_TMP/a-$l.node" \
+        --count "$count" --seed "$seed" "$@" >"$CORE_TMP/b-$l.log" 2>&1 &
+    PID_b=$!
+    CORE_PIDS+=("$PID_a" "$PID_b")
+}
+
+for tr in tcp ipc; do
+    echo "== $tr"
+    export XFER_TRANSPORTS=$tr XFER_NOTIFY_EXPECT=$tr
+    [[ $tr == ipc ]] && XFER_TRANSPORTS=ipc,tcp # node files need a tcp port
+    pair "$tr"
+    wait "$PID_a"; ra=$?
+    wait "$PID_b"; rb=$?
+    cat "$CORE_TMP/a-$tr.log" "$CORE_TMP/b-$tr.log"
+    ((ra == 0 && rb == 0)) || core_fail "$tr: a exit $ra, b exit $rb"
+done
+
+echo "== tcp, peer killed with messages pending"
+export XFER_TRANSPORTS=tcp XFER_NOTIFY_EXPECT=tcp
+count=50
+pair kill --ready "$CORE_TMP/go"
+deadline=$((SECONDS + 60))
+until [[ -e $CORE_TMP/go ]]; do
+    core_alive "$PID_a" || { cat "$CORE_TMP/a-kill.log"; core_fail "a died early"; }
+    ((SECONDS < deadline)) || core_fail "a never got to the kill phase"
+    sleep 0.05
+done
+kill -9 "$PID_b"
+wait "$PID_a"; ra=$?
+cat "$CORE_TMP/a-kill.log"
+((ra == 0)) || core_fail "pending messages of a killed peer (exit $ra)"
+echo "PASS"

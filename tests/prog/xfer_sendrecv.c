@@ -1,0 +1,364 @@
+/*
+ * Test helper for two-sided messages (docs/notify.md): two of these, one
+ * engine per process, each a peer of the other.
+ *
+ *   xfer_sendrecv --node ID --out MYFILE --other FILE --role a|b [--count N]
+ *                 [--seed X] [--ready FILE]
+ *
+ * Both write their node file, wait for the other's and add it as a peer,
+ * then run the phases of run_role(); a failed check exits 1 with a FAIL line.
+ * Every message carries (index, tag, length) in its first 24 bytes and a
+ * pattern after them, so the receiver checks what it got on its own.
+ *   1. both directions at once: N messages each way, random sizes 24 B..64 KiB,
+ *      tags i % 4, sent in vectored batches of 1..8 SEND items, received by
+ *      any-tag RECV batches (recvv); every index exactly once;
+ *   2. tags: 4 x 16 messages sent first, then received by exact-tag RECVs in
+ *      reverse tag order: per tag in send order (FIFO per sender and tag);
+ *   3. truncation: 1000 B into a 100 B buffer fails on both sides, the next
+ *      message is received;
+ *   4. deadline and cancel of RECVs of other tags while a message waits:
+ *      it is not consumed by them and goes to the next RECV of its tag;
+ *   5. (a, with --ready) a SEND and a RECV pending towards b, then FILE is
+ *      created and the test kills b: both must fail with -XFER_ECONN.
+ */
+#include "node_common.h"
+
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+
+#define MAX_MSG (64u << 10)
+#define SLOT    (MAX_MSG + 64)
+
+struct ctx {
+    xfer_engine *e;
+    xfer_peer *p;
+    xfer_region *buf; /* [0, 32 MiB) send area, [32 MiB, 64 MiB) receive area */
+    const char *role, *ready;
+    int count;
+    uint64_t seed;
+    int failed;
+};
+
+#define CHECK(c, ...)                                                                              \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "FAIL: " __VA_ARGS__);                                                 \
+            fputc('\n', stderr);                                                                   \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static uint8_t *at(struct ctx *c, uint64_t off)
+{
+    return (uint8_t *)xfer_region_ptr(c->buf) + off;
+}
+
+static uint64_t msg_len(const struct ctx *c, int i)
+{
+    return 24 + mix64(c->seed ^ (uint64_t)i) % (MAX_MSG - 24);
+}
+
+/* Pattern seeds of a's and b's messages. */
+static uint64_t own_seed(const struct ctx *c)
+{
+    return c->seed ^ (strcmp(c->role, "a") ? 2 : 1);
+}
+
+static uint64_t other_seed(const struct ctx *c)
+{
+    return c->seed ^ (strcmp(c->role, "a") ? 1 : 2);
+}
+
+/* Message i of this side at off: header + pattern. */
+static void fill_msg(struct ctx *c, uint64_t off, int i, uint64_t tag, uint64_t len)
+{
+    uint64_t h[3] = {(uint64_t)i, tag, len};
+    memcpy(at(c, off), h, sizeof(h));
+    pattern_fill(at(c, off) + 24, len - 24, own_seed(c) ^ 0x5eed ^ (uint64_t)i, 0);
+}
+
+/* What a receiver got at off (len bytes, sender's seed): index or -1. */
+static int check_msg(struct ctx *c, uint64_t off, uint64_t len, uint64_t tag, uint64_t seed)
+{
+    uint64_t h[3];
+    if (len < 24)
+        return -1;
+    memcpy(h, at(c, off), sizeof(h));
+    if (h[1] != tag || h[2] != len)
+        return -1;
+    uint8_t *want = malloc(len - 24);
+    pattern_fill(want, len - 24, seed ^ 0x5eed ^ h[0], 0);
+    int ok = memcmp(want, at(c, off) + 24, len - 24) == 0;
+    free(want);
+    return ok ? (int)h[0] : -1;
+}
+
+/* ---- phase 1: both directions at once --------------------------------------------- */
+
+static void *send_all(void *arg)
+{
+    struct ctx *c = arg;
+    uint64_t x = c->seed | 1;
+    for (int i = 0; i < c->count && !c->failed;) {
+        int rc, k = 1 + (int)(mix64(x++) % 8);
+        xfer_batch *b = xfer_batch_new(c->e, &rc);
+        for (int j = 0; j < k && i < c->count; j++, i++) {
+            uint64_t off = (uint64_t)j * SLOT, len = msg_len(c, i);
+            fill_msg(c, off, i, (uint64_t)(i % 4), len);
+            xfer_batch_add_send(b, c->buf, off, len, c->p, (uint64_t)(i % 4));
+        }
+        rc = xfer_batch_submit(b, 30000);
+        if (rc == 0)
+            rc = xfer_batch_wait(b, -1);
+        if (rc != 0) {
+            fprintf(stderr, "FAIL: send batch: %s (%s)\n", xfer_strerror(rc),
+                    xfer_batch_item_error(b, 0));
+            c->failed = 1;
+        }
+        xfer_batch_free(b);
+    }
+    return NULL;
+}
+
+static int recv_all(struct ctx *c)
+{
+    uint8_t *seen = calloc((size_t)c->count, 1);
+    uint64_t base = 32u << 20, x = c->seed ^ 77;
+    int got = 0;
+    while (got < c->count && !c->failed) {
+        int rc, k = 1 + (int)(mix64(x++) % 8);
+        if (k > c->count - got)
+            k = c->count - got;
+        xfer_batch *b = xfer_batch_new(c->e, &rc);
+        for (int j = 0; j < k; j++) /* recvv: several buffers, any tag */
+            xfer_batch_add_recv(b, c->buf, base + (uint64_t)j * SLOT, SLOT, c->p, XFER_MSG_TAG_ANY);
+        rc = xfer_batch_submit(b, 30000);
+        if (rc == 0)
+            rc = xfer_batch_wait(b, -1);
+        CHECK(rc == 0, "recv batch: %s (%s)", xfer_strerror(rc), xfer_batch_item_error(b, 0));
+        for (int j = 0; j < k; j++, got++) {
+            uint64_t tag;
+            char from[XFER_NAME_MAX];
+            CHECK(xfer_batch_item_msg(b, (size_t)j, &tag, from) == 0, "item_msg");
+            int i = check_msg(c, base + (uint64_t)j * SLOT, xfer_batch_item_bytes(b, (size_t)j),
+                              tag, other_seed(c));
+            CHECK(i >= 0 && i < c->count && !seen[i], "message %d from %s wrong or twice", i, from);
+            seen[i] = 1;
+        }
+        xfer_batch_free(b);
+    }
+    free(seen);
+    return c->failed;
+}
+
+/* ---- phases 2-4 --------------------------------------------------------------- */
+
+static int one(struct ctx *c, enum xfer_op op, uint64_t off, uint64_t len, uint64_t tag, int dl,
+               uint64_t *got)
+{
+    if (op == XFER_OP_SEND)
+        return xfer_send(c->e, c->buf, off, len, c->p, tag, dl);
+    return xfer_recv(c->e, c->buf, off, len, c->p, tag, got, dl);
+}
+
+static int tags_phase(struct ctx *c, bool sender)
+{
+    if (sender) { /* one batch (sendv): the receiver takes them tag by tag */
+        int rc;
+        xfer_batch *b = xfer_batch_new(c->e, &rc);
+        for (int i = 0; i < 64; i++) {
+            fill_msg(c, (uint64_t)i * 128, i, 100 + (uint64_t)(i % 4), 24 + (uint64_t)i);
+            xfer_batch_add_send(b, c->buf, (uint64_t)i * 128, 24 + (uint64_t)i, c->p,
+                                100 + (uint64_t)(i % 4));
+        }
+        rc = xfer_batch_submit(b, 20000);
+        if (rc == 0)
+            rc = xfer_batch_wait(b, -1);
+        xfer_batch_free(b);
+        CHECK(rc == 0, "tag sends: %s", xfer_strerror(rc));
+        return 0;
+    }
+    for (int t = 3; t >= 0; t--) { /* messages wait until their RECV comes */
+        int last = -1;
+        for (int n = 0; n < 16; n++) {
+            uint64_t got;
+            CHECK(one(c, XFER_OP_RECV, 32u << 20, SLOT, 100 + (uint64_t)t, 10000, &got) == 0,
+                  "tag recv");
+            int i = check_msg(c, 32u << 20, got, 100 + (uint64_t)t, other_seed(c));
+            CHECK(i > last && i % 4 == t, "tag %d: message %d after %d (not FIFO)", t, i, last);
+            last = i;
+        }
+    }
+    return 0;
+}
+
+static int trunc_phase(struct ctx *c, bool sender)
+{
+    uint64_t got = 0;
+    if (sender) {
+        fill_msg(c, 0, 7, 99, 1000);
+        int rc = one(c, XFER_OP_SEND, 0, 1000, 99, 10000, NULL);
+        CHECK(rc == -XFER_ETRUNC, "truncated send: %s", xfer_strerror(rc));
+        fill_msg(c, 0, 8, 99, 50);
+        CHECK(one(c, XFER_OP_SEND, 0, 50, 99, 10000, NULL) == 0, "send after truncation");
+        return 0;
+    }
+    int rc = one(c, XFER_OP_RECV, 32u << 20, 100, 99, 10000, &got);
+    CHECK(rc == -XFER_ETRUNC, "truncated recv: %s", xfer_strerror(rc));
+    CHECK(one(c, XFER_OP_RECV, 32u << 20, 100, 99, 10000, &got) == 0 && got == 50 &&
+              check_msg(c, 32u << 20, 50, 99, other_seed(c)) == 8,
+          "recv after truncation");
+    return 0;
+}
+
+static int deadline_phase(struct ctx *c, bool sender)
+{
+    if (sender) {
+        fill_msg(c, 0, 9, 1235, 64);
+        CHECK(one(c, XFER_OP_SEND, 0, 64, 1235, 10000, NULL) == 0, "send after cancel");
+        return 0;
+    }
+    double t0 = now_s();
+    int rc = one(c, XFER_OP_RECV, 32u << 20, 100, 1234, 300, NULL);
+    CHECK(rc == -XFER_ETIMEDOUT && now_s() - t0 < 5, "recv deadline: %s", xfer_strerror(rc));
+    xfer_batch *b = xfer_batch_new(c->e, &rc);
+    xfer_batch_add_recv(b, c->buf, 32u << 20, 100, c->p, 1236);
+    xfer_batch_submit(b, 10000);
+    CHECK(xfer_batch_cancel(b) == 0 && xfer_batch_poll(b) == -XFER_ECANCELED, "recv cancel");
+    xfer_batch_free(b);
+    uint64_t got;
+    CHECK(one(c, XFER_OP_RECV, 32u << 20, 100, 1235, 10000, &got) == 0 &&
+              check_msg(c, 32u << 20, got, 1235, other_seed(c)) == 9,
+          "message after a cancelled recv");
+    return 0;
+}
+
+/* a: pending SEND and RECV towards b, which the test kills after FILE. */
+static int kill_phase(struct ctx *c)
+{
+    int rc;
+    xfer_batch *b = xfer_batch_new(c->e, &rc);
+    fill_msg(c, 0, 1, 778, 64);
+    xfer_batch_add_send(b, c->buf, 0, 64, c->p, 778);          /* b never receives it */
+    xfer_batch_add_recv(b, c->buf, 32u << 20, 100, c->p, 777); /* b never sends it */
+    CHECK(xfer_batch_submit(b, 60000) == 0, "submit");
+    FILE *f = fopen(c->ready, "w");
+    if (f)
+        fclose(f);
+    double t0 = now_s();
+    rc = xfer_batch_wait(b, 30000);
+    printf("kill: send %s, recv %s after %.1f s\n", xfer_strerror(xfer_batch_item_status(b, 0)),
+           xfer_strerror(xfer_batch_item_status(b, 1)), now_s() - t0);
+    CHECK(xfer_batch_item_status(b, 0) == -XFER_ECONN &&
+              xfer_batch_item_status(b, 1) == -XFER_ECONN,
+          "pending messages of a killed peer: %s", xfer_strerror(rc));
+    xfer_batch_free(b);
+    /* and a notification to the dead peer fails, it is not kept */
+    t0 = now_s();
+    rc = xfer_notify(c->e, c->p, "late", 4, 5000);
+    printf("kill: notification to the dead peer: %s after %.1f s (%s)\n", xfer_strerror(rc),
+           now_s() - t0, xfer_engine_last_error(c->e));
+    CHECK(rc == -XFER_ECONN, "notification to a killed peer: %s", xfer_strerror(rc));
+    return 0;
+}
+
+static int run_role(struct ctx *c)
+{
+    bool a = !strcmp(c->role, "a");
+    pthread_t th;
+    pthread_create(&th, NULL, send_all, c);
+    int rc = recv_all(c);
+    pthread_join(th, NULL);
+    CHECK(rc == 0 && !c->failed, "both directions");
+    printf("%s: %d messages each way\n", c->role, c->count);
+    CHECK(tags_phase(c, a) == 0, "tags");
+    CHECK(trunc_phase(c, a) == 0, "truncation");
+    CHECK(deadline_phase(c, a) == 0, "deadline/cancel");
+    printf("%s: tags, truncation, deadline, cancel ok\n", c->role);
+    if (a && c->ready)
+        return kill_phase(c);
+    if (!a && c->ready) /* b waits to be killed */
+        for (;;)
+            poll(NULL, 0, 1000);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct ctx c = {.count = 1000, .seed = 42};
+    const char *node = NULL, *out = NULL, *other = NULL;
+    static const struct option lo[] = {
+        {"node", 1, 0, 'n'},  {"out", 1, 0, 'o'},  {"other", 1, 0, 'p'}, {"role", 1, 0, 'r'},
+        {"count", 1, 0, 'c'}, {"seed", 1, 0, 's'}, {"ready", 1, 0, 'y'}, {0, 0, 0, 0}};
+    for (int o; (o = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        switch (o) {
+        case 'n':
+            node = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'p':
+            other = optarg;
+            break;
+        case 'r':
+            c.role = optarg;
+            break;
+        case 'c':
+            c.count = atoi(optarg);
+            break;
+        case 's':
+            c.seed = strtoull(optarg, NULL, 0);
+            break;
+        case 'y':
+            c.ready = optarg;
+            break;
+        default:
+            return 2;
+        }
+    }
+    if (!node || !out || !other || !c.role) {
+        fprintf(stderr, "usage: xfer_sendrecv --node ID --out F --other F --role a|b\n");
+        return 2;
+    }
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = node;
+    cfg.transports = node_transports();
+    cfg.io_timeout_ms = 2000;
+    cfg.connect_timeout_ms = 3000;
+    int rc;
+    c.e = xfer_engine_new(&cfg, &rc);
+    CHECK(c.e, "engine: %s", xfer_strerror(rc));
+    CHECK(xfer_region_alloc(c.e, "buf", 64u << 20, XFER_ACCESS_RW, &c.buf) == 0 &&
+              node_file_write(c.e, out) == 0,
+          "setup");
+    struct node_file nf;
+    double until = now_s() + 60;
+    while (access(other, F_OK) != 0 && now_s() < until)
+        poll(NULL, 0, 20);
+    CHECK(node_file_read(other, &nf) == 0, "other node file %s", other);
+    CHECK(xfer_peer_add(c.e, &nf.peer, &c.p) == 0, "peer add: %s", xfer_engine_last_error(c.e));
+    for (int i = 0; i < nf.n_regions; i++)
+        xfer_peer_region_add(c.p, &nf.regions[i]);
+    /* Barrier: a SEND to an engine that has not added us yet is refused
+     * (-XFER_ENOENT), so both announce "peer added" and wait for the other. */
+    char mine[512], theirs[512];
+    snprintf(mine, sizeof(mine), "%s.added", out);
+    snprintf(theirs, sizeof(theirs), "%s.added", other);
+    FILE *f = fopen(mine, "w");
+    CHECK(f, "cannot write %s", mine);
+    fclose(f);
+    until = now_s() + 60;
+    while (access(theirs, F_OK) != 0 && now_s() < until)
+        poll(NULL, 0, 20);
+    CHECK(access(theirs, F_OK) == 0, "the other side never added us");
+    const char *want = getenv("XFER_NOTIFY_EXPECT");
+    char have[32] = "";
+    xfer_transports_format(xfer_peer_transport(c.p), have, sizeof(have));
+    CHECK(!want || !strcmp(want, have), "peer reached over '%s', expected '%s'", have, want);
+    rc = run_role(&c);
+    xfer_engine_free(c.e);
+    return rc;
+}
