@@ -188,8 +188,14 @@ static int run(const struct opts *o, xfer_engine *e, xfer_region *l, xfer_peer *
         xfer_batch_submit(b[d], 60000);
     }
     res->secs = t - t0;
-    for (int d = 0; d < o->depth; d++)
-        xfer_batch_free(b[d]); /* cancels what is still in flight */
+    /* Let the batches still in flight finish (not timed): cancelling them
+     * would cut WRITE frames mid-payload, which the target logs as a lost
+     * connection when the engine closes. */
+    for (int d = 0; d < o->depth; d++) {
+        if (!err)
+            xfer_batch_wait(b[d], 60000);
+        xfer_batch_free(b[d]);
+    }
     free(b);
     free(t_sub);
     return err;

@@ -88,15 +88,16 @@ struct xfer_node_config {
     int registry_timeout_ms;     /* Redis connect and per-command timeout, default 2000 */
     int connect_timeout_ms;      /* peer connections, default 5000 */
     int io_timeout_ms;           /* no progress for this long = peer dead, default 10000 */
-    int sockets_per_peer;        /* engine data path; 0 = the engine's default (4) */
-    int progress_threads;        /* 0 = engine default (1) */
-    size_t chunk_bytes;          /* 0 = engine default (1 MiB) */
-    int busy_poll_us;            /* 0 = off (or $XFER_BUSY_POLL_US) */
     int default_deadline_ms;     /* batches submitted with deadline 0, default 60000 */
     bool offline_ok;             /* start while Redis is down, publish when it answers;
                                     default true */
     xfer_node_event_fn on_event; /* optional */
     void *event_arg;
+    /* engine data path (appended: the Python mirror follows this order) */
+    int sockets_per_peer; /* 0 = the engine's default (4) */
+    int progress_threads; /* 0 = engine default (1) */
+    size_t chunk_bytes;   /* 0 = engine default (1 MiB) */
+    int busy_poll_us;     /* 0 = off (or $XFER_BUSY_POLL_US) */
 };
 
 /* Fills defaults; call before setting fields. */
