@@ -260,6 +260,22 @@ static int kill_phase(struct ctx *c)
     printf("kill: notification to the dead peer: %s after %.1f s (%s)\n", xfer_strerror(rc),
            now_s() - t0, xfer_engine_last_error(c->e));
     CHECK(rc == -XFER_ECONN, "notification to a killed peer: %s", xfer_strerror(rc));
+    /* removing the peer ends what still names it, and nothing touches it after */
+    b = xfer_batch_new(c->e, &rc);
+    xfer_batch_add_recv(b, c->buf, 32u << 20, 100, c->p, 999);
+    xfer_batch_add_recv(b, c->buf, (32u << 20) + 128, 100, NULL, 999); /* any peer */
+    xfer_batch_submit(b, 60000);
+    t0 = now_s();
+    CHECK(xfer_peer_remove(c->e, c->p) == 0, "peer remove");
+    c->p = NULL;
+    rc = xfer_batch_wait(b, 0);
+    printf("kill: removed peer: recv naming it %s after %.2f s, any-peer recv %s\n",
+           xfer_strerror(xfer_batch_item_status(b, 0)), now_s() - t0,
+           xfer_strerror(xfer_batch_item_status(b, 1)));
+    CHECK(xfer_batch_item_status(b, 0) == -XFER_ECONN &&
+              xfer_batch_item_status(b, 1) == -XFER_EINPROGRESS,
+          "recv naming a removed peer");
+    xfer_batch_free(b);
     return 0;
 }
 
