@@ -150,7 +150,11 @@ static inline int test_redis_start_with(struct test_redis *t, const char *const 
     snprintf(t->dir, sizeof(t->dir), "/tmp/xfer-test-redis.XXXXXX");
     if (!mkdtemp(t->dir))
         return -1;
-    snprintf(t->sock, sizeof(t->sock), "%s/redis.sock", t->dir);
+    /* Through a local buffer: gcc -O1 (SAN=1) sees t->dir and t->sock as one
+     * object when t is an array element and fails on -Wrestrict. */
+    char sock[sizeof(t->sock)];
+    snprintf(sock, sizeof(sock), "%s/redis.sock", t->dir);
+    memcpy(t->sock, sock, sizeof(sock));
     for (int i = 0; i < 5; i++) {
         t->port = tr_free_port();
         if (t->port > 0 && tr_launch(t) == 0) {
