@@ -129,8 +129,13 @@ XFER_API int xfer_node_region_alloc(xfer_node *n, const char *name, size_t len, 
  * xfer_region_set_layout). Private names: no-op. */
 XFER_API int xfer_node_region_publish(xfer_node *n, xfer_region *r);
 /* Unpublishes ("region-"), then deregisters. A region that is a member of a
- * registered pool: -XFER_EBUSY. */
+ * registered pool: -XFER_EBUSY. The wait for accesses in progress is bounded
+ * (xfer_region_deregister). */
 XFER_API int xfer_node_region_deregister(xfer_node *n, xfer_region *r);
+/* The part of xfer_node_region_deregister that never waits: pool check,
+ * unpublish, xfer_region_detach. The caller then calls
+ * xfer_node_region_deregister(n, r), e.g. after dropping its own locks. */
+XFER_API int xfer_node_region_detach(xfer_node *n, xfer_region *r);
 XFER_API xfer_region *xfer_node_region_find(xfer_node *n, const char *name);
 
 /* ---- names ----------------------------------------------------------------- */

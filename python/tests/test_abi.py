@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 import xfer
-from xfer import _lib
+from xfer import _lib, _node_lib
+
+STRUCTS = {**_lib.STRUCTS, **_node_lib.STRUCTS}
 
 ROOT = Path(os.environ.get("XFER_ROOT", Path(__file__).resolve().parents[2]))
 
@@ -21,8 +23,8 @@ CONSTS = ("TRANSPORT_TCP", "TRANSPORT_IPC", "TRANSPORT_RDMA", "TRANSPORT_TCPX", 
 
 
 def c_program() -> str:
-    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "xfer_registry.h"', "int main(void) {"]
-    for cname, cls in _lib.STRUCTS.items():
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "xfer_node.h"', "int main(void) {"]
+    for cname, cls in STRUCTS.items():
         lines.append(f'printf("{cname} %zu\\n", sizeof({cname}));')
         for f, _ in cls._fields_:
             lines.append(f'printf("{cname}.{f} %zu\\n", offsetof({cname}, {f}));')
@@ -41,11 +43,11 @@ def test_layouts_match_headers(tmp_path):
     src = tmp_path / "abi.c"
     src.write_text(c_program())
     exe = tmp_path / "abi"
-    subprocess.run([cc, f"-I{ROOT}/engine", f"-I{ROOT}/registry", str(src), "-o", str(exe)], check=True)
+    subprocess.run([cc, f"-I{ROOT}/engine", f"-I{ROOT}/registry", f"-I{ROOT}/node", str(src), "-o", str(exe)], check=True)
     got = dict(line.rsplit(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
                                                               check=True).stdout.splitlines())
     bad = []
-    for cname, cls in _lib.STRUCTS.items():
+    for cname, cls in STRUCTS.items():
         if int(got[cname]) != ctypes.sizeof(cls):
             bad.append(f"sizeof {cname}: C {got[cname]} vs ctypes {ctypes.sizeof(cls)}")
         for f, _ in cls._fields_:

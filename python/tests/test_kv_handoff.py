@@ -60,3 +60,20 @@ def test_pull_frees_blocks_without_release(redis_url, node_name):
                          decode_args=["--skip-release", "4"])
     assert dc.returncode == 0 and s["done"] == 6
     assert pf == {"requests": 6, "released": 5, "aborted": 1}
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA device (torch)")
+@pytest.mark.parametrize("mode,transports", [("push", "ipc"), ("pull", "ipc"), ("push", "tcp"), ("pull", "tcp")])
+def test_handoff_cuda(redis_url, node_name, mode, transports):
+    dev = ["--device", "cuda"]
+    dc, s, pf = run_pair(redis_url, node_name[:20], mode, transports, prefill_args=dev, decode_args=dev, dtype="bf16")
+    assert dc.returncode == 0, dc.stdout + dc.stderr
+    assert s["done"] == 6 and s["failed"] == {} and s["device"] == "cuda" and s["transport"] == transports

@@ -2,6 +2,9 @@
 
 Levels:
 
+* :class:`Node`: an embedded node that publishes itself and its regions in
+  Redis and moves bytes by name ("decode-0/kv+4096"), with notifications
+  between nodes by name;
 * :class:`Engine` (regions, peers, transfers) with descriptors exchanged by
   the caller, and :class:`Registry` to publish and find them in Redis;
 * every transfer is a :class:`Transfer`: ``.wait(timeout)``, ``.done()``,
@@ -18,6 +21,8 @@ from .engine import Engine, KVLayout, Peer, PeerInfo, Region, RegionInfo, transp
 from .errors import *  # noqa: F401,F403  (the Error classes and Code)
 from .errors import Code, Error, error_for
 from .memory import Buffer, buffer_of
+from .node import Node, NodeRegion, NodeTransfer
+from .notify import Notification
 from .registry import NodeInfo, Registry
 from .transfer import ItemStatus, Transfer
 from ._lib import lib_path
@@ -27,5 +32,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Engine", "KVLayout", "Peer", "PeerInfo", "Region", "RegionInfo", "Registry", "NodeInfo",
     "Transfer", "ItemStatus", "Buffer", "buffer_of", "Code", "Error", "error_for",
-    "transports_mask", "lib_path",
+    "transports_mask", "lib_path", "Node", "NodeRegion", "NodeTransfer", "Notification",
 ]

@@ -88,6 +88,15 @@ class Registry:
                 self._h = 0
                 check(rc, lambda: "registry thread", "registry")
 
+    @classmethod
+    def _borrowed(cls, handle: int) -> "Registry":
+        """A view of a registry owned by someone else (a node): close() only
+        forgets it."""
+        r = cls.__new__(cls)
+        r._h = handle
+        r._owned = False
+        return r
+
     @property
     def handle(self) -> int:
         if not self._h:
@@ -99,6 +108,8 @@ class Registry:
 
     def close(self, unpublish: bool = True) -> None:
         """Unpublishes this node (if it published one) and disconnects."""
+        if self._h and not getattr(self, "_owned", True):
+            self._h = 0
         if self._h:
             if unpublish:
                 _lib.registry_unpublish_node(self._h)

@@ -45,6 +45,20 @@ def _timeout_ms(timeout: Optional[float]) -> int:
     return -1 if timeout is None else max(0, int(timeout * 1000))
 
 
+class _EngineBatchOps:
+    """The C functions a Transfer drives (a node transfer has its own)."""
+
+    free = staticmethod(_lib.batch_free)
+    count = staticmethod(_lib.batch_count)
+    reset = staticmethod(_lib.batch_reset)
+    submit = staticmethod(_lib.batch_submit)
+    poll = staticmethod(_lib.batch_poll)
+    wait = staticmethod(_lib.batch_wait)
+    cancel = staticmethod(_lib.batch_cancel)
+    item_status = staticmethod(_lib.batch_item_status)
+    item_error = staticmethod(_lib.batch_item_error)
+
+
 class Transfer:
     """A batch of items. Fill with :meth:`read`/:meth:`write`/
     :meth:`read_blocks`/:meth:`write_blocks`, then :meth:`submit`; then
@@ -52,12 +66,17 @@ class Transfer:
     ``await transfer``. Free with :meth:`close` (or let it be collected;
     freeing a running transfer cancels it)."""
 
+    _c = _EngineBatchOps
+
     def __init__(self, engine: "Engine"):
         err = ctypes.c_int(0)
         h = _lib.batch_new(engine.handle, ctypes.byref(err))
         if not h:
             check(-abs(err.value) or -2, engine.last_error, "batch_new")
-        self._engine = engine
+        self._init(engine, h)
+
+    def _init(self, owner, h: int) -> None:
+        self._engine = owner
         self._h = h
         self._refs: list = []  # regions and peers the items use
         self._submitted = False
@@ -73,7 +92,7 @@ class Transfer:
         if self._h:
             h, self._h = self._h, 0
             if self._engine._h:  # a closed engine took its batches with it
-                _lib.batch_free(h)
+                self._c.free(h)
             self._refs.clear()
 
     def __del__(self):
@@ -153,11 +172,11 @@ class Transfer:
         return Code(-st) if -st in Code._value2member_map_ else Code.EIO
 
     def __len__(self) -> int:
-        return _lib.batch_count(self.handle)
+        return self._c.count(self.handle)
 
     def reset(self) -> None:
         """Clears the items so the transfer can be filled again (not while running)."""
-        check(_lib.batch_reset(self.handle), self._engine.last_error, "reset")
+        check(self._c.reset(self.handle), self._engine.last_error, "reset")
         self._refs.clear()
         self._submitted = False
 
@@ -165,23 +184,23 @@ class Transfer:
     def submit(self, deadline_ms: int = 0) -> "Transfer":
         """Starts the transfer; past deadline_ms (0 = engine default) it is
         cancelled and fails with TimeoutError."""
-        check(_lib.batch_submit(self.handle, deadline_ms), self._engine.last_error, "submit")
+        check(self._c.submit(self.handle, deadline_ms), self._engine.last_error, "submit")
         self._submitted = True
         return self
 
     def _raise_for(self, rc: int) -> None:
         n = len(self)
         for i in range(n):
-            st = _lib.batch_item_status(self._h, i)
+            st = self._c.item_status(self._h, i)
             if st < 0 and st != -_lib.EINPROGRESS:
-                raise error_for(st, _lib.text(_lib.batch_item_error(self._h, i)), f"item {i} of {n}")
+                raise error_for(st, _lib.text(self._c.item_error(self._h, i)), f"item {i} of {n}")
         raise error_for(rc, self._engine.last_error(), "transfer")
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits up to timeout seconds (None = until the deadline). Returns
         True when every item succeeded, False if still running at timeout;
         raises the first failed item's Error (its code and reason)."""
-        rc = _lib.batch_wait(self.handle, _timeout_ms(timeout))
+        rc = self._c.wait(self.handle, _timeout_ms(timeout))
         if rc == 0:
             return True
         if rc == -_lib.EINPROGRESS:
@@ -191,11 +210,11 @@ class Transfer:
 
     def done(self) -> bool:
         """True once finished (succeeded or failed); never blocks."""
-        return _lib.batch_poll(self.handle) != -_lib.EINPROGRESS
+        return self._c.poll(self.handle) != -_lib.EINPROGRESS
 
     def result(self) -> None:
         """Raises the failure of a finished transfer, if any."""
-        rc = _lib.batch_poll(self.handle)
+        rc = self._c.poll(self.handle)
         if rc == 0:
             return
         if rc == -_lib.EINPROGRESS:
@@ -206,15 +225,15 @@ class Transfer:
         """Every item's status (OK, EINPROGRESS or its error and reason)."""
         out = []
         for i in range(len(self)):
-            st = _lib.batch_item_status(self._h, i)
-            why = _lib.text(_lib.batch_item_error(self._h, i)) if st < 0 else ""
+            st = self._c.item_status(self._h, i)
+            why = _lib.text(self._c.item_error(self._h, i)) if st < 0 else ""
             out.append(ItemStatus(i, Code(-st) if -st in Code._value2member_map_ else Code.EIO, why))
         return out
 
     def cancel(self) -> None:
         """Ends unfinished items with ECANCELED; returns once no transport
         touches the local memory any more."""
-        check(_lib.batch_cancel(self.handle), self._engine.last_error, "cancel")
+        check(self._c.cancel(self.handle), self._engine.last_error, "cancel")
 
     def fileno(self) -> int:
         """An eventfd that becomes readable when the transfer finishes."""

@@ -1,0 +1,69 @@
+"""The other process of the node-level tests: an xfer.Node that registers
+regions (filled with bytes_of(seed)) and answers JSON commands on stdin:
+  {"op": "digest", "region": R}            -> {"hex": sha256}
+  {"op": "reregister", "region": R}        -> {}   (new generation, same bytes)
+  {"op": "notifs", "count": N, "wait": S}  -> {"notifs": [[sender, text], ...]}
+  {"op": "notify", "node": N, "msg": M}    -> {}
+  {"op": "exit"}
+
+  node_peer.py --node N --redis URL [--transports T] --region NAME:BYTES:ACCESS[:SEED]...
+"""
+
+import argparse
+import hashlib
+import json
+import sys
+
+import xfer
+from peer import bytes_of
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--node", required=True)
+    ap.add_argument("--redis", required=True)
+    ap.add_argument("--transports", default="tcp")
+    ap.add_argument("--region", action="append", default=[])
+    a = ap.parse_args()
+    node = xfer.Node(a.node, a.redis, transports=a.transports, ttl_ms=3000)
+    specs = {}
+    for spec in a.region:
+        f = spec.split(":")
+        name, size, acc, seed = f[0], int(f[1]), f[2], int(f[3]) if len(f) > 3 else 0
+        specs[name] = (size, acc, seed)
+        node.register(name, size, acc).numpy()[:] = bytes_of(seed, size)
+    print(json.dumps({"ready": a.node}), flush=True)
+    for line in sys.stdin:
+        c = json.loads(line)
+        op = c["op"]
+        try:
+            if op == "exit":
+                break
+            if op == "digest":
+                out = {"hex": hashlib.sha256(node.region(c["region"]).numpy().tobytes()).hexdigest()}
+            elif op == "reregister":
+                size, acc, seed = specs[c["region"]]
+                node.deregister(c["region"])
+                node.register(c["region"], size, acc).numpy()[:] = bytes_of(seed, size)
+                out = {}
+            elif op == "notifs":
+                got = []
+                for n in node.notifications(timeout=c.get("wait", 5)):
+                    got.append([n.sender, n.data.decode()])
+                    if len(got) >= c.get("count", 1):
+                        break
+                out = {"notifs": got}
+            elif op == "notify":
+                node.notify(c["node"], c["msg"])
+                out = {}
+            else:
+                out = {"error": f"unknown op {op}"}
+        except xfer.Error as e:
+            out = {"error": str(e)}
+        print(json.dumps(out), flush=True)
+    node.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
