@@ -4,4 +4,5 @@ BENCH_PROGS += bench_tcp:bench/bench_tcp.c
 # the floors/ceilings it is compared with (bench/run.sh).
 BENCH_PROGS += xfer_bench:bench/xfer_bench.c pingpong:bench/pingpong.c memcpy_bw:bench/memcpy_bw.c
 BENCH_PROGS += bench_call:bench/bench_call.c
+BENCH_PROGS += bench_pool:bench/bench_pool.c
 BENCH_PROGS += bench_notify:bench/bench_notify.c
