@@ -60,6 +60,9 @@ void region_cuda_close(xfer_region *r);
 bool region_pin(xfer_region *r);
 void region_unpin(xfer_region *r);
 void region_table_init(struct region_table *t);
+/* memfd of len bytes, mapped and pre-faulted, on huge pages where the host
+ * has them (region_mem.c). 0 or -XFER_E* with the reason in the last error. */
+int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, void **ptr_out);
 void region_table_destroy(xfer_engine *e);
 
 /* ---- peers -------------------------------------------------------------- */
@@ -94,6 +97,8 @@ struct batch_monitor { /* enforces deadlines of running batches */
     pthread_cond_t cv;
     pthread_t thread;
     bool started, stop;
+    int64_t wake_ns;  /* when the sleeping monitor wakes next: a submit with a
+                         later deadline need not wake it (mu) */
     xfer_batch *head; /* running batches, doubly linked */
 };
 
