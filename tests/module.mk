@@ -9,3 +9,4 @@ TEST_PROGS += gpu_flood:tests/gpu/gpu_flood.c
 TEST_PROGS += xfer_ring_node:tests/prog/xfer_ring_node.c
 TEST_PROGS += node_lib:tests/prog/node_lib.c
 TEST_PROGS += ctl_abuse:tests/prog/ctl_abuse.c
+TEST_PROGS += node_pools:tests/prog/node_pools.c
