@@ -93,6 +93,11 @@ struct xfer_node_config {
                                     default true */
     xfer_node_event_fn on_event; /* optional */
     void *event_arg;
+    /* engine data path (appended: the Python mirror follows this order) */
+    int sockets_per_peer; /* 0 = the engine's default (4) */
+    int progress_threads; /* 0 = engine default (1) */
+    size_t chunk_bytes;   /* 0 = engine default (1 MiB) */
+    int busy_poll_us;     /* 0 = off (or $XFER_BUSY_POLL_US) */
 };
 
 /* Fills defaults; call before setting fields. */
@@ -234,6 +239,24 @@ XFER_API const char *xfer_node_batch_item_error(const xfer_node_batch *b, size_t
 XFER_API unsigned xfer_node_batch_item_transport(const xfer_node_batch *b, size_t i);
 /* Clears items and releases their peers so b can be filled again. */
 XFER_API int xfer_node_batch_reset(xfer_node_batch *b);
+
+/* ---- notifications by node name (engine/xfer.h has the rules) ------------------ */
+
+/* Binds msg (<= XFER_NOTIFY_MAX bytes, copied) for node to b: sent after
+ * every item of b addressed to node has ended, naming failed ones (items
+ * run again by xfer_node_batch_wait's retry are not covered: the
+ * notification went with the first run). One per node per batch; before
+ * submit. Resolves node like an item. */
+XFER_API int xfer_node_batch_notify(xfer_node_batch *b, const char *node, const void *msg,
+                                    size_t len);
+/* 0 (queued at node), -XFER_EINPROGRESS, an error, -XFER_ENOENT (none). */
+XFER_API int xfer_node_batch_notify_status(const xfer_node_batch *b, const char *node);
+/* Standalone: sends msg to node now and waits for its acknowledgement
+ * (deadline_ms, 0 = engine default). Received notifications are the
+ * engine's queue: xfer_notif_poll(xfer_node_engine(n), ...) and
+ * xfer_notif_fd(). */
+XFER_API int xfer_node_notify(xfer_node *n, const char *node, const void *msg, size_t len,
+                              int deadline_ms);
 
 /* ---- KV pools ------------------------------------------------------------- */
 

@@ -19,6 +19,10 @@ void xferd_config_defaults(struct xferd_config *c)
     c->drain_ms = 5000;
     c->connect_timeout_ms = 3000;
     c->io_timeout_ms = 10000;
+    c->sockets_per_peer = 4;
+    c->progress_threads = 1;
+    c->chunk_bytes = 1 << 20;
+    c->busy_poll_us = 0;
     c->request_timeout_ms = 30000;
     c->workers = 4;
     c->metrics_port = XFERD_METRICS_PORT_DEFAULT;
@@ -104,6 +108,10 @@ static const struct int_key int_keys[] = {
     IK(drain_ms, 0, 600000),
     IK(connect_timeout_ms, 100, 600000),
     IK(io_timeout_ms, 100, 3600000),
+    IK(sockets_per_peer, 1, 64),
+    IK(progress_threads, 1, 64),
+    IK(chunk_bytes, 4096, 64 << 20),
+    IK(busy_poll_us, 0, 1000000),
     IK(request_timeout_ms, 100, 3600000),
     IK(workers, 1, 64),
 };
@@ -364,6 +372,10 @@ static const char *const env_keys[][2] = {
     {"XFER_DRAIN_MS", "drain_ms"},
     {"XFER_CONNECT_TIMEOUT_MS", "connect_timeout_ms"},
     {"XFER_IO_TIMEOUT_MS", "io_timeout_ms"},
+    {"XFER_SOCKETS_PER_PEER", "sockets_per_peer"},
+    {"XFER_PROGRESS_THREADS", "progress_threads"},
+    {"XFER_CHUNK_BYTES", "chunk_bytes"},
+    {"XFER_BUSY_POLL_US", "busy_poll_us"},
     {"XFER_REQUEST_TIMEOUT_MS", "request_timeout_ms"},
     {"XFER_WORKERS", "workers"},
     {"XFER_METRICS_PORT", "metrics_port"},

@@ -58,6 +58,11 @@ struct xferd_config {
     int drain_ms;
     int connect_timeout_ms;
     int io_timeout_ms;
+    /* engine data path (docs/service.md: defaults from docs/perf.md) */
+    int sockets_per_peer;
+    int progress_threads;
+    int chunk_bytes;
+    int busy_poll_us;
     int request_timeout_ms; /* default deadline of a named transfer */
     int workers;
     uint64_t max_region_bytes; /* host memory in regions; 0 = no limit */

@@ -43,6 +43,11 @@ static const char usage[] =
     "      --heartbeat-ms MS     default ttl/3              (XFER_HEARTBEAT_MS)\n"
     "      --drain-ms MS         SIGTERM grace, default 5000 (XFER_DRAIN_MS)\n"
     "      --connect-timeout-ms, --io-timeout-ms, --request-timeout-ms MS\n"
+    "      --sockets-per-peer N  tcp sockets per peer, default 4 (XFER_SOCKETS_PER_PEER)\n"
+    "      --progress-threads N  transport progress threads, default 1\n"
+    "                                                  (XFER_PROGRESS_THREADS)\n"
+    "      --chunk-bytes N       items split above this, default 1048576 (XFER_CHUNK_BYTES)\n"
+    "      --busy-poll-us US     waits spin this long first, default 0 (XFER_BUSY_POLL_US)\n"
     "      --workers N           request worker threads, default 4\n"
     "      --max-region-bytes N  host memory xferd keeps in regions (control-plane\n"
     "                            registrations past it are refused), default: the\n"
@@ -74,6 +79,10 @@ static const struct option long_opts[] = {
     {"drain-ms", required_argument, 0, OPT_KEY},
     {"connect-timeout-ms", required_argument, 0, OPT_KEY},
     {"io-timeout-ms", required_argument, 0, OPT_KEY},
+    {"sockets-per-peer", required_argument, 0, OPT_KEY},
+    {"progress-threads", required_argument, 0, OPT_KEY},
+    {"chunk-bytes", required_argument, 0, OPT_KEY},
+    {"busy-poll-us", required_argument, 0, OPT_KEY},
     {"request-timeout-ms", required_argument, 0, OPT_KEY},
     {"workers", required_argument, 0, OPT_KEY},
     {"log-level", required_argument, 0, OPT_KEY},
@@ -189,6 +198,10 @@ static int start_node(struct xferd *d)
     nc.heartbeat_ms = d->cfg.heartbeat_ms;
     nc.connect_timeout_ms = d->cfg.connect_timeout_ms;
     nc.io_timeout_ms = d->cfg.io_timeout_ms;
+    nc.sockets_per_peer = d->cfg.sockets_per_peer;
+    nc.progress_threads = d->cfg.progress_threads;
+    nc.chunk_bytes = (size_t)d->cfg.chunk_bytes;
+    nc.busy_poll_us = d->cfg.busy_poll_us;
     nc.default_deadline_ms = d->cfg.request_timeout_ms;
     nc.offline_ok = true; /* serve now, publish when Redis answers */
     nc.on_event = on_node_event;
