@@ -1,6 +1,6 @@
 /* Blocking control-API client with timeouts (see ctl_client.h). */
 #include "ctl_client.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "xfer_handshake.h"
 
 #include <arpa/inet.h>

@@ -1,7 +1,7 @@
 /* xferd: one transfer node = engine + config + registry publisher +
  * control server. See docs/service.md. */
 #include "config.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "metrics.h"
 #include "xferd.h"
 
@@ -24,6 +24,8 @@ static const char usage[] =
     "                                                       (XFER_REDIS_URL)\n"
     "      --secret S            cluster secret             (XFER_SECRET)\n"
     "      --secret-file F       read the secret from F     (XFER_SECRET_FILE)\n"
+    "      --insecure            serve beyond loopback with no secret (refused\n"
+    "                            otherwise; warns at start)  (XFER_INSECURE=1)\n"
     "  -t, --transports LIST     e.g. tcp,ipc               (XFER_TRANSPORTS)\n"
     "  -l, --listen ADDR[:PORT]  data/control address, data port\n"
     "                                                       (XFER_LISTEN)\n"
@@ -68,6 +70,7 @@ static const struct option long_opts[] = {
     {"version", no_argument, 0, 'V'},
     {"secret", required_argument, 0, OPT_KEY},
     {"secret-file", required_argument, 0, OPT_KEY},
+    {"insecure", no_argument, 0, OPT_KEY},
     {"advertise", required_argument, 0, OPT_KEY},
     {"data-port", required_argument, 0, OPT_KEY},
     {"ctrl-port", required_argument, 0, OPT_KEY},
@@ -140,7 +143,7 @@ static int load_config(int argc, char **argv, struct xferd_config *c)
             if (xferd_config_add_region_spec(c, optarg, why, sizeof(why)))
                 goto bad;
         } else if (key) {
-            if (xferd_config_set(c, key, optarg, why, sizeof(why)))
+            if (xferd_config_set(c, key, optarg ? optarg : "true", why, sizeof(why)))
                 goto bad;
         } else {
             fprintf(stderr, "xferd: try --help\n");
@@ -344,6 +347,10 @@ int main(int argc, char **argv)
     if (rc)
         return rc > 0 ? 0 : 2;
     apply_log_level(d->cfg.log_level);
+    if (xferd_config_unauthenticated_exposed(&d->cfg))
+        xfer_warn("INSECURE: serving on %s with no cluster secret (--insecure): anyone who "
+                  "reaches its control or data port can read and write this node's memory",
+                  d->cfg.listen);
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&d->inflight_lock, NULL);
     pthread_mutex_init(&d->fwd_lock, NULL);

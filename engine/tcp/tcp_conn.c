@@ -1,6 +1,6 @@
 /* TCP transport: connections to a peer (control path) and posting chunks. */
 #include "tcp.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "handshake.h"
 
 #include <errno.h>

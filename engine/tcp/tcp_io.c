@@ -9,7 +9,7 @@
  * one system call at a time, so cancellation never waits for a peer.
  */
 #include "tcp.h"
-#include "frame.h"
+#include "xfer_io.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* TCP transport: ops table, listener and acceptor, progress threads. */
 #include "tcp.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "handshake.h"
 
 #include <arpa/inet.h>

@@ -99,6 +99,7 @@ static void test_file_env_flags(void **state)
     assert_int_equal(c.ttl_ms, 2000);
     assert_int_equal(xferd_config_set(&c, "node", "flagnode", why, sizeof(why)), 0);
     assert_int_equal(xferd_config_set(&c, "heartbeat-ms", "500", why, sizeof(why)), 0);
+    assert_int_equal(xferd_config_set(&c, "secret", "s3cret", why, sizeof(why)), 0);
     assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), 0);
     assert_string_equal(c.node, "flagnode");
     assert_string_equal(c.ctrl_socket, "/tmp/xferd-flagnode.sock");
@@ -141,7 +142,26 @@ static void test_bad_config(void **state)
     assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), -XFER_EINVAL);
     assert_non_null(strstr(why, "advertise"));
     xferd_config_set(&c, "advertise", "10.1.2.3", why, sizeof(why));
+    /* beyond loopback with no secret: refused unless insecure on purpose */
+    assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), -XFER_EINVAL);
+    assert_non_null(strstr(why, "no cluster secret"));
+    assert_non_null(strstr(why, "--insecure"));
+    assert_true(xferd_config_unauthenticated_exposed(&c));
+    assert_int_equal(xferd_config_set(&c, "insecure", "maybe", why, sizeof(why)), -XFER_EINVAL);
+    assert_int_equal(xferd_config_set(&c, "insecure", "true", why, sizeof(why)), 0);
     assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), 0);
+    c.insecure = false;
+    xferd_config_set(&c, "secret", "s3cret", why, sizeof(why));
+    assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), 0);
+    assert_false(xferd_config_unauthenticated_exposed(&c));
+    /* loopback needs no secret */
+    xferd_config_defaults(&c);
+    xferd_config_set(&c, "node", "n", why, sizeof(why));
+    xferd_config_set(&c, "listen", "127.0.0.2", why, sizeof(why));
+    assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), 0);
+    assert_true(xferd_addr_is_loopback("::1"));
+    assert_false(xferd_addr_is_loopback("10.0.0.1"));
+    assert_false(xferd_addr_is_loopback("::"));
 }
 
 static void test_naddr(void **state)
