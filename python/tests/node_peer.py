@@ -41,6 +41,25 @@ def main() -> int:
                 break
             if op == "digest":
                 out = {"hex": hashlib.sha256(node.region(c["region"]).numpy().tobytes()).hexdigest()}
+            elif op == "recv":  # one message into region R from any node this one knows
+                node.peers()  # (listing only; the sender must have been resolved: see "resolve")
+                t = node.recv(c["region"], c.get("cap"), node=c.get("node"), tag=c.get("tag"))
+                try:
+                    t.wait(c.get("wait", 10))
+                    tag, sender = t.item_msg(0)
+                    n = t.item_bytes(0)
+                    data = node.region(c["region"]).numpy()[:n]
+                    out = {"n": int(n), "tag": tag, "sender": sender,
+                           "hex": hashlib.sha256(data.tobytes()).hexdigest()}
+                except xfer.Error as e:
+                    out = {"failed": e.code.name}
+            elif op == "send":
+                t = node.send(c["node"], c["region"], c.get("len"), tag=c.get("tag", 0))
+                try:
+                    t.wait(c.get("wait", 10))
+                    out = {}
+                except xfer.Error as e:
+                    out = {"failed": e.code.name}
             elif op == "reregister":
                 size, acc, seed = specs[c["region"]]
                 node.deregister(c["region"])

@@ -87,18 +87,43 @@ class NodeTransfer(Transfer):
 
 
 class _BorrowedEngine:
-    """The node's engine, for the engine-level helpers (notifications)."""
+    """The node's engine, for the engine-level helpers (notifications,
+    messages); gone with the node."""
 
     def __init__(self, node: "Node", handle: int):
-        self._node, self._h = node, handle
+        self._node, self._eh = node, handle
+
+    @property
+    def _h(self) -> int:
+        return self._eh if self._node._h else 0
 
     @property
     def handle(self) -> int:
         self._node.handle  # raises once the node is closed
-        return self._h
+        return self._eh
 
     def last_error(self) -> str:
-        return _lib.text(_lib.engine_last_error(self._h)) if self._node._h else "node closed"
+        return _lib.text(_lib.engine_last_error(self._eh)) if self._node._h else "node closed"
+
+
+class _RefPeer:
+    """A peer the node resolved by name, held (xfer_node_unref on release)
+    while something uses it."""
+
+    def __init__(self, node: "Node", name: str):
+        self.ref = _lib.new_filled(N.NodeRef)
+        check(N.resolve(node.handle, name.encode(), None, 0, self.ref), node.last_error, name)
+        self.node_id = name
+        self._fin = weakref.finalize(self, _RefPeer._release, node, self.ref)
+
+    @staticmethod
+    def _release(node: "Node", ref) -> None:
+        if node._h:
+            N.unref(node._h, ref)
+
+    @property
+    def handle(self) -> int:
+        return self.ref.peer
 
 
 class NodeRegion(Region):
@@ -278,14 +303,9 @@ class Node:
     def notify(self, node: str, msg, deadline_ms: int = 0) -> None:
         """Sends a standalone notification to node (resolved by name) and
         waits until it is queued there (NoSpaceError: its queue is full)."""
-        ref = _lib.new_filled(N.NodeRef)
-        check(N.resolve(self.handle, node.encode(), None, 0, ref), self.last_error, f"notify {node}")
-        try:
-            b = _notify._bytes(msg)
-            check(_lib.notify(self._eng.handle, ref.peer, b, len(b), deadline_ms), self._eng.last_error,
-                  f"notify {node}")
-        finally:
-            N.unref(self.handle, ref)
+        p = _RefPeer(self, node)
+        b = _notify._bytes(msg)
+        check(_lib.notify(self._eng.handle, p.handle, b, len(b), deadline_ms), self._eng.last_error, f"notify {node}")
 
     def poll_notifications(self, max_count: int = 64) -> list:
         """Queued notifications, oldest first (never blocks)."""
@@ -295,3 +315,25 @@ class Node:
         """Iterator over notifications as they arrive; ends after timeout
         seconds without one (None = never). ``async for`` works too."""
         return _Notifications(self._eng, timeout)
+
+    # -- two-sided messages ------------------------------------------------------------
+    def send(self, node: str, local, nbytes: Optional[int] = None, *, tag: int = 0,
+             deadline_ms: int = 0) -> Transfer:
+        """Sends local (a region, its name, or (region, offset)) as a
+        message to node with tag; done once node received it (its recv)."""
+        r, off = self._local(local)
+        n = r.nbytes - off if nbytes is None else nbytes
+        t = Transfer(self._eng)
+        self._transfers.add(t)
+        return t.send(r, off, n, _RefPeer(self, node), tag).submit(deadline_ms)
+
+    def recv(self, local, cap: Optional[int] = None, *, node: Optional[str] = None, tag: Optional[int] = None,
+             deadline_ms: int = 0) -> Transfer:
+        """Posts local (a region, its name, or (region, offset)) for one
+        message from node (None = any node this one knows) with tag (None =
+        any); t.item_bytes(0) and t.item_msg(0) tell what came."""
+        r, off = self._local(local)
+        n = r.nbytes - off if cap is None else cap
+        t = Transfer(self._eng)
+        self._transfers.add(t)
+        return t.recv(r, off, n, _RefPeer(self, node) if node else None, tag).submit(deadline_ms)
