@@ -19,22 +19,26 @@
 
 #define STAGE_DEF_SLOT     (4u << 20)
 #define STAGE_DEF_SLOTS    4u
-#define STAGE_MAX_SLOTS    64u
+#define STAGE_MAX_SLOTS    1024u
 #define STAGE_FREE_WAIT_MS 30000
+#define STAGE_SMALL_COPY   (64u << 10) /* emulated: "small" copies, see emulated_new() */
 
 struct stage_slot {
-    char *host;     /* pinned */
-    cudaEvent_t ev; /* after the slot's last copy */
-    bool taken;     /* between get and put */
-    bool busy;      /* ev recorded and not yet seen complete */
-    int fake_polls; /* emulated: polls that still answer "in progress" */
+    char *host;         /* pinned, a part of the stage's one block */
+    cudaEvent_t ev;     /* after the slot's last copy */
+    bool taken;         /* between get and put */
+    bool busy;          /* ev recorded and not yet seen complete */
+    int fake_polls;     /* emulated: polls that still answer "in progress" */
+    int64_t fake_until; /* emulated: in progress until this time (us) */
 };
 
 struct xfer_gpu_stage {
-    bool emulated; /* XFER_GPU_STAGE_EMULATE test mode, see emulated_new() */
+    bool emulated;    /* XFER_GPU_STAGE_EMULATE test mode, see emulated_new() */
+    int64_t small_us; /* emulated: how long a small copy takes */
     int device;
     size_t slot_bytes;
     unsigned nslots;
+    char *block;           /* nslots * slot_bytes, pinned (one allocation, not one per slot) */
     cudaStream_t d2h, h2d; /* one per direction: sending and receiving overlap */
     struct stage_slot slot[STAGE_MAX_SLOTS];
     char err[256];
@@ -71,8 +75,7 @@ void xfer_gpu_stage_free(struct xfer_gpu_stage *s)
     if (!s)
         return;
     if (s->emulated) {
-        for (unsigned i = 0; i < s->nslots; i++)
-            free(s->slot[i].host);
+        free(s->block);
         free(s);
         return;
     }
@@ -83,9 +86,9 @@ void xfer_gpu_stage_free(struct xfer_gpu_stage *s)
             xfer_gpu_stage_wait(s, (int)i, STAGE_FREE_WAIT_MS);
         if (sl->ev)
             cudaEventDestroy(sl->ev);
-        if (sl->host)
-            cudaFreeHost(sl->host);
     }
+    if (s->block)
+        cudaFreeHost(s->block);
     if (s->d2h)
         cudaStreamDestroy(s->d2h);
     if (s->h2d)
@@ -93,23 +96,37 @@ void xfer_gpu_stage_free(struct xfer_gpu_stage *s)
     free(s);
 }
 
+static int64_t now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
 /* Test mode for machines without a GPU (XFER_GPU_STAGE_EMULATE=1 and no CUDA
  * device): "device" memory is host memory, copies are memcpy done at once
  * but reported in progress for the first two polls, so the callers' waiting
- * paths (tcp_gpu.c) run in CI. Never chosen when a device exists. */
+ * paths (tcp_gpu.c) run in CI. XFER_GPU_STAGE_EMULATE_SMALL_US=N also keeps
+ * every copy below 64 KiB in progress for N us: the shape of a GPU where a
+ * small H2D waits for another process's kernel to give up its time slice
+ * (docs/gpu.md), so tests see what a per-copy latency does to the
+ * pipeline. Never chosen when a device exists. */
 static int emulated_new(size_t slot_bytes, unsigned nslots, struct xfer_gpu_stage **out)
 {
     struct xfer_gpu_stage *s = calloc(1, sizeof(*s));
     if (!s)
         return -XFER_ENOMEM;
     s->emulated = true;
+    const char *us = getenv("XFER_GPU_STAGE_EMULATE_SMALL_US");
+    s->small_us = us ? strtoll(us, NULL, 10) : 0;
     s->slot_bytes = slot_bytes ? slot_bytes : STAGE_DEF_SLOT;
     s->nslots = nslots ? nslots : STAGE_DEF_SLOTS;
+    if (!(s->block = malloc(s->slot_bytes * s->nslots))) {
+        free(s);
+        return -XFER_ENOMEM;
+    }
     for (unsigned i = 0; i < s->nslots; i++)
-        if (!(s->slot[i].host = malloc(s->slot_bytes))) {
-            xfer_gpu_stage_free(s);
-            return -XFER_ENOMEM;
-        }
+        s->slot[i].host = s->block + i * s->slot_bytes;
     *out = s;
     return 0;
 }
@@ -140,10 +157,11 @@ int xfer_gpu_stage_new(int device, size_t slot_bytes, unsigned nslots, struct xf
         e = cudaStreamCreateWithFlags(&s->d2h, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&s->h2d, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&s->block, s->slot_bytes * s->nslots);
     for (unsigned i = 0; e == cudaSuccess && i < s->nslots; i++) {
-        e = cudaMallocHost((void **)&s->slot[i].host, s->slot_bytes);
-        if (e == cudaSuccess)
-            e = cudaEventCreateWithFlags(&s->slot[i].ev, cudaEventDisableTiming);
+        s->slot[i].host = s->block + i * s->slot_bytes;
+        e = cudaEventCreateWithFlags(&s->slot[i].ev, cudaEventDisableTiming);
     }
     if (e != cudaSuccess) {
         int rc = e == cudaErrorMemoryAllocation ? -XFER_ENOMEM : -XFER_EIO;
@@ -186,6 +204,7 @@ static int slot_copy(struct xfer_gpu_stage *s, int slot, void *dst, const void *
             memcpy(dst, src, len);
         sl->busy = true;
         sl->fake_polls = 2;
+        sl->fake_until = len < STAGE_SMALL_COPY && s->small_us ? now_us() + s->small_us : 0;
         return 0;
     }
     cudaError_t e = cudaSetDevice(s->device);
@@ -221,7 +240,7 @@ int xfer_gpu_stage_poll(struct xfer_gpu_stage *s, int slot)
     if (!sl->busy)
         return 0;
     if (s->emulated) {
-        if (sl->fake_polls-- > 0)
+        if (sl->fake_polls-- > 0 || (sl->fake_until && now_us() < sl->fake_until))
             return -XFER_EINPROGRESS;
         sl->busy = false;
         return 0;

@@ -32,8 +32,9 @@ struct xfer_region {
     void *cuda_ipc_base; /* xfer_region_adopt_cuda: opened mapping, closed on free */
     uint8_t cuda_ipc_handle[64];
     bool has_cuda_ipc_handle;
-    int pins;  /* target accesses + running batches; table mu */
-    bool dead; /* deregistration started; table mu */
+    int pins;      /* target accesses + running batches; table mu */
+    bool dead;     /* deregistration started; table mu */
+    bool detached; /* dead by xfer_region_detach, not yet deregistered; table mu */
     void *tdata[XFER_MAX_TRANSPORTS];
 };
 
@@ -50,6 +51,7 @@ struct region_table {
     struct region_name *names;
     size_t n_names, cap_names;
     uint32_t next_id;
+    int dying; /* regions waiting for their pins to drain; atomic */
 };
 
 /* Closes an adopted CUDA IPC mapping (region_cuda.c). */

@@ -310,24 +310,58 @@ int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len
     return rc;
 }
 
+int xfer_region_detach(xfer_engine *e, xfer_region *r)
+{
+    if (!e || !r || r->engine != e)
+        return -XFER_EINVAL;
+    struct region_table *t = &e->regions;
+    pthread_mutex_lock(&t->mu);
+    int rc = r->dead ? -XFER_ENOENT : 0;
+    if (!rc) {
+        r->dead = r->detached = true;
+        table_remove(t, r);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+bool xfer_region_dying(xfer_region *r)
+{
+    pthread_mutex_lock(&r->engine->regions.mu);
+    bool dead = r->dead;
+    pthread_mutex_unlock(&r->engine->regions.mu);
+    return dead;
+}
+
+int xfer_engine_regions_dying(const xfer_engine *e)
+{
+    return __atomic_load_n(&e->regions.dying, __ATOMIC_RELAXED);
+}
+
 int xfer_region_deregister(xfer_engine *e, xfer_region *r)
 {
     if (!e || !r || r->engine != e)
         return -XFER_EINVAL;
     struct region_table *t = &e->regions;
     pthread_mutex_lock(&t->mu);
-    if (r->dead) {
+    if (r->dead && !r->detached) {
         pthread_mutex_unlock(&t->mu);
         return -XFER_ENOENT;
     }
+    if (!r->dead)
+        table_remove(t, r);
     r->dead = true;
-    table_remove(t, r);
-    /* Accesses in progress are bounded by io_timeout_ms; say so if slow. */
+    r->detached = false;
+    /* Target accesses are bounded by io_timeout_ms, and ipc peers' pins on
+     * a dying region are revoked after it (ipc_serve.c); local batches end
+     * by their deadline. Say so if it takes longer. */
+    __atomic_add_fetch(&t->dying, 1, __ATOMIC_RELAXED);
     while (r->pins > 0) {
         struct timespec ts = xfer_mono_after_ms(1000 + e->cfg.io_timeout_ms);
         if (pthread_cond_timedwait(&t->unpinned, &t->mu, &ts) == ETIMEDOUT && r->pins > 0)
             xfer_warn("region %s: deregistration waits for %d accesses", r->name, r->pins);
     }
+    __atomic_sub_fetch(&t->dying, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&t->mu);
     transports_dereg(e, r, e->n_transports);
     xfer_debug("region %s deregistered (id %u gen %u)", r->name, r->id, r->gen);

@@ -132,6 +132,11 @@ void xfer_region_release(xfer_region *r);
 /* 0 when memfd fd is sealed against shrinking (with add: sealing it where
  * the memfd allows), else -XFER_EINVAL and why (region.c). */
 int xfer_memfd_seal_shrink(int fd, bool add, char *why, size_t why_len);
+/* True once deregistration of r has started (ipc_serve.c revokes peers'
+ * pins on it after io_timeout_ms); the count of regions whose deregistration
+ * waits for pins, cheap enough to read on every loop (region.c). */
+bool xfer_region_dying(xfer_region *r);
+int xfer_engine_regions_dying(const xfer_engine *e);
 uint32_t xfer_region_id(const xfer_region *r);
 uint32_t xfer_region_gen(const xfer_region *r);
 enum xfer_mem_kind xfer_region_kind(const xfer_region *r);

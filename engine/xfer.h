@@ -202,8 +202,17 @@ int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
                            int device, uint64_t offset, size_t len, unsigned access,
                            xfer_region **out);
 /* Removes the region; peers holding its id/gen get -XFER_ESTALE/-XFER_ENOENT.
- * Waits for in-progress target-side accesses to finish. */
+ * Waits for in-progress target-side accesses to finish: a tcp/rdma access
+ * is bounded by io_timeout_ms, and a same-host (ipc) peer that holds the
+ * region longer (stopped, hung) has its access revoked after io_timeout_ms
+ * (its connection is closed), so this returns within about io_timeout_ms +
+ * 1 s of the last local batch on r ending. */
 int xfer_region_deregister(xfer_engine *e, xfer_region *r);
+/* First half of xfer_region_deregister, which never waits: new accesses
+ * fail and xfer_region_find no longer finds r. The caller that detached r
+ * then calls xfer_region_deregister(e, r) (no other caller may), e.g. after
+ * dropping its own locks so the wait stalls nobody else. */
+int xfer_region_detach(xfer_engine *e, xfer_region *r);
 
 int xfer_region_set_layout(xfer_region *r, const struct xfer_layout *layout);
 xfer_region *xfer_region_find(xfer_engine *e, const char *name);

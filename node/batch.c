@@ -53,6 +53,7 @@ int xfer_node_batch_reset(xfer_node_batch *b)
         return node_err(rc, "batch is in flight");
     xfer_batch_free(b->eb2);
     b->eb2 = NULL;
+    nb_notifs_clear(b);
     release_refs(b);
     free(b->retry_idx); /* sized for the old capacity */
     b->retry_idx = NULL;
@@ -68,6 +69,7 @@ void xfer_node_batch_free(xfer_node_batch *b)
         return;
     xfer_batch_free(b->eb2); /* both cancel and wait if in flight */
     xfer_batch_free(b->eb);
+    nb_notifs_clear(b);
     release_refs(b);
     free(b->items);
     free(b->item_ref);
@@ -238,8 +240,8 @@ static int refresh_stale(xfer_node_batch *b)
             continue;
         if (!r->region[0])
             return node_err(-XFER_ESTALE,
-                            "node %s restarted since its pool blocks were added: "
-                            "add them again",
+                            "node %s restarted since its pool blocks or notification "
+                            "were added: add them again",
                             r->ref.node);
         xfer_info("batch: %s restarted since %s/%s was resolved: resolving it again", r->ref.node,
                   r->ref.node, r->region);
@@ -258,10 +260,12 @@ static int refresh_stale(xfer_node_batch *b)
             b->items[i].remote_gen = r->ref.rd.gen;
         }
     }
-    int rc = xfer_batch_reset(b->eb);
+    int rc = xfer_batch_reset(b->eb); /* drops notification bindings too */
     if (!rc && b->nitems)
         rc = xfer_batch_add_many(b->eb, b->items, b->nitems);
-    return rc < 0 ? node_err(rc, "re-targeting items: %s", xfer_engine_last_error(b->n->eng)) : 0;
+    if (rc < 0)
+        return node_err(rc, "re-targeting items: %s", xfer_engine_last_error(b->n->eng));
+    return nb_notifs_rebind(b);
 }
 
 int xfer_node_batch_submit(xfer_node_batch *b, int deadline_ms)
@@ -340,8 +344,8 @@ static void retry(xfer_node_batch *b)
         if (st == 0)
             continue;
         struct nb_ref *r = ri < b->nrefs ? &b->refs[ri] : NULL;
-        if (r && !r->state)
-            r->state = retryable(b, r, st) && re_resolve(b, r) == 0 ? 1 : 2;
+        if (r && !r->state) /* pool refs (no region) cannot be re-resolved here */
+            r->state = r->region[0] && retryable(b, r, st) && re_resolve(b, r) == 0 ? 1 : 2;
         if (!r || r->state != 1 || (st != -XFER_ESTALE && st != -XFER_ECONN)) {
             if (!b->first_other)
                 b->first_other = st;

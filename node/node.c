@@ -260,7 +260,7 @@ int xfer_node_region_alloc(xfer_node *n, const char *name, size_t len, unsigned 
     return registered(n, rc, r, out);
 }
 
-int xfer_node_region_deregister(xfer_node *n, xfer_region *r)
+int xfer_node_region_detach(xfer_node *n, xfer_region *r)
 {
     if (!n || !r)
         return node_err(-XFER_EINVAL, "no node or region");
@@ -275,8 +275,17 @@ int xfer_node_region_deregister(xfer_node *n, xfer_region *r)
         if (rc && rc != -XFER_EUNAVAIL && rc != -XFER_ENOENT)
             xfer_warn("unpublishing region %s: %s", name, xfer_registry_last_error(n->reg));
     }
-    int rc = xfer_region_deregister(n->eng, r);
+    int rc = xfer_region_detach(n->eng, r);
     return rc ? node_err(rc, "deregistering %s: %s", name, xfer_engine_last_error(n->eng)) : 0;
+}
+
+int xfer_node_region_deregister(xfer_node *n, xfer_region *r)
+{
+    int rc = xfer_node_region_detach(n, r);
+    if (rc && rc != -XFER_ENOENT) /* ENOENT: detached already (by our caller) */
+        return rc;
+    rc = xfer_region_deregister(n->eng, r);
+    return rc ? node_err(rc, "deregistering: %s", xfer_engine_last_error(n->eng)) : 0;
 }
 
 xfer_region *xfer_node_region_find(xfer_node *n, const char *name)

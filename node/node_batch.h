@@ -14,6 +14,12 @@ struct nb_ref {
     char why[256];              /* its reason */
 };
 
+struct nb_notif { /* a bound notification, kept to bind it again */
+    uint32_t ref;
+    void *msg;
+    size_t len;
+};
+
 struct xfer_node_batch {
     xfer_node *n;
     unsigned require;
@@ -28,6 +34,8 @@ struct xfer_node_batch {
     int64_t deadline; /* CLOCK_MONOTONIC ms */
     bool submitted, retried;
     int first_other; /* first failure that was not retried */
+    struct nb_notif *notifs;
+    size_t nnotifs;
 };
 
 /* Ref index of node[/region] (resolved and held on first use), or a code. */
@@ -36,5 +44,10 @@ int nb_ref(xfer_node_batch *b, const char *node, const char *region);
 int nb_reserve(xfer_node_batch *b, size_t more);
 /* Appends items [first, nitems) to the engine batch; on failure drops them. */
 int nb_commit(xfer_node_batch *b, size_t first);
+
+/* notify.c: binds the notifications again (after the engine batch was
+ * reset); frees them. */
+int nb_notifs_rebind(xfer_node_batch *b);
+void nb_notifs_clear(xfer_node_batch *b);
 
 #endif

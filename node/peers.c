@@ -338,6 +338,11 @@ void node_on_event(const struct xfer_registry_event *ev, void *arg)
     case XFER_REG_EV_REGION_ADD:
         xfer_debug("event: region+ %s %s", ev->node, ev->region);
         break;
+    case XFER_REG_EV_POOL_ADD:
+    case XFER_REG_EV_POOL_DEL:
+        if (other)
+            node_rpools_forget(n, ev->node, ev->region);
+        break;
     case XFER_REG_EV_RESYNC:
         xfer_info("event: registry resync");
         node_rpools_forget(n, NULL, NULL);

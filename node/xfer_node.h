@@ -129,8 +129,13 @@ XFER_API int xfer_node_region_alloc(xfer_node *n, const char *name, size_t len, 
  * xfer_region_set_layout). Private names: no-op. */
 XFER_API int xfer_node_region_publish(xfer_node *n, xfer_region *r);
 /* Unpublishes ("region-"), then deregisters. A region that is a member of a
- * registered pool: -XFER_EBUSY. */
+ * registered pool: -XFER_EBUSY. The wait for accesses in progress is bounded
+ * (xfer_region_deregister). */
 XFER_API int xfer_node_region_deregister(xfer_node *n, xfer_region *r);
+/* The part of xfer_node_region_deregister that never waits: pool check,
+ * unpublish, xfer_region_detach. The caller then calls
+ * xfer_node_region_deregister(n, r), e.g. after dropping its own locks. */
+XFER_API int xfer_node_region_detach(xfer_node *n, xfer_region *r);
 XFER_API xfer_region *xfer_node_region_find(xfer_node *n, const char *name);
 
 /* ---- names ----------------------------------------------------------------- */
@@ -229,6 +234,24 @@ XFER_API const char *xfer_node_batch_item_error(const xfer_node_batch *b, size_t
 XFER_API unsigned xfer_node_batch_item_transport(const xfer_node_batch *b, size_t i);
 /* Clears items and releases their peers so b can be filled again. */
 XFER_API int xfer_node_batch_reset(xfer_node_batch *b);
+
+/* ---- notifications by node name (engine/xfer.h has the rules) ------------------ */
+
+/* Binds msg (<= XFER_NOTIFY_MAX bytes, copied) for node to b: sent after
+ * every item of b addressed to node has ended, naming failed ones (items
+ * run again by xfer_node_batch_wait's retry are not covered: the
+ * notification went with the first run). One per node per batch; before
+ * submit. Resolves node like an item. */
+XFER_API int xfer_node_batch_notify(xfer_node_batch *b, const char *node, const void *msg,
+                                    size_t len);
+/* 0 (queued at node), -XFER_EINPROGRESS, an error, -XFER_ENOENT (none). */
+XFER_API int xfer_node_batch_notify_status(const xfer_node_batch *b, const char *node);
+/* Standalone: sends msg to node now and waits for its acknowledgement
+ * (deadline_ms, 0 = engine default). Received notifications are the
+ * engine's queue: xfer_notif_poll(xfer_node_engine(n), ...) and
+ * xfer_notif_fd(). */
+XFER_API int xfer_node_notify(xfer_node *n, const char *node, const void *msg, size_t len,
+                              int deadline_ms);
 
 /* ---- KV pools ------------------------------------------------------------- */
 

@@ -194,6 +194,8 @@ int reg_heartbeat_locked(xfer_registry *r)
     rc = beat_node(r, now, ttl, &gone);
     if (!rc)
         rc = beat_regions(r, ttl, &gone);
+    if (!rc)
+        rc = reg_pools_beat_locked(r, ttl, &gone);
     if (rc)
         return rc;
     r->own.heartbeat_ms = now;

@@ -194,6 +194,8 @@ int reg_republish_locked(xfer_registry *r)
     if (n && !v)
         return reg_set_err(-XFER_ENOMEM, "out of memory republishing");
     int rc = r->purge_pending ? purge_old_regions(r, r->own.peer.node_id) : 0;
+    if (!rc && r->purge_pending)
+        rc = reg_pools_purge_locked(r, r->own.peer.node_id);
     if (rc) {
         free(v);
         return rc;
@@ -204,6 +206,8 @@ int reg_republish_locked(xfer_registry *r)
     rc = read_groups(r, 1, NODE_GROUP);
     if (!rc)
         rc = write_regions(r, v, n);
+    if (!rc)
+        rc = reg_pools_republish_locked(r);
     free(v);
     if (!rc) {
         r->need_republish = false;
@@ -371,6 +375,8 @@ int xfer_registry_unpublish_node(xfer_registry *r)
         rc = reg_conn_ensure(r);
         r->own_valid = true;
     }
+    if (!rc)
+        rc = reg_pools_delete_all_locked(r);
     if (!rc) {
         const char *id = r->own.peer.node_id;
         char key[REG_KEY_MAX], set[REG_KEY_MAX], msg[XFER_NAME_MAX + 8], members[REG_KEY_MAX];
@@ -396,6 +402,7 @@ int xfer_registry_unpublish_node(xfer_registry *r)
         r->own_valid = false; /* if Redis is down the keys expire by TTL */
         r->need_republish = false;
         strmap_clear(&r->own_regions, free_value);
+        reg_pools_clear(r);
     }
     pthread_mutex_unlock(&r->cmd_lock);
     return rc;

@@ -81,6 +81,7 @@ struct xfer_registry {
     bool own_valid;
     struct xfer_node_desc own;
     struct strmap own_regions; /* name -> struct xfer_region_desc * */
+    struct strmap own_pools;   /* name -> struct reg_pool * (pools.c) */
     uint64_t next_heartbeat_ms, next_reap_ms;
 
     /* Cache, under cache_lock (taken after cmd_lock, never before). */
@@ -192,6 +193,16 @@ int reg_check_region(const struct xfer_region_desc *d);
 int reg_republish_locked(xfer_registry *r);
 int reg_heartbeat_locked(xfer_registry *r);
 int reg_reap_locked(xfer_registry *r);
+
+/* ---- pools (pools.c), cmd_lock held ---- */
+int reg_pools_republish_locked(xfer_registry *r);
+/* PEXPIRE of the pool keys; *gone when one was missing. */
+int reg_pools_beat_locked(xfer_registry *r, const char *ttl, bool *gone);
+/* Deletes every own pool's keys (node leaving). */
+int reg_pools_delete_all_locked(xfer_registry *r);
+/* Deletes pool keys a previous incarnation of node id left. */
+int reg_pools_purge_locked(xfer_registry *r, const char *id);
+void reg_pools_clear(xfer_registry *r);
 
 /* ---- cache (cache.c) ---- */
 void reg_cache_free(xfer_registry *r);

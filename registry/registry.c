@@ -198,6 +198,7 @@ xfer_registry *xfer_registry_new(const struct xfer_registry_config *cfg, int *er
     pthread_mutex_init(&r->cache_lock, NULL);
     pthread_mutex_init(&r->cb_lock, NULL);
     strmap_init(&r->own_regions);
+    strmap_init(&r->own_pools);
     strmap_init(&r->cache);
     rc = registry_init(r, cfg);
     if (rc)
@@ -246,6 +247,7 @@ void xfer_registry_free(xfer_registry *r)
         freeReplyObject(r->held[r->held_pos++]);
     free(r->held);
     strmap_clear(&r->own_regions, free_value);
+    reg_pools_clear(r);
     reg_cache_free(r);
     if (r->wake_fd >= 0)
         close(r->wake_fd);

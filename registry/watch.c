@@ -164,7 +164,8 @@ static void handle_payload(xfer_registry *r, const char *msg, size_t len)
     const char *verb = tok[0], *node = tok[1], *name = tok[2];
     if (n < 2 || !xfer_registry_name_ok(node))
         goto bad;
-    bool region = !strcmp(verb, "region+") || !strcmp(verb, "region-");
+    bool pool = !strcmp(verb, "pool+") || !strcmp(verb, "pool-");
+    bool region = pool || !strcmp(verb, "region+") || !strcmp(verb, "region-");
     if (region != (n == 3) || (region && !xfer_registry_name_ok(name)))
         goto bad;
     if (!strcmp(verb, "join")) {
@@ -177,6 +178,8 @@ static void handle_payload(xfer_registry *r, const char *msg, size_t len)
     } else if (!strcmp(verb, "leave")) {
         reg_cache_drop_node(r, node);
         emit(r, XFER_REG_EV_LEAVE, node, NULL);
+    } else if (pool) {
+        emit(r, verb[4] == '+' ? XFER_REG_EV_POOL_ADD : XFER_REG_EV_POOL_DEL, node, name);
     } else if (region) {
         reg_cache_drop_region(r, node, name);
         emit(r, verb[6] == '+' ? XFER_REG_EV_REGION_ADD : XFER_REG_EV_REGION_DEL, node, name);

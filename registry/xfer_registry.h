@@ -10,8 +10,11 @@
  *   xfer:region:{<node>}:<name>  hash  id gen kind device addr len access rkeys
  *                                      ipc created_ms dtype block_bytes
  *                                      num_blocks layers tag                (TTL)
+ *   xfer:pools:{<node>}          set   pool names                           (TTL)
+ *   xfer:pool:{<node>}:<name>    hash  fields given by the node layer       (TTL)
  *   channel xfer:events                "join <node>", "leave <node>",
- *                                      "region+ <node> <name>", "region- <node> <name>"
+ *                                      "region+ <node> <name>", "region- <node> <name>",
+ *                                      "pool+ <node> <name>", "pool- <node> <name>"
  * Every key of a node carries the node TTL and is refreshed by the heartbeat,
  * so a crashed node leaves nothing behind once its TTL runs out. On Redis
  * Cluster (redis-cluster:// URL) xfer:nodes is split into 16 shards
@@ -220,6 +223,31 @@ int xfer_registry_list_regions(xfer_registry *r, const char *node_id, struct xfe
 /* Drops everything cached (next lookups read Redis). */
 void xfer_registry_cache_clear(xfer_registry *r);
 
+/* ---- pools --------------------------------------------------------------------
+ * A pool (node/xfer_node.h: a KV cache spanning many regions) is one hash of
+ * string fields per pool of the own node, kept, refreshed, republished and
+ * removed with the node like its regions. Field names and values are opaque
+ * to the registry. Pools are not cached: lookups read Redis. */
+struct xfer_registry_field {
+    const char *name;
+    const char *value;
+};
+typedef void (*xfer_registry_field_fn)(const char *field, const char *value, void *arg);
+
+/* Publishes (replacing) pool name of the own node with fields f[0..n) and
+ * "pool+". Recorded even when Redis is down (-XFER_EUNAVAIL). */
+int xfer_registry_publish_pool(xfer_registry *r, const char *name,
+                               const struct xfer_registry_field *f, size_t n);
+/* Removes an own pool and publishes "pool-"; -XFER_ENOENT if never published. */
+int xfer_registry_unpublish_pool(xfer_registry *r, const char *name);
+/* Calls fn for every field of pool node/name (read from Redis);
+ * -XFER_ENOENT when there is no such pool. */
+int xfer_registry_lookup_pool(xfer_registry *r, const char *node, const char *name,
+                              xfer_registry_field_fn fn, void *arg);
+/* Names of node's pools, sorted; *names malloc'ed (NULL when *n == 0). */
+int xfer_registry_list_pools(xfer_registry *r, const char *node, char (**names)[XFER_NAME_MAX],
+                             size_t *n);
+
 /* ---- watcher and events ----------------------------------------------------- */
 enum xfer_registry_event_type {
     XFER_REG_EV_JOIN = 1,   /* node (re)published */
@@ -230,6 +258,8 @@ enum xfer_registry_event_type {
                                were dropped; drop connections to it */
     XFER_REG_EV_RESYNC,     /* the watcher (re)subscribed: events may have been
                                missed, every cached entry was marked stale */
+    XFER_REG_EV_POOL_ADD,   /* pool+ (region = the pool's name) */
+    XFER_REG_EV_POOL_DEL,   /* pool- (region = the pool's name) */
 };
 
 struct xfer_registry_event {

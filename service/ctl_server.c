@@ -56,9 +56,10 @@ static void dereg_run(struct job *j)
     struct xferd *d = dj->d;
     pthread_rwlock_wrlock(&d->region_lock);
     xfer_region *r = xfer_region_find(d->eng, dj->name);
-    if (r && xfer_region_deregister(d->eng, r) == 0)
-        xfer_info("region %s of a closed control connection deregistered", dj->name);
+    bool mine = r && xfer_region_detach(d->eng, r) == 0;
     pthread_rwlock_unlock(&d->region_lock);
+    if (mine && xfer_region_deregister(d->eng, r) == 0) /* waits without our lock */
+        xfer_info("region %s of a closed control connection deregistered", dj->name);
 }
 
 static void dereg_done(struct job *j)

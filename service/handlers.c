@@ -279,8 +279,12 @@ static void do_deregister(struct xferd *d, const char *name, Xctl__Response *res
 {
     pthread_rwlock_wrlock(&d->region_lock);
     xfer_region *r = name ? xfer_region_find(d->eng, name) : NULL;
-    int rc = r ? xfer_node_region_deregister(d->node, r) : -XFER_ENOENT;
+    int rc = r ? xfer_node_region_detach(d->node, r) : -XFER_ENOENT;
     pthread_rwlock_unlock(&d->region_lock);
+    /* Detached: no transfer finds it any more. The wait for accesses in
+     * progress (bounded, docs/engine.md) holds no lock of ours. */
+    if (!rc)
+        rc = xfer_node_region_deregister(d->node, r);
     if (rc)
         fail(resp, a, rc, "deregister '%s': %s", name ? name : "",
              rc == -XFER_ENOENT ? "no such region here" : xfer_node_last_error(d->node));

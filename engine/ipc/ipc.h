@@ -130,7 +130,17 @@ int ipc_cma_read(pid_t pid, uint64_t raddr, void *local, size_t len, char *why, 
 int ipc_cma_write(pid_t pid, uint64_t raddr, const void *local, size_t len, char *why,
                   size_t why_len);
 /* Lets same-uid peers attach with process_vm_* despite Yama ptrace_scope=1. */
-void ipc_cma_allow_peers(void);
+/* Cross-memory attach into this process is allowed to the tracer Yama
+ * (ptrace_scope 1) lets it declare, one process at most. The owner declares
+ * its one connected ipc peer, "any" while several (or one it cannot name:
+ * another pid namespace) are connected, nobody once none is (issue 18 item
+ * 6). ipc_ptracer_choice: 0 none, -1 any, else the pid. */
+pid_t ipc_ptracer_choice(const pid_t *pids, size_t n);
+/* Every ipc server of the process shares the one declaration: peers are
+ * added when they pass the handshake and removed when they go (pid -1: a
+ * peer we cannot name). */
+void ipc_tracer_add(pid_t pid);
+void ipc_tracer_remove(pid_t pid);
 /* Kernel's view, for error messages: "ptrace_scope=N" or "no Yama". */
 void ipc_cma_policy(char *buf, size_t len);
 /* Reopens a memfd read-only, so a peer that may only READ cannot map it rw. */

@@ -14,6 +14,7 @@
 #include "xfer_kernels.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,11 +181,26 @@ static int jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
                     c->io_timeout_ms);
 }
 
+/* True once the owner closed the connection: it revokes a peer that held a
+ * dying region too long (ipc_serve.c), and this process may just be
+ * resuming from a stop; its pins are gone, so the memory must not be
+ * touched. A zero-timeout poll per copy, cheap next to the copy. */
+static bool owner_hung_up(struct ipc_conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static void job_copy_host(struct ipc_conn *c, struct ipc_job *j, char *local)
 {
     const struct xfer_item *it = &j->it;
     const struct ipc_map *m = j->map;
     int rc = 0;
+    if (owner_hung_up(c)) {
+        snprintf(j->why, sizeof(j->why), "the owner closed the connection (access revoked?)");
+        j->status = -XFER_ECONN;
+        return;
+    }
     if (m->mech == IPC_MECH_MEMFD) {
         char *remote = (char *)m->base + it->remote_off;
         if (it->op == XFER_OP_READ)

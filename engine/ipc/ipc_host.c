@@ -5,6 +5,8 @@
 #include "ipc.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,14 +66,67 @@ void ipc_cma_policy(char *buf, size_t len)
                  scope >= 2 ? " (needs CAP_SYS_PTRACE or is disabled)" : "");
 }
 
-/* Yama keeps one allowed tracer per process; a node serves many peers, so
- * it declares "any". The kernel still requires the same uid (or
- * CAP_SYS_PTRACE), which is the classic rule of ptrace_scope=0. EINVAL
- * means no Yama, where nothing needs declaring. */
-void ipc_cma_allow_peers(void)
+pid_t ipc_ptracer_choice(const pid_t *pids, size_t n)
 {
-    if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) < 0 && errno != EINVAL)
-        xfer_debug("ipc: prctl(PR_SET_PTRACER): %s", strerror(errno));
+    pid_t one = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pids[i] <= 0 || (one && pids[i] != one))
+            return -1; /* a peer we cannot name, or a second one */
+        one = pids[i];
+    }
+    return one;
+}
+
+static struct {
+    pthread_mutex_t mu;
+    pid_t *pids; /* connected peers, one entry per connection */
+    size_t n, cap;
+    bool lost;      /* a peer could not be recorded: stay at "any" */
+    pid_t declared; /* 0 none, -1 any */
+} tracers = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* EINVAL means no Yama, where nothing needs declaring (and nothing can be
+ * scoped: the kernel's same-uid rule alone applies). tracers.mu held. */
+static void tracers_declare(void)
+{
+    pid_t choice = tracers.lost ? -1 : ipc_ptracer_choice(tracers.pids, tracers.n);
+    if (choice == tracers.declared)
+        return;
+    unsigned long arg = choice < 0 ? PR_SET_PTRACER_ANY : (unsigned long)choice;
+    if (prctl(PR_SET_PTRACER, arg, 0, 0, 0) < 0 && errno != EINVAL)
+        xfer_debug("ipc: prctl(PR_SET_PTRACER, %ld): %s", (long)choice, strerror(errno));
+    tracers.declared = choice;
+}
+
+void ipc_tracer_add(pid_t pid)
+{
+    pthread_mutex_lock(&tracers.mu);
+    if (tracers.n == tracers.cap) {
+        size_t cap = tracers.cap ? 2 * tracers.cap : 8;
+        pid_t *v = realloc(tracers.pids, cap * sizeof(*v));
+        if (v) {
+            tracers.pids = v;
+            tracers.cap = cap;
+        }
+    }
+    if (tracers.n < tracers.cap)
+        tracers.pids[tracers.n++] = pid;
+    else
+        tracers.lost = true;
+    tracers_declare();
+    pthread_mutex_unlock(&tracers.mu);
+}
+
+void ipc_tracer_remove(pid_t pid)
+{
+    pthread_mutex_lock(&tracers.mu);
+    for (size_t i = 0; i < tracers.n; i++)
+        if (tracers.pids[i] == pid) {
+            tracers.pids[i] = tracers.pids[--tracers.n];
+            break;
+        }
+    tracers_declare();
+    pthread_mutex_unlock(&tracers.mu);
 }
 
 static int cma_error(int e, pid_t pid, char *why, size_t why_len)

@@ -29,14 +29,17 @@
 struct serve_conn {
     struct ipc_server *srv;
     int fd;
+    pid_t pid; /* the peer, once it passed the handshake; 0 before */
     pthread_t thread;
     bool done; /* thread finished; joined by the reaper */
     xfer_region **slots;
+    int64_t *pinned_ms;  /* when each slot was pinned */
     uint32_t *free_next; /* free list threaded through slot indices */
     uint32_t nslots, free_head;
     struct ipc_revoked mapped[IPC_MAP_TRACK]; /* (id, gen) this peer mapped */
     uint32_t nmapped;
     int64_t revoke_check_ms;       /* last scan of mapped[] for deregistered regions */
+    int64_t lease_check_ms;        /* last scan of slots[] for pins held too long */
     char peer_node[XFER_NAME_MAX]; /* the initiator, as its handshake proved */
     uint64_t peer_inc;
     struct serve_conn *next;
@@ -51,7 +54,6 @@ struct ipc_server {
     pthread_mutex_t mu;
     struct serve_conn *conns;
     bool stopping;
-    bool cma_allowed;
     uint8_t probe_cookie[16];
 };
 
@@ -71,6 +73,10 @@ static int slot_alloc(struct serve_conn *c, xfer_region *r, uint32_t *out)
         if (!f)
             return -XFER_ENOMEM;
         c->free_next = f;
+        int64_t *t = realloc(c->pinned_ms, n * sizeof(*t));
+        if (!t)
+            return -XFER_ENOMEM;
+        c->pinned_ms = t;
         for (uint32_t i = c->nslots; i < n; i++) {
             s[i] = NULL;
             f[i] = i + 1 < n ? i + 1 : SLOT_NONE;
@@ -81,6 +87,7 @@ static int slot_alloc(struct serve_conn *c, xfer_region *r, uint32_t *out)
     uint32_t i = c->free_head;
     c->free_head = c->free_next[i];
     c->slots[i] = r;
+    c->pinned_ms[i] = xfer_now_ms();
     *out = i;
     return 0;
 }
@@ -101,9 +108,32 @@ static int serve_timeout(struct ipc_server *s)
     return xfer_engine_config_get(s->engine)->io_timeout_ms;
 }
 
+/* A peer holding a pin on a region being deregistered for longer than
+ * io_timeout_ms (stopped, hung) would make the deregistration wait for
+ * ever, and with it whoever waits on that. Its access is revoked by closing
+ * the connection, which releases all its pins; the peer's copies then fail
+ * with -XFER_ECONN (it checks the connection before each host copy). */
+static bool holds_dying_too_long(struct serve_conn *c)
+{
+    int64_t now = xfer_now_ms(), lease = serve_timeout(c->srv);
+    if (now - c->lease_check_ms < 100 || xfer_engine_regions_dying(c->srv->engine) == 0)
+        return false;
+    c->lease_check_ms = now;
+    for (uint32_t i = 0; i < c->nslots; i++) {
+        if (!c->slots[i] || now - c->pinned_ms[i] <= lease || !xfer_region_dying(c->slots[i]))
+            continue;
+        struct xfer_region_desc d;
+        xfer_region_describe(c->slots[i], &d);
+        xfer_warn("ipc: a peer has held region %s for %lld ms while it is being deregistered: "
+                  "revoking its access (closing its connection)",
+                  d.name, (long long)(now - c->pinned_ms[i]));
+        return true;
+    }
+    return false;
+}
+
 /* Fills how a peer reaches r; *fd_out is an fd to pass (caller closes) or -1. */
-static void describe_reach(struct ipc_server *s, xfer_region *r, struct ipc_map_resp *m,
-                           int *fd_out)
+static void describe_reach(xfer_region *r, struct ipc_map_resp *m, int *fd_out)
 {
     struct xfer_region_desc d;
     xfer_region_describe(r, &d);
@@ -137,13 +167,7 @@ static void describe_reach(struct ipc_server *s, xfer_region *r, struct ipc_map_
         }
         return;
     }
-    m->mech = IPC_MECH_CMA;
-    pthread_mutex_lock(&s->mu);
-    if (!s->cma_allowed) {
-        ipc_cma_allow_peers();
-        s->cma_allowed = true;
-    }
-    pthread_mutex_unlock(&s->mu);
+    m->mech = IPC_MECH_CMA; /* the peer is a declared tracer (ipc_tracer_add) */
 }
 
 static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
@@ -163,7 +187,7 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
         m.status = err;
         snprintf(m.why, sizeof(m.why), "region %u gen %u: %s", q.id, q.gen, xfer_strerror(err));
     } else {
-        describe_reach(s, r, &m, &fd);
+        describe_reach(r, &m, &fd);
         xfer_region_release(r);
         if (m.status == 0 && m.mech != IPC_MECH_CMA && c->nmapped < IPC_MAP_TRACK)
             c->mapped[c->nmapped++] = (struct ipc_revoked){q.id, q.gen};
@@ -282,7 +306,9 @@ static int conn_handshake(struct serve_conn *c)
                               .probe_len = sizeof(s->probe_cookie),
                               .probe_addr = (uint64_t)(uintptr_t)s->probe_cookie};
     memcpy(hello.probe_cookie, s->probe_cookie, sizeof(hello.probe_cookie));
-    ipc_cma_allow_peers(); /* the peer probes CMA right after HELLO */
+    pid_t pid = ipc_sock_peer_pid(c->fd);
+    c->pid = pid > 0 ? pid : -1; /* -1: a peer we cannot name */
+    ipc_tracer_add(c->pid);      /* the peer probes CMA right after HELLO */
     return ipc_send(c->fd, IPC_HELLO, 1, &hello, sizeof(hello), -1, cfg->connect_timeout_ms);
 }
 
@@ -303,6 +329,10 @@ static void *conn_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
+        if (holds_dying_too_long(c)) {
+            rc = -XFER_ECONN;
+            break;
+        }
         rc = ipc_wait_readable(c->fd, 500);
         if (rc == -XFER_ETIMEDOUT) {
             rc = 0;
@@ -337,6 +367,8 @@ static void *conn_main(void *arg)
             slot_release(c, i);
     free(buf);
     shutdown(c->fd, SHUT_RDWR);
+    if (c->pid)
+        ipc_tracer_remove(c->pid); /* a peer that went is no tracer any more */
     pthread_mutex_lock(&s->mu);
     c->done = true;
     pthread_mutex_unlock(&s->mu);
@@ -348,6 +380,7 @@ static void conn_free(struct serve_conn *c)
     pthread_join(c->thread, NULL);
     close(c->fd);
     free(c->slots);
+    free(c->pinned_ms);
     free(c->free_next);
     free(c);
 }

@@ -92,9 +92,9 @@ struct rdma_slot {
     int lnic, rnic;
     struct rdma_progress *prog;
     struct rdma_cm_id *id;
-    uint64_t nonce;      /* of the REQ in flight, to check the REP proof */
-    uint32_t depth;      /* send queue depth */
-    uint32_t unsignaled; /* posted unsignaled since the last signaled WR */
+    struct xfer_rdma_nonce nonce; /* of the REQ in flight, to check the REP proof */
+    uint32_t depth;               /* send queue depth */
+    uint32_t unsignaled;          /* posted unsignaled since the last signaled WR */
     uint64_t next_seq;
     struct xfer_rdma_ring ring; /* posted, not yet completed */
     int64_t retry_at_ms;

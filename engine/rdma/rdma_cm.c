@@ -163,8 +163,12 @@ static void slot_connect(struct rdma_transport *t, struct rdma_slot *s)
         return;
     }
     uint8_t req[XFER_RDMA_REQ_LEN];
-    s->nonce = xfer_rdma_nonce_new(wall_ms());
-    xfer_rdma_req_encode(&t->self, s->conn->peer.node_id, (uint16_t)s->index, s->nonce, req);
+    if (xfer_rdma_nonce_new(&s->nonce) < 0) {
+        attempt_failed(t, s, -XFER_EIO, "no randomness for a connection nonce", false);
+        return;
+    }
+    xfer_rdma_req_encode(&t->self, s->conn->peer.node_id, (uint16_t)s->index, wall_ms(), &s->nonce,
+                         req);
     struct rdma_conn_param cp = {.private_data = req,
                                  .private_data_len = sizeof(req),
                                  .initiator_depth = nic->rd_atom,
@@ -181,7 +185,7 @@ static void slot_established(struct rdma_transport *t, struct rdma_slot *s, cons
                              size_t len)
 {
     char why[192];
-    int rc = xfer_rdma_rep_verify(&t->self, s->nonce, pdata, len, why, sizeof(why));
+    int rc = xfer_rdma_rep_verify(&t->self, &s->nonce, pdata, len, why, sizeof(why));
     if (rc == 0) /* the node we meant, not another one or a restarted one */
         rc = xfer_rdma_rep_check_peer(pdata, len, s->conn->peer.node_id, s->conn->peer.incarnation,
                                       why, sizeof(why));
@@ -223,7 +227,7 @@ static void slot_event(struct rdma_transport *t, struct rdma_slot *s, enum rdma_
         break;
     case RDMA_CM_EVENT_REJECTED:
         if (len) { /* refused by an xfer node: its reason; refused for good on auth */
-            int rc = xfer_rdma_rep_verify(&t->self, s->nonce, pdata, len, why, sizeof(why));
+            int rc = xfer_rdma_rep_verify(&t->self, &s->nonce, pdata, len, why, sizeof(why));
             if (rc < 0) {
                 attempt_failed(t, s, rc, why, rc == -XFER_EAUTH || rc == -XFER_EPROTO);
                 break;
@@ -263,7 +267,7 @@ static struct rdma_nic *nic_of(struct rdma_transport *t, struct rdma_cm_id *id)
 static void refuse(struct rdma_transport *t, struct rdma_cm_id *id, int rc, const char *why)
 {
     uint8_t rej[XFER_RDMA_REJ_LEN];
-    size_t n = xfer_rdma_rep_encode(&t->self, 0, rc, why, rej);
+    size_t n = xfer_rdma_rep_encode(&t->self, NULL, rc, why, rej);
     rdma_reject(id, rej, (uint8_t)n);
     rdma_destroy_id(id);
 }
@@ -300,7 +304,7 @@ static void incoming(struct rdma_transport *t, struct rdma_cm_id *id, const void
     snprintf(a->node, sizeof(a->node), "%s", req.node);
     id->context = a;
     uint8_t rep[XFER_RDMA_REJ_LEN];
-    size_t n = xfer_rdma_rep_encode(&t->self, req.nonce, 0, NULL, rep);
+    size_t n = xfer_rdma_rep_encode(&t->self, &req.nonce, 0, NULL, rep);
     struct rdma_conn_param cp = {.private_data = rep,
                                  .private_data_len = (uint8_t)n,
                                  .responder_resources = nic->rd_atom,

@@ -158,9 +158,21 @@ static bool device_wanted(const char *name)
     return false;
 }
 
-/* Fills n for an active port; false when the port is not usable. */
+/* Whether `listen` lets a NIC with IPv4 address ip serve: a wildcard lets
+ * every NIC, any other address only the NIC that has it (issue 18 item 6:
+ * listening on loopback must not serve on the NIC). */
+static bool listen_allows(const char *listen, uint32_t ip)
+{
+    if (!listen || !*listen || !strcmp(listen, "0.0.0.0") || !strcmp(listen, "::"))
+        return true;
+    struct in_addr a;
+    return inet_pton(AF_INET, listen, &a) == 1 && a.s_addr == ip;
+}
+
+/* Fills n for an active port; false when the port is not usable or, with
+ * *refused set, not at the listen address. */
 static bool nic_init(struct rdma_transport *t, struct rdma_nic *n, struct ibv_context *c,
-                     uint8_t port, const struct ibv_device_attr *da)
+                     uint8_t port, const struct ibv_device_attr *da, bool *refused)
 {
     struct ibv_port_attr pa;
     union ibv_gid gid;
@@ -189,6 +201,14 @@ static bool nic_init(struct rdma_transport *t, struct rdma_nic *n, struct ibv_co
     uint32_t ip;
     struct sockaddr_in *sin = (struct sockaddr_in *)&n->addr;
     sin->sin_family = AF_INET;
+    if (xfer_rdma_gid_ipv4(&gid, &ip) && !listen_allows(t->cfg->listen_addr, ip)) {
+        char have[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &ip, have, sizeof(have));
+        xfer_info("rdma: %s port %u (%s) not offered: listen is %s", n->desc.name, port, have,
+                  t->cfg->listen_addr);
+        *refused = true;
+        return false;
+    }
     if (xfer_rdma_gid_ipv4(&gid, &ip))
         sin->sin_addr.s_addr = ip;
     else if (inet_pton(AF_INET, t->cfg->listen_addr ? t->cfg->listen_addr : "0.0.0.0",
@@ -200,6 +220,7 @@ static bool nic_init(struct rdma_transport *t, struct rdma_nic *n, struct ibv_co
 int xrdma_devices_open(struct rdma_transport *t, char *why, size_t why_len)
 {
     int n = 0;
+    bool refused = false;
     t->dev_list = rdma_get_devices(&n);
     if (!t->dev_list || n == 0) {
         snprintf(why, why_len, "no RDMA device (%s)", strerror(errno));
@@ -212,7 +233,7 @@ int xrdma_devices_open(struct rdma_transport *t, char *why, size_t why_len)
             continue;
         for (uint8_t p = 1; p <= da.phys_port_cnt && t->n_nics < XFER_RDMA_MAX_NICS; p++) {
             struct rdma_nic *nic = &t->nics[t->n_nics];
-            if (!nic_init(t, nic, c, p, &da))
+            if (!nic_init(t, nic, c, p, &da, &refused))
                 continue;
             nic->index = t->n_nics;
             nic->pd = ibv_alloc_pd(c);
@@ -228,6 +249,11 @@ int xrdma_devices_open(struct rdma_transport *t, char *why, size_t why_len)
                       nic->desc.numa);
             t->n_nics++;
         }
+    }
+    if (t->n_nics == 0 && refused) {
+        snprintf(why, why_len, "no RDMA NIC has the listen address %s (0.0.0.0 offers every NIC)",
+                 t->cfg->listen_addr);
+        return -XFER_ENODEV;
     }
     if (t->n_nics == 0) {
         snprintf(why, why_len, "no RDMA device with an active port and a usable GID");

@@ -64,6 +64,7 @@ static void xrdma_close(struct xfer_transport *tr)
         free(t->slots);
     }
     xrdma_devices_close(t);
+    xfer_rdma_replay_free(&t->replay);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }

@@ -24,10 +24,15 @@
 #define TCP_TXQ_HIGH       4096        /* target stops reading above this backlog */
 #define TCP_HANDSHAKES_MAX 64          /* concurrent inbound handshakes */
 /* GPU memory goes through pinned staging slots (engine/gpu_stage, tcp_gpu.c):
- * chunks touching GPU memory are at most one slot long. */
-#define TCP_GPU_SLOT    (4u << 20)
-#define TCP_GPU_SLOTS   4u /* per thread, GPU and direction */
-#define TCP_GPU_MAX_DEV 16
+ * chunks touching GPU memory are at most one slot long. Chunks of at most
+ * TCP_GPU_SMALL_SLOT use a second ring of many small slots, so thousands of
+ * tiny items are not queued four at a time behind per-copy latency. */
+#define TCP_GPU_SLOT        (4u << 20)
+#define TCP_GPU_SLOTS       4u /* per thread, GPU and direction */
+#define TCP_GPU_SMALL_SLOT  (16u << 10)
+#define TCP_GPU_SMALL_SLOTS 512u
+#define TCP_GPU_PREFETCH    64u /* queued frames whose D2H may start ahead */
+#define TCP_GPU_MAX_DEV     16
 
 struct tcp_transport;
 struct tcp_thread;
@@ -127,10 +132,10 @@ struct tcp_thread {
     struct tcp_sock *socks;
     struct tcp_sock *kick_head;
     struct tcp_sock *ready_head;
-    struct tcp_sock *grave;                         /* target sockets to free after this round */
-    uint8_t scratch[65536];                         /* discarded payload lands here */
-    struct xfer_gpu_stage *gst[TCP_GPU_MAX_DEV][2]; /* [gpu][send, recv], lazily */
-    struct tcp_sock *gpu_head;                      /* sockets waiting for a staging copy or slot */
+    struct tcp_sock *grave;                            /* target sockets to free after this round */
+    uint8_t scratch[65536];                            /* discarded payload lands here */
+    struct xfer_gpu_stage *gst[TCP_GPU_MAX_DEV][2][2]; /* [gpu][send, recv][big, small] */
+    struct tcp_sock *gpu_head; /* sockets waiting for a staging copy or slot */
 };
 
 struct tcp_transport {
@@ -194,9 +199,10 @@ int tcp_gpu_tx_check(struct tcp_sock *s, struct tcp_tx *t, char *why, size_t why
 void tcp_gpu_tx_sent(struct tcp_tx *t);
 /* t is dropped: waits (bounded) for its copy, gives back slot and pin. */
 void tcp_gpu_tx_release(struct tcp_tx *t);
-/* Receiving payload for GPU memory `dev` into a slot: 0 and s->rx_host set,
- * -XFER_EBUSY (no free slot: the socket is re-driven later), or an error. */
-int tcp_gpu_rx_slot(struct tcp_sock *s, int dev, char *why, size_t why_len);
+/* Receiving len bytes of payload for GPU memory `dev` into a slot: 0 and
+ * s->rx_host set, -XFER_EBUSY (no free slot: the socket is re-driven later),
+ * or an error. */
+int tcp_gpu_rx_slot(struct tcp_sock *s, int dev, uint64_t len, char *why, size_t why_len);
 void tcp_gpu_rx_drop(struct tcp_sock *s);
 /* Initiator READ chunk t fully received into s's slot: H2D into its local
  * memory, completed when the copy is (tcp_gpu_pump). */

@@ -2,12 +2,19 @@
  * GPU memory over the tcp transport, run by a socket's progress thread only.
  *
  * Sockets carry host bytes, so GPU memory goes through pinned staging slots
- * (engine/gpu_stage): each progress thread owns, per GPU, one ring for sending
- * (D2H, then the slot is the frame's payload) and one for receiving (payload
- * read into a slot, then H2D). Two rings so that a thread whose send slots
- * all wait for a slow reader can still receive. Chunks touching GPU memory are
- * at most one slot (TCP_GPU_SLOT): the initiator splits them that way and the
- * target refuses larger ones with -XFER_ENOTSUP.
+ * (engine/gpu_stage): each progress thread owns, per GPU, rings for sending
+ * (D2H, then the slot is the frame's payload) and for receiving (payload
+ * read into a slot, then H2D). Separate directions so that a thread whose
+ * send slots all wait for a slow reader can still receive. Chunks touching
+ * GPU memory are at most one slot (TCP_GPU_SLOT): the initiator splits them
+ * that way and the target refuses larger ones with -XFER_ENOTSUP.
+ *
+ * Two size classes per direction: 4 big slots, and TCP_GPU_SMALL_SLOTS small
+ * ones for chunks of at most TCP_GPU_SMALL_SLOT. A copy's cost on a GPU is
+ * mostly latency, not bytes (a small H2D can wait a whole time slice of
+ * another process's kernel, docs/gpu.md), so with four slots thousands of
+ * tiny items went through four at a time; with many small slots they are
+ * all in flight at once and share that latency.
  *
  * Pipelining: the D2H of the next queued frames runs while the current one is
  * written (tcp_gpu_prefetch), and the H2D of a received chunk runs while the
@@ -29,18 +36,21 @@
 #define GPU_RECV     1
 #define DROP_WAIT_MS 5000
 
-static struct xfer_gpu_stage *stage_for(struct tcp_thread *th, int dev, int dir, int *err,
-                                        char *why, size_t why_len)
+/* The ring for `len` bytes of GPU `dev` in direction dir, made on first use. */
+static struct xfer_gpu_stage *stage_for(struct tcp_thread *th, int dev, int dir, uint64_t len,
+                                        int *err, char *why, size_t why_len)
 {
     if (dev < 0 || dev >= TCP_GPU_MAX_DEV) {
         *err = -XFER_ENODEV;
         snprintf(why, why_len, "GPU %d outside the %d GPUs tcp stages for", dev, TCP_GPU_MAX_DEV);
         return NULL;
     }
-    struct xfer_gpu_stage **st = &th->gst[dev][dir];
+    bool small = len <= TCP_GPU_SMALL_SLOT;
+    struct xfer_gpu_stage **st = &th->gst[dev][dir][small];
     if (*st)
         return *st;
-    int rc = xfer_gpu_stage_new(dev, TCP_GPU_SLOT, TCP_GPU_SLOTS, st);
+    int rc = small ? xfer_gpu_stage_new(dev, TCP_GPU_SMALL_SLOT, TCP_GPU_SMALL_SLOTS, st)
+                   : xfer_gpu_stage_new(dev, TCP_GPU_SLOT, TCP_GPU_SLOTS, st);
     if (rc == 0)
         return *st;
     *err = rc;
@@ -81,7 +91,7 @@ static int send_start(struct tcp_sock *s, struct tcp_tx *t)
     int err = 0;
     char why[160];
     if (!t->gst)
-        t->gst = stage_for(s->th, t->gdev, GPU_SEND, &err, why, sizeof(why));
+        t->gst = stage_for(s->th, t->gdev, GPU_SEND, t->payload_len, &err, why, sizeof(why));
     if (!t->gst)
         return err;
     void *host;
@@ -112,7 +122,7 @@ static int send_start(struct tcp_sock *s, struct tcp_tx *t)
 void tcp_gpu_prefetch(struct tcp_sock *s)
 {
     unsigned k = 0;
-    for (struct tcp_tx *t = s->tx_head; t && k < TCP_GPU_SLOTS; t = t->next, k++) {
+    for (struct tcp_tx *t = s->tx_head; t && k < TCP_GPU_PREFETCH; t = t->next, k++) {
         if (!t->gpu || !t->gsrc || t->gslot >= 0 || t->gready)
             continue;
         if (send_start(s, t) <= 0)
@@ -214,10 +224,10 @@ void tcp_gpu_tx_release(struct tcp_tx *t)
 
 /* ---- receiving into GPU memory ----------------------------------------------------- */
 
-int tcp_gpu_rx_slot(struct tcp_sock *s, int dev, char *why, size_t why_len)
+int tcp_gpu_rx_slot(struct tcp_sock *s, int dev, uint64_t len, char *why, size_t why_len)
 {
     int err = 0;
-    struct xfer_gpu_stage *st = stage_for(s->th, dev, GPU_RECV, &err, why, why_len);
+    struct xfer_gpu_stage *st = stage_for(s->th, dev, GPU_RECV, len, &err, why, why_len);
     if (!st)
         return err;
     void *host;
@@ -361,8 +371,9 @@ void tcp_gpu_pump(struct tcp_thread *th)
 void tcp_gpu_thread_free(struct tcp_thread *th)
 {
     for (int d = 0; d < TCP_GPU_MAX_DEV; d++)
-        for (int dir = 0; dir < 2; dir++) {
-            xfer_gpu_stage_free(th->gst[d][dir]);
-            th->gst[d][dir] = NULL;
-        }
+        for (int dir = 0; dir < 2; dir++)
+            for (int small = 0; small < 2; small++) {
+                xfer_gpu_stage_free(th->gst[d][dir][small]);
+                th->gst[d][dir][small] = NULL;
+            }
 }

@@ -530,7 +530,7 @@ static ssize_t initiator_payload_gpu(struct tcp_sock *s, struct tcp_tx *t)
 {
     if (s->rx_gslot < 0 && s->rx_gerr == 0) {
         char why[160];
-        int rc = tcp_gpu_rx_slot(s, t->gdev, why, sizeof(why));
+        int rc = tcp_gpu_rx_slot(s, t->gdev, t->len, why, sizeof(why));
         if (rc == -XFER_EBUSY)
             return 0;
         if (rc < 0) {
@@ -730,7 +730,7 @@ static int target_gpu_slot(struct tcp_sock *s)
     if (!s->rx_gpu || s->rx_gslot >= 0)
         return 1;
     char why[160];
-    int rc = tcp_gpu_rx_slot(s, xfer_region_device(s->rx_region), why, sizeof(why));
+    int rc = tcp_gpu_rx_slot(s, xfer_region_device(s->rx_region), s->rh.length, why, sizeof(why));
     if (rc == -XFER_EBUSY)
         return 0;
     if (rc < 0) { /* no device: refuse, discard the payload */

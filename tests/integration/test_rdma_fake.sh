@@ -30,13 +30,23 @@ rdma_serve nosec --region rw:rw:1048576:1 --region ro:r:65536:2 --region wo:w:65
 step "bad input (engine suite), no secret" "$FAKE/xfer_node" bad --peer "$WORK/nosec.node" --phase setup
 
 # Two NICs on each side (127.0.0.1 and 127.0.0.2): QPs on both, chunks striped.
+# Every NIC serves only with a wildcard listen address (issue 18 item 6).
 export XFER_FAKEVERBS_DEVICES=2
-rdma_serve srv2 --region rw:rw:16777216:1 --region ro:r:4194304:2 || exit 1
+rdma_serve srv2 --listen 0.0.0.0 --region rw:rw:16777216:1 --region ro:r:4194304:2 || exit 1
 grep -q '^nics=fake0.*;fake1' "$WORK/srv2.node" || { echo "srv2 publishes one NIC"; FAILED=$((FAILED + 1)); }
 step "two NICs: random batches" "$FAKE/xfer_rdma_check" random --peer "$WORK/srv2.node" --seed 3 --rounds 30
 step "two NICs: bench smoke run" "$FAKE/xfer_rdma_check" bench --peer "$WORK/srv2.node" \
     --seconds 0.1 --sizes 4096,1048576,4194304
 step "two NICs: NIC-enforced access" "$FAKE/xfer_rdma_check" nic --peer "$WORK/srv2.node"
+# rdma honours listen: the NIC at the listen address serves, the other is
+# not offered, and no NIC at it means no rdma (issue 18 item 6).
+rdma_serve one --listen 127.0.0.2 --region rw:rw:65536:1 || exit 1
+grep -q '^nics=fake1' "$WORK/one.node" && ! grep -q 'fake0' "$WORK/one.node" \
+    || { echo "listen 127.0.0.2 offers: $(grep '^nics=' "$WORK/one.node")"; FAILED=$((FAILED + 1)); }
+XFER_LOG_LEVEL=info timeout 20 "$FAKE/xfer_node" serve --out "$WORK/none.node" --node none \
+    --listen 127.0.0.9 --region rw:rw:65536:1 >"$WORK/none.log" 2>&1
+grep -q 'no RDMA NIC has the listen address 127.0.0.9' "$WORK/none.log" \
+    || { echo "listen 127.0.0.9 did not refuse rdma:"; cat "$WORK/none.log"; FAILED=$((FAILED + 1)); }
 unset XFER_FAKEVERBS_DEVICES
 
 echo "$FAILED step(s) failed"

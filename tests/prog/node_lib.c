@@ -8,7 +8,7 @@
  *   node_lib basic --node C --peer N --seed S [--expect tcp|ipc]
  *       named READ/WRITE with every byte checked, the transport each item
  *       used, the refusals (unknown node/region, self, range, access, a
- *       transport requirement that cannot be met).
+ *       transport requirement that cannot be met), notifications by name.
  *   node_lib blackhole --node C --peer N --hole PORT
  *       a published peer whose port drops SYNs: connecting to it must not
  *       stall transfers to N or registry events (issue 18 item 4).
@@ -22,6 +22,7 @@
 #include "xfer_node.h"
 
 #include <getopt.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -175,6 +176,55 @@ static void basic_require(xfer_node *n, const struct opts *o, xfer_region *loc, 
           "the transport in use satisfies its own requirement");
 }
 
+/* Takes one notification from n's queue, waiting on its eventfd (5 s). */
+static struct xfer_notif *notif_take(xfer_node *n)
+{
+    struct xfer_notif *nf = NULL;
+    double until = now_s() + 5;
+    while (xfer_notif_poll(xfer_node_engine(n), &nf, 1) == 0 && now_s() < until) {
+        struct pollfd p = {.fd = xfer_notif_fd(xfer_node_engine(n)), .events = POLLIN};
+        poll(&p, 1, 100);
+    }
+    return nf;
+}
+
+/* Notifications by node name: bound to a named WRITE (data first), and
+ * standalone; received by a second node of this process. */
+static void basic_notify(xfer_node *n, const struct opts *o, xfer_region *loc)
+{
+    char rxname[80], name[160];
+    snprintf(rxname, sizeof(rxname), "%s-rx", o->node);
+    xfer_node *rx = make_node(o, rxname, 3000, NULL, NULL);
+    xfer_region *rbuf;
+    if (!rx || xfer_node_region_alloc(rx, "buf", CHUNK, XFER_ACCESS_RW, &rbuf)) {
+        fails++;
+        return;
+    }
+    pattern_fill(xfer_region_ptr(loc), CHUNK, 55, 0);
+    int err;
+    xfer_node_batch *b = xfer_node_batch_new(n, &err);
+    snprintf(name, sizeof(name), "%s/buf", rxname);
+    CHECK(xfer_node_batch_add(b, XFER_OP_WRITE, loc, 0, name, CHUNK) == 0, "add");
+    CHECK(xfer_node_batch_notify(b, rxname, "landed", 6) == 0, "bind: %s", xfer_node_last_error(n));
+    CHECK(xfer_node_batch_submit(b, 5000) == 0 && xfer_node_batch_wait(b, -1) == 0, "batch");
+    CHECK(xfer_node_batch_notify_status(b, rxname) == 0, "notification queued");
+    xfer_node_batch_free(b);
+    struct xfer_notif *nf = notif_take(rx);
+    CHECK(nf && !strcmp(nf->node_id, o->node) && nf->len == 6 && !memcmp(nf->data, "landed", 6) &&
+              nf->bound && nf->status == 0 && nf->n_items == 1,
+          "bound notification");
+    CHECK(same_pattern(xfer_region_ptr(rbuf), CHUNK, 55, 0), "data before its notification");
+    xfer_notif_free(nf);
+    CHECK(xfer_node_notify(n, rxname, "ping", 4, 2000) == 0, "standalone: %s",
+          xfer_node_last_error(n));
+    nf = notif_take(rx);
+    CHECK(nf && nf->len == 4 && !memcmp(nf->data, "ping", 4) && !nf->bound, "standalone");
+    xfer_notif_free(nf);
+    CHECK(xfer_node_notify(n, "nosuchnode", "x", 1, 1000) == -XFER_ENOENT, "unknown node");
+    xfer_node_free(rx);
+    printf("notifications by node name: %s\n", fails ? "FAILED" : "ok");
+}
+
 static int run_basic(const struct opts *o)
 {
     xfer_node *n = make_node(o, o->node, 3000, NULL, NULL);
@@ -213,6 +263,7 @@ static int run_basic(const struct opts *o)
     xfer_node_batch_free(b);
     basic_refusals(n, o, loc);
     basic_require(n, o, loc, t);
+    basic_notify(n, o, loc);
     xfer_node_free(n);
     printf("basic: %s\n", fails ? "FAILED" : "ok");
     return fails ? 1 : 0;

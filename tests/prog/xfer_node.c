@@ -2,7 +2,7 @@
  * Test helper: one engine per process, for the integration tests and the
  * interim demo.
  *
- *   xfer_node serve --out FILE [--node ID] [--secret S] [--io-timeout MS]
+ *   xfer_node serve --out FILE [--node ID] [--secret S] [--io-timeout MS] [--listen ADDR]
  *                   [--region NAME:ACCESS:BYTES[:SEED]]... [--regen NAME]
  *       registers regions (filled with pattern SEED), writes FILE (port,
  *       incarnation, regions) and serves until SIGTERM/SIGINT.
@@ -34,7 +34,7 @@ static void on_signal(int sig)
 }
 
 struct opts {
-    const char *cmd, *out, *peer, *secret, *node, *phase, *ready, *regen;
+    const char *cmd, *out, *peer, *secret, *node, *phase, *ready, *regen, *listen;
     const char *regions[NODE_MAX_REGIONS];
     int n_regions, io_timeout, sockets;
 };
@@ -71,6 +71,8 @@ static int run_serve(const struct opts *o)
     }
     if (o->io_timeout)
         cfg.io_timeout_ms = o->io_timeout;
+    if (o->listen)
+        cfg.listen_addr = o->listen;
     if (getenv("XFER_TEST_PROGRESS_THREADS"))
         cfg.progress_threads = atoi(getenv("XFER_TEST_PROGRESS_THREADS"));
     int rc;
@@ -543,7 +545,7 @@ int main(int argc, char **argv)
         {"out", 1, 0, 'o'},     {"peer", 1, 0, 'p'},   {"secret", 1, 0, 's'},
         {"node", 1, 0, 'n'},    {"region", 1, 0, 'r'}, {"io-timeout", 1, 0, 't'},
         {"phase", 1, 0, 'P'},   {"ready", 1, 0, 'R'},  {"regen", 1, 0, 'g'},
-        {"sockets", 1, 0, 'S'}, {0, 0, 0, 0}};
+        {"sockets", 1, 0, 'S'}, {"listen", 1, 0, 'L'}, {0, 0, 0, 0}};
     struct opts o = {0};
     if (argc < 2) {
         fprintf(stderr, "usage: xfer_node serve|bad|auth|pump|demo [options]\n");
@@ -583,6 +585,9 @@ int main(int argc, char **argv)
             break;
         case 'S':
             o.sockets = atoi(optarg);
+            break;
+        case 'L':
+            o.listen = optarg;
             break;
         default:
             return 2;

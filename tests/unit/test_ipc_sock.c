@@ -126,13 +126,32 @@ static void test_cma_self(void **state)
     assert_non_null(strstr(why, "not mapped"));
 }
 
+/* Issue 18 item 6: which tracer the owner declares to Yama. The
+ * declaration itself (prctl) cannot be observed here: this machine has no
+ * Yama (prctl answers EINVAL), see docs/ipc.md. */
+static void test_ptracer_choice(void **state)
+{
+    (void)state;
+    pid_t one[] = {4242}, same[] = {4242, 4242}, two[] = {4242, 4343}, unnamed[] = {4242, -1};
+    assert_int_equal(ipc_ptracer_choice(NULL, 0), 0);     /* nobody: dropped */
+    assert_int_equal(ipc_ptracer_choice(one, 1), 4242);   /* the one peer */
+    assert_int_equal(ipc_ptracer_choice(same, 2), 4242);  /* two connections, one process */
+    assert_int_equal(ipc_ptracer_choice(two, 2), -1);     /* Yama names one: "any" */
+    assert_int_equal(ipc_ptracer_choice(unnamed, 2), -1); /* another pid namespace */
+    /* add/remove keep a multiset; removing what was never added is harmless */
+    ipc_tracer_add(4242);
+    ipc_tracer_add(4242);
+    ipc_tracer_remove(4242);
+    ipc_tracer_remove(4242);
+    ipc_tracer_remove(777);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fd_passing),
-        cmocka_unit_test(test_bad_messages),
-        cmocka_unit_test(test_listen_connect),
-        cmocka_unit_test(test_cma_self),
+        cmocka_unit_test(test_fd_passing),     cmocka_unit_test(test_bad_messages),
+        cmocka_unit_test(test_listen_connect), cmocka_unit_test(test_cma_self),
+        cmocka_unit_test(test_ptracer_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

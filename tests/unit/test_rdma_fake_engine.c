@@ -1,8 +1,10 @@
 /* The rdma transport inside two engines of one process, over the verbs
  * stand-in (linked with libfakeverbs.a): send-queue depth and signalling
  * with many chunks, cancellation and peer removal with work in flight, a
- * target region deregistered mid-batch (its rkeys revoked), and engine
- * teardown with a batch running. Everything must end, nothing may leak. */
+ * target region deregistered mid-batch (its rkeys revoked), engine
+ * teardown with a batch running, and a descriptor naming another node whose
+ * id shares the answering node's first 16 bytes (refused: the connect reply
+ * carries the whole id). Everything must end, nothing may leak. */
 #include "xfer.h"
 
 #include <setjmp.h>
@@ -176,6 +178,39 @@ static void test_engine_freed_in_flight(void **state)
     xfer_engine_free(x.b);
 }
 
+/* Issue 14: the v1 reply carried 16 bytes of the node id, so a descriptor
+ * of "cluster-a-prefill-node-2" was satisfied by "cluster-a-prefill-node-1"
+ * answering at its address. */
+static void test_twin_node_id_refused(void **state)
+{
+    (void)state;
+    struct xfer_engine_config cfg;
+    int rc;
+    xfer_engine_config_init(&cfg);
+    cfg.transports = XFER_TRANSPORT_RDMA;
+    cfg.node_id = "cluster-a-prefill-node-1";
+    xfer_engine *a = xfer_engine_new(&cfg, &rc);
+    assert_non_null(a);
+    cfg.node_id = "initiator";
+    xfer_engine *b = xfer_engine_new(&cfg, &rc);
+    assert_non_null(b);
+    struct xfer_peer_desc pd;
+    xfer_engine_describe(a, &pd);
+    xfer_peer *p = NULL;
+    assert_int_equal(xfer_peer_add(b, &pd, &p), 0); /* the right name connects */
+    assert_int_equal(xfer_peer_remove(b, p), 0);
+    snprintf(pd.node_id, sizeof(pd.node_id), "cluster-a-prefill-node-2");
+    p = NULL;
+    rc = xfer_peer_add(b, &pd, &p);
+    if (rc == 0)
+        rc = xfer_peer_connect(p);
+    assert_true(rc < 0);
+    if (!strstr(xfer_engine_last_error(b), "answered, expected"))
+        fail_msg("twin refused for another reason: %s", xfer_engine_last_error(b));
+    xfer_engine_free(b);
+    xfer_engine_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -184,6 +219,7 @@ int main(void)
         cmocka_unit_test(test_target_deregisters),
         cmocka_unit_test(test_peer_removed_in_flight),
         cmocka_unit_test(test_engine_freed_in_flight),
+        cmocka_unit_test(test_twin_node_id_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -228,32 +228,36 @@ static void test_private_data(void **state)
     uint8_t req[XFER_RDMA_REQ_LEN], rep[XFER_RDMA_REJ_LEN];
     char why[200];
     struct xfer_rdma_req got;
-    uint64_t nonce = xfer_rdma_nonce_new(now);
-    xfer_rdma_req_encode(&cli, "decode-1", 3, nonce, req);
+    struct xfer_rdma_nonce nonce, other;
+    assert_int_equal(xfer_rdma_nonce_new(&nonce), 0);
+    xfer_rdma_req_encode(&cli, "decode-1", 3, now, &nonce, req);
     assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now, &replay, &got, why, 200), 0);
     assert_string_equal(got.node, "prefill-0");
     assert_int_equal(got.slot, 3);
-    assert_int_equal(got.incarnation, 42);
+    assert_memory_equal(got.nonce.b, nonce.b, XFER_RDMA_NONCE_LEN);
     /* replayed */
     assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now, &replay, &got, why, 200),
                      -XFER_EAUTH);
+    assert_non_null(strstr(why, "replayed"));
     /* stale */
     assert_int_equal(
         xfer_rdma_req_verify(&srv, req, sizeof(req), now + 3600000, NULL, &got, why, 200),
         -XFER_EAUTH);
     /* meant for another target */
-    xfer_rdma_req_encode(&cli, "decode-2", 3, xfer_rdma_nonce_new(now), req);
+    xfer_rdma_nonce_new(&other);
+    xfer_rdma_req_encode(&cli, "decode-2", 3, now, &other, req);
     assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now, &replay, &got, why, 200),
                      -XFER_EAUTH);
     /* wrong secret, no secret */
     struct xfer_rdma_self bad = cli;
     bad.secret = "x";
-    xfer_rdma_req_encode(&bad, "decode-1", 3, xfer_rdma_nonce_new(now), req);
+    xfer_rdma_nonce_new(&other);
+    xfer_rdma_req_encode(&bad, "decode-1", 3, now, &other, req);
     assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now, &replay, &got, why, 200),
                      -XFER_EAUTH);
     assert_non_null(strstr(why, "authentication failed: the cluster secrets differ"));
     bad.secret = NULL;
-    xfer_rdma_req_encode(&bad, "decode-1", 3, xfer_rdma_nonce_new(now), req);
+    xfer_rdma_req_encode(&bad, "decode-1", 3, now, &other, req);
     assert_int_equal(xfer_rdma_req_verify(&srv, req, sizeof(req), now, &replay, &got, why, 200),
                      -XFER_EAUTH);
     /* a target without a secret accepts; version and magic are checked */
@@ -266,10 +270,12 @@ static void test_private_data(void **state)
     assert_int_equal(xfer_rdma_req_verify(&open, "junk", 4, now, NULL, &got, why, 200),
                      -XFER_EPROTO);
     /* REP proves the target knows the secret for this nonce */
-    size_t n = xfer_rdma_rep_encode(&srv, nonce, 0, NULL, rep);
-    assert_int_equal(n, XFER_RDMA_REP_LEN);
-    assert_int_equal(xfer_rdma_rep_verify(&cli, nonce, rep, n, why, 200), 0);
-    assert_int_equal(xfer_rdma_rep_verify(&cli, nonce + 1, rep, n, why, 200), -XFER_EAUTH);
+    size_t n = xfer_rdma_rep_encode(&srv, &nonce, 0, NULL, rep);
+    assert_int_equal(n, 32 + strlen("decode-1"));
+    assert_int_equal(xfer_rdma_rep_verify(&cli, &nonce, rep, n, why, 200), 0);
+    other = nonce;
+    other.b[15] ^= 1;
+    assert_int_equal(xfer_rdma_rep_verify(&cli, &other, rep, n, why, 200), -XFER_EAUTH);
     /* the REP names the node and incarnation that answered */
     assert_int_equal(xfer_rdma_rep_check_peer(rep, n, "decode-1", 7, why, 200), 0);
     assert_int_equal(xfer_rdma_rep_check_peer(rep, n, "decode-1", 0, why, 200), 0);
@@ -279,10 +285,90 @@ static void test_private_data(void **state)
     assert_non_null(strstr(why, "node decode-1 answered, expected decode-2"));
     assert_int_equal(xfer_rdma_rep_check_peer("junk", 4, "decode-1", 7, why, 200), -XFER_EPROTO);
     /* REJ carries the target's code and reason */
-    n = xfer_rdma_rep_encode(&srv, 0, -XFER_EAUTH,
+    n = xfer_rdma_rep_encode(&srv, NULL, -XFER_EAUTH,
                              "node x: authentication failed: the cluster secrets differ", rep);
-    assert_int_equal(xfer_rdma_rep_verify(&cli, nonce, rep, n, why, 200), -XFER_EAUTH);
+    assert_int_equal(xfer_rdma_rep_verify(&cli, &nonce, rep, n, why, 200), -XFER_EAUTH);
     assert_non_null(strstr(why, "decode-1 refused: node x: authentication failed"));
+    xfer_rdma_replay_free(&replay);
+}
+
+/* Issue 14: the REP carries the whole node id, so two ids that share their
+ * first 16 bytes (all the v1 REP carried) are told apart; a longest id fits. */
+static void test_rep_whole_node_id(void **state)
+{
+    (void)state;
+    char longest[XFER_NAME_MAX];
+    memset(longest, 'n', sizeof(longest) - 1);
+    longest[sizeof(longest) - 1] = '\0';
+    const char *ids[] = {"prefill-cluster-a-node-17", longest};
+    for (int k = 0; k < 2; k++) {
+        struct xfer_rdma_self srv = {
+            .node_id = ids[k], .incarnation = 9, .secret = "k", .secret_len = 1};
+        struct xfer_rdma_nonce nonce;
+        uint8_t rep[XFER_RDMA_REJ_LEN];
+        char why[200], twin[XFER_NAME_MAX];
+        snprintf(twin, sizeof(twin), "%s", ids[k]);
+        twin[strlen(twin) - 1] ^= 1; /* same first 16 bytes and length, another node */
+        assert_int_equal(xfer_rdma_nonce_new(&nonce), 0);
+        size_t n = xfer_rdma_rep_encode(&srv, &nonce, 0, NULL, rep);
+        assert_true(n <= XFER_RDMA_REP_MAX);
+        assert_int_equal(xfer_rdma_rep_verify(&srv, &nonce, rep, n, why, 200), 0);
+        assert_int_equal(xfer_rdma_rep_check_peer(rep, n, ids[k], 9, why, 200), 0);
+        assert_int_equal(xfer_rdma_rep_check_peer(rep, n, twin, 9, why, 200), -XFER_ESTALE);
+        assert_non_null(strstr(why, "answered, expected"));
+        /* and a REJ from it still fits its reason (cut) and the whole id */
+        n = xfer_rdma_rep_encode(&srv, NULL, -XFER_EBUSY,
+                                 "a reason long enough to be cut short "
+                                 "by the 148 bytes of a REJ, and then some",
+                                 rep);
+        assert_int_equal(n, XFER_RDMA_REJ_LEN);
+        assert_int_equal(xfer_rdma_rep_verify(&srv, &nonce, rep, n, why, 200), -XFER_EBUSY);
+        assert_non_null(strstr(why, ids[k]));
+    }
+}
+
+/* Issue 18 item 8: 2,000 connection requests in the same millisecond are
+ * all accepted (v1: 16 random bits per millisecond collided, and a
+ * collision failed the QP slot for good), each stays refused as a replay for
+ * the whole window whatever came in between (v1: 1,024 slots), and the
+ * table empties once the window has passed. */
+static void test_replay_window(void **state)
+{
+    (void)state;
+    struct xfer_rdma_self cli = {.node_id = "i", .incarnation = 1, .secret = "k", .secret_len = 1};
+    struct xfer_rdma_self srv = {.node_id = "t", .incarnation = 2, .secret = "k", .secret_len = 1};
+    struct xfer_rdma_replay replay = {0};
+    int64_t now = 1700000000000;
+    enum { N = 2000 };
+    static uint8_t req[N][XFER_RDMA_REQ_LEN];
+    struct xfer_rdma_req got;
+    char why[200];
+    for (int i = 0; i < N; i++) {
+        struct xfer_rdma_nonce nonce;
+        assert_int_equal(xfer_rdma_nonce_new(&nonce), 0);
+        xfer_rdma_req_encode(&cli, "t", 0, now, &nonce, req[i]);
+        if (xfer_rdma_req_verify(&srv, req[i], XFER_RDMA_REQ_LEN, now, &replay, &got, why, 200))
+            fail_msg("request %d of one millisecond refused: %s", i, why);
+    }
+    assert_int_equal(replay.n, N);
+    int64_t late = now + XFER_RDMA_NONCE_WINDOW_MS - 1;
+    assert_int_equal(
+        xfer_rdma_req_verify(&srv, req[0], XFER_RDMA_REQ_LEN, late, &replay, &got, why, 200),
+        -XFER_EAUTH);
+    assert_non_null(strstr(why, "replayed"));
+    /* past the window: stale, and the remembered nonces are dropped */
+    int64_t after = now + XFER_RDMA_NONCE_WINDOW_MS + 2001;
+    assert_int_equal(
+        xfer_rdma_req_verify(&srv, req[1], XFER_RDMA_REQ_LEN, after, &replay, &got, why, 200),
+        -XFER_EAUTH);
+    assert_non_null(strstr(why, "stale"));
+    struct xfer_rdma_nonce fresh;
+    xfer_rdma_nonce_new(&fresh);
+    xfer_rdma_req_encode(&cli, "t", 0, after, &fresh, req[0]);
+    assert_int_equal(
+        xfer_rdma_req_verify(&srv, req[0], XFER_RDMA_REQ_LEN, after, &replay, &got, why, 200), 0);
+    assert_int_equal(replay.n, 1);
+    xfer_rdma_replay_free(&replay);
 }
 
 int main(void)
@@ -296,6 +382,8 @@ int main(void)
         cmocka_unit_test(test_rkeys),
         cmocka_unit_test(test_pci_distance),
         cmocka_unit_test(test_private_data),
+        cmocka_unit_test(test_rep_whole_node_id),
+        cmocka_unit_test(test_replay_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

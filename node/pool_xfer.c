@@ -1,0 +1,267 @@
+/*
+ * Block-list transfers between KV pools: "my blocks 7, 19, 3 -> blocks 40,
+ * 2, 11 of decode-3/kv" over all layers or a layer range. Remote pools are
+ * resolved once (pool fields, member region descriptors, a held peer) and
+ * cached until an event says they changed. Items are built straight into
+ * the batch's item array (one growth per call, nothing per block) and
+ * runs of blocks consecutive on both sides become one item per stream.
+ */
+#include "node_batch.h"
+#include "node_pool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rpool {
+    struct rpool *next;
+    char node[XFER_NAME_MAX], name[XFER_NAME_MAX];
+    struct xfer_kv_geom geom;
+    size_t nregions;
+    struct xfer_region_desc *rd; /* members, in layout order */
+    struct xfer_node_ref ref;    /* the peer, held while cached */
+    int users;                   /* add_blocks calls using it (pool_lock) */
+    bool dead;                   /* forgotten while in use: the last user frees */
+};
+
+static void rpool_free(xfer_node *n, struct rpool *r)
+{
+    xfer_node_unref(n, &r->ref);
+    free(r->rd);
+    free(r);
+}
+
+void node_rpools_forget(xfer_node *n, const char *node, const char *pool)
+{
+    struct rpool *gone = NULL;
+    pthread_mutex_lock(&n->pool_lock);
+    for (struct rpool **pp = &n->rpools; *pp;) {
+        struct rpool *r = *pp;
+        if ((node && strcmp(r->node, node)) || (pool && strcmp(r->name, pool))) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        r->dead = true;
+        if (!r->users) {
+            r->next = gone;
+            gone = r;
+        }
+    }
+    pthread_mutex_unlock(&n->pool_lock);
+    while (gone) { /* unref may remove a peer: not under pool_lock */
+        struct rpool *r = gone;
+        gone = r->next;
+        rpool_free(n, r);
+    }
+}
+
+static void rpool_put(xfer_node *n, struct rpool *r)
+{
+    pthread_mutex_lock(&n->pool_lock);
+    bool last = --r->users == 0 && r->dead;
+    pthread_mutex_unlock(&n->pool_lock);
+    if (last)
+        rpool_free(n, r);
+}
+
+/* Reads pool node/name and its members from the registry, holds the peer
+ * and caches the members' descriptors in the engine. */
+static int rpool_resolve(xfer_node *n, const char *node, const char *name, struct rpool **out)
+{
+    struct xfer_kv_pool_desc d;
+    int rc = xfer_node_pool_lookup(n, node, name, &d);
+    if (rc)
+        return rc;
+    struct rpool *r = calloc(1, sizeof(*r));
+    if (!r || !(r->rd = calloc(d.nregions, sizeof(*r->rd)))) {
+        free(r);
+        xfer_kv_pool_desc_clear(&d);
+        return node_err(-XFER_ENOMEM, "out of memory");
+    }
+    snprintf(r->node, sizeof(r->node), "%s", node);
+    snprintf(r->name, sizeof(r->name), "%s", name);
+    r->geom = d.geom;
+    r->nregions = d.nregions;
+    rc = xfer_node_resolve(n, node, NULL, 0, &r->ref);
+    for (size_t i = 0; !rc && i < d.nregions; i++) {
+        rc = xfer_registry_lookup_region(n->reg, node, d.regions[i], &r->rd[i]);
+        if (rc)
+            rc = node_err(rc, "pool %s/%s: member %s: %s", node, name, d.regions[i],
+                          xfer_registry_last_error(n->reg));
+        else if (r->rd[i].len < kv_region_need(&r->geom, i))
+            rc = node_err(-XFER_EPROTO, "pool %s/%s: member %s is shorter than its layout", node,
+                          name, d.regions[i]);
+        else if ((rc = xfer_peer_region_add(r->ref.peer, &r->rd[i])) != 0)
+            node_err(rc, "caching %s/%s: %s", node, d.regions[i], xfer_strerror(rc));
+    }
+    xfer_kv_pool_desc_clear(&d);
+    if (rc) {
+        rpool_free(n, r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* The cached remote pool node/name (resolved on a miss), held: rpool_put. */
+static int rpool_get(xfer_node *n, const char *node, const char *name, struct rpool **out)
+{
+    pthread_mutex_lock(&n->pool_lock);
+    struct rpool *r = n->rpools;
+    while (r && (strcmp(r->node, node) || strcmp(r->name, name)))
+        r = r->next;
+    if (r)
+        r->users++;
+    pthread_mutex_unlock(&n->pool_lock);
+    if (r) {
+        *out = r;
+        return 0;
+    }
+    int rc = rpool_resolve(n, node, name, &r);
+    if (rc)
+        return rc;
+    r->users = 1;
+    pthread_mutex_lock(&n->pool_lock); /* a racing resolve may have cached one too: fine */
+    r->next = n->rpools;
+    n->rpools = r;
+    pthread_mutex_unlock(&n->pool_lock);
+    *out = r;
+    return 0;
+}
+
+struct plan {
+    enum xfer_op op;
+    const xfer_kv_pool *lp;
+    const struct rpool *rp;
+    const uint64_t *lb, *rb;
+    size_t nb;
+    uint32_t l0, nl;
+    uint32_t ref;
+};
+
+static int check_blocks(const struct plan *pl)
+{
+    for (size_t i = 0; i < pl->nb; i++) {
+        if (pl->lb[i] >= pl->lp->geom.num_blocks)
+            return node_err(-XFER_ERANGE, "block %llu (entry %zu) is past pool %s's %llu blocks",
+                            (unsigned long long)pl->lb[i], i, pl->lp->name,
+                            (unsigned long long)pl->lp->geom.num_blocks);
+        if (pl->rb[i] >= pl->rp->geom.num_blocks)
+            return node_err(-XFER_ERANGE, "block %llu (entry %zu) is past pool %s/%s's %llu blocks",
+                            (unsigned long long)pl->rb[i], i, pl->rp->node, pl->rp->name,
+                            (unsigned long long)pl->rp->geom.num_blocks);
+    }
+    return 0;
+}
+
+static int check_access(const struct plan *pl)
+{
+    unsigned need = pl->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
+    for (size_t i = 0; i < pl->rp->nregions; i++)
+        if (!(pl->rp->rd[i].access & need))
+            return node_err(-XFER_EACCES, "pool %s/%s: member %s is not %s", pl->rp->node,
+                            pl->rp->name, pl->rp->rd[i].name,
+                            need == XFER_ACCESS_R ? "readable" : "writable");
+    return 0;
+}
+
+/* Appends the items of one stream: block i of the list at lbase + lb[i] *
+ * lstride locally and rbase + rb[i] * rstride remotely, seg bytes each;
+ * neighbours adjacent on both sides merge. */
+static void emit_stream(xfer_node_batch *b, const struct plan *pl, xfer_region *local,
+                        const struct xfer_region_desc *rd, const struct kv_stream *ls,
+                        const struct kv_stream *rs, uint64_t seg)
+{
+    struct xfer_item *it = NULL;
+    for (size_t i = 0; i < pl->nb; i++) {
+        uint64_t lo = ls->base + pl->lb[i] * ls->stride, ro = rs->base + pl->rb[i] * rs->stride;
+        if (it && it->local_off + it->len == lo && it->remote_off + it->len == ro) {
+            it->len += seg;
+            continue;
+        }
+        size_t k = b->nitems++;
+        b->item_ref[k] = pl->ref;
+        it = &b->items[k];
+        *it = (struct xfer_item){.op = pl->op,
+                                 .local = local,
+                                 .local_off = lo,
+                                 .peer = pl->rp->ref.peer,
+                                 .remote_id = rd->id,
+                                 .remote_gen = rd->gen,
+                                 .remote_off = ro,
+                                 .len = seg};
+    }
+}
+
+/* Streams: per layer and half, or per layer (halves adjacent on both
+ * sides), or one for the whole layer range (both block-major). */
+static void emit_all(xfer_node_batch *b, const struct plan *pl)
+{
+    const struct xfer_kv_geom *lg = &pl->lp->geom, *rg = &pl->rp->geom;
+    uint64_t B = lg->block_bytes;
+    bool both_bm = lg->layout == XFER_KV_BLOCK_MAJOR && rg->layout == XFER_KV_BLOCK_MAJOR;
+    bool halves = kv_halves_adjacent(lg) && kv_halves_adjacent(rg);
+    uint32_t nh = halves ? 1 : lg->kv, layers = both_bm ? 1 : pl->nl;
+    uint64_t seg = (halves ? lg->kv : 1) * B * (both_bm ? pl->nl : 1);
+    for (uint32_t l = pl->l0; l < pl->l0 + layers; l++)
+        for (uint32_t h = 0; h < nh; h++) {
+            struct kv_stream ls, rs;
+            kv_stream_of(lg, l, h, &ls);
+            kv_stream_of(rg, l, h, &rs);
+            emit_stream(b, pl, pl->lp->regions[ls.region], &pl->rp->rd[rs.region], &ls, &rs, seg);
+        }
+}
+
+int xfer_node_batch_add_blocks(xfer_node_batch *b, enum xfer_op op, xfer_kv_pool *p,
+                               const uint64_t *local_blocks, const char *remote_pool,
+                               const uint64_t *remote_blocks, size_t nb, uint32_t first_layer,
+                               uint32_t nlayers)
+{
+    if (!b || !p || !remote_pool || (nb && (!local_blocks || !remote_blocks)) ||
+        (op != XFER_OP_READ && op != XFER_OP_WRITE))
+        return node_err(-XFER_EINVAL, "bad batch, pool, block lists or op");
+    if (b->submitted)
+        return node_err(-XFER_EBUSY, "batch was submitted (reset it first)");
+    const char *slash = strchr(remote_pool, '/');
+    char node[XFER_NAME_MAX], name[XFER_NAME_MAX];
+    if (!slash || slash == remote_pool || (size_t)(slash - remote_pool) >= sizeof(node) ||
+        strlen(slash + 1) >= sizeof(name) || !slash[1] || strpbrk(slash + 1, "/+#"))
+        return node_err(-XFER_EINVAL, "bad pool name '%s' (want NODE/POOL)", remote_pool);
+    snprintf(node, sizeof(node), "%.*s", (int)(slash - remote_pool), remote_pool);
+    snprintf(name, sizeof(name), "%s", slash + 1);
+    if (nlayers == 0)
+        nlayers = first_layer < p->geom.layers ? p->geom.layers - first_layer : 0;
+    if (first_layer >= p->geom.layers || nlayers > p->geom.layers - first_layer)
+        return node_err(-XFER_ERANGE, "layers [%u, +%u) outside pool %s's %u layers", first_layer,
+                        nlayers, p->name, p->geom.layers);
+    struct rpool *rp;
+    int rc = rpool_get(b->n, node, name, &rp);
+    if (rc)
+        return rc;
+    char why[200];
+    struct plan pl = {op, p, rp, local_blocks, remote_blocks, nb, first_layer, nlayers, 0};
+    if ((rc = xfer_kv_geom_match(&p->geom, &rp->geom, why, sizeof(why))) != 0)
+        rc = node_err(rc, "pool %s vs %s: %s", p->name, remote_pool, why);
+    if (!rc)
+        rc = check_blocks(&pl);
+    if (!rc)
+        rc = check_access(&pl);
+    int ri = rc ? rc : nb_ref(b, node, NULL); /* the batch holds the peer too */
+    rc = ri < 0 ? ri : 0;
+    if (!rc && b->refs[ri].ref.incarnation != rp->ref.incarnation)
+        rc = node_err(-XFER_ESTALE, "node %s restarted since pool %s was resolved: try again", node,
+                      name);
+    if (rc == -XFER_ESTALE)
+        node_rpools_forget(b->n, node, name);
+    uint32_t halves =
+        kv_halves_adjacent(&p->geom) && kv_halves_adjacent(&rp->geom) ? 1 : p->geom.kv;
+    size_t first = b->nitems;
+    if (!rc && (rc = nb_reserve(b, (size_t)nlayers * halves * (nb ? nb : 1))) == 0) {
+        pl.ref = (uint32_t)ri;
+        emit_all(b, &pl);
+        rc = nb_commit(b, first);
+    }
+    rpool_put(b->n, rp);
+    return rc ? rc : (int)(b->nitems - first);
+}
