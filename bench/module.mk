@@ -1,5 +1,8 @@
 # Benchmarks (build/bench/<name>); bench/run.sh runs them with iperf3 as the ceiling.
 BENCH_PROGS += bench_tcp:bench/bench_tcp.c
+# xfer_bench: the library-level bench with knobs; pingpong and memcpy_bw are
+# the floors/ceilings it is compared with (bench/run.sh).
+BENCH_PROGS += xfer_bench:bench/xfer_bench.c pingpong:bench/pingpong.c memcpy_bw:bench/memcpy_bw.c
 BENCH_PROGS += bench_call:bench/bench_call.c
 BENCH_PROGS += bench_pool:bench/bench_pool.c
 BENCH_PROGS += bench_notify:bench/bench_notify.c

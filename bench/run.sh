@@ -1,33 +1,12 @@
 #!/usr/bin/env bash
-# make bench: iperf3 single-stream loopback throughput as the ceiling, then
-# bench_tcp (one-sided WRITE/READ, 4 KiB..64 MiB, 1 and 4 sockets) in the
-# same run, with each point's ratio to the ceiling.
+# make bench: xfer beside iperf3, ucx_perftest, a raw TCP ping-pong and
+# memcpy, interleaved, one table of ratios, docs/BENCHMARKS.md with plots.
+# Runs from a build tree on any machine (no Redis, no xferd). Needs
+# $B/bench/{xfer_bench,pingpong,memcpy_bw} and python3; iperf3,
+# ucx_perftest (ucx-utils) and gnuplot are optional (skipped with a note).
+# Knobs: see bench/bench_all.py (XFER_BENCH_SECONDS, _ROUNDS, _STREAMS,
+# _ONLY, _OUT, _PLOTS, _FRESH_MIB).
 set -u
 cd "$(dirname "$0")/.."
-B=${B:-build}
-secs=${XFER_BENCH_SECONDS:-0.5}
-repeat=${XFER_BENCH_REPEAT:-3} # best of N per point: the machine may be shared
-ceiling=0
-if command -v iperf3 >/dev/null; then
-    port=$((20000 + RANDOM % 20000))
-    for try in 1 2 3; do # the server needs a moment to listen; retry the client
-        timeout 20 iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
-        srv=$!
-        sleep 0.3
-        ceiling=$(timeout 15 iperf3 -c 127.0.0.1 -p "$port" -t 3 -J 2>/dev/null |
-            python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-best = max(i["sum"]["bits_per_second"] for i in r["intervals"]) / 8e9
-mean = r["end"]["sum_received"]["bits_per_second"] / 8e9
-print("%.2f %.2f" % (best, mean))' 2>/dev/null)
-        kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null
-        [[ -n $ceiling ]] && break
-        ceiling=0
-    done
-    read -r ceiling mean <<<"$ceiling ${mean:-}"
-    echo "iperf3 single stream, loopback: best 1 s interval $ceiling GB/s, mean ${mean:-?} GB/s (ceiling = best)"
-else
-    echo "iperf3 not installed: no ceiling"
-fi
-"$B/bench/bench_tcp" --seconds "$secs" --repeat "$repeat" --ceiling-gbps "$ceiling"
+export B=${B:-build}
+exec python3 bench/bench_all.py "$@"

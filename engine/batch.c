@@ -32,7 +32,10 @@ static void monitor_link(xfer_engine *e, xfer_batch *b)
         m->head->mon_prev = b;
     m->head = b;
     b->on_monitor = true;
-    pthread_cond_signal(&m->cv);
+    /* Waking the monitor on every submit cost a thread wake-up per batch;
+     * it only needs to know of a deadline earlier than its next wake. */
+    if (b->deadline_ns < m->wake_ns)
+        pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -101,7 +104,9 @@ static void *monitor_main(void *arg)
             continue;
         }
         struct timespec ts = xfer_mono_after_ns(next - now);
+        m->wake_ns = next;
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+        m->wake_ns = 0;
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -367,10 +372,12 @@ static void end_open_items(xfer_batch *b, int status, const char *why)
         batch_item_end(b, i, status, why);
 }
 
-void batch_maybe_finish(xfer_batch *b)
+/* Declares the batch DONE once nothing is open or touched, without waking
+ * waiters: true if it did. b->mu held. */
+static bool finish_quiet(xfer_batch *b)
 {
     if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0 || b->notes.n_unacked > 0)
-        return;
+        return false;
     b->state = B_DONE;
     b->result = 0;
     for (size_t i = 0; i < b->n; i++) {
@@ -381,15 +388,24 @@ void batch_maybe_finish(xfer_batch *b)
     if (b->result == 0)
         b->result = notes_result(&b->notes);
     monitor_unlink(b->engine, b);
+    /* The eventfd costs a system call per batch: only once someone has it. */
     uint64_t one = 1;
-    if (write(b->efd, &one, sizeof(one)) < 0)
+    if (b->fd_used && write(b->efd, &one, sizeof(one)) < 0)
         xfer_debug("batch eventfd write failed");
-    pthread_cond_broadcast(&b->cv);
+    return true;
 }
 
-void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
+/* finish_quiet() and wake the waiters. b->mu held. */
+void batch_maybe_finish(xfer_batch *b)
 {
-    pthread_mutex_lock(&b->mu);
+    if (finish_quiet(b))
+        pthread_cond_broadcast(&b->cv);
+}
+
+/* True if b became DONE (waiters not woken yet). b->mu held. */
+static bool chunk_done_locked(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
+{
+    bool done = false;
     if (b->state == B_RUNNING && i < b->n && b->items[i].open) {
         struct batch_item *bi = &b->items[i];
         if (status < 0) {
@@ -399,9 +415,30 @@ void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, 
             if (bi->done >= bi->it.len)
                 batch_item_end(b, i, 0, NULL);
         }
-        batch_maybe_finish(b);
+        done = finish_quiet(b);
     }
+    return done;
+}
+
+void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
+{
+    pthread_mutex_lock(&b->mu);
+    if (chunk_done_locked(b, i, bytes, status, why))
+        pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
+}
+
+/* The waiter is woken after b->mu is let go (our hold keeps b alive), so it
+ * does not wake into a held lock: that cost two more futex calls and a
+ * context switch per small batch. */
+void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
+{
+    pthread_mutex_lock(&b->mu);
+    bool done = chunk_done_locked(b, i, bytes, status, why);
+    pthread_mutex_unlock(&b->mu);
+    if (done)
+        pthread_cond_broadcast(&b->cv);
+    xfer_batch_put(b);
 }
 
 bool xfer_batch_io_begin(xfer_batch *b, size_t i)
@@ -509,7 +546,7 @@ static int start_run(xfer_batch *b, int deadline_ms)
         }
     }
     uint64_t drain;
-    if (read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+    if (b->fd_used && read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
         xfer_debug("batch eventfd drain failed");
     for (size_t i = 0; i < b->n; i++) {
         struct batch_item *bi = &b->items[i];
@@ -588,10 +625,31 @@ int xfer_batch_poll(xfer_batch *b)
     return rc;
 }
 
+/* Optional bounded busy-poll (cfg.busy_poll_us) before the sleep. */
+static void spin_while_running(xfer_batch *b, int timeout_ms)
+{
+    int64_t us = b->engine->cfg.busy_poll_us;
+    if (us <= 0 || timeout_ms == 0)
+        return;
+    if (timeout_ms > 0 && us > (int64_t)timeout_ms * 1000)
+        us = (int64_t)timeout_ms * 1000;
+    int64_t end = engine_now_ns() + us * 1000;
+    for (unsigned k = 1; __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == B_RUNNING; k++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ volatile("yield");
+#endif
+        if (k % 64 == 0 && engine_now_ns() >= end)
+            return;
+    }
+}
+
 int xfer_batch_wait(xfer_batch *b, int timeout_ms)
 {
     if (!b)
         return -XFER_EINVAL;
+    spin_while_running(b, timeout_ms);
     pthread_mutex_lock(&b->mu);
     int64_t limit_ns;
     if (timeout_ms >= 0)
@@ -639,7 +697,18 @@ int xfer_batch_cancel(xfer_batch *b)
 
 int xfer_batch_fd(const xfer_batch *b)
 {
-    return b ? b->efd : -1;
+    if (!b)
+        return -1;
+    xfer_batch *m = (xfer_batch *)b; /* const in the API; fd_used is bookkeeping */
+    pthread_mutex_lock(&m->mu);
+    if (!m->fd_used) { /* from now on kept up to date; catch up once */
+        m->fd_used = true;
+        uint64_t one = 1;
+        if (m->state == B_DONE && write(m->efd, &one, sizeof(one)) < 0)
+            xfer_debug("batch eventfd write failed");
+    }
+    pthread_mutex_unlock(&m->mu);
+    return m->efd;
 }
 
 int xfer_batch_item_status(const xfer_batch *b, size_t i)

@@ -41,6 +41,7 @@ struct xfer_batch {
     int refs; /* user + transport holds + monitor; atomic */
     int result;
     int efd;
+    bool fd_used; /* xfer_batch_fd was called: keep efd up to date (mu) */
     int64_t t_submit_ns, deadline_ns;
     int deadline_ms;
     xfer_batch *mon_prev, *mon_next;

@@ -106,6 +106,11 @@ static int copy_config(xfer_engine *e, const struct xfer_engine_config *cfg)
     DEFAULT_IF_ZERO(default_deadline_ms);
     DEFAULT_IF_ZERO(notify_queue_len);
 #undef DEFAULT_IF_ZERO
+    const char *bp = getenv("XFER_BUSY_POLL_US");
+    if (e->cfg.busy_poll_us <= 0)
+        e->cfg.busy_poll_us = bp ? atoi(bp) : 0;
+    if (e->cfg.busy_poll_us < 0 || e->cfg.busy_poll_us > 1000000)
+        e->cfg.busy_poll_us = 0;
     return 0;
 }
 

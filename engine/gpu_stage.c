@@ -1,7 +1,7 @@
 /* Pinned host staging ring for GPU memory over sockets (see gpu_stage.h). */
 #include "gpu_stage.h"
 
-#include "frame.h"
+#include "xfer_io.h"
 #include "xfer.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* Connection handshake with mutual HMAC-SHA256 challenge-response. */
 #include "handshake.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "hs_msg.h"
 
 #include <openssl/crypto.h>

@@ -60,6 +60,9 @@ void region_cuda_close(xfer_region *r);
 bool region_pin(xfer_region *r);
 void region_unpin(xfer_region *r);
 void region_table_init(struct region_table *t);
+/* memfd of len bytes, mapped and pre-faulted, on huge pages where the host
+ * has them (region_mem.c). 0 or -XFER_E* with the reason in the last error. */
+int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, void **ptr_out);
 void region_table_destroy(xfer_engine *e);
 
 /* ---- peers -------------------------------------------------------------- */
@@ -94,6 +97,8 @@ struct batch_monitor { /* enforces deadlines of running batches */
     pthread_cond_t cv;
     pthread_t thread;
     bool started, stop;
+    int64_t wake_ns;  /* when the sleeping monitor wakes next: a submit with a
+                         later deadline need not wake it (mu) */
     xfer_batch *head; /* running batches, doubly linked */
 };
 
@@ -142,15 +147,22 @@ struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_m
     pthread_t thread;
     bool started, stop;
     struct msg_out *head, *tail;
-    uint64_t seq;     /* atomic: message numbers */
-    bool kick;        /* run the matcher (msg_match.c) */
-    int64_t swept_ns; /* last mm_sweep */
+    uint64_t seq;           /* atomic: message numbers */
+    bool kick;              /* run the matcher (msg_match.c) */
+    int64_t swept_ns;       /* last mm_sweep */
+    bool busy;              /* the thread works outside mu */
+    uint64_t rounds;        /* works finished */
+    pthread_cond_t done_cv; /* a work finished (msg_peer_gone waits) */
 };
 int msg_thread_start(xfer_engine *e);
 /* Fails what is still queued with -XFER_ECANCELED, joins the thread. */
 void msg_thread_stop(xfer_engine *e);
 /* Allocates an outgoing message with room for a frame of len bytes. */
 struct msg_out *msg_out_new(size_t len);
+/* xfer_peer_remove, after p's connection was dropped: messages queued for
+ * p and two-sided entries naming it end -XFER_ECONN, and the message thread
+ * has let go of p when this returns. */
+void msg_peer_gone(xfer_engine *e, xfer_peer *p);
 /* Queues o for o->peer: 0 and o->done is called exactly once (never from
  * inside this call), or -XFER_ECANCELED (engine stopping; o is the caller's). */
 int msg_send(xfer_engine *e, struct msg_out *o);
@@ -238,6 +250,8 @@ void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, ui
  * peer's connection is gone (-XFER_ECONN). */
 void mm_match_run(xfer_engine *e);
 void mm_sweep(xfer_engine *e);
+/* xfer_peer_remove: entries naming p end -XFER_ECONN, RTS from p go. */
+void mm_peer_gone(xfer_engine *e, xfer_peer *p);
 /* Transport threads (xfer_engine_msg_recv): 0 or the status to answer. */
 int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct xfer_msg_rts *r);
 int mm_fin_arrived(xfer_engine *e, const char *node, const struct xfer_msg_fin *f);

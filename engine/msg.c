@@ -71,6 +71,14 @@ static void msg_deliver(struct msg_out *o)
 
 #define SWEEP_NS 200000000 /* two-sided entries of dead peers fail this often */
 
+/* t->mu held: a unit of work done outside mu has finished. */
+static void work_done(struct msg_thread *t)
+{
+    t->busy = false;
+    t->rounds++;
+    pthread_cond_broadcast(&t->done_cv);
+}
+
 /* Runs the matcher when kicked and the sweep every SWEEP_NS; t->mu held on
  * entry and exit. True if it dropped the lock. */
 static bool match_work(xfer_engine *e, struct msg_thread *t)
@@ -82,11 +90,13 @@ static bool match_work(xfer_engine *e, struct msg_thread *t)
     t->kick = false;
     if (sweep)
         t->swept_ns = now;
+    t->busy = true;
     pthread_mutex_unlock(&t->mu);
     if (sweep)
         mm_sweep(e);
     mm_match_run(e);
     pthread_mutex_lock(&t->mu);
+    work_done(t);
     return true;
 }
 
@@ -116,9 +126,11 @@ static void *msg_main(void *arg)
         t->head = o->next;
         if (!t->head)
             t->tail = NULL;
+        t->busy = true;
         pthread_mutex_unlock(&t->mu);
         msg_deliver(o);
         pthread_mutex_lock(&t->mu);
+        work_done(t);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -142,11 +154,56 @@ int msg_send(xfer_engine *e, struct msg_out *o)
     return stopped ? -XFER_ECANCELED : 0;
 }
 
+/* Unlinks the queued messages of p. t->mu held. */
+static struct msg_out *take_peer_msgs(struct msg_thread *t, const xfer_peer *p)
+{
+    struct msg_out *gone = NULL, **pp = &t->head;
+    t->tail = NULL;
+    while (*pp) {
+        struct msg_out *o = *pp;
+        if (o->peer == p) {
+            *pp = o->next;
+            o->next = gone;
+            gone = o;
+        } else {
+            t->tail = o;
+            pp = &o->next;
+        }
+    }
+    return gone;
+}
+
+void msg_peer_gone(xfer_engine *e, xfer_peer *p)
+{
+    struct msg_thread *t = &e->msgs;
+    if (!t->started)
+        return;
+    /* The thread's current work may hold p or queue more for it (a matched
+     * RECV failing sends a FIN): repeat until a pass finds nothing. */
+    for (int pass = 0;; pass++) {
+        mm_peer_gone(e, p);
+        pthread_mutex_lock(&t->mu);
+        struct msg_out *gone = take_peer_msgs(t, p);
+        uint64_t r = t->rounds;
+        while (t->busy && t->rounds == r)
+            pthread_cond_wait(&t->done_cv, &t->mu);
+        pthread_mutex_unlock(&t->mu);
+        if (!gone && pass > 0)
+            return;
+        while (gone) {
+            struct msg_out *next = gone->next;
+            msg_finish(gone, -XFER_ECONN, "peer removed");
+            gone = next;
+        }
+    }
+}
+
 int msg_thread_start(xfer_engine *e)
 {
     struct msg_thread *t = &e->msgs;
     pthread_mutex_init(&t->mu, NULL);
     xfer_cond_init_mono(&t->cv);
+    pthread_cond_init(&t->done_cv, NULL);
     msg_match_init(e);
     if (pthread_create(&t->thread, NULL, msg_main, e) != 0) {
         xfer_engine_set_error(e, "cannot start the message thread");

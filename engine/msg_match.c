@@ -319,15 +319,21 @@ void mm_match_run(xfer_engine *e)
     }
 }
 
-static bool peer_gone(const xfer_peer *p)
+static bool peer_dead(const xfer_peer *p, const xfer_peer *arg)
 {
-    return p && xfer_peer_transport(p) == 0;
+    (void)arg;
+    return p && xfer_peer_transport(p) == 0; /* lock-free: fine under mu */
 }
 
-/* Entries whose peer has no live connection fail with -XFER_ECONN; RTS of
- * such peers are dropped (their FIN could not go back). The connection
- * state is read lock-free, so mu may be held. */
-void mm_sweep(xfer_engine *e)
+static bool peer_is(const xfer_peer *p, const xfer_peer *arg)
+{
+    return p == arg;
+}
+
+/* Entries whose peer is gone (per peer_gone) fail with -XFER_ECONN; RTS of
+ * such peers are dropped (their FIN could not go back). */
+static void sweep_where(xfer_engine *e, bool (*peer_gone)(const xfer_peer *, const xfer_peer *),
+                        const xfer_peer *arg, const char *what)
 {
     struct msg_match *m = &e->match;
     struct mm_recv *dead_v = NULL;
@@ -337,7 +343,7 @@ void mm_sweep(xfer_engine *e)
     struct mm_recv **vp = &m->recv_head, *vlast = NULL;
     while (*vp) {
         struct mm_recv *v = *vp;
-        if (peer_gone(v->want)) {
+        if (peer_gone(v->want, arg)) {
             *vp = v->next;
             v->next = dead_v;
             dead_v = v;
@@ -349,7 +355,7 @@ void mm_sweep(xfer_engine *e)
     m->recv_tail = vlast;
     for (struct mm_send **sp = &m->sends; *sp;) {
         struct mm_send *s = *sp;
-        if (peer_gone(s->to)) {
+        if (peer_gone(s->to, arg)) {
             *sp = s->next;
             s->next = dead_s;
             dead_s = s;
@@ -360,7 +366,7 @@ void mm_sweep(xfer_engine *e)
     struct mm_rts **xp = &m->rts_head, *xlast = NULL;
     while (*xp) {
         struct mm_rts *x = *xp;
-        if (peer_gone(x->from)) {
+        if (peer_gone(x->from, arg)) {
             *xp = x->next;
             x->next = dead_x;
             dead_x = x;
@@ -375,14 +381,14 @@ void mm_sweep(xfer_engine *e)
     char why[160];
     for (struct mm_recv *v; (v = dead_v);) {
         dead_v = v->next;
-        snprintf(why, sizeof(why), "connection to %s lost while receiving", v->want->desc.node_id);
+        snprintf(why, sizeof(why), "%s %s while receiving", what, v->want->desc.node_id);
         xfer_batch_chunk_done(v->b, v->i, 0, -XFER_ECONN, why);
         xfer_batch_put(v->b);
         free(v);
     }
     for (struct mm_send *s; (s = dead_s);) {
         dead_s = s->next;
-        snprintf(why, sizeof(why), "connection to %s lost before it received the message",
+        snprintf(why, sizeof(why), "%s %s before it received the message", what,
                  s->to->desc.node_id);
         xfer_batch_chunk_done(s->b, s->i, 0, -XFER_ECONN, why);
         xfer_batch_put(s->b);
@@ -392,6 +398,16 @@ void mm_sweep(xfer_engine *e)
         dead_x = x->next;
         free(x);
     }
+}
+
+void mm_sweep(xfer_engine *e)
+{
+    sweep_where(e, peer_dead, NULL, "connection lost to");
+}
+
+void mm_peer_gone(xfer_engine *e, xfer_peer *p)
+{
+    sweep_where(e, peer_is, p, "removed peer");
 }
 
 void msg_match_destroy(xfer_engine *e)

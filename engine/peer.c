@@ -208,6 +208,10 @@ int xfer_peer_remove(xfer_engine *e, xfer_peer *p)
     t->v[i] = t->v[--t->n];
     pthread_mutex_unlock(&t->mu);
     peer_repair_quiesce(e, p); /* the repair thread may still use p */
+    pthread_rwlock_wrlock(&p->conn_lock);
+    drop_conn(p); /* fails what p's connection carries */
+    pthread_rwlock_unlock(&p->conn_lock);
+    msg_peer_gone(e, p); /* messages and two-sided items naming p */
     peer_free(p);
     return 0;
 }

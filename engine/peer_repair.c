@@ -15,7 +15,7 @@
  * from REPAIR_DELAY_MIN_MS doubling up to REPAIR_DELAY_MAX_MS.
  */
 #include "internal.h"
-#include "frame.h"
+#include "xfer_io.h"
 
 #include <stdio.h>
 #include <stdlib.h>

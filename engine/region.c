@@ -249,29 +249,19 @@ int xfer_region_alloc(xfer_engine *e, const char *name, size_t len, unsigned acc
     xfer_region *r = region_new(e, name, len, access, &rc);
     if (!r)
         return rc;
-    /* Sealed: the fd goes to clients and peers, none may resize it (nor
-     * add seals that would refuse their writable mappings). */
-    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0 || ftruncate(fd, (off_t)len) < 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
-        xfer_engine_set_error(e, "region %s: memfd of %zu bytes: %s", name, len, strerror(errno));
-        rc = errno == ENOMEM || errno == ENOSPC ? -XFER_ENOMEM : -XFER_EIO;
-        goto close_fd;
-    }
-    rc = map_memfd(r, fd);
+    int fd;
+    void *p;
+    rc = region_mem_alloc(e, name, len, &fd, &p);
     if (rc < 0) {
-        xfer_engine_set_error(e, "region %s: mmap of %zu bytes failed", name, len);
-        goto close_fd;
+        free(r);
+        return rc;
     }
+    r->ptr = p;
+    r->owns_map = true;
+    r->memfd = fd;
     rc = region_add(e, r, out);
     if (rc < 0)
         region_free_memory(r);
-    return rc;
-
-close_fd:
-    if (fd >= 0)
-        close(fd);
-    free(r);
     return rc;
 }
 

@@ -178,6 +178,9 @@ void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, 
  * Every hold is paired with one put; both are safe from any thread. */
 void xfer_batch_hold(xfer_batch *b);
 void xfer_batch_put(xfer_batch *b);
+/* xfer_batch_chunk_done() then xfer_batch_put(), in one lock round. */
+void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status,
+                               const char *why);
 
 /* Completion of a send_msg: status is the target's answer (0, -XFER_ENOSPC,
  * -XFER_EPROTO, ...) or the transport's failure (-XFER_ECONN: may or may not

@@ -147,6 +147,10 @@ struct xfer_engine_config {
     int io_timeout_ms;       /* no progress for this long = peer dead, default 10000 */
     int default_deadline_ms; /* submit without deadline gets this, default 60000 */
     int notify_queue_len;    /* received notifications kept until polled, default 1024 */
+    /* xfer_batch_wait spins up to this long before sleeping: saves the
+     * wake-up (several us) on small round trips at the price of a busy
+     * core. 0 = off (default), or XFER_BUSY_POLL_US from the environment. */
+    int busy_poll_us;
 };
 
 /* Fills defaults; call before setting fields. */
@@ -179,7 +183,11 @@ int xfer_region_register(xfer_engine *e, const char *name, void *ptr, size_t len
                          enum xfer_mem_kind kind, int device, unsigned access, xfer_region **out);
 /* Allocates len bytes of host memory from a memfd (shareable with same-host
  * peers) and registers it; the engine frees it on deregistration. The memfd
- * is sealed (F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL): no holder can resize it. */
+ * is sealed (F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL): no holder can resize it.
+ * The pages are faulted in here (about 0.1-0.3 s per GiB; XFER_REGION_PREFAULT=0
+ * skips it) and come from huge pages (MFD_HUGETLB) when len is a multiple
+ * of the huge page size and the host has free ones, else 4 KiB pages with
+ * one info log line per process (XFER_HUGETLB=0: never try). */
 int xfer_region_alloc(xfer_engine *e, const char *name, size_t len, unsigned access,
                       xfer_region **out);
 /* Registers an existing memfd (e.g. received over a unix socket) of len

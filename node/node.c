@@ -59,6 +59,14 @@ static int start_engine(xfer_node *n, const struct xfer_node_config *c)
         ec.connect_timeout_ms = c->connect_timeout_ms;
     if (c->io_timeout_ms > 0)
         ec.io_timeout_ms = c->io_timeout_ms;
+    if (c->sockets_per_peer > 0)
+        ec.sockets_per_peer = c->sockets_per_peer;
+    if (c->progress_threads > 0)
+        ec.progress_threads = c->progress_threads;
+    if (c->chunk_bytes > 0)
+        ec.chunk_bytes = c->chunk_bytes;
+    if (c->busy_poll_us > 0)
+        ec.busy_poll_us = c->busy_poll_us;
     if (c->default_deadline_ms > 0)
         ec.default_deadline_ms = c->default_deadline_ms;
     n->connect_timeout_ms = ec.connect_timeout_ms;

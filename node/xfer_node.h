@@ -93,6 +93,11 @@ struct xfer_node_config {
                                     default true */
     xfer_node_event_fn on_event; /* optional */
     void *event_arg;
+    /* engine data path (appended: the Python mirror follows this order) */
+    int sockets_per_peer; /* 0 = the engine's default (4) */
+    int progress_threads; /* 0 = engine default (1) */
+    size_t chunk_bytes;   /* 0 = engine default (1 MiB) */
+    int busy_poll_us;     /* 0 = off (or $XFER_BUSY_POLL_US) */
 };
 
 /* Fills defaults; call before setting fields. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 void xferd_config_defaults(struct xferd_config *c)
@@ -18,6 +19,10 @@ void xferd_config_defaults(struct xferd_config *c)
     c->drain_ms = 5000;
     c->connect_timeout_ms = 3000;
     c->io_timeout_ms = 10000;
+    c->sockets_per_peer = 4;
+    c->progress_threads = 1;
+    c->chunk_bytes = 1 << 20;
+    c->busy_poll_us = 0;
     c->request_timeout_ms = 30000;
     c->workers = 4;
     c->metrics_port = XFERD_METRICS_PORT_DEFAULT;
@@ -103,6 +108,10 @@ static const struct int_key int_keys[] = {
     IK(drain_ms, 0, 600000),
     IK(connect_timeout_ms, 100, 600000),
     IK(io_timeout_ms, 100, 3600000),
+    IK(sockets_per_peer, 1, 64),
+    IK(progress_threads, 1, 64),
+    IK(chunk_bytes, 4096, 64 << 20),
+    IK(busy_poll_us, 0, 1000000),
     IK(request_timeout_ms, 100, 3600000),
     IK(workers, 1, 64),
 };
@@ -166,6 +175,15 @@ static int set_global_key(struct xferd_config *c, const char *key, const char *v
     if (!strcmp(key, "metrics_port")) {
         c->metrics_port_given = true;
         return set_port(val, &c->metrics_port);
+    }
+    if (!strcmp(key, "insecure")) {
+        if (!strcmp(val, "true") || !strcmp(val, "1") || !strcmp(val, "yes"))
+            c->insecure = true;
+        else if (!strcmp(val, "false") || !strcmp(val, "0") || !strcmp(val, "no"))
+            c->insecure = false;
+        else
+            return -XFER_EINVAL;
+        return 0;
     }
     if (!strcmp(key, "max_region_bytes"))
         return xferd_parse_size(val, &c->max_region_bytes);
@@ -354,11 +372,16 @@ static const char *const env_keys[][2] = {
     {"XFER_DRAIN_MS", "drain_ms"},
     {"XFER_CONNECT_TIMEOUT_MS", "connect_timeout_ms"},
     {"XFER_IO_TIMEOUT_MS", "io_timeout_ms"},
+    {"XFER_SOCKETS_PER_PEER", "sockets_per_peer"},
+    {"XFER_PROGRESS_THREADS", "progress_threads"},
+    {"XFER_CHUNK_BYTES", "chunk_bytes"},
+    {"XFER_BUSY_POLL_US", "busy_poll_us"},
     {"XFER_REQUEST_TIMEOUT_MS", "request_timeout_ms"},
     {"XFER_WORKERS", "workers"},
     {"XFER_METRICS_PORT", "metrics_port"},
     {"XFER_METRICS_ADDR", "metrics_addr"},
     {"XFER_MAX_REGION_BYTES", "max_region_bytes"},
+    {"XFER_INSECURE", "insecure"},
     {"XFER_REGIONS", "regions"},
 };
 
@@ -375,6 +398,20 @@ int xferd_config_load_env(struct xferd_config *c, char *why, size_t why_len)
         }
     }
     return 0;
+}
+
+bool xferd_addr_is_loopback(const char *a)
+{
+    struct in_addr v4;
+    if (inet_pton(AF_INET, a, &v4) == 1)
+        return (ntohl(v4.s_addr) >> 24) == 127;
+    return !strcmp(a, "::1") || !strcmp(a, "localhost");
+}
+
+bool xferd_config_unauthenticated_exposed(const struct xferd_config *c)
+{
+    /* (/metrics is read-only and does not count) */
+    return !c->secret[0] && !xferd_addr_is_loopback(c->listen);
 }
 
 int xferd_config_finish(struct xferd_config *c, char *why, size_t why_len)
@@ -399,6 +436,16 @@ int xferd_config_finish(struct xferd_config *c, char *why, size_t why_len)
     }
     if (!c->advertise[0])
         memcpy(c->advertise, c->listen, sizeof(c->advertise));
+    /* Anyone who reaches an unauthenticated control or data port can read
+     * and write every registered region: only on purpose. */
+    if (xferd_config_unauthenticated_exposed(c) && !c->insecure) {
+        snprintf(why, why_len,
+                 "listening on %s with no cluster secret: anyone who reaches it could read and "
+                 "write this node's memory; set a secret (--secret-file, XFER_SECRET_FILE) or "
+                 "pass --insecure (insecure = true) to serve unauthenticated",
+                 c->listen);
+        return -XFER_EINVAL;
+    }
     unsigned mask;
     if (c->transports[0] && xfer_transports_parse(c->transports, &mask)) {
         snprintf(why, why_len, "unknown transport in '%s'", c->transports);

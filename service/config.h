@@ -58,9 +58,15 @@ struct xferd_config {
     int drain_ms;
     int connect_timeout_ms;
     int io_timeout_ms;
+    /* engine data path (docs/service.md: defaults from docs/perf.md) */
+    int sockets_per_peer;
+    int progress_threads;
+    int chunk_bytes;
+    int busy_poll_us;
     int request_timeout_ms; /* default deadline of a named transfer */
     int workers;
     uint64_t max_region_bytes; /* host memory in regions; 0 = no limit */
+    bool insecure;             /* serve beyond loopback with no secret */
     char log_level[16];
     int nregions;
     struct xferd_region_conf regions[XFERD_MAX_REGIONS];
@@ -79,6 +85,12 @@ int xferd_config_set(struct xferd_config *c, const char *key, const char *val, c
                      size_t why_len);
 /* Fills derived defaults and checks the result (node given, ...). */
 int xferd_config_finish(struct xferd_config *c, char *why, size_t why_len);
+
+/* True for 127.0.0.0/8, ::1 and "localhost". */
+bool xferd_addr_is_loopback(const char *addr);
+/* True when xferd would serve beyond loopback with no secret (allowed only
+ * with insecure; xferd then warns at start). */
+bool xferd_config_unauthenticated_exposed(const struct xferd_config *c);
 
 /* "64M", "4k", "1G", "123" -> bytes (binary units): the node library's. */
 static inline int xferd_parse_size(const char *s, uint64_t *out)

@@ -8,7 +8,7 @@
  * lock out a real client, from another address or the same one.
  */
 #include "ctl_conn.h"
-#include "frame.h"
+#include "xfer_io.h"
 
 #include <errno.h>
 #include <event2/buffer.h>

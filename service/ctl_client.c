@@ -1,6 +1,6 @@
 /* Blocking control-API client with timeouts (see ctl_client.h). */
 #include "ctl_client.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "xfer_handshake.h"
 
 #include <arpa/inet.h>
@@ -235,6 +235,17 @@ int ctl_call(struct ctl_client *c, Xctl__Request *req, int pass_fd, int timeout_
 {
     int64_t deadline = xfer_now_ms() + timeout_ms;
     int rc = send_req(c, req, pass_fd, timeout_ms, why, wl);
+    if (rc == -XFER_ECONN) {
+        /* xferd may have refused this connection with a reason (id 0) and
+         * closed it before our request went out: that reason is the answer */
+        char late[64];
+        if (ctl_recv(c, 200, resp, late, sizeof(late)) == 0) {
+            if ((*resp)->id == 0)
+                return 0;
+            xctl__response__free_unpacked(*resp, NULL);
+            *resp = NULL;
+        }
+    }
     while (rc == 0) {
         int left = (int)(deadline - xfer_now_ms());
         rc = ctl_recv(c, left > 0 ? left : 1, resp, why, wl);

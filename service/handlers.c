@@ -1,5 +1,5 @@
 /* Control requests -> responses (run on worker threads). */
-#include "frame.h"
+#include "xfer_io.h"
 #include "xferd.h"
 
 #include <stdarg.h>

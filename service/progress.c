@@ -1,6 +1,6 @@
 /* Progress bar for xferctl put/get. */
 #include "progress.h"
-#include "frame.h"
+#include "xfer_io.h"
 
 #include <stdio.h>
 #include <unistd.h>

@@ -7,7 +7,7 @@
  * destination writable (w).
  */
 #include "ctl_client.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "transfer_int.h"
 #include "xferd.h"
 
@@ -346,8 +346,8 @@ static int inline_forward(struct xferd *d, const char *node, Xctl__Request *req,
     return rc;
 }
 
-static int inline_local(struct xferd *d, const struct xfer_node_addr *n, uint64_t len, unsigned need,
-                        xfer_region **r, char *why, size_t wl)
+static int inline_local(struct xferd *d, const struct xfer_node_addr *n, uint64_t len,
+                        unsigned need, xfer_region **r, char *why, size_t wl)
 {
     struct xctx x = {.d = d};
     struct side s = {.n = *n};

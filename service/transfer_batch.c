@@ -5,7 +5,7 @@
  * (probe), or retried after a stale descriptor or a connection failure take
  * the one-at-a-time path of transfer.c afterwards.
  */
-#include "frame.h"
+#include "xfer_io.h"
 #include "transfer_int.h"
 
 #include <stdio.h>

@@ -4,7 +4,7 @@
 #define XFER_SERVICE_XFERCTL_H
 
 #include "ctl_client.h"
-#include "frame.h"
+#include "xfer_io.h"
 
 #include <stdbool.h>
 #include <stdint.h>

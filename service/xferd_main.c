@@ -1,7 +1,7 @@
 /* xferd: one transfer node = engine + config + registry publisher +
  * control server. See docs/service.md. */
 #include "config.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "metrics.h"
 #include "xferd.h"
 
@@ -24,6 +24,8 @@ static const char usage[] =
     "                                                       (XFER_REDIS_URL)\n"
     "      --secret S            cluster secret             (XFER_SECRET)\n"
     "      --secret-file F       read the secret from F     (XFER_SECRET_FILE)\n"
+    "      --insecure            serve beyond loopback with no secret (refused\n"
+    "                            otherwise; warns at start)  (XFER_INSECURE=1)\n"
     "  -t, --transports LIST     e.g. tcp,ipc               (XFER_TRANSPORTS)\n"
     "  -l, --listen ADDR[:PORT]  data/control address, data port\n"
     "                                                       (XFER_LISTEN)\n"
@@ -41,6 +43,11 @@ static const char usage[] =
     "      --heartbeat-ms MS     default ttl/3              (XFER_HEARTBEAT_MS)\n"
     "      --drain-ms MS         SIGTERM grace, default 5000 (XFER_DRAIN_MS)\n"
     "      --connect-timeout-ms, --io-timeout-ms, --request-timeout-ms MS\n"
+    "      --sockets-per-peer N  tcp sockets per peer, default 4 (XFER_SOCKETS_PER_PEER)\n"
+    "      --progress-threads N  transport progress threads, default 1\n"
+    "                                                  (XFER_PROGRESS_THREADS)\n"
+    "      --chunk-bytes N       items split above this, default 1048576 (XFER_CHUNK_BYTES)\n"
+    "      --busy-poll-us US     waits spin this long first, default 0 (XFER_BUSY_POLL_US)\n"
     "      --workers N           request worker threads, default 4\n"
     "      --max-region-bytes N  host memory xferd keeps in regions (control-plane\n"
     "                            registrations past it are refused), default: the\n"
@@ -63,6 +70,7 @@ static const struct option long_opts[] = {
     {"version", no_argument, 0, 'V'},
     {"secret", required_argument, 0, OPT_KEY},
     {"secret-file", required_argument, 0, OPT_KEY},
+    {"insecure", no_argument, 0, OPT_KEY},
     {"advertise", required_argument, 0, OPT_KEY},
     {"data-port", required_argument, 0, OPT_KEY},
     {"ctrl-port", required_argument, 0, OPT_KEY},
@@ -71,6 +79,10 @@ static const struct option long_opts[] = {
     {"drain-ms", required_argument, 0, OPT_KEY},
     {"connect-timeout-ms", required_argument, 0, OPT_KEY},
     {"io-timeout-ms", required_argument, 0, OPT_KEY},
+    {"sockets-per-peer", required_argument, 0, OPT_KEY},
+    {"progress-threads", required_argument, 0, OPT_KEY},
+    {"chunk-bytes", required_argument, 0, OPT_KEY},
+    {"busy-poll-us", required_argument, 0, OPT_KEY},
     {"request-timeout-ms", required_argument, 0, OPT_KEY},
     {"workers", required_argument, 0, OPT_KEY},
     {"log-level", required_argument, 0, OPT_KEY},
@@ -131,7 +143,7 @@ static int load_config(int argc, char **argv, struct xferd_config *c)
             if (xferd_config_add_region_spec(c, optarg, why, sizeof(why)))
                 goto bad;
         } else if (key) {
-            if (xferd_config_set(c, key, optarg, why, sizeof(why)))
+            if (xferd_config_set(c, key, optarg ? optarg : "true", why, sizeof(why)))
                 goto bad;
         } else {
             fprintf(stderr, "xferd: try --help\n");
@@ -186,6 +198,10 @@ static int start_node(struct xferd *d)
     nc.heartbeat_ms = d->cfg.heartbeat_ms;
     nc.connect_timeout_ms = d->cfg.connect_timeout_ms;
     nc.io_timeout_ms = d->cfg.io_timeout_ms;
+    nc.sockets_per_peer = d->cfg.sockets_per_peer;
+    nc.progress_threads = d->cfg.progress_threads;
+    nc.chunk_bytes = (size_t)d->cfg.chunk_bytes;
+    nc.busy_poll_us = d->cfg.busy_poll_us;
     nc.default_deadline_ms = d->cfg.request_timeout_ms;
     nc.offline_ok = true; /* serve now, publish when Redis answers */
     nc.on_event = on_node_event;
@@ -331,6 +347,10 @@ int main(int argc, char **argv)
     if (rc)
         return rc > 0 ? 0 : 2;
     apply_log_level(d->cfg.log_level);
+    if (xferd_config_unauthenticated_exposed(&d->cfg))
+        xfer_warn("INSECURE: serving on %s with no cluster secret (--insecure): anyone who "
+                  "reaches its control or data port can read and write this node's memory",
+                  d->cfg.listen);
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&d->inflight_lock, NULL);
     pthread_mutex_init(&d->fwd_lock, NULL);

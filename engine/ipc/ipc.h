@@ -102,6 +102,13 @@ struct ipc_revoked {
 };
 #define IPC_REVOKED_MAX 64
 
+/* Checks a received message against the size rules of its type (and the
+ * type and record count expected; want_count 0 = any) and the fields the
+ * receiver trusts (statuses, mech, probe length): 0 or -XFER_EPROTO.
+ * payload holds h->bytes bytes (ipc_msg.c). */
+int ipc_msg_check(const struct ipc_hdr *h, const void *payload, uint32_t want_type,
+                  uint32_t want_count);
+
 /* ---- sockets (ipc_sock.c) ---------------------------------------------- */
 
 /* Abstract socket address for a node incarnation; returns the address length. */

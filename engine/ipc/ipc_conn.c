@@ -142,10 +142,9 @@ static int jobs_acquire(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
     struct ipc_acq_resp *resp = reply.r;
     if (rc == 0)
         rc = ipc_recv(c->fd, &h, &reply, sizeof(reply), NULL, c->io_timeout_ms);
+    if (rc == 0)
+        rc = ipc_msg_check(&h, &reply, IPC_ACQ_RESP, (uint32_t)k);
     size_t extra = rc == 0 ? h.bytes - (size_t)k * sizeof(resp[0]) : 0;
-    if (rc == 0 && (h.type != IPC_ACQ_RESP || h.count != k || h.bytes < k * sizeof(resp[0]) ||
-                    extra % sizeof(struct ipc_revoked) != 0))
-        rc = -XFER_EPROTO;
     if (rc < 0)
         return rc;
     /* Regions the owner deregistered: retire our mappings of them. */
@@ -643,9 +642,8 @@ static int conn_hello(struct ipc_conn *c, const struct xfer_peer_desc *pd, int t
     struct ipc_hdr h;
     struct ipc_hello hello;
     rc = ipc_recv(c->fd, &h, &hello, sizeof(hello), NULL, timeout_ms);
-    if (rc == 0 && (h.type != IPC_HELLO || h.bytes != sizeof(hello) ||
-                    hello.probe_len != sizeof(hello.probe_cookie)))
-        rc = -XFER_EPROTO;
+    if (rc == 0)
+        rc = ipc_msg_check(&h, &hello, IPC_HELLO, 1);
     if (rc < 0) {
         snprintf(why, why_len, "no ipc hello from the peer: %s", xfer_strerror(rc));
         return rc;

@@ -128,16 +128,14 @@ static int ask_owner(int fd, uint32_t id, uint32_t gen, enum xfer_op op, int tim
     int rc = ipc_send(fd, IPC_MAP_REQ, 1, &q, sizeof(q), -1, timeout_ms);
     if (rc == 0)
         rc = ipc_recv(fd, &h, r, sizeof(*r), got_fd, timeout_ms);
-    if (rc == 0 && (h.type != IPC_MAP_RESP || h.bytes != sizeof(*r)))
-        rc = -XFER_EPROTO;
+    if (rc == 0)
+        rc = ipc_msg_check(&h, r, IPC_MAP_RESP, 1);
     if (rc < 0) {
         snprintf(why, why_len, "asking the owner for region %u: %s", id, xfer_strerror(rc));
         return rc;
     }
     r->why[sizeof(r->why) - 1] = 0;
-    if (r->status != 0) {
-        if (r->status > 0 || r->status <= -XFER_ERR_MAX)
-            r->status = -XFER_EPROTO;
+    if (r->status != 0) { /* a real code: ipc_msg_check */
         snprintf(why, why_len, "owner: %s", r->why[0] ? r->why : xfer_strerror(r->status));
         return r->status;
     }

@@ -10,7 +10,7 @@
  * peer from stalling the others.
  */
 #include "handshake.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "ipc.h"
 
 #define IPC_MAP_TRACK 1024 /* mappings tracked per peer for revocation */
@@ -174,7 +174,7 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
 {
     struct ipc_server *s = c->srv;
     struct ipc_map_req q;
-    if (h->count != 1 || h->bytes != sizeof(q))
+    if (ipc_msg_check(h, buf, IPC_MAP_REQ, 1))
         return -XFER_EPROTO;
     memcpy(&q, buf, sizeof(q));
     struct ipc_map_resp m;
@@ -226,8 +226,7 @@ static uint32_t find_revoked(struct serve_conn *c, struct ipc_revoked *gone)
 static int handle_acquire(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
 {
     struct ipc_server *s = c->srv;
-    if (h->count == 0 || h->count > IPC_BATCH_MAX ||
-        h->bytes != h->count * sizeof(struct ipc_acq_req))
+    if (ipc_msg_check(h, buf, IPC_ACQ_REQ, 0))
         return -XFER_EPROTO;
     struct {
         struct ipc_acq_resp r[IPC_BATCH_MAX];
@@ -259,7 +258,7 @@ static int handle_acquire(struct serve_conn *c, const struct ipc_hdr *h, const v
 
 static int handle_release(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
 {
-    if (h->count > IPC_BATCH_MAX || h->bytes != h->count * sizeof(uint32_t))
+    if (ipc_msg_check(h, buf, IPC_REL, 0))
         return -XFER_EPROTO;
     const uint32_t *slot = buf;
     for (uint32_t i = 0; i < h->count; i++)

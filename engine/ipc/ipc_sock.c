@@ -4,7 +4,7 @@
  * cannot reach the new process), messages with an optional SCM_RIGHTS fd,
  * and deadlines on every wait.
  */
-#include "frame.h"
+#include "xfer_io.h"
 #include "ipc.h"
 
 #include <errno.h>

@@ -6,8 +6,12 @@
  *
  * Threads: one acceptor, a short-lived thread per inbound handshake (which
  * then hands the socket over), and progress_threads epoll loops. Each socket belongs to exactly one
- * progress thread, which alone does its I/O; other threads only append to its shared send queue
- * (qmu) and kick the owner through an eventfd.
+ * progress thread, which does its I/O; other threads append to its shared send queue (qmu)
+ * and kick the owner through an eventfd. A submitting thread that finds an
+ * initiator socket idle sends the frames itself (tcp_sock_send_direct): the
+ * owner's hand-off (eventfd write, wake-up, epoll, eventfd read) was the
+ * largest cost of a small round trip. iomu serializes the two: the owner
+ * holds it around every call into a socket's I/O.
  */
 #ifndef XFER_TCP_H
 #define XFER_TCP_H
@@ -91,8 +95,10 @@ struct tcp_sock {
     struct tcp_sock *kick_next;         /* th->mu */
     struct tcp_sock *ready_next;        /* owner */
     struct tcp_sock *grave_next;        /* th->mu */
+    pthread_mutex_t iomu;               /* held by whoever does this socket's I/O (see top) */
     /* shared send queue */
     pthread_mutex_t qmu;
+    bool gpu_seen; /* qmu: GPU chunks were queued: no direct sends (staging is the owner's) */
     struct tcp_tx *q_head, *q_tail;
     uint64_t load; /* atomic: bytes posted and not yet completed */
     /* owner-only */
@@ -109,6 +115,8 @@ struct tcp_sock {
     xfer_region *rx_region;
     int rx_status;
     int rx_errno;                  /* why the last recv failed, 0 = EOF */
+    bool rx_short; /* the last recv returned less than asked: the socket is
+                      drained, and new data brings a new edge (EPOLLET) */
     uint8_t *rx_msg;               /* target: MSG_REQ payload being received (malloc'd) */
     char peer_node[XFER_NAME_MAX]; /* target: the initiator, as its handshake proved */
     uint64_t peer_inc;
@@ -153,6 +161,7 @@ struct tcp_transport {
     unsigned next_thread; /* atomic round robin */
     uint64_t next_req;    /* atomic */
     int sockbuf;          /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
+    bool direct;          /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
 };
 
 struct tcp_conn {
@@ -176,6 +185,9 @@ struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, con
 void tcp_sock_destroy(struct tcp_sock *s);
 void tcp_sock_readable(struct tcp_sock *s);
 void tcp_sock_writable(struct tcp_sock *s);
+/* Submitting thread, after queueing on s: sends the queue itself if s is
+ * idle and its I/O lock free. False = the owner must be kicked. */
+bool tcp_sock_send_direct(struct tcp_sock *s);
 /* Closes the socket and fails what it carries with -XFER_ECONN; status 0
  * is an orderly close (logged at info), else a warning. Idempotent. */
 void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);

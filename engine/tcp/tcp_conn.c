@@ -1,6 +1,6 @@
 /* TCP transport: connections to a peer (control path) and posting chunks. */
 #include "tcp.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "handshake.h"
 
 #include <errno.h>
@@ -225,6 +225,7 @@ bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_l
             else
                 s->q_head = t;
             s->q_tail = t;
+            s->gpu_seen |= t->gpu;
             __atomic_add_fetch(&s->load, XFER_WIRE_HDR_LEN + t->len, __ATOMIC_RELAXED);
         }
         pthread_mutex_unlock(&s->qmu);
@@ -329,7 +330,8 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     for (size_t k = 0; k < n; k++)
         post_item(tc, b, idx[k], chunk, kick);
     for (int k = 0; k < tc->n; k++)
-        if (kick[k])
+        if (kick[k] &&
+            !(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
     return 0;
 }

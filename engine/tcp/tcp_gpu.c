@@ -358,12 +358,14 @@ void tcp_gpu_pump(struct tcp_thread *th)
         k->gpu_wait = false;
     while (s) {
         struct tcp_sock *next = s->gpu_next;
+        pthread_mutex_lock(&s->iomu);
         if (s->fd >= 0 && land_poll(s))
             tcp_gpu_wait_mark(s);
         if (s->fd >= 0)
             tcp_sock_writable(s);
         if (s->fd >= 0)
             tcp_sock_readable(s);
+        pthread_mutex_unlock(&s->iomu);
         s = next;
     }
 }

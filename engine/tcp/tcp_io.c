@@ -9,7 +9,7 @@
  * one system call at a time, so cancellation never waits for a peer.
  */
 #include "tcp.h"
-#include "frame.h"
+#include "xfer_io.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -33,6 +33,7 @@ struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, con
     s->linked = true; /* tcp_thread_adopt links it */
     snprintf(s->name, sizeof(s->name), "%s", name);
     pthread_mutex_init(&s->qmu, NULL);
+    pthread_mutex_init(&s->iomu, NULL);
     s->last_progress_ms = xfer_now_ms();
     s->rx_state = RX_HDR;
     s->rx_gslot = -1;
@@ -45,6 +46,9 @@ void tcp_sock_destroy(struct tcp_sock *s)
         return;
     if (s->fd >= 0)
         close(s->fd);
+    pthread_mutex_lock(&s->iomu); /* a direct sender has left */
+    pthread_mutex_unlock(&s->iomu);
+    pthread_mutex_destroy(&s->iomu);
     pthread_mutex_destroy(&s->qmu);
     free(s);
 }
@@ -82,8 +86,7 @@ void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const 
         tcp_tx_free(t);
         return;
     }
-    xfer_batch_chunk_done(t->b, t->idx, status == 0 ? t->len : 0, status, why);
-    xfer_batch_put(t->b);
+    xfer_batch_chunk_done_put(t->b, t->idx, status == 0 ? t->len : 0, status, why);
     tcp_tx_free(t);
 }
 
@@ -219,10 +222,13 @@ void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms)
  * let go of any memory pin (failing completes and frees chunks). */
 static ssize_t sock_recv(struct tcp_sock *s, void *buf, size_t len)
 {
+    if (s->rx_short) /* saves the recv that would say EAGAIN */
+        return 0;
     for (;;) {
         ssize_t n = recv(s->fd, buf, len, MSG_DONTWAIT);
         if (n > 0) {
             s->last_progress_ms = xfer_now_ms();
+            s->rx_short = (size_t)n < len;
             return n;
         }
         if (n == 0) {
@@ -316,14 +322,20 @@ static void inflight_push(struct tcp_sock *s, struct tcp_tx *t)
     s->inf_tail = t;
 }
 
-static void splice_queue(struct tcp_sock *s)
+/* Moves the shared queue to the owner's list; false (nothing moved) for a
+ * direct sender once GPU chunks were queued: their staging is the owner's. */
+static bool splice_queue(struct tcp_sock *s, bool direct)
 {
     pthread_mutex_lock(&s->qmu);
+    if (direct && s->gpu_seen) {
+        pthread_mutex_unlock(&s->qmu);
+        return false;
+    }
     struct tcp_tx *q = s->q_head;
     s->q_head = s->q_tail = NULL;
     pthread_mutex_unlock(&s->qmu);
     if (!q)
-        return;
+        return true;
     if (!s->tx_head && !s->inf_head) /* was idle: the stall clock starts now */
         s->last_progress_ms = xfer_now_ms();
     for (; q; q = q->next) {
@@ -334,6 +346,7 @@ static void splice_queue(struct tcp_sock *s)
         s->tx_tail = q;
         s->tx_count++;
     }
+    return true;
 }
 
 /* Initiator: drops unsent chunks at the head whose items ended. */
@@ -429,12 +442,15 @@ static int gpu_head_ready(struct tcp_sock *s)
     return -1;
 }
 
-void tcp_sock_writable(struct tcp_sock *s)
+/* direct: called by a submitting thread; a failing send is left to the
+ * owner (kicked by the caller), which alone closes sockets. Returns false if
+ * frames are left unsent. */
+static bool send_queued(struct tcp_sock *s, bool direct)
 {
     if (s->fd < 0)
-        return;
-    if (!s->target)
-        splice_queue(s);
+        return false;
+    if (!s->target && !splice_queue(s, direct))
+        return false;
     for (;;) {
         drop_dead_heads(s);
         if (!s->tx_head)
@@ -464,9 +480,9 @@ void tcp_sock_writable(struct tcp_sock *s)
         if (n < 0) {
             if (err == EINTR)
                 continue;
-            if (err != EAGAIN && err != EWOULDBLOCK)
+            if (err != EAGAIN && err != EWOULDBLOCK && !direct)
                 tcp_sock_fail(s, -XFER_ECONN, strerror(err));
-            return;
+            return false;
         }
         s->last_progress_ms = xfer_now_ms();
         tx_advance(s, (size_t)n);
@@ -475,6 +491,22 @@ void tcp_sock_writable(struct tcp_sock *s)
         s->rx_blocked = false;
         ready_push(s);
     }
+    return true;
+}
+
+void tcp_sock_writable(struct tcp_sock *s)
+{
+    send_queued(s, false);
+}
+
+bool tcp_sock_send_direct(struct tcp_sock *s)
+{
+    if (pthread_mutex_trylock(&s->iomu) != 0)
+        return false; /* the owner is at it: it sees the queue when done */
+    /* Only an idle socket: a busy one has the owner waiting for EPOLLOUT. */
+    bool ok = !s->tx_head && s->fd >= 0 && send_queued(s, true) && !s->tx_head;
+    pthread_mutex_unlock(&s->iomu);
+    return ok;
 }
 
 /* ---- initiator: responses --------------------------------------------------------- */
@@ -781,6 +813,7 @@ static void target_readable(struct tcp_sock *s)
 
 void tcp_sock_readable(struct tcp_sock *s)
 {
+    s->rx_short = false;
     if (s->target)
         target_readable(s);
     else

@@ -1,6 +1,6 @@
 /* TCP transport: ops table, listener and acceptor, progress threads. */
 #include "tcp.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "handshake.h"
 
 #include <arpa/inet.h>
@@ -104,10 +104,15 @@ static void serve_kicks(struct tcp_thread *th)
         s->closing = s->close_req;
         pthread_mutex_unlock(&th->mu);
         if (s->closing) {
+            /* No iomu: disconnect holds the peer's connection lock for
+             * writing, so no submitter is on s, and it frees s as soon as
+             * released is set. */
             tcp_sock_fail(s, -XFER_ECONN, "disconnected");
             released = true;
         } else if (s->fd >= 0) {
+            pthread_mutex_lock(&s->iomu);
             tcp_sock_writable(s);
+            pthread_mutex_unlock(&s->iomu);
         }
         s = next;
     }
@@ -125,8 +130,10 @@ static void serve_ready(struct tcp_thread *th)
     while (s) {
         struct tcp_sock *next = s->ready_next;
         s->in_ready = false;
+        pthread_mutex_lock(&s->iomu);
         if (s->fd >= 0)
             tcp_sock_readable(s);
+        pthread_mutex_unlock(&s->iomu);
         s = next;
     }
 }
@@ -141,7 +148,9 @@ static void check_timeouts(struct tcp_thread *th)
      * a concurrently adopted one is simply checked next time. */
     while (s) {
         struct tcp_sock *next = s->th_next;
+        pthread_mutex_lock(&s->iomu);
         tcp_sock_check_timeout(s, now);
+        pthread_mutex_unlock(&s->iomu);
         s = next;
     }
 }
@@ -162,10 +171,12 @@ static void *thread_main(void *arg)
                     xfer_err("tcp: eventfd read: %s", strerror(errno));
                 continue;
             }
+            pthread_mutex_lock(&s->iomu);
             if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)))
                 tcp_sock_readable(s);
             if (s->fd >= 0 && (ev[i].events & EPOLLOUT))
                 tcp_sock_writable(s);
+            pthread_mutex_unlock(&s->iomu);
         }
         serve_kicks(th);
         serve_ready(th);
@@ -427,6 +438,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     xfer_cond_init_mono(&tt->hs_cv);
     const char *sb = getenv("XFER_TCP_SOCKBUF");
     tt->sockbuf = sb ? atoi(sb) : 0;
+    const char *direct = getenv("XFER_TCP_DIRECT"); /* 0: always hand off (measuring) */
+    tt->direct = !direct || strcmp(direct, "0") != 0;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     tt->n_threads = cfg->progress_threads > 0 ? cfg->progress_threads : 1;
     tt->threads = calloc((size_t)tt->n_threads, sizeof(*tt->threads));

@@ -11,7 +11,7 @@
  * plugin request to the end so both sides stay in step.
  */
 #include "tcpx.h"
-#include "frame.h"
+#include "xfer_io.h"
 
 #include <errno.h>
 #include <poll.h>

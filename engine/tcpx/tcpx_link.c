@@ -16,7 +16,7 @@
  * length-framed like the handshake (proto/frame.h).
  */
 #include "tcpx.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "handshake.h"
 
 #include <endian.h>

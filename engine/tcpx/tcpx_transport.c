@@ -6,7 +6,7 @@
  *   XFER_TCPX_PORT         control port (default ephemeral)
  *   XFER_TCPX_UNPACK       kernel | d2d | host (default kernel) */
 #include "tcpx.h"
-#include "frame.h"
+#include "xfer_io.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

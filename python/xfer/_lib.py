@@ -103,6 +103,7 @@ class EngineConfig(Structure):
         ("io_timeout_ms", c_int),
         ("default_deadline_ms", c_int),
         ("notify_queue_len", c_int),
+        ("busy_poll_us", c_int),
     ]
 
 

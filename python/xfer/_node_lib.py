@@ -34,6 +34,10 @@ class NodeConfig(Structure):
         ("offline_ok", c_bool),
         ("on_event", c_void_p),
         ("event_arg", c_void_p),
+        ("sockets_per_peer", c_int),
+        ("progress_threads", c_int),
+        ("chunk_bytes", c_size_t),
+        ("busy_poll_us", c_int),
     ]
 
 

@@ -255,6 +255,28 @@ static int flood(struct ctx *c, enum xfer_op op, uint64_t n, size_t per_batch)
     return rc < 0 ? -1 : 0;
 }
 
+/* IN_FLIGHT tiny items of op submitted, then cancelled while in flight:
+ * whatever slots and pins they held must come back (the next floods pass). */
+static void cancel_burst(struct ctx *c, enum xfer_op op, uint64_t n)
+{
+    xfer_batch *b[IN_FLIGHT / 256];
+    for (size_t i = 0; i < IN_FLIGHT / 256; i++) {
+        if (!(b[i] = xfer_batch_new(c->e, NULL)))
+            die("xfer_batch_new");
+        for (uint64_t k = i * 256; k < (i + 1) * 256 && k < n; k++) {
+            struct xfer_item it = tiny_item(c, op, k);
+            if (xfer_batch_add(b[i], &it) < 0)
+                die("xfer_batch_add");
+        }
+        if (xfer_batch_submit(b[i], DEADLINE_MS) < 0)
+            die("xfer_batch_submit");
+    }
+    for (size_t i = 0; i < IN_FLIGHT / 256; i++) {
+        xfer_batch_cancel(b[i]);
+        xfer_batch_free(b[i]);
+    }
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -299,12 +321,24 @@ static void run(struct ctx *c, uint64_t n)
     for (size_t s = 0; s < 2 && !failures; s++)
         if (flood(c, XFER_OP_READ, n, shapes[s]) < 0)
             break;
-    gmem_io(&c->g, host, false);
-    for (uint64_t k = 0; k < n && !failures; k++)
-        if (memcmp(host + k * TINY, want + (REG_LEN / TINY - 1 - k) * TINY, TINY)) {
-            FAIL("READ flood: local slot %llu differs", (unsigned long long)k);
+    /* the same items again after a cancelled burst of each op: same bytes */
+    for (int again = 0; again < 2 && !failures; again++) {
+        gmem_io(&c->g, host, false);
+        for (uint64_t k = 0; k < n && !failures; k++)
+            if (memcmp(host + k * TINY, want + (REG_LEN / TINY - 1 - k) * TINY, TINY)) {
+                FAIL("READ flood: local slot %llu differs", (unsigned long long)k);
+                break;
+            }
+        if (again || failures)
             break;
-        }
+        cancel_burst(c, XFER_OP_WRITE, n);
+        cancel_burst(c, XFER_OP_READ, n);
+        printf("ok   4096 WRITEs and 4096 READs cancelled in flight\n");
+        if (flood(c, XFER_OP_WRITE, n, 256) == 0 && remote(c, 'h') != hash(want, REG_LEN))
+            FAIL("the target's region differs from the model after the cancelled burst");
+        if (!failures)
+            flood(c, XFER_OP_READ, n, 256);
+    }
     if (!failures) {
         double small = latency_us(c, 4096), big = latency_us(c, 65536);
         printf("ok   latency of one xfer_write gpu -> gpu, median of %d: 4 KiB %.1f us, 64 KiB "

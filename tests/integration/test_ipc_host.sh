@@ -30,7 +30,7 @@ if setpriv --bounding-set -sys_ptrace --inh-caps -sys_ptrace true 2>/dev/null; t
     grep -q "cross-memory attach to pid .* refused by the kernel.*falling back" "$log" ||
         { echo "FAILED: no explicit fallback warning"; exit 1; }
 else
-    echo "note: setpriv cannot drop CAP_SYS_PTRACE here; CMA refusal case not run"
+    echo "skip-case: setpriv cannot drop CAP_SYS_PTRACE here; CMA refusal case not run"
 fi
 # An owner of another uid: refused without a secret (tcp instead), accepted
 # with one (needs root to start the owner as nobody).
@@ -38,6 +38,6 @@ if (($(id -u) == 0)); then
     IPC_OWNER_UID=65534 run "$node" host --iters 30 --seed "$seed" --expect tcp
     IPC_OWNER_UID=65534 IPC_TEST_SECRET=s3cret run "$node" host --iters 30 --seed "$seed"
 else
-    echo "note: not root; other-uid owner case not run"
+    echo "skip-case: not root; other-uid owner case not run"
 fi
 echo "all ipc host tests passed (seed $seed)"

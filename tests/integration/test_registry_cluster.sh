@@ -21,7 +21,7 @@ redis_cluster_up "$NETNS_GW"; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fai
 echo "cluster: $CLUSTER_URL"
 for i in 1 2 3; do
     svc_start "n$i" "$i" --listen "${NETNS_IP[i]}" --redis-url "$CLUSTER_URL" --ttl-ms "$TTL_MS" \
-        --transports tcp --region r1:1M:rw
+        --secret clustersecret --transports tcp --region r1:1M:rw
 done
 for i in 1 2 3; do svc_wait_ready "n$i"; done
 for i in 1 2 3; do

@@ -21,6 +21,14 @@ out=$("$XFERD" 2>&1); rc=$?
 printf 'node = x\n[region kv]\nsize = lots\n' >"$SVC_DIR/bad.conf"
 out=$("$XFERD" --config "$SVC_DIR/bad.conf" 2>&1); rc=$?
 ((rc == 2)) && [[ $out == *"bad.conf:3:"* ]] || fail "bad config: rc=$rc '$out'"
+# Beyond loopback with no secret: refused, unless --insecure (then a warning).
+out=$("$XFERD" --node open1 --listen 0.0.0.0 --advertise 127.0.0.1 --redis-url "$REDIS_URL" 2>&1); rc=$?
+((rc == 2)) && [[ $out == *"no cluster secret"*"--insecure"* ]] || fail "unauthenticated 0.0.0.0: rc=$rc '$out'"
+svc_start open1 0 --listen 0.0.0.0 --advertise 127.0.0.1 --redis-url "$REDIS_URL" --insecure
+svc_wait_ready open1
+grep -q "warn .*INSECURE: serving on 0.0.0.0 with no cluster secret" "$SVC_DIR/open1.log" \
+    || fail "no loud warning with --insecure: $(head -n 5 "$SVC_DIR/open1.log")"
+svc_kill open1 TERM || fail "open1 exit status"
 
 # Config file + env + flags (flag wins over env wins over file).
 cat >"$SVC_DIR/n1.conf" <<CONF

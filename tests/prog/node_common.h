@@ -87,8 +87,12 @@ static inline int node_file_read(const char *path, struct node_file *nf)
         }
     }
     fclose(f);
-    /* rdma or tcpx alone have no data port */
-    return nf->peer.data_port || nf->peer.nics[0] || nf->peer.tcpx_port ? 0 : -1;
+    /* rdma, tcpx or ipc alone have no data port */
+    if (nf->peer.data_port || nf->peer.nics[0] || nf->peer.tcpx_port ||
+        (nf->peer.transports & XFER_TRANSPORT_IPC))
+        return 0;
+    fprintf(stderr, "node file %s names no way to reach the node\n", path);
+    return -1;
 }
 
 static inline void node_file_region_line(const struct xfer_region_desc *d, void *arg)

@@ -26,7 +26,7 @@
  *       raw tcp frames after a real handshake: oversized, truncated and
  *       inconsistent message frames; the node answers or cuts, keeps serving.
  */
-#include "frame.h"
+#include "xfer_io.h"
 #include "handshake.h"
 #include "msg_wire.h"
 #include "node_common.h"

@@ -18,7 +18,7 @@
  *                     still be able to connect meanwhile)
  */
 #include "node_common.h"
-#include "frame.h"
+#include "xfer_io.h"
 #include "handshake.h"
 #include "wire.h"
 

@@ -11,7 +11,8 @@
  * pattern after them, so the receiver checks what it got on its own.
  *   1. both directions at once: N messages each way, random sizes 24 B..64 KiB,
  *      tags i % 4, sent in vectored batches of 1..8 SEND items, received by
- *      any-tag RECV batches (recvv); every index exactly once;
+ *      any-tag RECV batches (recvv), half of them from any peer; every index
+ *      exactly once, from the right sender;
  *   2. tags: 4 x 16 messages sent first, then received by exact-tag RECVs in
  *      reverse tag order: per tag in send order (FIFO per sender and tag);
  *   3. truncation: 1000 B into a 100 B buffer fails on both sides, the next
@@ -31,6 +32,7 @@
 #define SLOT    (MAX_MSG + 64)
 
 struct ctx {
+    const char *other; /* the other side's node id */
     xfer_engine *e;
     xfer_peer *p;
     xfer_region *buf; /* [0, 32 MiB) send area, [32 MiB, 64 MiB) receive area */
@@ -131,8 +133,9 @@ static int recv_all(struct ctx *c)
         if (k > c->count - got)
             k = c->count - got;
         xfer_batch *b = xfer_batch_new(c->e, &rc);
-        for (int j = 0; j < k; j++) /* recvv: several buffers, any tag */
-            xfer_batch_add_recv(b, c->buf, base + (uint64_t)j * SLOT, SLOT, c->p, XFER_MSG_TAG_ANY);
+        for (int j = 0; j < k; j++) /* recvv: several buffers, any tag, half any peer */
+            xfer_batch_add_recv(b, c->buf, base + (uint64_t)j * SLOT, SLOT, (x & 1) ? c->p : NULL,
+                                XFER_MSG_TAG_ANY);
         rc = xfer_batch_submit(b, 30000);
         if (rc == 0)
             rc = xfer_batch_wait(b, -1);
@@ -143,7 +146,8 @@ static int recv_all(struct ctx *c)
             CHECK(xfer_batch_item_msg(b, (size_t)j, &tag, from) == 0, "item_msg");
             int i = check_msg(c, base + (uint64_t)j * SLOT, xfer_batch_item_bytes(b, (size_t)j),
                               tag, other_seed(c));
-            CHECK(i >= 0 && i < c->count && !seen[i], "message %d from %s wrong or twice", i, from);
+            CHECK(i >= 0 && i < c->count && !seen[i] && !strcmp(from, c->other),
+                  "message %d from %s wrong or twice", i, from);
             seen[i] = 1;
         }
         xfer_batch_free(b);
@@ -260,6 +264,22 @@ static int kill_phase(struct ctx *c)
     printf("kill: notification to the dead peer: %s after %.1f s (%s)\n", xfer_strerror(rc),
            now_s() - t0, xfer_engine_last_error(c->e));
     CHECK(rc == -XFER_ECONN, "notification to a killed peer: %s", xfer_strerror(rc));
+    /* removing the peer ends what still names it, and nothing touches it after */
+    b = xfer_batch_new(c->e, &rc);
+    xfer_batch_add_recv(b, c->buf, 32u << 20, 100, c->p, 999);
+    xfer_batch_add_recv(b, c->buf, (32u << 20) + 128, 100, NULL, 999); /* any peer */
+    xfer_batch_submit(b, 60000);
+    t0 = now_s();
+    CHECK(xfer_peer_remove(c->e, c->p) == 0, "peer remove");
+    c->p = NULL;
+    rc = xfer_batch_wait(b, 0);
+    printf("kill: removed peer: recv naming it %s after %.2f s, any-peer recv %s\n",
+           xfer_strerror(xfer_batch_item_status(b, 0)), now_s() - t0,
+           xfer_strerror(xfer_batch_item_status(b, 1)));
+    CHECK(xfer_batch_item_status(b, 0) == -XFER_ECONN &&
+              xfer_batch_item_status(b, 1) == -XFER_EINPROGRESS,
+          "recv naming a removed peer");
+    xfer_batch_free(b);
     return 0;
 }
 
@@ -340,6 +360,7 @@ int main(int argc, char **argv)
         poll(NULL, 0, 20);
     CHECK(node_file_read(other, &nf) == 0, "other node file %s", other);
     CHECK(xfer_peer_add(c.e, &nf.peer, &c.p) == 0, "peer add: %s", xfer_engine_last_error(c.e));
+    c.other = nf.peer.node_id;
     for (int i = 0; i < nf.n_regions; i++)
         xfer_peer_region_add(c.p, &nf.regions[i]);
     /* Barrier: a SEND to an engine that has not added us yet is refused

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "frame.h"
+#include "xfer_io.h"
 #include "handshake.h"
 #include "hs_msg.h"
 

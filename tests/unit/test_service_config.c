@@ -55,6 +55,7 @@ static void test_file_env_flags(void **state)
                                  "redis_url = redis://10.0.0.9:7000\n"
                                  "listen = 10.0.0.1:7001   # data port too\n"
                                  "ttl_ms = 3000\n"
+                                 "sockets_per_peer = 8\n"
                                  "[region kv]\n"
                                  "size = 64M\n"
                                  "access = r\n"
@@ -66,7 +67,12 @@ static void test_file_env_flags(void **state)
                                  "[region scratch]\n"
                                  "size = 1M\n");
     xferd_config_defaults(&c);
+    assert_int_equal(c.sockets_per_peer, 4); /* engine data path defaults */
+    assert_int_equal(c.progress_threads, 1);
+    assert_int_equal(c.chunk_bytes, 1 << 20);
+    assert_int_equal(c.busy_poll_us, 0);
     assert_int_equal(xferd_config_load_file(&c, path, why, sizeof(why)), 0);
+    assert_int_equal(c.sockets_per_peer, 8);
     assert_string_equal(c.node, "filenode");
     assert_string_equal(c.listen, "10.0.0.1");
     assert_int_equal(c.data_port, 7001);
@@ -81,13 +87,19 @@ static void test_file_env_flags(void **state)
 
     setenv("XFER_NODE", "envnode", 1);
     setenv("XFER_TTL_MS", "2000", 1);
+    setenv("XFER_PROGRESS_THREADS", "2", 1);
     assert_int_equal(xferd_config_load_env(&c, why, sizeof(why)), 0);
     unsetenv("XFER_NODE");
     unsetenv("XFER_TTL_MS");
+    unsetenv("XFER_PROGRESS_THREADS");
+    assert_int_equal(c.progress_threads, 2);
+    assert_int_equal(xferd_config_set(&c, "chunk-bytes", "262144", why, sizeof(why)), 0);
+    assert_int_equal(c.chunk_bytes, 262144);
     assert_string_equal(c.node, "envnode");
     assert_int_equal(c.ttl_ms, 2000);
     assert_int_equal(xferd_config_set(&c, "node", "flagnode", why, sizeof(why)), 0);
     assert_int_equal(xferd_config_set(&c, "heartbeat-ms", "500", why, sizeof(why)), 0);
+    assert_int_equal(xferd_config_set(&c, "secret", "s3cret", why, sizeof(why)), 0);
     assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), 0);
     assert_string_equal(c.node, "flagnode");
     assert_string_equal(c.ctrl_socket, "/tmp/xferd-flagnode.sock");
@@ -100,9 +112,10 @@ static void test_bad_config(void **state)
     (void)state;
     struct xferd_config c;
     char why[300];
-    const char *bad[] = {"node = a\nbogus = 1\n", "[region]\nsize=1\n", "[region x]\nsize=abc\n",
-                         "ttl_ms = 1\n",          "just words\n",       "node = a/b\n",
-                         "[region x]\nfoo=1\n"};
+    const char *bad[] = {"node = a\nbogus = 1\n",  "[region]\nsize=1\n",  "[region x]\nsize=abc\n",
+                         "ttl_ms = 1\n",           "just words\n",        "node = a/b\n",
+                         "[region x]\nfoo=1\n",    "chunk_bytes = 100\n", "sockets_per_peer = 0\n",
+                         "progress_threads = 65\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         xferd_config_defaults(&c);
         const char *path = write_tmp(bad[i]);
@@ -129,7 +142,26 @@ static void test_bad_config(void **state)
     assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), -XFER_EINVAL);
     assert_non_null(strstr(why, "advertise"));
     xferd_config_set(&c, "advertise", "10.1.2.3", why, sizeof(why));
+    /* beyond loopback with no secret: refused unless insecure on purpose */
+    assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), -XFER_EINVAL);
+    assert_non_null(strstr(why, "no cluster secret"));
+    assert_non_null(strstr(why, "--insecure"));
+    assert_true(xferd_config_unauthenticated_exposed(&c));
+    assert_int_equal(xferd_config_set(&c, "insecure", "maybe", why, sizeof(why)), -XFER_EINVAL);
+    assert_int_equal(xferd_config_set(&c, "insecure", "true", why, sizeof(why)), 0);
     assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), 0);
+    c.insecure = false;
+    xferd_config_set(&c, "secret", "s3cret", why, sizeof(why));
+    assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), 0);
+    assert_false(xferd_config_unauthenticated_exposed(&c));
+    /* loopback needs no secret */
+    xferd_config_defaults(&c);
+    xferd_config_set(&c, "node", "n", why, sizeof(why));
+    xferd_config_set(&c, "listen", "127.0.0.2", why, sizeof(why));
+    assert_int_equal(xferd_config_finish(&c, why, sizeof(why)), 0);
+    assert_true(xferd_addr_is_loopback("::1"));
+    assert_false(xferd_addr_is_loopback("10.0.0.1"));
+    assert_false(xferd_addr_is_loopback("::"));
 }
 
 static void test_naddr(void **state)

@@ -1,5 +1,7 @@
-/* Length-framed messages and deadline-bounded full-buffer socket I/O. */
-#include "frame.h"
+/* The engine's clock and deadline-bounded socket I/O (CLOCK_MONOTONIC, so a
+ * wall-clock step neither stretches nor cuts a wait), and length-framed
+ * messages on top of it (proto/frame.h has the framing and its limit). */
+#include "xfer_io.h"
 #include "xfer_err.h"
 
 #include <errno.h>

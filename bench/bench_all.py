@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""make bench: xfer beside the peers Debian ships, in one run.
+
+Each row pairs an xfer measurement with a peer measurement (raw TCP
+ping-pong, iperf3, ucx_perftest, memcpy, or xfer itself for the first-pass
+row). The two sides of a row alternate, round after round (which side goes
+first alternates too), so noise on a shared machine hits both alike; a row
+reports the medians of both sides and the median of the per-round ratios.
+Then sweeps for the plots. Writes the table, the machine and the date to
+docs/BENCHMARKS.md (XFER_BENCH_OUT) and PNG plots beside it (gnuplot).
+
+Needs: $B/bench/xfer_bench, $B/bench/pingpong, $B/bench/memcpy_bw, python3.
+Optional (their columns are skipped, with a note, when absent): iperf3,
+ucx_perftest (Debian ucx-utils), gnuplot. No Redis, no xferd: a build tree
+carried to another machine runs it as is (bench/run.sh).
+
+Environment: B (build dir), XFER_BENCH_SECONDS (per measurement, 1),
+XFER_BENCH_ROUNDS (3), XFER_BENCH_STREAMS ("1 2 4"; "1 2 4 8" on a big
+host), XFER_BENCH_ONLY (regex on row names), XFER_BENCH_FRESH_MIB (1024),
+XFER_BENCH_OUT (docs/BENCHMARKS.md; empty = print only), XFER_BENCH_PLOTS
+(0 = none).
+"""
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+B = os.environ.get("B", "build")
+SECS = float(os.environ.get("XFER_BENCH_SECONDS", "1"))
+ROUNDS = int(os.environ.get("XFER_BENCH_ROUNDS", "3"))
+STREAMS = [int(x) for x in os.environ.get("XFER_BENCH_STREAMS", "1 2 4").split()]
+ONLY = re.compile(os.environ.get("XFER_BENCH_ONLY", "."))
+FRESH_MIB = int(os.environ.get("XFER_BENCH_FRESH_MIB", "1024"))
+OUT = os.environ.get("XFER_BENCH_OUT", "docs/BENCHMARKS.md")
+PLOTS = os.environ.get("XFER_BENCH_PLOTS", "1") != "0"
+HAVE_IPERF = shutil.which("iperf3") is not None
+HAVE_UCX = shutil.which("ucx_perftest") is not None
+HAVE_GNUPLOT = shutil.which("gnuplot") is not None
+notes = []
+
+
+class Skip(Exception):
+    pass
+
+
+def run(cmd, env=None, timeout=120):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), p.returncode, p.stderr[-400:]))
+    return p.stdout
+
+
+def xb(env=None, **kw):
+    """xfer_bench with --json; kw are its options (size=8 -> --size 8)."""
+    args = [B + "/bench/xfer_bench", "--json"]
+    kw.setdefault("seconds", SECS)
+    for k, v in kw.items():
+        args += ["--" + k] if v is True else ["--" + k, str(v)]
+    return json.loads(run(args, env, timeout=300).strip().splitlines()[-1])
+
+
+def pingpong(size):
+    out = run([B + "/bench/pingpong", "--size", str(size), "--seconds", str(SECS), "--json"])
+    return json.loads(out)["lat_us"]["p50"]
+
+
+def memcpy(size, threads=1):
+    out = run([B + "/bench/memcpy_bw", "--sizes", str(size), "--threads", str(threads),
+               "--seconds", str(min(SECS, 0.5)), "--json"])
+    return json.loads(out)["gbps"]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def iperf(streams):
+    """iperf3 -P streams over loopback, GB/s received (a fresh server per try)."""
+    if not HAVE_IPERF:
+        raise Skip("iperf3 not installed")
+    for attempt in range(3):  # the server needs a moment to listen
+        port = free_port()
+        srv = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.3)
+            out = run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-P", str(streams),
+                       "-t", str(max(1, round(SECS))), "-J"], timeout=60)
+            return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8e9
+        except RuntimeError:
+            if attempt == 2:
+                raise
+        finally:
+            srv.kill()
+            srv.wait()
+
+
+def ucx(test, tls, size, lat):
+    """One ucx_perftest client/server pair; p50 latency (us) or GB/s."""
+    if not HAVE_UCX:
+        raise Skip("ucx_perftest not installed (Debian ucx-utils)")
+    port = free_port()
+    env = {"UCX_TLS": tls, "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    e = dict(os.environ)
+    e.update(env)
+    srv = subprocess.Popen(["ucx_perftest", "-p", str(port)], env=e,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # about SECS at 0.5 GB/s for bandwidth (UCX stops by count, not time)
+        iters = (20000 if size <= 65536 else 500) if lat else \
+            min(100000, max(50, int(0.5e9 * SECS / max(size, 1))))
+        for _ in range(40):
+            try:
+                out = run(["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s",
+                           str(size), "-n", str(iters), "-w", str(min(1000, iters)), "-f", "-v"],
+                          env, timeout=30)
+                break
+            except RuntimeError:
+                if srv.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("ucx_perftest client never connected")
+        row = out.strip().splitlines()[-1].split(",")
+        # iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,...
+        return float(row[1]) if lat else float(row[5]) * 1048576 / 1e9
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def lat_p50(r):
+    return r["lat_us"]["p50"]
+
+
+# name, unit, xfer side, peer name, peer side, ratio kind, target text
+# ratio kind "lower": xfer/peer, lower is better; "higher": xfer/peer, higher
+def rows():
+    R = []
+    add = lambda *a: R.append(a)
+    add("8 B WRITE round trip, tcp, depth 1", "p50 us",
+        lambda: lat_p50(xb(op="write", size=8)), "TCP ping-pong 56 B", lambda: pingpong(56),
+        "lower", "<= 1.3")
+    add("8 B READ round trip, tcp, depth 1", "p50 us",
+        lambda: lat_p50(xb(op="read", size=8)), "TCP ping-pong 56 B", lambda: pingpong(56),
+        "lower", "<= 1.3")
+    add("8 B WRITE round trip, tcp, busy-poll 50 us", "p50 us",
+        lambda: lat_p50(xb({"XFER_BUSY_POLL_US": "50"}, op="write", size=8)),
+        "TCP ping-pong 56 B", lambda: pingpong(56), "lower", "<= 1.3")
+    add("8 B WRITE round trip, tcp vs UCX", "p50 us",
+        lambda: lat_p50(xb(op="write", size=8)), "UCX ucp_put_lat x2 (tcp)",
+        lambda: 2 * ucx("ucp_put_lat", "tcp", 8, True), "lower", "<= 1.0")
+    add("8 B WRITE round trip, tcp vs UCX tag", "p50 us",
+        lambda: lat_p50(xb(op="write", size=8)), "UCX tag_lat x2 (tcp)",
+        lambda: 2 * ucx("tag_lat", "tcp", 8, True), "lower", "")
+    add("4 KiB WRITE, batch 128, depth 2, tcp", "GB/s",
+        lambda: xb(op="write", size=4096, batch=128, depth=2)["gbps"],
+        "UCX ucp_put_bw 4 KiB (tcp)", lambda: ucx("ucp_put_bw", "tcp", 4096, False),
+        "higher", ">= 3")
+    for n in STREAMS:
+        add("1 MiB WRITE, %d socket(s) + %d thread(s), tcp" % (n, n), "GB/s",
+            lambda n=n: xb(op="write", size="1M", batch=16, depth=max(2, n), sockets=n,
+                          threads=n)["gbps"],
+            "iperf3 -P %d" % n, lambda n=n: iperf(n), "higher", ">= 0.9")
+    fresh = dict(op="write", size="1M", batch=16, depth=max(1, FRESH_MIB // 16), sockets=2)
+    add("first pass, fresh %d MiB, 1 MiB items, tcp" % FRESH_MIB, "GB/s",
+        lambda: xb(fresh=True, **fresh)["gbps"], "xfer, same over touched memory",
+        lambda: xb(count=fresh["depth"], warmup=0, seconds=600, **fresh)["gbps"],
+        "higher", ">= 0.9")
+    add("1 MiB WRITE, batch 16, ipc", "GB/s",
+        lambda: xb(op="write", size="1M", batch=16, depth=2, transport="ipc")["gbps"],
+        "memcpy 1 MiB, 1 thread", lambda: memcpy(1 << 20), "higher", ">= 0.9")
+    add("1 MiB WRITE, batch 16, ipc vs UCX posix", "GB/s",
+        lambda: xb(op="write", size="1M", batch=16, depth=2, transport="ipc")["gbps"],
+        "UCX ucp_put_bw 1 MiB (posix)", lambda: ucx("ucp_put_bw", "posix,self", 1 << 20, False),
+        "higher", ">= 1.0")
+    # UCX_TLS=cma alone has no active-message transport for wire-up, and
+    # cma,tcp measured 0.16 GB/s (puts over tcp): "sm" lets UCX pick among
+    # its shared-memory transports (posix, sysv, cma) as a user would.
+    add("1 MiB WRITE, batch 16, ipc vs UCX sm", "GB/s",
+        lambda: xb(op="write", size="1M", batch=16, depth=2, transport="ipc")["gbps"],
+        "UCX ucp_put_bw 1 MiB (sm)", lambda: ucx("ucp_put_bw", "sm,self", 1 << 20, False),
+        "higher", ">= 1.0")
+    add("8 B WRITE round trip, ipc", "p50 us",
+        lambda: lat_p50(xb(op="write", size=8, transport="ipc")), "UCX ucp_put_lat x2 (posix)",
+        lambda: 2 * ucx("ucp_put_lat", "posix,self", 8, True), "lower", "<= 5 us absolute")
+    return [r for r in R if ONLY.search(r[0])]
+
+
+def measure(fn):
+    try:
+        return fn()
+    except Skip as e:
+        if str(e) not in notes:
+            notes.append(str(e))
+        return None
+    except Exception as e:  # a failed peer must not sink the run; say so
+        msg = "failed: %s" % re.sub(r"-p \d+ ", "", (str(e).splitlines() or ["?"])[0][:200])
+        if msg not in notes:
+            notes.append(msg)
+        return None
+
+
+def table():
+    results = []
+    for row in rows():
+        name, unit, xf, peer, pf, kind, target = row
+        xs, ps, ratios = [], [], []
+        for r in range(ROUNDS):
+            order = [("x", xf), ("p", pf)] if r % 2 == 0 else [("p", pf), ("x", xf)]
+            got = {}
+            for side, fn in order:
+                got[side] = measure(fn)
+            if got["x"] is not None:
+                xs.append(got["x"])
+            if got["p"] is not None:
+                ps.append(got["p"])
+            if got["x"] and got["p"]:
+                ratios.append(got["x"] / got["p"])
+        res = dict(name=name, unit=unit, peer=peer, kind=kind, target=target,
+                   xfer=statistics.median(xs) if xs else None,
+                   peer_v=statistics.median(ps) if ps else None,
+                   ratio=statistics.median(ratios) if ratios else None)
+        results.append(res)
+        print(fmt_row(res), flush=True)
+    return results
+
+
+def num(v):
+    return "-" if v is None else ("%.3g" % v if v < 100 else "%.0f" % v)
+
+
+def fmt_row(r):
+    return "| %s | %s | %s | %s | %s | %s | %s |" % (
+        r["name"], r["unit"], num(r["xfer"]), r["peer"], num(r["peer_v"]),
+        "-" if r["ratio"] is None else "%.2f" % r["ratio"], r["target"])
+
+
+HEAD = ("| what | unit | xfer | peer | peer value | xfer / peer | target |\n"
+        "| --- | --- | --- | --- | --- | --- | --- |")
+
+
+def sweeps():
+    """Series for the plots: one pass each (not interleaved)."""
+    s = {}
+    sizes = [4096, 65536, 1 << 20, 16 << 20]
+    s["bw_xfer"] = [(z, measure(lambda z=z: xb(op="write", size=z, batch=max(1, min(128, (64 << 20) // z)),
+                                                depth=2, sockets=4)["gbps"])) for z in sizes]
+    s["bw_ucx"] = [(z, measure(lambda z=z: ucx("ucp_put_bw", "tcp", z, False)))
+                   for z in sizes if z <= (1 << 20)]  # larger ones stalled past 2 min here
+    s["bw_iperf"] = measure(lambda: iperf(1))
+    lsizes = [8, 4096, 65536, 1 << 20]
+    s["lat_xfer"] = [(z, measure(lambda z=z: lat_p50(xb(op="write", size=z))))
+                     for z in lsizes]
+    s["lat_pp"] = [(z, measure(lambda z=z: pingpong(z + 48))) for z in lsizes]
+    s["lat_ucx"] = [(z, measure(lambda z=z: 2 * ucx("ucp_put_lat", "tcp", z, True)))
+                    for z in lsizes]
+    return s
+
+
+def plot(s, outdir):
+    if not HAVE_GNUPLOT:
+        notes.append("gnuplot not installed: no plots")
+        return []
+    made = []
+
+    def series(path, pts):
+        with open(path, "w") as f:
+            for x, y in pts:
+                if y is not None:
+                    f.write("%g %g\n" % (x, y))
+
+    tmp = os.path.join(outdir, ".plotdata")
+    os.makedirs(tmp, exist_ok=True)
+    series(tmp + "/bw_xfer", s["bw_xfer"])
+    series(tmp + "/bw_ucx", s["bw_ucx"])
+    series(tmp + "/lat_xfer", s["lat_xfer"])
+    series(tmp + "/lat_pp", s["lat_pp"])
+    series(tmp + "/lat_ucx", s["lat_ucx"])
+    series(tmp + "/scale_xfer", s.get("scale_xfer", []))
+    series(tmp + "/scale_iperf", s.get("scale_iperf", []))
+    plots = {
+        "bench-bandwidth.png": ("bandwidth vs item size (tcp loopback, WRITE, 4 sockets)",
+                                "item bytes", "GB/s", True,
+                                ['"%s/bw_xfer" w lp t "xfer"' % tmp, '"%s/bw_ucx" w lp t "UCX ucp_put_bw"' % tmp]
+                                + (["%g t \"iperf3 -P 1\"" % s["bw_iperf"]] if s["bw_iperf"] else [])),
+        "bench-latency.png": ("round trip vs size (tcp loopback, depth 1)", "bytes", "p50 us", True,
+                              ['"%s/lat_xfer" w lp t "xfer WRITE"' % tmp,
+                               '"%s/lat_pp" w lp t "TCP ping-pong (+48 B header)"' % tmp,
+                               '"%s/lat_ucx" w lp t "UCX ucp_put_lat x2"' % tmp]),
+        "bench-scaling.png": ("1 MiB WRITE vs streams (tcp loopback)", "sockets = threads = streams",
+                              "GB/s", False,
+                              ['"%s/scale_xfer" w lp t "xfer"' % tmp,
+                               '"%s/scale_iperf" w lp t "iperf3 -P N"' % tmp]),
+    }
+    for name, (title, xl, yl, logx, lines) in plots.items():
+        logs = "set logscale x 2\nset format x '%.0b%B'\n" if logx else ""
+        if name == "bench-latency.png":
+            logs += "set logscale y 10\n"
+        script = ("set terminal png size 800,500 noenhanced\nset output '%s'\nset title '%s'\n"
+                  "set xlabel '%s'\nset ylabel '%s'\n%sset key left top\nset grid\nplot %s\n"
+                  % (os.path.join(outdir, name), title, xl, yl, logs, ", ".join(lines)))
+        p = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+        if p.returncode == 0:
+            made.append(name)
+        else:
+            notes.append("gnuplot %s: %s" % (name, p.stderr.strip()[:200]))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return made
+
+
+def machine():
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = "%.0f GiB" % (int(line.split()[1]) / 1048576)
+    except OSError:
+        pass
+    load = os.getloadavg()[0]
+    return ("%s, %d CPUs (%s), %s, kernel %s, load %.1f at start"
+            % (platform.node(), os.cpu_count() or 0, cpu, mem, platform.release(), load))
+
+
+def main():
+    for prog in ("xfer_bench", "pingpong", "memcpy_bw"):
+        if not os.access("%s/bench/%s" % (B, prog), os.X_OK):
+            sys.exit("bench: %s/bench/%s missing: build first (make)" % (B, prog))
+    start = datetime.datetime.now(datetime.timezone.utc)
+    mach = machine()
+    print("bench: %s; %d rounds of %.1f s per side, interleaved" % (mach, ROUNDS, SECS))
+    print(HEAD)
+    res = table()
+    made = []
+    if PLOTS and OUT:
+        s = sweeps()
+        s["scale_xfer"] = [(n, r["xfer"]) for n in STREAMS for r in res
+                           if r["name"].startswith("1 MiB WRITE, %d socket" % n)]
+        s["scale_iperf"] = [(n, r["peer_v"]) for n in STREAMS for r in res
+                            if r["name"].startswith("1 MiB WRITE, %d socket" % n)]
+        made = plot(s, os.path.dirname(OUT) or ".")
+    for n in notes:
+        print("note: " + n)
+    if not OUT:
+        return
+    with open(OUT, "w") as f:
+        f.write("# Benchmarks: xfer beside its peers\n\n")
+        f.write("Written by `make bench` (`bench/run.sh` -> `bench/bench_all.py`) on %s UTC.\n\n"
+                % start.strftime("%Y-%m-%d %H:%M"))
+        f.write("Machine: %s. Loopback; both sides of each row alternate, %d rounds of "
+                "%.1f s each; values are medians, the ratio is the median of the per-round "
+                "ratios (latency: lower is better, bandwidth: higher is better). Round trips "
+                "of UCX are twice its one-way `ucp_put_lat`/`tag_lat`.\n\n" % (mach, ROUNDS, SECS))
+        f.write(HEAD + "\n")
+        for r in res:
+            f.write(fmt_row(r) + "\n")
+        if notes:
+            f.write("\nNotes:\n\n" + "".join("- %s\n" % n for n in notes))
+        f.write("\nReproduce: `make bench` (env `XFER_BENCH_SECONDS`, `XFER_BENCH_ROUNDS`, "
+                "`XFER_BENCH_STREAMS`, `XFER_BENCH_ONLY`; see `bench/bench_all.py`). "
+                "On another machine: carry the build tree (`$B/bench/xfer_bench`, "
+                "`pingpong`, `memcpy_bw`) and `bench/`, run `B=build bench/run.sh`; "
+                "iperf3 and ucx_perftest are optional.\n")
+        for m in made:
+            f.write("\n![%s](%s)\n" % (m, m))
+    print("bench: wrote %s%s" % (OUT, (" and " + ", ".join(made)) if made else ""))
+
+
+if __name__ == "__main__":
+    main()

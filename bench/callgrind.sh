@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Instructions and system calls per 8-byte round trip, repeatable on a noisy
+# machine: runs xfer_bench under callgrind (both processes: the target is a
+# fork) with two batch counts and divides the difference. Extra arguments go
+# to xfer_bench (e.g. --op read). Needs valgrind and strace.
+#   B=build bench/callgrind.sh [--op read]
+set -eu
+cd "$(dirname "$0")/.."
+B=${B:-build}
+lo=${XFER_CG_LO:-500}
+hi=${XFER_CG_HI:-1500}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+instr() { # total instructions of all processes for a run of $1 batches
+    valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$dir/cg.$1.%p" \
+        "$B/bench/xfer_bench" --seconds 600 --warmup 0 --count "$1" "${@:2}" >/dev/null 2>"$dir/vg.$1"
+    cat "$dir"/cg."$1".* | awk '/^summary:/ {s += $2} END {print s}'
+}
+syscalls() { # system calls of all threads and processes for $1 batches
+    strace -f -c -o "$dir/st.$1" "$B/bench/xfer_bench" --seconds 600 --warmup 0 --count "$1" \
+        "${@:2}" >/dev/null
+    awk 'NR>2 && $NF != "total" && $4 ~ /^[0-9]+$/ {s += $4} END {print s}' "$dir/st.$1"
+}
+i_lo=$(instr "$lo" "$@")
+i_hi=$(instr "$hi" "$@")
+s_lo=$(syscalls "$lo" "$@")
+s_hi=$(syscalls "$hi" "$@")
+echo "per round trip ($*): $(((i_hi - i_lo) / (hi - lo))) instructions, $(((s_hi - s_lo) * 100 / (hi - lo)))/100 system calls (both processes)"
+# per-call counts of the calls the round trip makes (difference of the runs)
+join <(awk 'NR>2 && $4 ~ /^[0-9]+$/ {print $NF, $4}' "$dir/st.$lo" | sort) \
+    <(awk 'NR>2 && $4 ~ /^[0-9]+$/ {print $NF, $4}' "$dir/st.$hi" | sort) |
+    awk -v d=$((hi - lo)) '$3 > $2 + d / 20 {printf "  %s %.2f", $1, ($3 - $2) / d} END {print ""}'

@@ -1,0 +1,131 @@
+/*
+ * Raw TCP ping-pong over loopback: the floor under any request/response
+ * transport. A child process echoes; the parent sends `size` bytes, waits for
+ * them back, and repeats for `seconds`. Blocking sockets, TCP_NODELAY, one
+ * round trip in flight: what a hand-written RPC over TCP costs.
+ *
+ *   pingpong [--size BYTES (56 = xfer's 48-byte header + 8 bytes)]
+ *            [--seconds S] [--json]
+ * Prints round-trip p50/p99/p99.9 in microseconds and round trips per second.
+ */
+#include "bench_util.h"
+
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static int echo(int lfd, size_t size)
+{
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0)
+        return 1;
+    nodelay(fd);
+    uint8_t *buf = malloc(size);
+    while (buf && bench_read_full(fd, buf, size) == 0 && write_full(fd, buf, size) == 0)
+        ;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"size", 1, 0, 's'}, {"seconds", 1, 0, 't'}, {"json", 0, 0, 'j'}, {0, 0, 0, 0}};
+    size_t size = 56;
+    double seconds = 1;
+    bool json = false;
+    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        if (c == 's')
+            size = (size_t)bench_size(optarg);
+        else if (c == 't')
+            seconds = atof(optarg);
+        else if (c == 'j')
+            json = true;
+        else
+            return 2;
+    }
+    if (size == 0 || size > (64u << 20) || !(seconds > 0) || optind != argc) {
+        fprintf(stderr, "usage: pingpong [--size BYTES] [--seconds S] [--json]\n");
+        return 2;
+    }
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 1) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&a, &al) < 0) {
+        perror("pingpong: listen");
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(echo(lfd, size));
+    close(lfd);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (pid < 0 || fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        perror("pingpong: connect");
+        return 1;
+    }
+    nodelay(fd);
+    uint8_t *buf = calloc(1, size);
+    struct bench_lat lat = {0};
+    uint64_t n = 0;
+    double t0 = bench_now(), t = t0, warm_end = t0 + 0.1;
+    int rc = 0;
+    while (t - t0 < seconds + 0.1) {
+        double s = bench_now();
+        buf[0] = (uint8_t)n;
+        if (write_full(fd, buf, size) < 0 || bench_read_full(fd, buf, size) < 0 ||
+            buf[0] != (uint8_t)n) {
+            fprintf(stderr, "pingpong: echo lost or wrong\n");
+            rc = 1;
+            break;
+        }
+        t = bench_now();
+        if (s >= warm_end) {
+            bench_lat_add(&lat, t - s);
+            n++;
+        }
+    }
+    close(fd);
+    waitpid(pid, NULL, 0);
+    if (rc || n == 0)
+        return 1;
+    double secs = t - warm_end;
+    double p50 = bench_lat_pct(&lat, 50) * 1e6, p99 = bench_lat_pct(&lat, 99) * 1e6,
+           p999 = bench_lat_pct(&lat, 99.9) * 1e6;
+    if (json)
+        printf("{\"size\":%zu,\"round_trips\":%llu,\"rtt_per_s\":%.1f,\"lat_us\":{\"p50\":%.2f,"
+               "\"p99\":%.2f,\"p999\":%.2f}}\n",
+               size, (unsigned long long)n, (double)n / secs, p50, p99, p999);
+    else
+        printf("tcp ping-pong size=%zu: round trip p50 %.1f us p99 %.1f us p99.9 %.1f us, "
+               "%.0f round trips/s\n",
+               size, p50, p99, p999, (double)n / secs);
+    return 0;
+}

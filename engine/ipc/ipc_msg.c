@@ -1,0 +1,58 @@
+/* The size rules of every ipc message, in one place: the owner's and the
+ * initiator's decoders both call ipc_msg_check after ipc_recv (which checks
+ * magic, version and the length limit), and the fuzz target feeds it any
+ * byte stream (tests/fuzz/fuzz_ipc.c). */
+#include "ipc.h"
+
+static bool records(const struct ipc_hdr *h, uint32_t min, uint32_t max, size_t each)
+{
+    return h->count >= min && h->count <= max && h->bytes == (uint64_t)h->count * each;
+}
+
+static bool status_ok(int32_t st)
+{
+    return st <= 0 && st > -XFER_ERR_MAX;
+}
+
+int ipc_msg_check(const struct ipc_hdr *h, const void *payload, uint32_t want_type,
+                  uint32_t want_count)
+{
+    if (h->type != want_type || (want_count && h->count != want_count))
+        return -XFER_EPROTO;
+    switch (h->type) {
+    case IPC_HELLO: {
+        const struct ipc_hello *m = payload;
+        return records(h, 1, 1, sizeof(*m)) && m->probe_len == sizeof(m->probe_cookie)
+                   ? 0
+                   : -XFER_EPROTO;
+    }
+    case IPC_MAP_REQ:
+        return records(h, 1, 1, sizeof(struct ipc_map_req)) ? 0 : -XFER_EPROTO;
+    case IPC_MAP_RESP: {
+        const struct ipc_map_resp *m = payload;
+        if (!records(h, 1, 1, sizeof(*m)) || !status_ok(m->status) || m->mech > IPC_MECH_CUMEM ||
+            (m->has_fd != 0 && m->has_fd != 1))
+            return -XFER_EPROTO;
+        return 0;
+    }
+    case IPC_ACQ_REQ:
+        return records(h, 1, IPC_BATCH_MAX, sizeof(struct ipc_acq_req)) ? 0 : -XFER_EPROTO;
+    case IPC_ACQ_RESP: {
+        /* count answers, then up to IPC_REVOKED_MAX revocations */
+        size_t answers = (size_t)h->count * sizeof(struct ipc_acq_resp);
+        if (h->count == 0 || h->count > IPC_BATCH_MAX || h->bytes < answers ||
+            (h->bytes - answers) % sizeof(struct ipc_revoked) ||
+            (h->bytes - answers) / sizeof(struct ipc_revoked) > IPC_REVOKED_MAX)
+            return -XFER_EPROTO;
+        const struct ipc_acq_resp *r = payload;
+        for (uint32_t i = 0; i < h->count; i++)
+            if (!status_ok(r[i].status))
+                return -XFER_EPROTO;
+        return 0;
+    }
+    case IPC_REL:
+        return records(h, 0, IPC_BATCH_MAX, sizeof(uint32_t)) ? 0 : -XFER_EPROTO;
+    default:
+        return -XFER_EPROTO;
+    }
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Smoke run of the bench programs (no speed targets here: those live in
+# make bench). xfer_bench moves data both ways over tcp and ipc with the data
+# verified before and after the timed run, and reports non-zero rates and
+# latencies; the raw ping-pong and memcpy ceiling report non-zero numbers.
+set -u
+B=${B:-build}
+bin=$XFER_ROOT/$B/bench
+fail() { echo "FAIL: $*" >&2; exit 1; }
+positive() { # json, key path (python expression on r)
+    python3 -c 'import json,sys; r=json.loads(sys.argv[1]); v=eval(sys.argv[2]); sys.exit(0 if v > 0 else 1)' "$1" "$2"
+}
+run() { # expected keys, args...
+    local out
+    out=$(timeout 60 "$bin/xfer_bench" --seconds 0.3 --warmup 0 --verify --json "$@") ||
+        fail "xfer_bench $*"
+    echo "$out"
+    positive "$out" 'r["ops"]' || fail "no ops/s: $*"
+    positive "$out" 'r["lat_us"]["p50"]' || fail "no latency: $*"
+    positive "$out" 'r["gbps"]' || fail "no GB/s: $*"
+}
+run --op write --size 8
+"$bin/xfer_bench" --bogus 2>/dev/null; [[ $? == 2 ]] || fail "unknown option accepted"
+run --op read --size 8
+run --op read --size 64K --batch 16 --depth 2 --sockets 2 --threads 2
+run --op write --size 1M --batch 4 --depth 2 --sockets 4 --chunk 256K
+XFER_BUSY_POLL_US=50 run --op write --size 4K --batch 8
+XFER_TCP_DIRECT=0 run --op write --size 8
+run --op write --size 64K --batch 4 --transport ipc
+run --op read --size 8 --transport ipc
+# bad input: a clear error and exit 2, no crash
+"$bin/xfer_bench" --size 0 2>/dev/null; [[ $? == 2 ]] || fail "--size 0 not refused"
+"$bin/xfer_bench" --op copy 2>/dev/null; [[ $? == 2 ]] || fail "--op copy not refused"
+"$bin/xfer_bench" --batch 5000 2>/dev/null; [[ $? == 2 ]] || fail "--batch 5000 not refused"
+
+out=$(timeout 30 "$bin/pingpong" --seconds 0.2 --json) || fail pingpong
+echo "$out"
+positive "$out" 'r["rtt_per_s"]' || fail "pingpong: no round trips"
+positive "$out" 'r["lat_us"]["p50"]' || fail "pingpong: no latency"
+out=$(timeout 30 "$bin/memcpy_bw" --sizes 4K,1M --seconds 0.1 --json) || fail memcpy_bw
+echo "$out"
+while read -r line; do
+    positive "$line" 'r["gbps"]' || fail "memcpy_bw: zero rate"
+done <<<"$out"
+echo "bench smoke: ok"
