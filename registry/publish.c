@@ -66,8 +66,10 @@ static void append_node(xfer_registry *r)
     append_simple(r, "EXEC", NULL, NULL, NULL);
 }
 
-/* MULTI, HSET region, PEXPIRE region, SADD set, PEXPIRE set, PUBLISH region+, EXEC. */
-static void append_region(xfer_registry *r, const struct xfer_region_desc *d, uint64_t now)
+/* MULTI, HSET region, PEXPIRE region, SADD set, PEXPIRE set, PUBLISH region+
+ * (when announce), EXEC. */
+static void append_region(xfer_registry *r, const struct xfer_region_desc *d, uint64_t now,
+                          bool announce)
 {
     const char *id = r->own.peer.node_id;
     char key[REG_KEY_MAX], set[REG_KEY_MAX], msg[2 * XFER_NAME_MAX + 16];
@@ -84,7 +86,8 @@ static void append_region(xfer_registry *r, const struct xfer_region_desc *d, ui
     append_simple(r, "SADD", set, d->name, NULL);
     append_pexpire(r, set);
     snprintf(msg, sizeof(msg), "region+ %s %s", id, d->name);
-    append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
+    if (announce)
+        append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
     append_simple(r, "EXEC", NULL, NULL, NULL);
 }
 
@@ -100,34 +103,53 @@ static int check_exec(const redisReply *rep)
     return 0;
 }
 
-/* Reads groups*per replies of pipelined MULTI/EXEC groups; checks each EXEC.
- * The first failure is returned after every reply was consumed. */
-static int read_groups(xfer_registry *r, size_t groups, size_t per)
+/* Reads the replies of pipelined MULTI/EXEC groups of per commands each
+ * (or sizes[i] for group i when sizes is given); checks each EXEC. The
+ * first failure is returned after every reply was consumed. */
+static int read_groups(xfer_registry *r, size_t groups, size_t per, const unsigned char *sizes)
 {
     int first = 0;
-    for (size_t i = 0; i < groups * per; i++) {
-        redisReply *rep;
-        int rc = reg_read_replies(r, 1, &rep);
-        if (rc)
-            return rc;
-        if (i % per == per - 1 && (rc = check_exec(rep)) && !first)
-            first = rc;
-        freeReplyObject(rep);
+    for (size_t g = 0; g < groups; g++) {
+        size_t n = sizes ? sizes[g] : per;
+        for (size_t i = 0; i < n; i++) {
+            redisReply *rep;
+            int rc = reg_read_replies(r, 1, &rep);
+            if (rc)
+                return rc;
+            if (i == n - 1 && (rc = check_exec(rep)) && !first)
+                first = rc;
+            freeReplyObject(rep);
+        }
     }
     return first;
 }
 
-/* Writes regions d[0..n) of the own node, REG_PIPE_CHUNK per round trip. */
-static int write_regions(xfer_registry *r, const struct xfer_region_desc *const *d, size_t n)
+/* Writes regions d[0..n) of the own node, REG_PIPE_CHUNK per round trip.
+ * own: d are the recorded copies (republish): a region already written
+ * once is written again without "region+" — its content did not change,
+ * and after a Redis restart N nodes announcing R regions each to N
+ * subscribers would be N * N * R messages; peers resync on their own
+ * reconnect, and the node's "join" still goes out. */
+static int write_regions(xfer_registry *r, const struct xfer_region_desc *const *d, size_t n,
+                         bool own)
 {
     uint64_t now = reg_wall_ms();
+    unsigned char sizes[REG_PIPE_CHUNK];
     for (size_t i = 0; i < n; i += REG_PIPE_CHUNK) {
         size_t k = n - i < REG_PIPE_CHUNK ? n - i : REG_PIPE_CHUNK;
-        for (size_t j = 0; j < k; j++)
-            append_region(r, d[i + j], now);
-        int rc = read_groups(r, k, REGION_GROUP);
+        for (size_t j = 0; j < k; j++) {
+            bool announce = !own || !((const struct reg_own_region *)d[i + j])->announced;
+            append_region(r, d[i + j], now, announce);
+            sizes[j] = announce ? REGION_GROUP : REGION_GROUP - 1;
+        }
+        int rc = read_groups(r, k, 0, sizes);
         if (rc)
             return rc;
+        for (size_t j = 0; j < k; j++) {
+            struct reg_own_region *o = strmap_get(&r->own_regions, d[i + j]->name);
+            if (o)
+                o->announced = true;
+        }
     }
     return 0;
 }
@@ -182,7 +204,7 @@ static int purge_old_regions(xfer_registry *r, const char *id)
     append_simple(r, "EXEC", NULL, NULL, NULL);
     xfer_info("registry: removed %zu regions of a previous incarnation of %s", k, id);
     freeReplyObject(names);
-    return read_groups(r, 1, k + 3);
+    return read_groups(r, 1, k + 3, NULL);
 }
 
 int reg_republish_locked(xfer_registry *r)
@@ -203,9 +225,9 @@ int reg_republish_locked(xfer_registry *r)
     r->purge_pending = false;
     r->own.heartbeat_ms = reg_wall_ms();
     append_node(r);
-    rc = read_groups(r, 1, NODE_GROUP);
+    rc = read_groups(r, 1, NODE_GROUP, NULL);
     if (!rc)
-        rc = write_regions(r, v, n);
+        rc = write_regions(r, v, n, true);
     if (!rc)
         rc = reg_pools_republish_locked(r);
     free(v);
@@ -274,13 +296,14 @@ int xfer_registry_own_node(xfer_registry *r, struct xfer_node_desc *out)
 static int remember_regions(xfer_registry *r, const struct xfer_region_desc *d, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        struct xfer_region_desc *c = malloc(sizeof(*c));
+        struct reg_own_region *c = malloc(sizeof(*c));
         void *old = NULL;
         if (!c || strmap_put(&r->own_regions, d[i].name, c, &old)) {
             free(c);
             return reg_set_err(-XFER_ENOMEM, "out of memory recording regions");
         }
-        *c = d[i];
+        c->desc = d[i];
+        c->announced = false;
         free(old);
     }
     return 0;
@@ -316,7 +339,7 @@ int xfer_registry_publish_regions(xfer_registry *r, const struct xfer_region_des
     }
     for (size_t i = 0; i < n; i++)
         v[i] = &d[i];
-    rc = write_regions(r, v, n);
+    rc = write_regions(r, v, n, false);
     free(v);
 out:
     pthread_mutex_unlock(&r->cmd_lock);
@@ -343,7 +366,7 @@ int xfer_registry_unpublish_region(xfer_registry *r, const char *name)
         append_simple(r, "SREM", set, name, NULL);
         append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
         append_simple(r, "EXEC", NULL, NULL, NULL);
-        rc = read_groups(r, 1, 5);
+        rc = read_groups(r, 1, 5, NULL);
     }
     pthread_mutex_unlock(&r->cmd_lock);
     return rc;
@@ -395,7 +418,7 @@ int xfer_registry_unpublish_node(xfer_registry *r)
         append_simple(r, "PUBLISH", REG_EVENTS_CHAN, msg, NULL);
         append_simple(r, "EXEC", NULL, NULL, NULL);
         size_t per = r->own_regions.count + 6;
-        rc = read_groups(r, 1, per);
+        rc = read_groups(r, 1, per, NULL);
     }
     if (rc != -XFER_ENOENT) {
         reg_cache_drop_node(r, r->own.peer.node_id);

@@ -19,6 +19,13 @@
 #define REG_PIPE_CHUNK  256 /* regions per pipelined round trip */
 #define REG_SHARDS      16  /* cluster mode: membership zsets xfer:nodes:{sNN} */
 
+/* A region this handle publishes (value of own_regions; desc first, so a
+ * pointer to it is a pointer to the descriptor). */
+struct reg_own_region {
+    struct xfer_region_desc desc;
+    bool announced; /* written once with its "region+" */
+};
+
 struct reg_cached_region {
     struct xfer_region_desc desc;
     uint64_t fetched_ms;
@@ -80,7 +87,7 @@ struct xfer_registry {
     bool purge_pending; /* first publish: delete regions of an old incarnation */
     bool own_valid;
     struct xfer_node_desc own;
-    struct strmap own_regions; /* name -> struct xfer_region_desc * */
+    struct strmap own_regions; /* name -> struct reg_own_region * */
     struct strmap own_pools;   /* name -> struct reg_pool * (pools.c) */
     uint64_t next_heartbeat_ms, next_reap_ms;
 

@@ -158,8 +158,9 @@ redis_sentinel_down() {
 }
 
 # ---- Redis Cluster (three primaries, one replica each) --------------------
-#   redis_cluster_up [IP]   six servers bound to 127.0.0.1 (and IP, announced
-#                           to clients and peers when given), joined with
+#   redis_cluster_up [IP [ARGS...]]  six servers bound to 127.0.0.1 (and IP,
+#                           announced to clients and peers when given; ARGS go
+#                           to every redis-server), joined with
 #                           redis-cli --cluster create --cluster-replicas 1;
 #                           waits for cluster_state:ok. Sets CLUSTER_URL
 #                           CLUSTER_IP CLUSTER_PORTS[] CLUSTER_PIDS[].
@@ -173,6 +174,8 @@ CLUSTER_DIR=
 redis_cluster_up() {
     command -v redis-server >/dev/null || { echo "SKIP: redis-server not installed"; return 77; }
     CLUSTER_IP=${1:-127.0.0.1}
+    shift
+    local extra=("$@")
     CLUSTER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/xfer-cluster.XXXXXX") || return 1
     local i bind=127.0.0.1 addrs=() announce=()
     [[ $CLUSTER_IP != 127.0.0.1 ]] && bind="127.0.0.1 $CLUSTER_IP" announce=(--cluster-announce-ip "$CLUSTER_IP")
@@ -183,7 +186,7 @@ redis_cluster_up() {
             --cluster-enabled yes --cluster-port "$(_redis_free_port)" \
             --cluster-config-file nodes.conf --cluster-node-timeout 1000 \
             --cluster-replica-validity-factor 0 "${announce[@]}" --dir "$CLUSTER_DIR/$i" \
-            --save '' --appendonly no --logfile "$CLUSTER_DIR/$i/redis.log" </dev/null &
+            --save '' --appendonly no --logfile "$CLUSTER_DIR/$i/redis.log" "${extra[@]}" </dev/null &
         CLUSTER_PIDS[i]=$!
         addrs+=("$CLUSTER_IP:${CLUSTER_PORTS[i]}")
     done

@@ -186,6 +186,20 @@ static void test_redirect_loops(void **state)
     assert_int_equal(err, -XFER_EPROTO);
     assert_non_null(strstr(c.err, "gave up"));
     assert_true(c.redirects >= RCL_MAX_TRIES);
+    /* A transaction meeting ASK is retried whole on the same node, never
+     * split: after 8 tries, a clear error. */
+    atomic_store(&fc.mode, F_ASK_MULTI);
+    struct rcl_batch b = {0};
+    const char *multi[] = {"MULTI"}, *hset[] = {"HSET", "xfer:node:{n1}", "f", "v"};
+    const char *exec[] = {"EXEC"};
+    rcl_batch_add(&b, 1, multi, NULL);
+    rcl_batch_add(&b, 4, hset, NULL);
+    rcl_batch_add(&b, 1, exec, NULL);
+    redisReply *reps[3];
+    assert_int_equal(rcl_batch_run(&c, &b, reps), -XFER_EPROTO);
+    printf("MULTI meeting ASK: %s\n", c.err);
+    assert_non_null(strstr(c.err, "gave up after 8 tries: ASK 42"));
+    rcl_batch_free(&b);
     rcl_close(&c);
     fake_redis_stop(&fc.f);
 }
