@@ -45,6 +45,7 @@ ACCESS_R, ACCESS_W = 1, 2
 OP_READ, OP_WRITE = 1, 2
 EINPROGRESS = 14
 NOTIFY_MAX = 65536
+MSG_TAG_ANY = (1 << 64) - 1
 
 
 class Layout(Structure):
@@ -318,6 +319,10 @@ notif_free = _fn("xfer_notif_free", None, POINTER(Notif))
 notif_fd = _fn("xfer_notif_fd", c_int, P)
 notif_pending = _fn("xfer_notif_pending", c_size_t, P)
 notif_refused = _fn("xfer_notif_refused", c_uint64, P)
+batch_add_send = _fn("xfer_batch_add_send", c_int, P, P, c_uint64, c_uint64, P, c_uint64)
+batch_add_recv = _fn("xfer_batch_add_recv", c_int, P, P, c_uint64, c_uint64, P, c_uint64)
+batch_item_bytes = _fn("xfer_batch_item_bytes", c_uint64, P, c_size_t)
+batch_item_msg = _fn("xfer_batch_item_msg", c_int, P, c_size_t, POINTER(c_uint64), c_char_p)
 layout_block_size = _fn("xfer_layout_block_size", c_uint64, POINTER(Layout))
 layouts_match = _fn("xfer_layouts_match", c_int, POINTER(Layout), POINTER(Layout), c_char_p, c_size_t)
 kernels_ptr_device = _fn("xfer_kernels_ptr_device", c_int, c_void_p)

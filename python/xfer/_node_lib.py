@@ -9,6 +9,8 @@ from ._lib import DTYPE_MAX, NAME_MAX, TAG_MAX, RegionDesc, lib
 
 P = c_void_p
 
+KV_LAYOUTS = {"block_major": 0, "vllm_fa": 1, "flashinfer": 2, "sglang": 3, "mla": 4}
+
 
 
 class NodeConfig(Structure):
@@ -48,9 +50,38 @@ class NodeRef(Structure):
     ]
 
 
+class KVGeom(Structure):
+    _fields_ = [
+        ("layout", c_int),
+        ("dtype", c_char * DTYPE_MAX),
+        ("block_bytes", c_uint64),
+        ("num_blocks", c_uint64),
+        ("layers", c_uint32),
+        ("kv", c_uint32),
+        ("block_tokens", c_uint32),
+        ("kv_heads", c_uint32),
+        ("head_dim", c_uint32),
+        ("shard_rank", c_uint32),
+        ("shard_count", c_uint32),
+        ("tag", c_char * TAG_MAX),
+    ]
+
+
+class KVPoolDesc(Structure):
+    _fields_ = [
+        ("node", c_char * NAME_MAX),
+        ("name", c_char * NAME_MAX),
+        ("geom", KVGeom),
+        ("nregions", c_size_t),
+        ("regions", POINTER(c_char * NAME_MAX)),
+    ]
+
+
 STRUCTS = {
     "struct xfer_node_config": NodeConfig,
     "struct xfer_node_ref": NodeRef,
+    "struct xfer_kv_geom": KVGeom,
+    "struct xfer_kv_pool_desc": KVPoolDesc,
 }
 
 
@@ -91,3 +122,16 @@ batch_reset = _fn("xfer_node_batch_reset", c_int, P)
 
 resolve = _fn("xfer_node_resolve", c_int, P, c_char_p, c_char_p, c_uint, POINTER(NodeRef))
 unref = _fn("xfer_node_unref", None, P, POINTER(NodeRef))
+kv_layout_name = _fn("xfer_kv_layout_name", c_char_p, c_int)
+kv_geom_regions = _fn("xfer_kv_geom_regions", c_size_t, POINTER(KVGeom))
+kv_geom_match = _fn("xfer_kv_geom_match", c_int, POINTER(KVGeom), POINTER(KVGeom), c_char_p, c_size_t)
+pool_register = _fn("xfer_node_pool_register", c_int, P, c_char_p, POINTER(KVGeom), POINTER(P), c_size_t, POINTER(P))
+pool_deregister = _fn("xfer_node_pool_deregister", c_int, P, P)
+pool_geom = _fn("xfer_kv_pool_geom", None, P, POINTER(KVGeom))
+pool_desc_clear = _fn("xfer_kv_pool_desc_clear", None, POINTER(KVPoolDesc))
+pool_lookup = _fn("xfer_node_pool_lookup", c_int, P, c_char_p, c_char_p, POINTER(KVPoolDesc))
+pool_list = _fn("xfer_node_pool_list", c_int, P, c_char_p, POINTER(POINTER(KVPoolDesc)), POINTER(c_size_t))
+batch_add_blocks = _fn("xfer_node_batch_add_blocks", c_int, P, c_int, P, POINTER(c_uint64), c_char_p,
+                       POINTER(c_uint64), c_size_t, c_uint32, c_uint32)
+batch_notify = _fn("xfer_node_batch_notify", c_int, P, c_char_p, c_char_p, c_size_t)
+batch_notify_status = _fn("xfer_node_batch_notify_status", c_int, P, c_char_p)

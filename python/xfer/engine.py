@@ -507,6 +507,20 @@ class Engine:
         """Submits one READ (remote -> local); returns the running transfer."""
         return self.batch().read(local, local_off, peer, remote, remote_off, length).submit(deadline_ms)
 
+    def send(self, peer: Peer, local: Region, offset: int = 0, nbytes: Optional[int] = None, tag: int = 0,
+             deadline_ms: int = 0) -> Transfer:
+        """Submits one SEND of local [offset, +nbytes) (default: the rest of
+        the region) to peer with tag; done once the peer received it."""
+        n = local.nbytes - offset if nbytes is None else nbytes
+        return self.batch().send(local, offset, n, peer, tag).submit(deadline_ms)
+
+    def recv(self, local: Region, offset: int = 0, cap: Optional[int] = None, peer: Optional[Peer] = None,
+             tag: Optional[int] = None, deadline_ms: int = 0) -> Transfer:
+        """Submits one RECV into local [offset, +cap) from peer (None = any)
+        with tag (None = any); t.item_bytes(0) and t.item_msg(0) tell what came."""
+        n = local.nbytes - offset if cap is None else cap
+        return self.batch().recv(local, offset, n, peer, tag).submit(deadline_ms)
+
     def write(self, local: Region, local_off: int, peer: Peer, remote: RegionInfo, remote_off: int,
               length: int, deadline_ms: int = 0) -> Transfer:
         """Submits one WRITE (local -> remote); returns the running transfer."""

@@ -156,6 +156,38 @@ class Transfer:
         """Adds WRITEs of blocks local_ids[i] -> remote_ids[i]."""
         return self._blocks(_lib.OP_WRITE, local, local_ids, peer, remote, remote_ids)
 
+    def send(self, local: "Region", local_off: int, nbytes: int, peer: "Peer", tag: int = 0) -> "Transfer":
+        """Adds a SEND (two-sided message) of local [local_off, +nbytes) to
+        peer with tag; it completes when a matching RECV took it. Both sides
+        must know each other as peers (the receiver reads the bytes)."""
+        rc = _lib.batch_add_send(self.handle, local.handle, local_off, nbytes, peer.handle, tag)
+        check(rc, self._engine.last_error, "send")
+        self._refs.append((local, peer))
+        return self
+
+    def recv(self, local: "Region", local_off: int, cap: int, peer: Optional["Peer"] = None,
+             tag: Optional[int] = None) -> "Transfer":
+        """Adds a RECV: posts local [local_off, +cap) for a message from peer
+        (None = any) with tag (None = any). After completion,
+        item_bytes(i) is the length received and item_msg(i) its (tag,
+        sender). A longer message fails both sides with TruncatedError."""
+        rc = _lib.batch_add_recv(self.handle, local.handle, local_off, cap, peer.handle if peer else None,
+                                 _lib.MSG_TAG_ANY if tag is None else tag)
+        check(rc, self._engine.last_error, "recv")
+        self._refs.append((local, peer))
+        return self
+
+    def item_bytes(self, i: int) -> int:
+        """Bytes received by RECV item i (else the item's length)."""
+        return _lib.batch_item_bytes(self.handle, i)
+
+    def item_msg(self, i: int) -> tuple:
+        """(tag, sender node id) of finished RECV item i."""
+        tag = ctypes.c_uint64(0)
+        who = ctypes.create_string_buffer(_lib.NAME_MAX)
+        check(_lib.batch_item_msg(self.handle, i, ctypes.byref(tag), who), self._engine.last_error, "item_msg")
+        return tag.value, _lib.text(who.value)
+
     def notify(self, peer: "Peer", msg) -> "Transfer":
         """Binds a notification for peer: sent once every item of this
         transfer addressed to peer has ended, so on arrival their data is in

@@ -26,6 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef XFER_WITH_CUDA
+#define XFER_WITH_CUDA 0 /* the Makefile defines it only when CUDA is on */
+#endif
 #if XFER_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif

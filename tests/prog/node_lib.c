@@ -394,6 +394,18 @@ static uint64_t registry_incarnation(xfer_node *n, const char *node)
                                                                            : 0;
 }
 
+static bool peer_has_region(xfer_node *n, const char *node, const char *name)
+{
+    struct xfer_region_desc *rd = NULL;
+    size_t nr = 0;
+    bool found = false;
+    if (xfer_registry_list_regions(xfer_node_registry(n), node, &rd, &nr) == 0)
+        for (size_t i = 0; i < nr; i++)
+            found = found || !strcmp(rd[i].name, name);
+    free(rd);
+    return found;
+}
+
 static int run_restart(const struct opts *o)
 {
     xfer_node *n = make_node(o, o->node, 3000, NULL, NULL);
@@ -418,6 +430,15 @@ static int run_restart(const struct opts *o)
     while (registry_incarnation(n, o->peer) == inc0 || !registry_incarnation(n, o->peer)) {
         if (now_s() > until) {
             fprintf(stderr, "FAIL: %s was not restarted within 30 s\n", o->peer);
+            return 1;
+        }
+        usleep(20000); /* polling Redis, bounded above */
+    }
+    /* the new process publishes its node hash before its regions: wait
+     * (bounded) until its "buf" is in Redis too */
+    while (!peer_has_region(n, o->peer, "buf")) {
+        if (now_s() > until) {
+            fprintf(stderr, "FAIL: %s/buf not published again within 30 s\n", o->peer);
             return 1;
         }
         usleep(20000); /* polling Redis, bounded above */
