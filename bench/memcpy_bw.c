@@ -72,6 +72,8 @@ int main(int argc, char **argv)
         return 2;
     }
     struct job *jobs = calloc((size_t)threads, sizeof(*jobs));
+    if (!jobs)
+        return 1;
     for (int i = 0; i < threads; i++) {
         jobs[i].src = malloc(BUF_BYTES);
         jobs[i].dst = malloc(BUF_BYTES);
@@ -100,5 +102,10 @@ int main(int argc, char **argv)
             printf("memcpy size=%llu threads=%d: %.2f GB/s\n", (unsigned long long)sizes[s],
                    threads, gbps);
     }
+    for (int i = 0; i < threads; i++) {
+        free(jobs[i].src);
+        free(jobs[i].dst);
+    }
+    free(jobs);
     return 0;
 }

@@ -114,8 +114,11 @@ int main(int argc, char **argv)
     }
     close(fd);
     waitpid(pid, NULL, 0);
-    if (rc || n == 0)
+    free(buf);
+    if (rc || n == 0) {
+        free(lat.v);
         return 1;
+    }
     double secs = t - warm_end;
     double p50 = bench_lat_pct(&lat, 50) * 1e6, p99 = bench_lat_pct(&lat, 99) * 1e6,
            p999 = bench_lat_pct(&lat, 99.9) * 1e6;
@@ -127,5 +130,6 @@ int main(int argc, char **argv)
         printf("tcp ping-pong size=%zu: round trip p50 %.1f us p99 %.1f us p99.9 %.1f us, "
                "%.0f round trips/s\n",
                size, p50, p99, p999, (double)n / secs);
+    free(lat.v);
     return 0;
 }

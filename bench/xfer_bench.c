@@ -231,6 +231,7 @@ static int initiator(const struct opts *o, const struct hello *h)
     xfer_engine *e = engine("bench-init", o);
     xfer_region *l = NULL;
     xfer_peer *p = NULL;
+    struct result warm = {0}, res = {0};
     int rc = 1;
     if (!e)
         return 1;
@@ -243,7 +244,6 @@ static int initiator(const struct opts *o, const struct hello *h)
         goto out;
     if (!o->fresh)
         memset(xfer_region_ptr(l), 0xa5, xfer_region_len(l));
-    struct result warm = {0}, res = {0};
     if (o->warmup > 0 && run(o, e, l, p, &h->region, o->warmup, &warm))
         goto out;
     if (run(o, e, l, p, &h->region, o->seconds, &res))
@@ -257,6 +257,8 @@ static int initiator(const struct opts *o, const struct hello *h)
     print(o, &res);
     rc = 0;
 out:
+    free(warm.lat.v);
+    free(res.lat.v);
     xfer_engine_free(e);
     return rc;
 }
