@@ -7,6 +7,8 @@
  *   3. copies (memcpy on a memfd mapping, process_vm_*v, or async CUDA copies,
  *      all of a group in flight at once),
  *   4. unpins with one IPC_REL and reports each item.
+ * Small host items of regions the owner lent for direct copies skip all
+ * that: the posting thread copies them itself (ipc_direct.c).
  */
 #include "handshake.h"
 #include "ipc.h"
@@ -50,6 +52,7 @@ struct ipc_conn {
     struct xfer_kbatch *kb;         /* batched GPU<->GPU copies, ipc_kbatch.c */
     uint64_t group_bytes;           /* see take_work */
     struct ipc_msgq *mhead, *mtail; /* mu */
+    struct ipc_direct_table direct; /* entries: mu */
 };
 
 struct ipc_job {
@@ -101,6 +104,11 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
     if (rc < 0)
         return job_fail(j, rc, "%s", why);
     const struct ipc_map *m = j->map;
+    if (m->ctl_slot != IPC_SLOT_NONE && c->direct.ctl) { /* lent: later items go direct */
+        pthread_mutex_lock(&c->mu);
+        ipc_direct_note(&c->direct, m);
+        pthread_mutex_unlock(&c->mu);
+    }
     if (!(m->access & need) || !xfer_range_ok(it->remote_off, it->len, m->len))
         return job_fail(j, -XFER_ERANGE, "owner's view of region %u differs (len %llu, '%s')",
                         it->remote_id, (unsigned long long)m->len, xfer_access_str(m->access));
@@ -378,6 +386,16 @@ static void jobs_report(struct ipc_job *jobs, size_t n)
     }
 }
 
+/* Frees retired mappings once no direct copy can use them any more. */
+static void maps_gc(struct ipc_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    struct ipc_direct *gone = ipc_direct_unlist(&c->direct, &c->maps);
+    pthread_mutex_unlock(&c->mu);
+    ipc_direct_free(gone);
+    ipc_map_gc(&c->maps);
+}
+
 /* Checks, pins and starts the copies of g. */
 static void group_start(struct ipc_conn *c, struct ipc_group *g)
 {
@@ -517,7 +535,7 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&c->mu);
             rc = group_finish(c, pending);
             pending = NULL;
-            ipc_map_gc(&c->maps); /* nothing in flight: retired mappings can go */
+            maps_gc(c); /* nothing in flight: retired mappings can go */
             pthread_mutex_lock(&c->mu);
             continue;
         }
@@ -539,7 +557,7 @@ static void *worker_main(void *arg)
         } else {
             int r = group_finish(c, ng);
             rc = rc ? rc : r;
-            ipc_map_gc(&c->maps);
+            maps_gc(c);
         }
         pthread_mutex_lock(&c->mu);
     }
@@ -561,38 +579,84 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
+/* mu held: queues items idx[0..n) for the worker. */
+static int queue_locked(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n)
 {
-    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
-    pthread_mutex_lock(&c->mu);
-    int rc = 0;
-    if (c->broken || c->stop) {
-        rc = -XFER_ECONN;
-    } else if (c->qlen + n > c->qcap) {
+    if (c->broken || c->stop)
+        return -XFER_ECONN;
+    if (c->qlen + n > c->qcap) {
         size_t cap = c->qcap ? c->qcap : 256;
         while (cap < c->qlen + n)
             cap *= 2;
         struct ipc_work *q = malloc(cap * sizeof(*q));
-        if (!q) {
-            rc = -XFER_ENOMEM;
-        } else {
-            for (size_t k = 0; k < c->qlen; k++)
-                q[k] = c->q[(c->qhead + k) % c->qcap];
-            free(c->q);
-            c->q = q;
-            c->qhead = 0;
-            c->qcap = cap;
-        }
+        if (!q)
+            return -XFER_ENOMEM;
+        for (size_t k = 0; k < c->qlen; k++)
+            q[k] = c->q[(c->qhead + k) % c->qcap];
+        free(c->q);
+        c->q = q;
+        c->qhead = 0;
+        c->qcap = cap;
     }
-    for (size_t k = 0; rc == 0 && k < n; k++) {
+    for (size_t k = 0; k < n; k++) {
         xfer_batch_hold(b); /* b must outlive our queue entry; put after the report */
         c->q[(c->qhead + c->qlen) % c->qcap] = (struct ipc_work){b, idx[k]};
         c->qlen++;
     }
-    if (rc == 0)
+    if (n)
         pthread_cond_signal(&c->cv);
+    return 0;
+}
+
+/* Posts of up to this many items try direct copies (the latency path). */
+#define IPC_DIRECT_POST_MAX 64
+
+/* Copies the items the owner lent (d[k] for idx[k]) in this thread; those it
+ * withdrew meanwhile go to the worker, which gets the owner's answer. */
+static void post_direct(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struct ipc_direct **d,
+                        size_t n)
+{
+    size_t back[IPC_DIRECT_POST_MAX], nb = 0;
+    for (size_t k = 0; k < n; k++)
+        if (ipc_direct_copy(&c->direct, d[k], b, idx[k]) == 1)
+            back[nb++] = idx[k];
+    if (nb == 0)
+        return;
+    pthread_mutex_lock(&c->mu);
+    int rc = queue_locked(c, b, back, nb);
     pthread_mutex_unlock(&c->mu);
-    return rc;
+    for (size_t k = 0; rc < 0 && k < nb; k++)
+        xfer_batch_chunk_done(b, back[k], 0, rc, "ipc: cannot queue the item");
+}
+
+int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
+{
+    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
+    size_t slow[IPC_DIRECT_POST_MAX], fast[IPC_DIRECT_POST_MAX], ns = 0, nf = 0;
+    struct ipc_direct *d[IPC_DIRECT_POST_MAX];
+    pthread_mutex_lock(&c->mu);
+    int rc = c->broken || c->stop ? -XFER_ECONN : 0;
+    if (rc == 0 && c->direct.head && n <= IPC_DIRECT_POST_MAX) {
+        for (size_t k = 0; k < n; k++) {
+            d[nf] = ipc_direct_get(&c->direct, xfer_batch_item(b, idx[k]));
+            if (d[nf])
+                fast[nf++] = idx[k];
+            else
+                slow[ns++] = idx[k];
+        }
+        if (ns)
+            rc = queue_locked(c, b, slow, ns);
+    } else if (rc == 0) {
+        rc = queue_locked(c, b, idx, n);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc < 0) { /* none started: the direct ones are let go unstarted */
+        for (size_t k = 0; k < nf; k++)
+            __atomic_sub_fetch(&d[k]->users, 1, __ATOMIC_ACQ_REL);
+        return rc;
+    }
+    post_direct(c, b, fast, d, nf);
+    return 0;
 }
 
 int ipc_conn_send_msg(struct xfer_conn *xc, struct xfer_msg *m)
@@ -641,9 +705,14 @@ static int conn_hello(struct ipc_conn *c, const struct xfer_peer_desc *pd, int t
     }
     struct ipc_hdr h;
     struct ipc_hello hello;
-    rc = ipc_recv(c->fd, &h, &hello, sizeof(hello), NULL, timeout_ms);
+    int ctl_fd = -1; /* the control page of direct copies, if the owner has one */
+    rc = ipc_recv(c->fd, &h, &hello, sizeof(hello), &ctl_fd, timeout_ms);
     if (rc == 0)
         rc = ipc_msg_check(&h, &hello, IPC_HELLO, 1);
+    if (rc == 0)
+        ipc_direct_init(&c->direct, ctl_fd, hello.ctl_slots);
+    else if (ctl_fd >= 0)
+        close(ctl_fd);
     if (rc < 0) {
         snprintf(why, why_len, "no ipc hello from the peer: %s", xfer_strerror(rc));
         return rc;
@@ -698,6 +767,7 @@ out_fail:
     xfer_engine_set_error(t->base.engine, "ipc to %s: %s", pd->node_id, why);
     if (c->fd >= 0)
         close(c->fd);
+    ipc_direct_fini(&c->direct);
     free(c);
     return rc;
 }
@@ -713,6 +783,7 @@ void ipc_conn_close(struct xfer_conn *xc)
     pthread_mutex_unlock(&c->mu);
     shutdown(c->fd, SHUT_RDWR); /* wakes the worker out of a pending round trip */
     pthread_join(c->worker, NULL);
+    ipc_direct_fini(&c->direct); /* before the mappings it points into go */
     ipc_map_clear(&c->maps);
     ipc_cuda_copier_free(c->copier);
     xfer_kbatch_free(c->kb);
