@@ -13,6 +13,7 @@
 #include "handshake.h"
 #include "ipc.h"
 #include "ipc_map.h"
+#include "xfer_io.h"
 #include "xfer_kernels.h"
 
 #include <errno.h>
@@ -53,6 +54,7 @@ struct ipc_conn {
     uint64_t group_bytes;           /* see take_work */
     struct ipc_msgq *mhead, *mtail; /* mu */
     struct ipc_direct_table direct; /* entries: mu */
+    int64_t direct_check_ms;        /* last direct_check */
 };
 
 struct ipc_job {
@@ -510,6 +512,38 @@ static int send_msgs(struct ipc_conn *c, int rc)
     return rc;
 }
 
+/* While loans exist, the idle worker looks this often for loans the owner
+ * withdrew and for an owner that hung up: direct copies do not talk to the
+ * owner, so nothing else would tell. */
+#define DIRECT_CHECK_MS 100
+
+/* Worker, mu held: a withdrawn loan retires its mapping (as a revocation
+ * riding on an ACQ answer does); an owner gone fails the connection, so
+ * direct copies stop too. */
+static int direct_check(struct ipc_conn *c)
+{
+    int64_t now = xfer_now_ms();
+    if (!c->direct.head || now - c->direct_check_ms < DIRECT_CHECK_MS)
+        return 0;
+    c->direct_check_ms = now;
+    if (owner_hung_up(c))
+        return -XFER_ECONN;
+    bool gone = false;
+    for (struct ipc_direct *d = c->direct.head; d; d = d->next) {
+        if (__atomic_load_n(&c->direct.ctl[d->slot].key, __ATOMIC_ACQUIRE) ==
+            ipc_ctl_key(d->id, d->gen))
+            continue;
+        ipc_map_forget_gen(&c->maps, d->id, d->gen);
+        gone = true;
+    }
+    if (gone) {
+        pthread_mutex_unlock(&c->mu);
+        maps_gc(c);
+        pthread_mutex_lock(&c->mu);
+    }
+    return 0;
+}
+
 /* Two groups alternate: while the GPU runs one group's copies, the next one
  * is checked, pinned and started, so the owner round trip and the thread
  * wake-ups overlap the copies. Host copies finish inside group_start. */
@@ -540,8 +574,9 @@ static void *worker_main(void *arg)
             continue;
         }
         if (c->qlen == 0) {
-            struct timespec ts = xfer_mono_after_ms(1000);
+            struct timespec ts = xfer_mono_after_ms(c->direct.head ? DIRECT_CHECK_MS : 1000);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            rc = direct_check(c);
             continue;
         }
         struct ipc_group *ng = &g[cur];
