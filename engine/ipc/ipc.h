@@ -128,6 +128,8 @@ int ipc_send(int fd, uint16_t type, uint32_t count, const void *payload, uint32_
 int ipc_recv(int fd, struct ipc_hdr *h, void *buf, uint32_t max, int *got_fd, int timeout_ms);
 /* Waits until fd is readable (POLLIN) within timeout_ms: 0, -XFER_ETIMEDOUT, -XFER_ECONN. */
 int ipc_wait_readable(int fd, int timeout_ms);
+/* True once the other end closed (or the socket failed): one poll, no wait. */
+bool ipc_sock_hung_up(int fd);
 pid_t ipc_sock_peer_pid(int fd);
 
 /* ---- host memory (ipc_host.c) ------------------------------------------- */

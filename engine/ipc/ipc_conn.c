@@ -164,8 +164,7 @@ static int jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
  * touched. A zero-timeout poll per copy, cheap next to the copy. */
 static bool owner_hung_up(struct ipc_conn *c)
 {
-    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    return ipc_sock_hung_up(c->fd);
 }
 
 static void job_copy_host(struct ipc_conn *c, struct ipc_job *j, char *local)

@@ -20,7 +20,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,12 +70,6 @@ fail:
     return -XFER_EIO;
 }
 
-static bool peer_hung_up(int sock)
-{
-    struct pollfd p = {.fd = sock, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
 /* l->mu held: clears slot i's key, waits for the peer's copies in progress
  * (a running copy is one item of at most XFER_IPC_DIRECT_MAX bytes), and
  * drops the loan's pin. A peer whose pin stays past timeout_ms is stopped or
@@ -87,7 +80,7 @@ static void withdraw(struct ipc_leases *l, uint32_t i)
     __atomic_store_n(&s->key, 0, __ATOMIC_SEQ_CST);
     int64_t start = xfer_now_ms();
     while (__atomic_load_n(&s->pins, __ATOMIC_SEQ_CST) != 0) {
-        if (peer_hung_up(l->sock))
+        if (ipc_sock_hung_up(l->sock))
             break; /* the peer is gone (or we are stopping): nothing copies */
         if (xfer_now_ms() - start > l->timeout_ms) {
             xfer_warn("ipc: a peer has held a direct copy of a region for %d ms while it is "

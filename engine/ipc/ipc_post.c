@@ -38,6 +38,10 @@ static int queue_locked(struct ipc_conn *c, xfer_batch *b, const size_t *idx, si
 
 /* Posts of up to this many items try direct copies (the latency path). */
 #define IPC_DIRECT_POST_MAX 64
+/* Bytes one post copies in the posting thread at most (or one item of
+ * XFER_IPC_DIRECT_MAX if larger): submit stays quick, and the rest of a
+ * large batch goes to the worker, which copies in parallel. */
+#define IPC_DIRECT_POST_BYTES (1u << 20)
 
 /* Copies the items the owner lent (d[k] for idx[k]) in this thread; those it
  * withdrew meanwhile go to the worker, which gets the owner's answer. */
@@ -57,20 +61,30 @@ static void post_direct(struct ipc_conn *c, xfer_batch *b, const size_t *idx, st
         xfer_batch_chunk_done(b, back[k], 0, rc, "ipc: cannot queue the item");
 }
 
-/* Up to IPC_DIRECT_POST_MAX items: those lent go direct, the rest queue. */
-static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n)
+/* Up to IPC_DIRECT_POST_MAX items: those lent go direct while *budget
+ * (bytes) lasts, the rest queue. */
+static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n,
+                       uint64_t *budget)
 {
     size_t slow[IPC_DIRECT_POST_MAX], fast[IPC_DIRECT_POST_MAX], ns = 0, nf = 0;
     struct ipc_direct *d[IPC_DIRECT_POST_MAX];
     pthread_mutex_lock(&c->mu);
     int rc = c->broken || c->stop ? -XFER_ECONN : 0;
     for (size_t k = 0; rc == 0 && k < n; k++) {
-        d[nf] = c->direct.head ? ipc_direct_get(&c->direct, xfer_batch_item(b, idx[k])) : NULL;
-        if (d[nf])
+        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
+        d[nf] = c->direct.head && it->len <= *budget ? ipc_direct_get(&c->direct, it) : NULL;
+        if (d[nf]) {
+            *budget -= it->len;
             fast[nf++] = idx[k];
-        else
+        } else {
             slow[ns++] = idx[k];
+        }
     }
+    /* A dead owner's memory stays mapped here: copying into it would be a
+     * silent loss. One poll per post that copies directly (the worker
+     * learns it otherwise only from its next round trip). */
+    if (rc == 0 && nf && ipc_sock_hung_up(c->fd))
+        rc = -XFER_ECONN;
     if (rc == 0 && ns)
         rc = queue_locked(c, b, slow, ns);
     pthread_mutex_unlock(&c->mu);
@@ -92,9 +106,11 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
+    uint64_t budget =
+        c->direct.max_item > IPC_DIRECT_POST_BYTES ? c->direct.max_item : IPC_DIRECT_POST_BYTES;
     for (size_t k = 0; k < n; k += IPC_DIRECT_POST_MAX) {
         size_t w = n - k < IPC_DIRECT_POST_MAX ? n - k : IPC_DIRECT_POST_MAX;
-        int rc = post_window(c, b, idx + k, w);
+        int rc = post_window(c, b, idx + k, w, &budget);
         if (rc < 0 && k == 0)
             return rc; /* nothing started */
         for (size_t j = k; rc < 0 && j < n; j++)
