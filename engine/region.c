@@ -301,14 +301,15 @@ int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len
     return rc;
 }
 
-/* Deregistration of r started (r is dead, out of the table): transports
- * that lent it to peers withdraw it. Called without the table lock. */
-static void transports_dying(xfer_engine *e, xfer_region *r)
+/* Deregistration of r started (r is dead, out of the table) or r got lease
+ * rules: transports that lent it to peers withdraw it. Called without the
+ * table lock. */
+void region_withdraw_direct(xfer_engine *e, xfer_region *r)
 {
     for (size_t i = 0; i < e->n_transports; i++) {
         struct xfer_transport *t = e->transports[i];
-        if (t->ops->region_dying)
-            t->ops->region_dying(t, r);
+        if (t->ops->region_withdraw)
+            t->ops->region_withdraw(t, r);
     }
 }
 
@@ -325,7 +326,7 @@ int xfer_region_detach(xfer_engine *e, xfer_region *r)
     }
     pthread_mutex_unlock(&t->mu);
     if (!rc)
-        transports_dying(e, r);
+        region_withdraw_direct(e, r);
     return rc;
 }
 
@@ -359,7 +360,7 @@ int xfer_region_deregister(xfer_engine *e, xfer_region *r)
     r->detached = false;
     if (!was_detached) { /* detach told the transports already */
         pthread_mutex_unlock(&t->mu);
-        transports_dying(e, r);
+        region_withdraw_direct(e, r);
         pthread_mutex_lock(&t->mu);
     }
     /* Target accesses are bounded by io_timeout_ms, and ipc peers' pins on

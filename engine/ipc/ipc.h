@@ -245,7 +245,7 @@ static inline uint64_t ipc_ctl_key(uint32_t id, uint32_t gen)
 }
 
 /* Owner: the loans of one connection. */
-struct ipc_leases {
+struct ipc_loans {
     pthread_mutex_t mu;
     struct ipc_ctl_slot *ctl;      /* shared with the peer */
     int ctl_fd;                    /* passed with HELLO, then closed */
@@ -253,22 +253,22 @@ struct ipc_leases {
     int timeout_ms;                /* how long a peer's pin may delay a withdrawal */
     xfer_region *r[IPC_CTL_SLOTS]; /* each lent region holds one pin */
 };
-int ipc_leases_init(struct ipc_leases *l, int sock, int timeout_ms);
+int ipc_loans_init(struct ipc_loans *l, int sock, int timeout_ms);
 /* Withdraws every loan (waiting for copies in progress unless the peer hung
  * up); _fini also frees the page. */
-void ipc_leases_withdraw_all(struct ipc_leases *l);
-void ipc_leases_fini(struct ipc_leases *l);
+void ipc_loans_withdraw_all(struct ipc_loans *l);
+void ipc_loans_fini(struct ipc_loans *l);
 /* Lends (id, gen) = r for direct copies: a slot, or IPC_SLOT_NONE when the
  * region may not be lent (ipc_direct_allowed) or no slot is free. */
-uint32_t ipc_lease_add(struct ipc_leases *l, xfer_engine *e, xfer_region *r, uint32_t id,
-                       uint32_t gen);
-/* Deregistration of r started: withdraws its loan, waits for the peer's
+uint32_t ipc_loan_add(struct ipc_loans *l, xfer_engine *e, xfer_region *r, uint32_t id,
+                      uint32_t gen);
+/* r is going or guarded: withdraws its loan, waits for the peer's
  * copies in progress (at most timeout_ms, then revokes the peer). */
-void ipc_leases_withdraw(struct ipc_leases *l, xfer_region *r);
+void ipc_loans_withdraw(struct ipc_loans *l, xfer_region *r);
 /* The one place that decides whether a region may be copied without asking
  * the owner: host memfd memory the peer may read (a write-only region
- * cannot be enforced by the MMU), XFER_IPC_DIRECT not 0. Regions that need
- * the owner's word on every access (leases, guards) must say no here. */
+ * cannot be enforced by the MMU), without lease rules (guarded ranges need
+ * the owner's check per access), XFER_IPC_DIRECT not 0. */
 bool ipc_direct_allowed(xfer_region *r);
 
 /* Initiator: regions lent to us, looked up under the connection's lock. */
@@ -303,8 +303,8 @@ struct ipc_server;
 struct ipc_server *ipc_server_start(xfer_engine *e, const char *node_id, uint64_t incarnation,
                                     int *err, char *why, size_t why_len);
 void ipc_server_stop(struct ipc_server *s);
-/* Deregistration of local region r started: withdraw its loans. */
-void ipc_server_region_dying(struct ipc_server *s, xfer_region *r);
+/* Local region r is going or got lease rules: withdraw its loans. */
+void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r);
 
 /* ---- initiator side (ipc_conn.c) ---------------------------------------- */
 

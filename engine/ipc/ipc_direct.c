@@ -43,10 +43,10 @@ bool ipc_direct_allowed(xfer_region *r)
     struct xfer_region_desc d;
     xfer_region_describe(r, &d);
     return xfer_region_kind(r) == XFER_MEM_HOST && xfer_region_memfd(r) >= 0 &&
-           (d.access & XFER_ACCESS_R);
+           (d.access & XFER_ACCESS_R) && xfer_region_guard_count(r) == 0;
 }
 
-int ipc_leases_init(struct ipc_leases *l, int sock, int timeout_ms)
+int ipc_loans_init(struct ipc_loans *l, int sock, int timeout_ms)
 {
     memset(l, 0, sizeof(*l));
     l->sock = sock;
@@ -74,7 +74,7 @@ fail:
  * (a running copy is one item of at most XFER_IPC_DIRECT_MAX bytes), and
  * drops the loan's pin. A peer whose pin stays past timeout_ms is stopped or
  * hung: its connection is shut down, which revokes all its access. */
-static void withdraw(struct ipc_leases *l, uint32_t i)
+static void withdraw(struct ipc_loans *l, uint32_t i)
 {
     struct ipc_ctl_slot *s = &l->ctl[i];
     __atomic_store_n(&s->key, 0, __ATOMIC_SEQ_CST);
@@ -96,8 +96,8 @@ static void withdraw(struct ipc_leases *l, uint32_t i)
     l->r[i] = NULL;
 }
 
-uint32_t ipc_lease_add(struct ipc_leases *l, xfer_engine *e, xfer_region *r, uint32_t id,
-                       uint32_t gen)
+uint32_t ipc_loan_add(struct ipc_loans *l, xfer_engine *e, xfer_region *r, uint32_t id,
+                      uint32_t gen)
 {
     if (!l->ctl || !ipc_direct_allowed(r))
         return IPC_SLOT_NONE;
@@ -119,10 +119,10 @@ uint32_t ipc_lease_add(struct ipc_leases *l, xfer_engine *e, xfer_region *r, uin
         slot = free_slot;
         l->r[slot] = pin;
         __atomic_store_n(&l->ctl[slot].key, ipc_ctl_key(id, gen), __ATOMIC_SEQ_CST);
-        /* A deregistration that started after our acquire may have looked
-         * for loans before this one existed: it then waits for our pin, so
-         * withdraw at once. (It marks the region dying before it looks.) */
-        if (xfer_region_dying(pin)) {
+        /* A deregistration or a lease rule that came after our checks may
+         * have looked for loans before this one existed: withdraw at once.
+         * (Both mark the region before they look, under our lock.) */
+        if (xfer_region_dying(pin) || xfer_region_guard_count(pin) > 0) {
             withdraw(l, slot);
             slot = IPC_SLOT_NONE;
         }
@@ -133,7 +133,7 @@ uint32_t ipc_lease_add(struct ipc_leases *l, xfer_engine *e, xfer_region *r, uin
     return slot;
 }
 
-void ipc_leases_withdraw(struct ipc_leases *l, xfer_region *r)
+void ipc_loans_withdraw(struct ipc_loans *l, xfer_region *r)
 {
     if (!l->ctl)
         return;
@@ -144,7 +144,7 @@ void ipc_leases_withdraw(struct ipc_leases *l, xfer_region *r)
     pthread_mutex_unlock(&l->mu);
 }
 
-void ipc_leases_withdraw_all(struct ipc_leases *l)
+void ipc_loans_withdraw_all(struct ipc_loans *l)
 {
     if (!l->ctl)
         return;
@@ -155,14 +155,14 @@ void ipc_leases_withdraw_all(struct ipc_leases *l)
     pthread_mutex_unlock(&l->mu);
 }
 
-void ipc_leases_fini(struct ipc_leases *l)
+void ipc_loans_fini(struct ipc_loans *l)
 {
     if (!l->ctl) {
         if (l->ctl_fd >= 0)
             close(l->ctl_fd);
         return;
     }
-    ipc_leases_withdraw_all(l);
+    ipc_loans_withdraw_all(l);
     munmap(l->ctl, CTL_BYTES);
     if (l->ctl_fd >= 0)
         close(l->ctl_fd);

@@ -42,8 +42,8 @@ struct serve_conn {
     int64_t lease_check_ms;        /* last scan of slots[] for pins held too long */
     char peer_node[XFER_NAME_MAX]; /* the initiator, as its handshake proved */
     uint64_t peer_inc;
-    struct ipc_leases leases; /* regions lent for direct copies (ipc_direct.c) */
-    bool leases_up;
+    struct ipc_loans loans; /* regions lent for direct copies (ipc_direct.c) */
+    bool loans_up;
     struct serve_conn *next;
 };
 
@@ -192,8 +192,8 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
         snprintf(m.why, sizeof(m.why), "region %u gen %u: %s", q.id, q.gen, xfer_strerror(err));
     } else {
         describe_reach(r, &m, &fd);
-        m.ctl_slot = m.status == 0 && m.mech == IPC_MECH_MEMFD && c->leases_up
-                         ? ipc_lease_add(&c->leases, s->engine, r, q.id, q.gen)
+        m.ctl_slot = m.status == 0 && m.mech == IPC_MECH_MEMFD && c->loans_up
+                         ? ipc_loan_add(&c->loans, s->engine, r, q.id, q.gen)
                          : IPC_SLOT_NONE;
         xfer_region_release(r);
         if (m.status == 0 && m.mech != IPC_MECH_CMA && c->nmapped < IPC_MAP_TRACK)
@@ -316,16 +316,16 @@ static int conn_handshake(struct serve_conn *c)
     c->pid = pid > 0 ? pid : -1; /* -1: a peer we cannot name */
     ipc_tracer_add(c->pid);      /* the peer probes CMA right after HELLO */
     /* The control page of direct copies travels with HELLO; its slots are
-     * only ever used for loans made under c->leases.mu. */
+     * only ever used for loans made under c->loans.mu. */
     pthread_mutex_lock(&s->mu);
-    c->leases_up = ipc_leases_init(&c->leases, c->fd, serve_timeout(s)) == 0;
+    c->loans_up = ipc_loans_init(&c->loans, c->fd, serve_timeout(s)) == 0;
     pthread_mutex_unlock(&s->mu);
-    hello.ctl_slots = c->leases_up ? IPC_CTL_SLOTS : 0;
-    rc = ipc_send(c->fd, IPC_HELLO, 1, &hello, sizeof(hello), c->leases_up ? c->leases.ctl_fd : -1,
+    hello.ctl_slots = c->loans_up ? IPC_CTL_SLOTS : 0;
+    rc = ipc_send(c->fd, IPC_HELLO, 1, &hello, sizeof(hello), c->loans_up ? c->loans.ctl_fd : -1,
                   cfg->connect_timeout_ms);
-    if (c->leases_up) {
-        close(c->leases.ctl_fd);
-        c->leases.ctl_fd = -1;
+    if (c->loans_up) {
+        close(c->loans.ctl_fd);
+        c->loans.ctl_fd = -1;
     }
     return rc;
 }
@@ -381,8 +381,8 @@ static void *conn_main(void *arg)
             xfer_warn("ipc: malformed message (type %u) from peer, closing", h.type);
     }
     /* Loans go before pins: a peer still copying directly must be done. */
-    if (c->leases_up)
-        ipc_leases_withdraw_all(&c->leases);
+    if (c->loans_up)
+        ipc_loans_withdraw_all(&c->loans);
     for (uint32_t i = 0; i < c->nslots; i++)
         if (c->slots[i])
             slot_release(c, i);
@@ -399,8 +399,8 @@ static void *conn_main(void *arg)
 static void conn_free(struct serve_conn *c)
 {
     pthread_join(c->thread, NULL);
-    if (c->leases_up)
-        ipc_leases_fini(&c->leases);
+    if (c->loans_up)
+        ipc_loans_fini(&c->loans);
     close(c->fd);
     free(c->slots);
     free(c->pinned_ms);
@@ -512,12 +512,12 @@ out_close:
     return NULL;
 }
 
-void ipc_server_region_dying(struct ipc_server *s, xfer_region *r)
+void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r)
 {
     pthread_mutex_lock(&s->mu);
     for (struct serve_conn *c = s->conns; c; c = c->next)
-        if (c->leases_up)
-            ipc_leases_withdraw(&c->leases, r);
+        if (c->loans_up)
+            ipc_loans_withdraw(&c->loans, r);
     pthread_mutex_unlock(&s->mu);
 }
 

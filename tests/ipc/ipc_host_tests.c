@@ -262,6 +262,24 @@ static int test_direct_readonly(struct ctx *c)
     return 0;
 }
 
+/* A lease rule on a lent region withdraws the loan: the next direct copy
+ * asks the owner, who refuses (the driver holds no lease); once the rule is
+ * gone the region is lent again and copies work. */
+static int test_direct_guard(struct ctx *c)
+{
+    char ans[128];
+    const struct xfer_region_desc *d = owner_region(&c->o, "mguard");
+    CHECK(one_op(c, "mguard", c->local[0], XFER_OP_WRITE, 0, 0, 64) == 0, "lend mguard");
+    CHECK(one_op(c, "mguard", c->local[0], XFER_OP_READ, 64, 0, 64) == 0, "direct read");
+    CHECK(owner_cmd(&c->o, ans, sizeof(ans), "GUARD mguard") == 0, "guard: %s", ans);
+    int rc = xfer_read(c->e, c->local[0], 0, c->p, d->id, d->gen, 128, 64, DEADLINE);
+    CHECK(rc == -XFER_ESTALE, "read of a guarded region without a lease: %s", xfer_strerror(rc));
+    CHECK(owner_cmd(&c->o, ans, sizeof(ans), "UNGUARD mguard") == 0, "unguard: %s", ans);
+    CHECK(one_op(c, "mguard", c->local[0], XFER_OP_READ, 192, 0, 64) == 0, "read after unguard");
+    printf("ok lease rule on a lent region: refused (%s), unguarded: works\n", xfer_strerror(rc));
+    return 0;
+}
+
 struct racer {
     struct ctx *c;
     struct xfer_region_desc d;
@@ -328,10 +346,11 @@ static int setup(struct ctx *c, bool nodump)
                           "cgen:cma:65536:rw",
                           "mrev:memfd:65536:rw",
                           "arace:adopt:65536:rw",
+                          "mguard:memfd:65536:rw",
                           NULL,
                           NULL};
     if (nodump) {
-        memmove(args + 1, args, 8 * sizeof(args[0]));
+        memmove(args + 1, args, 9 * sizeof(args[0]));
         args[0] = "--nodump";
     }
     CHECK(owner_start(&c->o, args) == 0, "owner did not start");
@@ -389,7 +408,8 @@ int run_host_tests(int argc, char **argv)
           test_bad_owner_checks(&c) || test_generation(&c, "mgen") || test_generation(&c, "cgen") ||
           (want == XFER_TRANSPORT_IPC && test_revocation(&c)) ||
           (want == XFER_TRANSPORT_IPC && direct && test_direct_readonly(&c)) ||
-          (want == XFER_TRANSPORT_IPC && direct && test_direct_race(&c));
+          (want == XFER_TRANSPORT_IPC && direct && test_direct_race(&c)) ||
+          (want == XFER_TRANSPORT_IPC && test_direct_guard(&c));
     if (!bad && want == XFER_TRANSPORT_IPC) {
         struct xfer_stats st;
         xfer_transport_stats(c.e, XFER_TRANSPORT_IPC, &st);

@@ -13,6 +13,9 @@
  *                                       client holding it could (kind adopt: the
  *                                       client's own fd; kind memfd: the engine's)
  *   ADOPTRAW name len  -> ERR why | OK  adopts a memfd made without MFD_ALLOW_SEALING
+ *   GUARD name         -> OK            guards the whole region with a lease for
+ *                                       another node (the driver is refused)
+ *   UNGUARD name       -> OK            drops every lease rule of the region
  *   DEREGWATCH name ms -> OK took_ms | ERR why  (kind adopt) deregisters, then
  *                                       watches the client's memfd for ms: any
  *                                       change after deregistration returned is
@@ -204,6 +207,16 @@ static void answer(xfer_engine *e, char *line)
         printf(rc ? "ERR sum\n" : "SUM %" PRIx64 "\n", s);
     } else if (!strncmp(line, "FILL ", 5)) {
         printf(o->r && fill(o, a) == 0 ? "OK\n" : "ERR fill\n");
+    } else if (!strncmp(line, "GUARD ", 6)) {
+        int err = 0;
+        xfer_lease *l = o->r ? xfer_lease_new(e, "someone-else", 600000, &err) : NULL;
+        struct xfer_range all = {0, o->len};
+        if (l)
+            err = xfer_lease_add(l, o->r, &all, 1);
+        xfer_lease_free(l); /* the range stays guarded */
+        printf(l && !err ? "OK\n" : "ERR %s\n", xfer_strerror(l ? err : -XFER_ENOENT));
+    } else if (!strncmp(line, "UNGUARD ", 8)) {
+        printf(o->r && xfer_region_unguard(o->r) == 0 ? "OK\n" : "ERR unguard\n");
     } else if (!strncmp(line, "DEREGWATCH ", 11)) {
         deregwatch(e, o, (int)a);
     } else if (!strncmp(line, "DEREG ", 6)) {
