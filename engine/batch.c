@@ -390,8 +390,9 @@ static bool finish_quiet(xfer_batch *b)
     monitor_unlink(b->engine, b);
     /* The eventfd costs a system call per batch: only once someone has it. */
     uint64_t one = 1;
-    if (b->fd_used && write(b->efd, &one, sizeof(one)) < 0)
+    if ((b->fd_used || b->wait_polling) && write(b->efd, &one, sizeof(one)) < 0)
         xfer_debug("batch eventfd write failed");
+    b->efd_dirty |= b->wait_polling;
     return true;
 }
 
@@ -546,8 +547,9 @@ static int start_run(xfer_batch *b, int deadline_ms)
         }
     }
     uint64_t drain;
-    if (b->fd_used && read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+    if ((b->fd_used || b->efd_dirty) && read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
         xfer_debug("batch eventfd drain failed");
+    b->efd_dirty = false;
     for (size_t i = 0; i < b->n; i++) {
         struct batch_item *bi = &b->items[i];
         bi->status = -XFER_EINPROGRESS;
@@ -639,6 +641,11 @@ void xfer_batch_wait_hint(xfer_batch *b, struct xfer_conn *c, void *chan)
     pthread_mutex_unlock(&b->mu);
 }
 
+int xfer_batch_wake_fd(const xfer_batch *b)
+{
+    return b->efd;
+}
+
 bool xfer_batch_running(const xfer_batch *b)
 {
     return __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == B_RUNNING;
@@ -666,6 +673,7 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
         struct xfer_conn *c = b->state == B_RUNNING && !b->wait_many ? b->wait_conn : NULL;
         void *chan = b->wait_chan;
         xfer_peer *p = b->wait_peer;
+        b->wait_polling = c != NULL; /* the end of the run wakes its poll */
         pthread_mutex_unlock(&b->mu);
         int64_t left_ms = (end_ns - engine_now_ns()) / 1000000;
         if (!c || left_ms <= 0)
@@ -676,6 +684,9 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
             rc = c->transport->ops->wait_rx(
                 c, chan, b, left_ms < WAIT_RX_SLICE_MS ? (int)left_ms : WAIT_RX_SLICE_MS);
         pthread_rwlock_unlock(&p->conn_lock);
+        pthread_mutex_lock(&b->mu);
+        b->wait_polling = false;
+        pthread_mutex_unlock(&b->mu);
         if (rc < 0)
             return;
     }

@@ -53,6 +53,8 @@ struct xfer_batch {
     struct xfer_conn *wait_conn;
     void *wait_chan;
     bool wait_many;
+    bool wait_polling; /* a waiter polls efd too: finishing writes it */
+    bool efd_dirty;    /* written for such a waiter: drain at the next run */
 };
 
 /* batch.c, b->mu held: end item i (hooks batch_msg_item_end), finish. */

@@ -202,6 +202,9 @@ void xfer_batch_put(xfer_batch *b);
  * waiting thread receive on chan itself (ops->wait_rx); a second channel
  * turns it off for the run. */
 void xfer_batch_wait_hint(xfer_batch *b, struct xfer_conn *c, void *chan);
+/* For ops->wait_rx: an eventfd that becomes readable when b's run ends
+ * while the waiter polls (poll it beside the channel; do not read it). */
+int xfer_batch_wake_fd(const xfer_batch *b);
 /* True while b's current run has not finished (cheap, no lock). */
 bool xfer_batch_running(const xfer_batch *b);
 /* xfer_batch_chunk_done() then xfer_batch_put(), in one lock round. */

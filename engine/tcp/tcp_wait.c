@@ -50,8 +50,11 @@ int tcp_wait_rx(struct xfer_conn *c, void *chan, xfer_batch *b, int timeout_ms)
      * under iomu below ends the waiting. */
     int fd = __atomic_load_n(&s->fd, __ATOMIC_RELAXED);
     if (fd >= 0 && xfer_batch_running(b)) {
-        struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-        if (poll(&p, 1, timeout_ms) < 0 && errno != EINTR)
+        /* The owner may have taken the answer just before we polled: the
+         * end of the run then wakes us through the batch's eventfd. */
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN | POLLRDHUP},
+                              {.fd = xfer_batch_wake_fd(b), .events = POLLIN}};
+        if (poll(p, 2, timeout_ms) < 0 && errno != EINTR)
             rc = -1;
     }
     __atomic_sub_fetch(&s->waiters, 1, __ATOMIC_SEQ_CST);
