@@ -59,12 +59,17 @@ int tcp_wait_rx(struct xfer_conn *c, void *chan, xfer_batch *b, int timeout_ms)
     }
     __atomic_sub_fetch(&s->waiters, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_lock(&s->iomu);
-    if (s->fd >= 0) {
+    pthread_mutex_lock(&s->qmu);
+    gpu = s->gpu_seen; /* a GPU chunk queued meanwhile: its answer is the owner's */
+    pthread_mutex_unlock(&s->qmu);
+    if (s->fd < 0) {
+        rc = -1;
+    } else if (gpu) {
+        s->rx_defer = true; /* an edge skipped while we polled is read there */
+    } else {
         s->by_waiter = true;
         tcp_sock_readable(s);
         s->by_waiter = false;
-    } else {
-        rc = -1;
     }
     bool defer = s->rx_defer;
     pthread_mutex_unlock(&s->iomu);
