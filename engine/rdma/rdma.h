@@ -154,6 +154,7 @@ struct rdma_conn {
     struct rdma_pending *head, *tail; /* chunks waiting for a QP */
     uint32_t rr;                      /* striping cursor */
     bool closing, torn_down;
+    bool unreachable; /* atomic: no QP up, none coming, the last attempt failed */
     int refs;      /* progress threads using conn outside its lock */
     char why[192]; /* last connection failure */
     int why_rc;

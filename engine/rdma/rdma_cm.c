@@ -427,6 +427,7 @@ static void conn_service(struct rdma_transport *t, struct rdma_conn *c, int64_t 
     pthread_mutex_lock(&c->lock);
     struct rdma_pending *left = NULL;
     bool give_up = !ready && !coming && c->why[0];
+    __atomic_store_n(&c->unreachable, give_up, __ATOMIC_RELAXED); /* conn_state() */
     if (give_up && c->head)
         left = xrdma_take_pending_locked(c);
     bool msgs = give_up && c->mq_head;

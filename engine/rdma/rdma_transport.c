@@ -311,6 +311,16 @@ static int xrdma_connect(struct xfer_transport *tr, xfer_peer *peer, int timeout
     return 0;
 }
 
+/* All channels dead: no QP up or on its way and the last attempt failed.
+ * The engine then fails messages waiting on the peer (RECVs naming it,
+ * SENDs waiting for a FIN) and tries a new connection in the background;
+ * the CM thread keeps re-establishing this one's QPs meanwhile. */
+static unsigned xrdma_conn_state(struct xfer_conn *xc)
+{
+    struct rdma_conn *c = container_of(xc, struct rdma_conn, base);
+    return __atomic_load_n(&c->unreachable, __ATOMIC_RELAXED) ? XFER_CONN_ALL_DEAD : 0;
+}
+
 const struct xfer_transport_ops xfer_rdma_transport_ops = {
     .name = "rdma",
     .bit = XFER_TRANSPORT_RDMA,
@@ -326,6 +336,7 @@ const struct xfer_transport_ops xfer_rdma_transport_ops = {
     .reaches = xrdma_reaches,
     .connect = xrdma_connect,
     .disconnect = xrdma_disconnect,
+    .conn_state = xrdma_conn_state,
     .reg_mem = xrdma_reg_mem,
     .dereg_mem = xrdma_dereg_mem,
     .post = xrdma_post,
