@@ -44,14 +44,15 @@
  * keeps RDMA_MSG_CREDITS receives of a whole frame posted; an initiator has
  * at most that many requests in flight per QP (credits), so a SEND always
  * finds a receive and RNR is a safety net, not flow control. */
-#define RDMA_MSG_CREDITS   4
-#define RDMA_MSG_HDR       24
-#define RDMA_MSG_BUF       (RDMA_MSG_HDR + XFER_MSG_FRAME_MAX) /* a request and its receive */
-#define RDMA_MSG_SMALL     64                                  /* a response and its receive */
-#define RDMA_MAX_ACCEPTED  4096                                /* accepted QPs per transport */
+#define RDMA_MSG_CREDITS  4
+#define RDMA_MSG_HDR      24
+#define RDMA_MSG_BUF      (RDMA_MSG_HDR + XFER_MSG_FRAME_MAX) /* a request and its receive */
+#define RDMA_MSG_SMALL    64                                  /* a response and its receive */
+#define RDMA_MAX_ACCEPTED 4096                                /* accepted QPs per transport */
 /* Per NIC: every slot's response receives, every accepted QP's request
  * receives and (2 x credits) response sends. */
-#define RDMA_MSG_CQ_DEPTH  (RDMA_MAX_SLOTS * RDMA_MSG_CREDITS + RDMA_MAX_ACCEPTED * 3 * RDMA_MSG_CREDITS)
+#define RDMA_MSG_CQ_DEPTH                                                                          \
+    (RDMA_MAX_SLOTS * RDMA_MSG_CREDITS + RDMA_MAX_ACCEPTED * 3 * RDMA_MSG_CREDITS)
 #define RDMA_MSG_RNR_TIMER 12 /* min_rnr_timer code: 0.64 ms */
 
 enum rdma_tag { TAG_LISTENER = 1, TAG_SLOT, TAG_ACCEPTED };
@@ -69,7 +70,7 @@ struct rdma_nic {
     uint32_t max_msg;
     struct ibv_pd *pd;
     struct ibv_comp_channel *msg_ch; /* engine messages: polled by progress thread 0 */
-    struct ibv_cq *msg_cq; /* slots' receives; accepted QPs' receives and sends */
+    struct ibv_cq *msg_cq;           /* slots' receives; accepted QPs' receives and sends */
     struct rdma_cm_id *listen_id;
     struct sockaddr_storage addr; /* where this NIC listens / connects from */
 };
@@ -114,10 +115,10 @@ struct rdma_slot {
     uint64_t next_seq;
     struct xfer_rdma_ring ring; /* posted, not yet completed */
     int64_t retry_at_ms;
-    int failures; /* connection attempts failed in a row */
-    int conn_pos;      /* index in conn->slots: its response receive buffers */
-    uint32_t credits;  /* receives the target holds for our requests */
-    bool hello_sent;   /* the HELLO went out on this QP (first message) */
+    int failures;     /* connection attempts failed in a row */
+    int conn_pos;     /* index in conn->slots: its response receive buffers */
+    uint32_t credits; /* receives the target holds for our requests */
+    bool hello_sent;  /* the HELLO went out on this QP (first message) */
 };
 
 /* An engine message in flight on one of a connection's QPs (rdma_msg.c).
@@ -155,8 +156,8 @@ struct rdma_conn {
     uint32_t rr;                      /* striping cursor */
     bool closing, torn_down;
     bool unreachable; /* atomic: no QP up, none coming, the last attempt failed */
-    int refs;      /* progress threads using conn outside its lock */
-    char why[192]; /* last connection failure */
+    int refs;         /* progress threads using conn outside its lock */
+    char why[192];    /* last connection failure */
     int why_rc;
     /* engine messages (rdma_msg.c), under lock */
     uint8_t *msg_mem; /* RDMA_MSG_CREDITS bounce buffers, then responses' receives */

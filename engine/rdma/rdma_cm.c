@@ -150,14 +150,13 @@ static void slot_connect(struct rdma_transport *t, struct rdma_slot *s)
 {
     struct rdma_nic *nic = &t->nics[s->lnic];
     char why[160];
-    struct ibv_qp_init_attr qa = {
-        .send_cq = s->prog->cq[s->lnic],
-        .recv_cq = nic->msg_cq, /* answers to our messages */
-        .qp_type = IBV_QPT_RC,
-        .cap = {.max_send_wr = s->depth,
-                .max_recv_wr = RDMA_MSG_CREDITS,
-                .max_send_sge = 1,
-                .max_recv_sge = 1}};
+    struct ibv_qp_init_attr qa = {.send_cq = s->prog->cq[s->lnic],
+                                  .recv_cq = nic->msg_cq, /* answers to our messages */
+                                  .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = s->depth,
+                                          .max_recv_wr = RDMA_MSG_CREDITS,
+                                          .max_send_sge = 1,
+                                          .max_recv_sge = 1}};
     if (s->id->verbs != nic->ctx) {
         snprintf(why, sizeof(why), "route to %s leaves through another device than %s",
                  s->conn->rnics[s->rnic].name, nic->desc.name);
@@ -314,7 +313,8 @@ static void incoming(struct rdma_transport *t, struct rdma_cm_id *id, const void
             xrdma_msg_accepted_free(a);
         }
         free(a);
-        refuse(t, id, rc, rc == -XFER_ENOSPC ? "too many connections" : "cannot create a queue pair");
+        refuse(t, id, rc,
+               rc == -XFER_ENOSPC ? "too many connections" : "cannot create a queue pair");
         return;
     }
     id->context = a;

@@ -239,10 +239,11 @@ int xrdma_devices_open(struct rdma_transport *t, char *why, size_t why_len)
             nic->pd = ibv_alloc_pd(c);
             nic->msg_ch = nic->pd ? ibv_create_comp_channel(c) : NULL;
             nic->msg_cq =
-                nic->msg_ch ? ibv_create_cq(c, RDMA_MSG_CQ_DEPTH < da.max_cqe ? RDMA_MSG_CQ_DEPTH
-                                                                              : da.max_cqe,
-                                            NULL, nic->msg_ch, 0)
-                            : NULL;
+                nic->msg_ch
+                    ? ibv_create_cq(c,
+                                    RDMA_MSG_CQ_DEPTH < da.max_cqe ? RDMA_MSG_CQ_DEPTH : da.max_cqe,
+                                    NULL, nic->msg_ch, 0)
+                    : NULL;
             if (nic->msg_cq)
                 ibv_req_notify_cq(nic->msg_cq, 0);
             if (!nic->msg_cq) {

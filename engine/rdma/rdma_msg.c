@@ -82,7 +82,8 @@ static uint8_t *resp_buf(struct rdma_conn *c, const struct rdma_slot *s, uint32_
 int xrdma_msg_conn_init(struct rdma_conn *c, int max_slots)
 {
     struct rdma_transport *t = c->t;
-    size_t len = RDMA_MSG_CREDITS * RDMA_MSG_BUF + (size_t)max_slots * RDMA_MSG_CREDITS * RDMA_MSG_SMALL;
+    size_t len =
+        RDMA_MSG_CREDITS * RDMA_MSG_BUF + (size_t)max_slots * RDMA_MSG_CREDITS * RDMA_MSG_SMALL;
     c->msg_slot = -1;
     c->msg_mem = malloc(len);
     if (!c->msg_mem)
@@ -129,8 +130,7 @@ void xrdma_msg_slot_up(struct rdma_slot *s)
                                  .num_sge = 1},
                            *bad;
         if (ibv_post_recv(s->id->qp, &wr, &bad)) {
-            xfer_warn("rdma: QP %u: posting response receives failed: no messages on it",
-                      s->index);
+            xfer_warn("rdma: QP %u: posting response receives failed: no messages on it", s->index);
             s->credits = 0;
             break;
         }
@@ -165,7 +165,8 @@ static int post_send(struct rdma_conn *c, struct rdma_slot *s, int e, enum msg_t
                        *bad;
     if (ibv_post_send(s->id->qp, &wr, &bad))
         return -1;
-    struct xfer_rdma_chunk ch = {.msg = c, .item = (size_t)e, .seq = s->next_seq++, .signaled = true};
+    struct xfer_rdma_chunk ch = {
+        .msg = c, .item = (size_t)e, .seq = s->next_seq++, .signaled = true};
     xfer_rdma_ring_push(&s->ring, &ch); /* room checked by the caller */
     s->unsignaled = 0;
     s->credits--;
@@ -402,8 +403,9 @@ static uint8_t *acc_send_buf(struct rdma_accepted *a, uint32_t k)
 
 static int acc_post_recv(struct rdma_accepted *a, uint32_t j)
 {
-    struct ibv_sge sge = {
-        .addr = (uintptr_t)(a->mem + (size_t)j * RDMA_MSG_BUF), .length = RDMA_MSG_BUF, .lkey = a->mr->lkey};
+    struct ibv_sge sge = {.addr = (uintptr_t)(a->mem + (size_t)j * RDMA_MSG_BUF),
+                          .length = RDMA_MSG_BUF,
+                          .lkey = a->mr->lkey};
     struct ibv_recv_wr wr = {.wr_id = msg_wr_id(K_ACC_RECV, a->index, a->gen, j),
                              .sg_list = &sge,
                              .num_sge = 1},

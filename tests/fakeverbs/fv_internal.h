@@ -133,11 +133,11 @@ struct fv_qp {
     struct fv_recv *rq;         /* posted receives, a ring (flushed on error) */
     uint32_t rq_head, rq_count;
     uint32_t max_send_wr, max_recv_wr, max_sge, max_recv_sge;
-    uint8_t rnr_retry;          /* requester: RNR NAKs a SEND survives (7 = forever) */
-    uint8_t min_rnr_timer;      /* responder: the wait it asks for in an RNR NAK */
-    bool rnr_dropping;          /* responder: NAKed RNR, drops requests until a rewind */
-    bool rewind;                /* requester: the next request is the resent one */
-    int64_t rnr_until_ns;       /* requester: no request leaves before (monotonic) */
+    uint8_t rnr_retry;     /* requester: RNR NAKs a SEND survives (7 = forever) */
+    uint8_t min_rnr_timer; /* responder: the wait it asks for in an RNR NAK */
+    bool rnr_dropping;     /* responder: NAKed RNR, drops requests until a rewind */
+    bool rewind;           /* requester: the next request is the resent one */
+    int64_t rnr_until_ns;  /* requester: no request leaves before (monotonic) */
     bool sq_sig_all;
     uint64_t sq_posted, sq_reclaimed;    /* seq numbers; depth = posted - reclaimed */
     struct fv_out *out_head, *out_tail;  /* to send */

@@ -172,8 +172,7 @@ static int scatter(struct fv_qp *qp, const struct fv_recv *r, const uint8_t *dat
         struct fv_mr *m = fv_mr_lookup(c, r->sge[i].lkey);
         if (r->sge[i].length &&
             (!m || m->mr.pd != qp->qp.pd || !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
-             !range_inside(r->sge[i].addr, r->sge[i].length, (uintptr_t)m->mr.addr,
-                           m->mr.length)))
+             !range_inside(r->sge[i].addr, r->sge[i].length, (uintptr_t)m->mr.addr, m->mr.length)))
             return NAK_LOCAL;
     }
     for (int i = 0; i < r->num_sge && len; i++) {
@@ -340,7 +339,8 @@ static void *receiver_main(void *arg)
     struct fv_msg h;
     while (piece && !fv_recv_all(qp->sock, &h, sizeof(h))) {
         int rc = 0;
-        bool request = h.type == M_WRITE || h.type == M_READ || h.type == M_SEND || h.type == M_ECHO;
+        bool request =
+            h.type == M_WRITE || h.type == M_READ || h.type == M_SEND || h.type == M_ECHO;
         pthread_mutex_lock(&qp->lock);
         if (request && (h.flags & FV_F_REWIND))
             qp->rnr_dropping = false;
@@ -383,10 +383,7 @@ static int send_request(struct fv_qp *qp, struct fv_out *o)
     int nak = check_local(qp, w);
     struct fv_msg h = {.rkey = w->rkey, .addr = w->remote_addr, .len = w->len, .imm = w->imm};
     bool send_op = w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM;
-    h.type = nak                                ? M_ECHO
-             : w->opcode == IBV_WR_RDMA_WRITE   ? M_WRITE
-             : send_op                          ? M_SEND
-                                                : M_READ;
+    h.type = nak ? M_ECHO : w->opcode == IBV_WR_RDMA_WRITE ? M_WRITE : send_op ? M_SEND : M_READ;
     h.status = (uint8_t)nak;
     h.flags = (uint16_t)((qp->rewind ? FV_F_REWIND : 0) |
                          (w->opcode == IBV_WR_SEND_WITH_IMM ? FV_F_IMM : 0));
