@@ -58,15 +58,17 @@ static void hdr_encode(uint8_t *p, enum msg_type type, uint64_t req_id, int stat
     put32(p + 20, len);
 }
 
-/* 0 and the fields of a frame of n bytes, or -XFER_EPROTO. */
+/* 0 and the fields of a frame of n bytes, or -XFER_EPROTO (with the
+ * request id when there is a header: the answer names what it refuses). */
 static int hdr_decode(const uint8_t *p, size_t n, enum msg_type *type, uint64_t *req_id,
                       int *status)
 {
+    if (n >= RDMA_MSG_HDR)
+        *req_id = get32(p + 8) | (uint64_t)get32(p + 12) << 32;
     if (n < RDMA_MSG_HDR || get32(p) != MSG_MAGIC || p[4] < T_HELLO || p[4] > T_RESP ||
         get32(p + 20) != n - RDMA_MSG_HDR)
         return -XFER_EPROTO;
     *type = (enum msg_type)p[4];
-    *req_id = get32(p + 8) | (uint64_t)get32(p + 12) << 32;
     *status = (int)get32(p + 16);
     return 0;
 }

@@ -234,14 +234,19 @@ static int serve_send(struct fv_qp *qp, const struct fv_msg *h)
     }
     if (wc.status != IBV_WC_SUCCESS)
         wc.vendor_err = 0x82;
+    /* A NIC acknowledges before software can see the receive (so an answer
+     * SEND never overtakes the ACK); a failed receive completes first and
+     * puts this QP in error once the NAK is out, flushing the rest after it. */
+    if (nak == NAK_OK)
+        respond(qp, M_ACK, NAK_OK, NULL, 0);
     fv_cq_push(qp->qp.recv_cq, &wc, NULL, 0);
     free(data);
     pthread_mutex_lock(&qp->lock);
     qp->busy--;
     pthread_cond_broadcast(&qp->cond);
     pthread_mutex_unlock(&qp->lock);
-    /* A failed receive puts this QP in error once the NAK is out. */
-    respond_ex(qp, M_ACK, nak, 0, NULL, 0, nak != NAK_OK);
+    if (nak != NAK_OK)
+        respond_ex(qp, M_ACK, nak, 0, NULL, 0, true);
     return 0;
 }
 
