@@ -85,8 +85,8 @@ static xfer_kv_pool *pool(xfer_node *n, const struct opts *o, char *mem)
     for (size_t i = 0; i < nr; i++) {
         char name[32];
         snprintf(name, sizeof(name), "kv.%zu", i);
-        int rc = mem ? xfer_node_region_register(n, name, mem + i * len, len, XFER_MEM_CUDA,
-                                                 o->gpu, XFER_ACCESS_RW, &r[i])
+        int rc = mem ? xfer_node_region_register(n, name, mem + i * len, len, XFER_MEM_CUDA, o->gpu,
+                                                 XFER_ACCESS_RW, &r[i])
                      : xfer_node_region_alloc(n, name, len, XFER_ACCESS_RW, &r[i]);
         if (rc) {
             fprintf(stderr, "%s: %s\n", name, xfer_node_last_error(n));
@@ -176,7 +176,10 @@ static int move(xfer_node *n, xfer_kv_pool *p, const char *remote, enum xfer_op 
 }
 
 #if XFER_WITH_CUDA
-static uint8_t pattern(uint64_t off) { return (uint8_t)((off * 2654435761u) >> 13); }
+static uint8_t pattern(uint64_t off)
+{
+    return (uint8_t)((off * 2654435761u) >> 13);
+}
 
 /* Where piece (block b, layer l, half h) of a vLLM FlashAttention pool is. */
 static uint64_t fa_off(const struct opts *o, uint64_t b, uint32_t l, uint32_t h)
@@ -220,8 +223,8 @@ static int verify(xfer_node *n, xfer_kv_pool *p, const char *remote, char *mem,
     for (size_t i = 0; !rc && i < nb; i++) /* l2 holds lb's bytes; then mark them checked */
         for (uint32_t l = 0; l < o->g.layers; l++)
             for (uint32_t k = 0; k < o->g.kv; k++)
-                for (uint64_t j = 0, d = fa_off(o, l2[i], l, k), s = fa_off(o, lb[i], l, k);
-                     j < B; j++)
+                for (uint64_t j = 0, d = fa_off(o, l2[i], l, k), s = fa_off(o, lb[i], l, k); j < B;
+                     j++)
                     if (h[d + j] != pattern(s + j))
                         bad++;
                     else
@@ -231,7 +234,9 @@ static int verify(xfer_node *n, xfer_kv_pool *p, const char *remote, char *mem,
     printf("  verify: %zu blocks x %u layers x %u halves WRITTEN and READ back, %llu bytes "
            "checked: %s\n",
            nb, o->g.layers, o->g.kv, (unsigned long long)total,
-           rc ? xfer_strerror(rc) : bad ? "WRONG" : "OK");
+           rc    ? xfer_strerror(rc)
+           : bad ? "WRONG"
+                 : "OK");
     if (bad)
         printf("  verify: %llu bytes wrong\n", (unsigned long long)bad);
     free(h);
@@ -292,15 +297,15 @@ static int run(xfer_node *n, xfer_kv_pool *p, const char *peer, char *mem, const
     double bytes = (double)o->nb * o->g.layers * o->g.kv * o->g.block_bytes;
     printf("%s pools, vllm_fa, %u layers x kv %u, %llu-byte blocks, %zu random blocks "
            "(%.0f MiB) per request, over %s, median of %d\n",
-           mem ? "GPU" : "host", o->g.layers, o->g.kv, (unsigned long long)o->g.block_bytes,
-           o->nb, bytes / 1048576, o->transports, o->reps);
+           mem ? "GPU" : "host", o->g.layers, o->g.kv, (unsigned long long)o->g.block_bytes, o->nb,
+           bytes / 1048576, o->transports, o->reps);
     for (int i = 0; i < 2; i++) {
         enum xfer_op op = i ? XFER_OP_READ : XFER_OP_WRITE;
         double wall, cpu;
         if (move(n, p, remote, op, o, &wall, &cpu))
             return 1;
-        printf("  %-5s  %8.2f ms  %7.2f GB/s  (CPU build+submit %.0f us)\n",
-               i ? "READ" : "WRITE", wall * 1e3, bytes / wall / 1e9, cpu * 1e6);
+        printf("  %-5s  %8.2f ms  %7.2f GB/s  (CPU build+submit %.0f us)\n", i ? "READ" : "WRITE",
+               wall * 1e3, bytes / wall / 1e9, cpu * 1e6);
     }
 #if XFER_WITH_CUDA
     if (mem && verify(n, p, remote, mem, o))
@@ -319,10 +324,11 @@ static int run(xfer_node *n, xfer_kv_pool *p, const char *peer, char *mem, const
 static int parse(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
-        {"transports", 1, 0, 't'},  {"host", 0, 0, 'H'},     {"gpu", 1, 0, 'g'},
-        {"blocks", 1, 0, 'b'},      {"pool-blocks", 1, 0, 'n'}, {"layers", 1, 0, 'L'},
-        {"block-bytes", 1, 0, 'B'}, {"reps", 1, 0, 'r'},     {"lifetime", 1, 0, 'T'},
-        {0, 0, 0, 0},
+        {"transports", 1, 0, 't'},  {"host", 0, 0, 'H'},
+        {"gpu", 1, 0, 'g'},         {"blocks", 1, 0, 'b'},
+        {"pool-blocks", 1, 0, 'n'}, {"layers", 1, 0, 'L'},
+        {"block-bytes", 1, 0, 'B'}, {"reps", 1, 0, 'r'},
+        {"lifetime", 1, 0, 'T'},    {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -352,9 +358,16 @@ static int parse(int argc, char **argv, struct opts *o)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.transports = "tcp", .nb = 512, .reps = 10, .lifetime_s = 600,
-                     .g = {.layout = XFER_KV_VLLM_FA, .block_bytes = 16384, .num_blocks = 2048,
-                           .layers = 32, .kv = 2, .shard_count = 1}};
+    struct opts o = {.transports = "tcp",
+                     .nb = 512,
+                     .reps = 10,
+                     .lifetime_s = 600,
+                     .g = {.layout = XFER_KV_VLLM_FA,
+                           .block_bytes = 16384,
+                           .num_blocks = 2048,
+                           .layers = 32,
+                           .kv = 2,
+                           .shard_count = 1}};
     snprintf(o.g.dtype, sizeof(o.g.dtype), "bf16");
     int is_run = argc > 3 && !strcmp(argv[1], "run");
     if (argc < 3 || (!is_run && strcmp(argv[1], "serve")) ||
