@@ -184,6 +184,7 @@ static xfer_region *region_new(xfer_engine *e, const char *name, size_t len, uns
 
 static void region_free_memory(xfer_region *r)
 {
+    guard_free(r);
     region_cuda_close(r);
     if (r->owns_map && r->ptr)
         munmap(r->ptr, r->len);
@@ -300,6 +301,18 @@ int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len
     return rc;
 }
 
+/* Deregistration of r started (r is dead, out of the table) or r got lease
+ * rules: transports that lent it to peers withdraw it. Called without the
+ * table lock. */
+void region_withdraw_direct(xfer_engine *e, xfer_region *r)
+{
+    for (size_t i = 0; i < e->n_transports; i++) {
+        struct xfer_transport *t = e->transports[i];
+        if (t->ops->region_withdraw)
+            t->ops->region_withdraw(t, r);
+    }
+}
+
 int xfer_region_detach(xfer_engine *e, xfer_region *r)
 {
     if (!e || !r || r->engine != e)
@@ -312,6 +325,8 @@ int xfer_region_detach(xfer_engine *e, xfer_region *r)
         table_remove(t, r);
     }
     pthread_mutex_unlock(&t->mu);
+    if (!rc)
+        region_withdraw_direct(e, r);
     return rc;
 }
 
@@ -338,10 +353,16 @@ int xfer_region_deregister(xfer_engine *e, xfer_region *r)
         pthread_mutex_unlock(&t->mu);
         return -XFER_ENOENT;
     }
+    bool was_detached = r->dead;
     if (!r->dead)
         table_remove(t, r);
     r->dead = true;
     r->detached = false;
+    if (!was_detached) { /* detach told the transports already */
+        pthread_mutex_unlock(&t->mu);
+        region_withdraw_direct(e, r);
+        pthread_mutex_lock(&t->mu);
+    }
     /* Target accesses are bounded by io_timeout_ms, and ipc peers' pins on
      * a dying region are revoked after it (ipc_serve.c); local batches end
      * by their deadline. Say so if it takes longer. */
@@ -394,6 +415,12 @@ void region_unpin(xfer_region *r)
 xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,
                                  uint64_t off, uint64_t len, int *err)
 {
+    return xfer_region_acquire_by(e, NULL, id, gen, op, off, len, err);
+}
+
+xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t id, uint32_t gen,
+                                    enum xfer_op op, uint64_t off, uint64_t len, int *err)
+{
     struct region_table *t = &e->regions;
     int rc = 0;
     pthread_mutex_lock(&t->mu);
@@ -407,6 +434,10 @@ xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum
         rc = -XFER_EACCES;
     else if (!xfer_range_ok(off, len, r->len))
         rc = -XFER_ERANGE;
+    else if ((rc = guard_check(r, peer, off, len)) != 0)
+        xfer_debug("region %s [%llu+%llu]: refused to %s: no live lease (ended, released or "
+                   "not granted to it)",
+                   r->name, (unsigned long long)off, (unsigned long long)len, peer ? peer : "?");
     else
         r->pins++;
     pthread_mutex_unlock(&t->mu);

@@ -98,6 +98,12 @@ struct xfer_transport_ops {
      * possibly before this returns; a negative return means not sent and no
      * completion. Without it the peer gets -XFER_ENOTSUP for messages. */
     int (*send_msg)(struct xfer_conn *c, struct xfer_msg *m);
+    /* Optional: deregistration (or detach) of local region r has started,
+     * or r got lease rules the owner must check on every access; called
+     * without locks (before deregistration waits for r's pins). A transport
+     * that lent peers direct access to r (ipc's direct copies) withdraws it
+     * here and returns once no peer copy runs (bounded by io_timeout_ms). */
+    void (*region_withdraw)(struct xfer_transport *t, xfer_region *r);
 };
 
 struct xfer_transport {
@@ -128,6 +134,12 @@ void xfer_engine_set_data_port(xfer_engine *e, uint16_t port);
  * in *err (-XFER_ENOENT, -XFER_ESTALE, -XFER_EACCES, -XFER_ERANGE). */
 xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,
                                  uint64_t off, uint64_t len, int *err);
+/* The same for an access by node peer (its handshake's node id): also
+ * checks the region's lease rules (lease.c; -XFER_ESTALE when peer holds no
+ * live lease on a guarded byte of the range). NULL peer: guarded ranges
+ * are refused. */
+xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t id, uint32_t gen,
+                                    enum xfer_op op, uint64_t off, uint64_t len, int *err);
 void xfer_region_release(xfer_region *r);
 /* 0 when memfd fd is sealed against shrinking (with add: sealing it where
  * the memfd allows), else -XFER_EINVAL and why (region.c). */
