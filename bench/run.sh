@@ -31,3 +31,7 @@ else
     echo "iperf3 not installed: no ceiling"
 fi
 "$B/bench/bench_tcp" --seconds "$secs" --repeat "$repeat" --ceiling-gbps "$ceiling"
+# notifications and send/recv against one-sided WRITE (docs/notify.md#measured)
+for tr in tcp ipc; do
+    "$B/bench/bench_notify" --transport "$tr" --seconds "$secs" --repeat "$repeat"
+done
