@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: iperf3 single-stream loopback throughput as the ceiling, then
 # bench_tcp (one-sided WRITE/READ, 4 KiB..64 MiB, 1 and 4 sockets) in the
-# same run, with each point's ratio to the ceiling.
+# same run, with each point's ratio to the ceiling; then bench_notify
+# (notifications, send/recv vs WRITE) over tcp and ipc.
 set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
