@@ -91,6 +91,16 @@ uint64_t kv_region_need(const struct xfer_kv_geom *g, size_t idx)
     }
 }
 
+int xfer_kv_geom_check(const struct xfer_kv_geom *g, char *why, size_t why_len)
+{
+    return kv_geom_check(g, why, why_len);
+}
+
+uint64_t xfer_kv_geom_region_bytes(const struct xfer_kv_geom *g)
+{
+    return g && kv_geom_check(g, NULL, 0) == 0 ? kv_region_need(g, 0) : 0; /* no overflow */
+}
+
 void kv_stream_of(const struct xfer_kv_geom *g, uint32_t l, uint32_t h, struct kv_stream *s)
 {
     uint64_t B = g->block_bytes, N = g->num_blocks, kv = g->kv;
