@@ -166,8 +166,8 @@ static void bench_notify(struct side *I, struct side *T, uint64_t size, int iter
     res.notif[slot] = m1;
     if (!res.json)
         printf("  WRITE %7llu B: submit->done %8.1f us | with notification: submit->read at target "
-           "%8.1f us (+%.1f), submit->done %8.1f us\n",
-           (unsigned long long)size, m0, m1, m1 - m0, m2);
+               "%8.1f us (+%.1f), submit->done %8.1f us\n",
+               (unsigned long long)size, m0, m1, m1 - m0, m2);
     free(with);
     free(with_done);
     free(without);
@@ -307,12 +307,9 @@ int main(int argc, char **argv)
     const char *tr = "tcp";
     int iters = 200, repeat = 3;
     double seconds = 0.5;
-    static const struct option lo[] = {{"transport", 1, 0, 't'},
-                                       {"iters", 1, 0, 'i'},
-                                       {"seconds", 1, 0, 's'},
-                                       {"repeat", 1, 0, 'r'},
-                                       {"json", 0, 0, 'j'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {{"transport", 1, 0, 't'}, {"iters", 1, 0, 'i'},
+                                       {"seconds", 1, 0, 's'},   {"repeat", 1, 0, 'r'},
+                                       {"json", 0, 0, 'j'},      {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
         case 't':

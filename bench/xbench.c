@@ -142,8 +142,7 @@ static int verify(xfer_engine *e, xfer_region *l, xfer_peer *p, const struct xfe
         rc = xfer_read(e, l, 0, p, rd->id, rd->gen, 0, n, 60000);
     }
     if (rc < 0) {
-        fprintf(stderr, "%s: verify: %s: %s\n", prog, xfer_strerror(rc),
-                xfer_engine_last_error(e));
+        fprintf(stderr, "%s: verify: %s: %s\n", prog, xfer_strerror(rc), xfer_engine_last_error(e));
         return 1;
     }
     for (uint64_t i = 0; i < n; i++)
@@ -270,9 +269,10 @@ out:
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: %s [--op write|read] [--size BYTES] [--batch N] [--depth N]\n"
-                    "  [--sockets N] [--threads N] [--transport tcp|ipc] [--chunk BYTES]\n"
-                    "  [--seconds S] [--warmup S] [--count N] [--verify] [--fresh] [--json]\n",
+    fprintf(stderr,
+            "usage: %s [--op write|read] [--size BYTES] [--batch N] [--depth N]\n"
+            "  [--sockets N] [--threads N] [--transport tcp|ipc] [--chunk BYTES]\n"
+            "  [--seconds S] [--warmup S] [--count N] [--verify] [--fresh] [--json]\n",
             prog);
     return 2;
 }

@@ -42,7 +42,7 @@ struct conn {
     int refs;        /* jobs and callbacks using the struct (lifetime) */
     bool dead, reading, counted;
     bool listening; /* subscribed to notifications (ctl_listen.c) */
-    char **priv; /* private regions registered over this connection */
+    char **priv;    /* private regions registered over this connection */
     size_t npriv;
     struct ctl_quota *quota;
     struct conn *prev, *next;

@@ -20,16 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LISTEN_MAX      64        /* listeners per xferd */
+#define LISTEN_MAX      64         /* listeners per xferd */
 #define LISTEN_OUT_HIGH (1u << 20) /* unread reply bytes that make one slow */
-#define LISTEN_TAKE_MAX 64        /* notifications taken per round */
-#define LISTEN_RETRY_MS 20        /* re-check of a paused fan-out */
+#define LISTEN_TAKE_MAX 64         /* notifications taken per round */
+#define LISTEN_RETRY_MS 20         /* re-check of a paused fan-out */
 
 struct listener {
     struct conn *c;
     uint64_t id;
-    uint32_t left;          /* notifications still to send; 0 = no limit */
-    int64_t slow_since_ms;  /* 0 = keeping up */
+    uint32_t left;         /* notifications still to send; 0 = no limit */
+    int64_t slow_since_ms; /* 0 = keeping up */
     struct listener *next;
 };
 
@@ -188,8 +188,7 @@ static void fan_out(struct ctl_listen *l, const struct xfer_notif *n)
     Xctl__FailedItem **fp = calloc(n->n_listed + 1, sizeof(*fp));
     Xctl__Notification m;
     if (!fi || !fp) {
-        xfer_err("listeners: out of memory: a notification from %s was not delivered",
-                 n->node_id);
+        xfer_err("listeners: out of memory: a notification from %s was not delivered", n->node_id);
         free(fi);
         free(fp);
         return;
@@ -204,7 +203,7 @@ static void fan_out(struct ctl_listen *l, const struct xfer_notif *n)
         r.notif = &m;
         if (x->left && --x->left == 0)
             unlink_listener(l, x); /* done: later ones stay queued */
-        c->refs++; /* a failed send closes c, which must outlive this loop */
+        c->refs++;                 /* a failed send closes c, which must outlive this loop */
         send_resp(c, &r);
         conn_put(c);
     }

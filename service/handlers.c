@@ -306,8 +306,8 @@ static void run_items(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops
         xctl__item_result__init(items[i]);
     }
     if (b->n_items == 1)
-        xferd_transfer_notify(d, b->items[0], b->notify.len ? b->notify.data : NULL,
-                              b->notify.len, hops, batch_deadline(d, b), items[0], a);
+        xferd_transfer_notify(d, b->items[0], b->notify.len ? b->notify.data : NULL, b->notify.len,
+                              hops, batch_deadline(d, b), items[0], a);
     else
         xferd_transfer_many(d, b->items, b->n_items, hops, batch_deadline(d, b), items, a);
 }

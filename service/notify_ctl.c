@@ -7,8 +7,7 @@
 
 #include <string.h>
 
-void xferd_do_notify(struct xferd *d, const Xctl__Notify *m, Xctl__Response *resp,
-                     struct arena *a)
+void xferd_do_notify(struct xferd *d, const Xctl__Notify *m, Xctl__Response *resp, struct arena *a)
 {
     if (!m->node || !*m->node || !xfer_registry_name_ok(m->node)) {
         xferd_fail(resp, a, -XFER_EINVAL, "notify: bad node name '%s'", m->node ? m->node : "");
@@ -25,8 +24,8 @@ void xferd_do_notify(struct xferd *d, const Xctl__Notify *m, Xctl__Response *res
                    XFER_NOTIFY_MAX);
         return;
     }
-    int deadline = xferd_clamp_deadline(d, m->deadline_ms ? (int)m->deadline_ms
-                                                          : d->cfg.request_timeout_ms);
+    int deadline =
+        xferd_clamp_deadline(d, m->deadline_ms ? (int)m->deadline_ms : d->cfg.request_timeout_ms);
     int rc = xfer_node_notify(d->node, m->node, m->text.data, m->text.len, deadline);
     if (rc)
         xferd_fail(resp, a, rc, "notify %s: %s", m->node, xfer_node_last_error(d->node));

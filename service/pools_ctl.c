@@ -210,8 +210,7 @@ void xferd_do_pool_create(struct xferd *d, const Xctl__CreatePool *m, Xctl__Resp
     xfer_kv_pool_desc_clear(&pd);
 }
 
-void xferd_do_pool_delete(struct xferd *d, const char *name, Xctl__Response *resp,
-                          struct arena *a)
+void xferd_do_pool_delete(struct xferd *d, const char *name, Xctl__Response *resp, struct arena *a)
 {
     pthread_rwlock_wrlock(&d->region_lock);
     xfer_kv_pool *p = name ? xfer_node_pool_find(d->node, name) : NULL;
@@ -300,8 +299,8 @@ static void copy_here(struct xferd *d, const Xctl__PoolCopy *m, enum xfer_op op,
         while (i + 1 < cnt && xfer_node_batch_item_status(b, i) == 0)
             i++;
         const char *e = cnt ? xfer_node_batch_item_error(b, i) : "";
-        xferd_fail(resp, a, rc, "%s %s: %s", op == XFER_OP_WRITE ? "write to" : "read from",
-                   remote, e && *e ? e : xfer_strerror(rc));
+        xferd_fail(resp, a, rc, "%s %s: %s", op == XFER_OP_WRITE ? "write to" : "read from", remote,
+                   e && *e ? e : xfer_strerror(rc));
         goto out;
     }
     struct xfer_kv_geom g;
@@ -319,7 +318,8 @@ void xferd_do_pool_copy(struct xferd *d, const Xctl__Request *req, Xctl__Respons
     const Xctl__PoolCopy *m = req->pool_copy;
     char sn[XFER_NAME_MAX], sp[XFER_NAME_MAX], dn[XFER_NAME_MAX], dp[XFER_NAME_MAX], why[200];
     const char *me = d->cfg.node;
-    if (pool_addr(m->src, sn, sp, why, sizeof(why)) || pool_addr(m->dst, dn, dp, why, sizeof(why))) {
+    if (pool_addr(m->src, sn, sp, why, sizeof(why)) ||
+        pool_addr(m->dst, dn, dp, why, sizeof(why))) {
         xferd_fail(resp, a, -XFER_EINVAL, "%s", why);
         return;
     }

@@ -195,9 +195,9 @@ static int execute_held(struct xctx *x, enum xfer_op op, struct side *src, struc
     if (!rc)
         rc = check_side(x, dst, len, XFER_ACCESS_W);
     if (!rc && rem->local && x->notify)
-        rc = why_set(x, -XFER_EINVAL,
-                     "--notify needs a remote side: %s/%s and %s/%s are both on %s", src->n.node,
-                     src->n.region, dst->n.node, dst->n.region, x->d->cfg.node);
+        rc =
+            why_set(x, -XFER_EINVAL, "--notify needs a remote side: %s/%s and %s/%s are both on %s",
+                    src->n.node, src->n.region, dst->n.node, dst->n.region, x->d->cfg.node);
     if (rc || len == 0)
         return rc;
     if (rem->local)
@@ -313,8 +313,8 @@ void xferd_transfer(struct xferd *d, const Xctl__Transfer *t, uint32_t hops, int
 }
 
 void xferd_transfer_notify(struct xferd *d, const Xctl__Transfer *t, const uint8_t *notify,
-                           size_t notify_len, uint32_t hops, int deadline_ms,
-                           Xctl__ItemResult *res, struct arena *a)
+                           size_t notify_len, uint32_t hops, int deadline_ms, Xctl__ItemResult *res,
+                           struct arena *a)
 {
     struct xctx x = {.d = d, .notify = notify, .notify_len = notify_len};
     struct side src = {0}, dst = {0};

@@ -603,10 +603,10 @@ static int run(int argc, char **argv)
         const char *name;
         int min, max;
     } cmds[] = {
-        {"peers", 0, 0},    {"regions", 0, 1},    {"health", 0, 0}, {"stats", 0, 1},
-        {"register", 2, 2}, {"deregister", 1, 1}, {"write", 2, 2},  {"read", 2, 2},
-        {"copy", 2, 3},     {"status", 1, 1},     {"put", 2, 2},    {"get", 3, 3},
-        {"probe", 2, 2},    {"bench", 2, 2},      {"batch", 1, 1},  {"notify", 2, 2},
+        {"peers", 0, 0},    {"regions", 0, 1},    {"health", 0, 0},      {"stats", 0, 1},
+        {"register", 2, 2}, {"deregister", 1, 1}, {"write", 2, 2},       {"read", 2, 2},
+        {"copy", 2, 3},     {"status", 1, 1},     {"put", 2, 2},         {"get", 3, 3},
+        {"probe", 2, 2},    {"bench", 2, 2},      {"batch", 1, 1},       {"notify", 2, 2},
         {"listen", 0, 0},   {"pools", 0, 1},      {"pool-create", 2, 2}, {"pool-delete", 1, 1},
     };
     size_t k;

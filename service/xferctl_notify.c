@@ -38,7 +38,11 @@ static void json_bytes(FILE *f, const uint8_t *p, size_t len)
     fputc('"', f);
     for (size_t i = 0; i < len; i++) {
         unsigned c = p[i];
-        size_t n = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : 9;
+        size_t n = c < 0x80             ? 0
+                   : (c & 0xe0) == 0xc0 ? 1
+                   : (c & 0xf0) == 0xe0 ? 2
+                   : (c & 0xf8) == 0xf0 ? 3
+                                        : 9;
         bool ok = n < 9 && i + n < len;
         for (size_t k = 1; ok && k <= n; k++)
             ok = (p[i + k] & 0xc0) == 0x80;

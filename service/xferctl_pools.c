@@ -241,8 +241,8 @@ int xctl_cmd_pool_copy(const char *src, const char *dst)
             json_str(stdout, pc->transport);
             printf("}\n");
         } else
-            printf("copied %zu block(s) %s -> %s (by %s: %u item(s), %" PRIu64 " bytes, %s, %" PRIu64
-                   " us)\n",
+            printf("copied %zu block(s) %s -> %s (by %s: %u item(s), %" PRIu64
+                   " bytes, %s, %" PRIu64 " us)\n",
                    ns, sa, da, pc->executor, pc->items, pc->bytes,
                    *pc->transport ? pc->transport : "-", pc->elapsed_us);
     }
