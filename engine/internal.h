@@ -32,9 +32,10 @@ struct xfer_region {
     void *cuda_ipc_base; /* xfer_region_adopt_cuda: opened mapping, closed on free */
     uint8_t cuda_ipc_handle[64];
     bool has_cuda_ipc_handle;
-    int pins;      /* target accesses + running batches; table mu */
-    bool dead;     /* deregistration started; table mu */
-    bool detached; /* dead by xfer_region_detach, not yet deregistered; table mu */
+    int pins;                   /* target accesses + running batches; table mu */
+    bool dead;                  /* deregistration started; table mu */
+    bool detached;              /* dead by xfer_region_detach, not yet deregistered; table mu */
+    struct guard_table *guards; /* lease rules (lease.c), NULL = none; table mu */
     void *tdata[XFER_MAX_TRANSPORTS];
 };
 
@@ -53,6 +54,12 @@ struct region_table {
     uint32_t next_id;
     int dying; /* regions waiting for their pins to drain; atomic */
 };
+
+/* Lease rules (lease.c), table mu held: 0 when peer may access [off,
+ * off+len) of r, else -XFER_ESTALE. */
+int guard_check(const xfer_region *r, const char *peer, uint64_t off, uint64_t len);
+/* Frees r's rules (deregistration, table mu held or r unreachable). */
+void guard_free(xfer_region *r);
 
 /* Closes an adopted CUDA IPC mapping (region_cuda.c). */
 void region_cuda_close(xfer_region *r);

@@ -184,6 +184,7 @@ static xfer_region *region_new(xfer_engine *e, const char *name, size_t len, uns
 
 static void region_free_memory(xfer_region *r)
 {
+    guard_free(r);
     region_cuda_close(r);
     if (r->owns_map && r->ptr)
         munmap(r->ptr, r->len);
@@ -394,6 +395,12 @@ void region_unpin(xfer_region *r)
 xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,
                                  uint64_t off, uint64_t len, int *err)
 {
+    return xfer_region_acquire_by(e, NULL, id, gen, op, off, len, err);
+}
+
+xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t id, uint32_t gen,
+                                    enum xfer_op op, uint64_t off, uint64_t len, int *err)
+{
     struct region_table *t = &e->regions;
     int rc = 0;
     pthread_mutex_lock(&t->mu);
@@ -407,6 +414,10 @@ xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum
         rc = -XFER_EACCES;
     else if (!xfer_range_ok(off, len, r->len))
         rc = -XFER_ERANGE;
+    else if ((rc = guard_check(r, peer, off, len)) != 0)
+        xfer_debug("region %s [%llu+%llu]: refused to %s: no live lease (ended, released or "
+                   "not granted to it)",
+                   r->name, (unsigned long long)off, (unsigned long long)len, peer ? peer : "?");
     else
         r->pins++;
     pthread_mutex_unlock(&t->mu);

@@ -128,6 +128,12 @@ void xfer_engine_set_data_port(xfer_engine *e, uint16_t port);
  * in *err (-XFER_ENOENT, -XFER_ESTALE, -XFER_EACCES, -XFER_ERANGE). */
 xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,
                                  uint64_t off, uint64_t len, int *err);
+/* The same for an access by node peer (its handshake's node id): also
+ * checks the region's lease rules (lease.c; -XFER_ESTALE when peer holds no
+ * live lease on a guarded byte of the range). NULL peer: guarded ranges
+ * are refused. */
+xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t id, uint32_t gen,
+                                    enum xfer_op op, uint64_t off, uint64_t len, int *err);
 void xfer_region_release(xfer_region *r);
 /* 0 when memfd fd is sealed against shrinking (with add: sealing it where
  * the memfd allows), else -XFER_EINVAL and why (region.c). */

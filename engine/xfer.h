@@ -233,6 +233,44 @@ void xfer_region_describe(const xfer_region *r, struct xfer_region_desc *out);
 void xfer_region_foreach(xfer_engine *e, void (*fn)(const struct xfer_region_desc *, void *),
                          void *arg);
 
+/* ---- leases: per-peer access rules on byte ranges (engine/lease.c) ------ */
+/* A lease lets one peer node reach ranges of local regions until a deadline.
+ * A range once added to a lease is *guarded*: a target-side access (tcp,
+ * tcpx, ipc) that touches guarded bytes is admitted only when every guarded
+ * byte it touches is covered by a live lease of the accessing node (its id as
+ * the handshake proved it); otherwise it is refused with -XFER_ESTALE.
+ * Unguarded bytes are not affected. A range stays guarded after its lease
+ * ended, was dropped or freed (it then refuses everyone without another live
+ * lease on it) until xfer_region_unguard() or deregistration. Accesses
+ * already admitted finish (one tcp chunk, one ipc group: docs/node.md).
+ * rdma is one-sided and NOT covered (docs/node.md, "Leases"). All calls are
+ * thread-safe; none blocks on I/O. */
+typedef struct xfer_lease xfer_lease;
+struct xfer_range {
+    uint64_t off, len;
+};
+/* A live lease for peer_node, ending ttl_ms from now (CLOCK_MONOTONIC). */
+xfer_lease *xfer_lease_new(xfer_engine *e, const char *peer_node, int ttl_ms, int *err);
+/* Guards v[0..n) of r and grants them to l. Ended or released rules that
+ * lie wholly inside a new range are dropped (the new one guards them).
+ * -XFER_ERANGE (a range past r's end), -XFER_ESTALE (l ended). */
+int xfer_lease_add(xfer_lease *l, xfer_region *r, const struct xfer_range *v, size_t n);
+/* l no longer grants v[0..n) of r (they stay guarded): refused at once. */
+int xfer_lease_drop(xfer_lease *l, xfer_region *r, const struct xfer_range *v, size_t n);
+/* Moves the deadline to ttl_ms from now; -XFER_ESTALE once ended (an ended
+ * lease never comes back: its blocks may have been reused). */
+int xfer_lease_renew(xfer_lease *l, int ttl_ms);
+/* Ends l now: every range it granted is refused from this call on. */
+void xfer_lease_end(xfer_lease *l);
+/* True while l is live (not ended, deadline not passed). */
+bool xfer_lease_live(const xfer_lease *l);
+/* Ends l and drops the caller's reference; its ranges stay guarded. */
+void xfer_lease_free(xfer_lease *l);
+/* Removes every rule of r: all of it is open again to every peer. */
+int xfer_region_unguard(xfer_region *r);
+/* Number of rules (ranges) r holds; for tests and metrics. */
+size_t xfer_region_guard_count(xfer_region *r);
+
 /* ---- peers ------------------------------------------------------------- */
 
 /* Adds or updates a peer. If one with the same node id exists and the

@@ -54,6 +54,7 @@ int xfer_node_batch_reset(xfer_node_batch *b)
     xfer_batch_free(b->eb2);
     b->eb2 = NULL;
     nb_notifs_clear(b);
+    nb_spans_clear(b);
     release_refs(b);
     free(b->retry_idx); /* sized for the old capacity */
     b->retry_idx = NULL;
@@ -70,6 +71,8 @@ void xfer_node_batch_free(xfer_node_batch *b)
     xfer_batch_free(b->eb2); /* both cancel and wait if in flight */
     xfer_batch_free(b->eb);
     nb_notifs_clear(b);
+    nb_spans_clear(b);
+    free(b->spans);
     release_refs(b);
     free(b->items);
     free(b->item_ref);
@@ -447,8 +450,11 @@ const char *xfer_node_batch_item_error(const xfer_node_batch *b, size_t i)
     const struct nb_ref *r = failed_ref(b, i);
     if (r)
         return r->why;
-    const xfer_batch *eb = where(b, &i);
-    return xfer_batch_item_error(eb, i);
+    size_t k = i;
+    const xfer_batch *eb = where(b, &k);
+    const char *why = xfer_batch_item_error(eb, k);
+    const char *pw = nb_pool_item_why(b, i, xfer_batch_item_status(eb, k), why);
+    return pw ? pw : why;
 }
 
 unsigned xfer_node_batch_item_transport(const xfer_node_batch *b, size_t i)

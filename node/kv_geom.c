@@ -123,6 +123,29 @@ void kv_stream_of(const struct xfer_kv_geom *g, uint32_t l, uint32_t h, struct k
     }
 }
 
+void kv_locate(const struct xfer_kv_geom *g, size_t region, uint64_t off, struct kv_loc *out)
+{
+    uint64_t B = g->block_bytes, N = g->num_blocks, kv = g->kv, u = off / B;
+    switch (g->layout) {
+    case XFER_KV_BLOCK_MAJOR:
+        *out = (struct kv_loc){(uint32_t)(u / kv % g->layers), (uint32_t)(u % kv),
+                               u / kv / g->layers, (uint64_t)g->layers * kv * B};
+        break;
+    case XFER_KV_VLLM_FA:
+        *out = (struct kv_loc){(uint32_t)region, (uint32_t)(off / (N * B)), off % (N * B) / B, B};
+        break;
+    case XFER_KV_FLASHINFER:
+        *out = (struct kv_loc){(uint32_t)region, (uint32_t)(u % kv), u / kv, kv * B};
+        break;
+    case XFER_KV_SGLANG:
+        *out = (struct kv_loc){(uint32_t)(region / kv), (uint32_t)(region % kv), u, B};
+        break;
+    default: /* MLA */
+        *out = (struct kv_loc){(uint32_t)region, 0, u, B};
+        break;
+    }
+}
+
 bool kv_halves_adjacent(const struct xfer_kv_geom *g)
 {
     return g->kv == 1 || g->layout == XFER_KV_FLASHINFER || g->layout == XFER_KV_BLOCK_MAJOR;

@@ -20,6 +20,14 @@ struct nb_notif { /* a bound notification, kept to bind it again */
     size_t len;
 };
 
+struct nb_span { /* items [first, end) came from one pool block list */
+    size_t first, end;
+    char pool[2 * XFER_NAME_MAX]; /* "node/pool" */
+    struct xfer_kv_geom geom;     /* the remote pool's */
+    size_t nregions;
+    uint32_t *ids; /* remote member region ids, in layout order */
+};
+
 struct xfer_node_batch {
     xfer_node *n;
     unsigned require;
@@ -36,6 +44,8 @@ struct xfer_node_batch {
     int first_other; /* first failure that was not retried */
     struct nb_notif *notifs;
     size_t nnotifs;
+    struct nb_span *spans; /* pool block lists, in item order */
+    size_t nspans, capspans;
 };
 
 /* Ref index of node[/region] (resolved and held on first use), or a code. */
@@ -44,6 +54,11 @@ int nb_ref(xfer_node_batch *b, const char *node, const char *region);
 int nb_reserve(xfer_node_batch *b, size_t more);
 /* Appends items [first, nitems) to the engine batch; on failure drops them. */
 int nb_commit(xfer_node_batch *b, size_t first);
+
+/* pool_xfer.c: forgets the spans; the reason a failed pool item failed,
+ * naming its remote blocks (thread-local buffer), or NULL for other items. */
+void nb_spans_clear(xfer_node_batch *b);
+const char *nb_pool_item_why(const xfer_node_batch *b, size_t i, int st, const char *engine_why);
 
 /* notify.c: binds the notifications again (after the engine batch was
  * reset); frees them. */

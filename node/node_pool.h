@@ -17,6 +17,13 @@ int kv_geom_check(const struct xfer_kv_geom *g, char *why, size_t why_len);
 uint64_t kv_region_need(const struct xfer_kv_geom *g, size_t idx);
 void kv_stream_of(const struct xfer_kv_geom *g, uint32_t layer, uint32_t half,
                   struct kv_stream *out);
+/* The inverse: which layer, half and block offset off of member region
+ * lies in, and the stride between blocks of that stream. */
+struct kv_loc {
+    uint32_t layer, half;
+    uint64_t block, stride;
+};
+void kv_locate(const struct xfer_kv_geom *g, size_t region, uint64_t off, struct kv_loc *out);
 /* K and V of one block adjacent (FlashInfer, block-major): one segment. */
 bool kv_halves_adjacent(const struct xfer_kv_geom *g);
 
@@ -26,6 +33,7 @@ struct xfer_kv_pool {
     struct xfer_kv_geom geom;
     size_t nregions;
     xfer_region **regions;
+    int leases; /* xfer_kv_lease objects not freed (pool_lock) */
 };
 
 /* Geometry <-> registry fields (pool_desc.c). */

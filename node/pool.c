@@ -126,12 +126,16 @@ int xfer_node_pool_deregister(xfer_node *n, xfer_kv_pool *p)
     struct xfer_kv_pool **pp = &n->pools;
     while (*pp && *pp != p)
         pp = &(*pp)->next;
-    bool found = *pp != NULL;
-    if (found)
+    bool found = *pp != NULL, leased = found && p->leases > 0;
+    if (found && !leased)
         *pp = p->next;
     pthread_mutex_unlock(&n->pool_lock);
     if (!found)
         return node_err(-XFER_ENOENT, "pool not registered on this node");
+    if (leased)
+        return node_err(-XFER_EBUSY, "pool %s has leases: free them first", p->name);
+    for (size_t i = 0; i < p->nregions; i++)
+        xfer_region_unguard(p->regions[i]); /* its lease rules go with it */
     int rc = xfer_registry_unpublish_pool(n->reg, p->name);
     if (rc && rc != -XFER_EUNAVAIL && rc != -XFER_ENOENT)
         xfer_warn("unpublishing pool %s: %s", p->name, xfer_registry_last_error(n->reg));

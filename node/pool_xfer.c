@@ -213,6 +213,80 @@ static void emit_all(xfer_node_batch *b, const struct plan *pl)
         }
 }
 
+void nb_spans_clear(xfer_node_batch *b)
+{
+    for (size_t i = 0; i < b->nspans; i++)
+        free(b->spans[i].ids);
+    b->nspans = 0;
+}
+
+/* Remembers which pool items [first, nitems) address (one record per call,
+ * nothing per block), so a refusal can name the blocks. */
+static int span_add(xfer_node_batch *b, const struct rpool *rp, size_t first)
+{
+    if (b->nspans == b->capspans) {
+        size_t cap = b->capspans ? 2 * b->capspans : 4;
+        struct nb_span *v = realloc(b->spans, cap * sizeof(*v));
+        if (!v)
+            return node_err(-XFER_ENOMEM, "out of memory");
+        b->spans = v;
+        b->capspans = cap;
+    }
+    struct nb_span *sp = &b->spans[b->nspans];
+    if (!(sp->ids = malloc(rp->nregions * sizeof(*sp->ids))))
+        return node_err(-XFER_ENOMEM, "out of memory");
+    for (size_t i = 0; i < rp->nregions; i++)
+        sp->ids[i] = rp->rd[i].id;
+    sp->first = first;
+    sp->end = b->nitems;
+    snprintf(sp->pool, sizeof(sp->pool), "%s/%s", rp->node, rp->name);
+    sp->geom = rp->geom;
+    sp->nregions = rp->nregions;
+    b->nspans++;
+    return 0;
+}
+
+const char *nb_pool_item_why(const xfer_node_batch *b, size_t i, int st, const char *engine_why)
+{
+    static __thread char buf[400];
+    size_t lo = 0, hi = b->nspans;
+    while (lo < hi) { /* last span with first <= i */
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->spans[mid].first <= i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const struct nb_span *sp = lo ? &b->spans[lo - 1] : NULL;
+    if (!st || st == -XFER_EINPROGRESS || !sp || i >= sp->end)
+        return NULL;
+    const struct xfer_item *it = &b->items[i];
+    size_t reg = 0;
+    while (reg < sp->nregions && sp->ids[reg] != it->remote_id)
+        reg++;
+    if (reg == sp->nregions)
+        return NULL;
+    struct kv_loc loc;
+    kv_locate(&sp->geom, reg, it->remote_off, &loc);
+    uint64_t n = (it->len + loc.stride - 1) / loc.stride;
+    char blocks[48], half[8] = "";
+    if (n > 1)
+        snprintf(blocks, sizeof(blocks), "blocks %llu-%llu", (unsigned long long)loc.block,
+                 (unsigned long long)(loc.block + n - 1));
+    else
+        snprintf(blocks, sizeof(blocks), "block %llu", (unsigned long long)loc.block);
+    if (sp->geom.kv == 2 && !kv_halves_adjacent(&sp->geom))
+        snprintf(half, sizeof(half), ", %s", loc.half ? "V" : "K");
+    const char *what =
+        st == -XFER_ESTALE
+            ? "refused by the owner: no live lease (ended, released or not granted to this "
+              "node), or the region was re-registered"
+            : (engine_why ? engine_why : xfer_strerror(st));
+    snprintf(buf, sizeof(buf), "%s of %s (layer %u%s): %s", blocks, sp->pool, loc.layer, half,
+             what);
+    return buf;
+}
+
 int xfer_node_batch_add_blocks(xfer_node_batch *b, enum xfer_op op, xfer_kv_pool *p,
                                const uint64_t *local_blocks, const char *remote_pool,
                                const uint64_t *remote_blocks, size_t nb, uint32_t first_layer,
@@ -260,7 +334,10 @@ int xfer_node_batch_add_blocks(xfer_node_batch *b, enum xfer_op op, xfer_kv_pool
     if (!rc && (rc = nb_reserve(b, (size_t)nlayers * halves * (nb ? nb : 1))) == 0) {
         pl.ref = (uint32_t)ri;
         emit_all(b, &pl);
-        rc = nb_commit(b, first);
+        if ((rc = span_add(b, rp, first)) != 0)
+            b->nitems = first;
+        else if ((rc = nb_commit(b, first)) != 0)
+            free(b->spans[--b->nspans].ids);
     }
     rpool_put(b->n, rp);
     return rc ? rc : (int)(b->nitems - first);

@@ -366,6 +366,40 @@ XFER_API int xfer_node_batch_add_blocks(xfer_node_batch *b, enum xfer_op op, xfe
                                         const uint64_t *remote_blocks, size_t nb,
                                         uint32_t first_layer, uint32_t nlayers);
 
+/* ---- leases on this node's pool blocks ------------------------------------- */
+
+/* In pull-with-release handoffs the owner frees blocks after a timeout; a
+ * late reader must not read them once they are reused. A lease grants one
+ * peer node access to blocks of a pool (all layers and halves) until a
+ * deadline, renewable. Blocks under any lease are guarded: at this node
+ * (the owner), every tcp, tcpx and ipc access to them by a peer without a
+ * live lease on them is refused with -XFER_ESTALE, and the initiator's item
+ * error names the refused blocks ("blocks 17-18 of n1/kv (layer 2, V):
+ * ..."). Blocks stay guarded after their lease ended, was released or freed
+ * (they then refuse everyone until granted again), until the pool is
+ * deregistered. Blocks never leased are open as before. Not enforced over
+ * rdma (one-sided; docs/node.md says how it would be). An access the owner
+ * admitted before the end finishes (one tcp chunk, one ipc group). None of
+ * these calls does I/O or waits. */
+typedef struct xfer_kv_lease xfer_kv_lease;
+/* Grants peer_node blocks[0..nb) of own pool p for ttl_ms. -XFER_ERANGE
+ * (a block past num_blocks), -XFER_EINVAL. */
+XFER_API int xfer_node_lease_grant(xfer_node *n, xfer_kv_pool *p, const char *peer_node,
+                                   const uint64_t *blocks, size_t nb, int ttl_ms,
+                                   xfer_kv_lease **out);
+/* Adds blocks to a live lease (same deadline). */
+XFER_API int xfer_node_lease_add(xfer_kv_lease *l, const uint64_t *blocks, size_t nb);
+/* Deadline = now + ttl_ms. -XFER_ESTALE once the lease ended (expired or
+ * released whole): an ended lease never comes back. */
+XFER_API int xfer_node_lease_renew(xfer_kv_lease *l, int ttl_ms);
+/* Releases blocks[0..nb) of the lease (refused from this call on); blocks
+ * NULL: the whole lease ends now. */
+XFER_API int xfer_node_lease_release(xfer_kv_lease *l, const uint64_t *blocks, size_t nb);
+XFER_API bool xfer_node_lease_live(const xfer_kv_lease *l);
+/* Ends the lease (if live) and frees it; before its pool is deregistered
+ * (which is refused with -XFER_EBUSY while leases exist) and its node freed. */
+XFER_API void xfer_node_lease_free(xfer_kv_lease *l);
+
 #ifdef __cplusplus
 }
 #endif

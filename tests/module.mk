@@ -10,3 +10,4 @@ TEST_PROGS += xfer_ring_node:tests/prog/xfer_ring_node.c
 TEST_PROGS += node_lib:tests/prog/node_lib.c
 TEST_PROGS += ctl_abuse:tests/prog/ctl_abuse.c
 TEST_PROGS += node_pools:tests/prog/node_pools.c
+TEST_PROGS += node_lease:tests/prog/node_lease.c

@@ -241,8 +241,8 @@ static int handle_acquire(struct serve_conn *c, const struct ipc_hdr *h, const v
             out[i].status = -XFER_EINVAL;
             continue;
         }
-        xfer_region *r =
-            xfer_region_acquire(s->engine, q[i].id, q[i].gen, q[i].op, q[i].off, q[i].len, &err);
+        xfer_region *r = xfer_region_acquire_by(s->engine, c->peer_node, q[i].id, q[i].gen, q[i].op,
+                                                q[i].off, q[i].len, &err);
         if (r && (err = slot_alloc(c, r, &out[i].slot)) < 0)
             xfer_region_release(r);
         out[i].status = err;

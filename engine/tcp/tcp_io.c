@@ -700,8 +700,8 @@ static int target_header(struct tcp_sock *s)
     s->rx_lo += XFER_WIRE_HDR_LEN;
     int err = 0;
     if (h->op == XFER_WIRE_READ_REQ) {
-        xfer_region *r = xfer_region_acquire(s->tt->engine, h->region_id, h->gen, XFER_OP_READ,
-                                             h->offset, h->length, &err);
+        xfer_region *r = xfer_region_acquire_by(s->tt->engine, s->peer_node, h->region_id, h->gen,
+                                                XFER_OP_READ, h->offset, h->length, &err);
         r = gpu_chunk_fits(s, r, h->length, &err);
         served(s, r ? h->length : 0, err);
         tcp_queue_response(s, h, XFER_WIRE_READ_RESP, err, r,
@@ -715,8 +715,8 @@ static int target_header(struct tcp_sock *s)
         return -1;
     }
     /* Refused writes still consume their payload so the stream stays in sync. */
-    s->rx_region = xfer_region_acquire(s->tt->engine, h->region_id, h->gen, XFER_OP_WRITE,
-                                       h->offset, h->length, &err);
+    s->rx_region = xfer_region_acquire_by(s->tt->engine, s->peer_node, h->region_id, h->gen,
+                                          XFER_OP_WRITE, h->offset, h->length, &err);
     s->rx_region = gpu_chunk_fits(s, s->rx_region, h->length, &err);
     s->rx_status = err;
     s->rx_dst = s->rx_region ? (uint8_t *)xfer_region_ptr(s->rx_region) + h->offset : NULL;

@@ -114,7 +114,8 @@ struct tcpx_link {
     struct tcpx_link *next; /* tt->links */
     bool target;
     char name[96];
-    int fd; /* control socket */
+    char peer_node[XFER_NAME_MAX]; /* target: the initiator, as its handshake proved */
+    int fd;                        /* control socket */
     /* plugin comms */
     void *send_comm, *recv_comm;
     struct xnccl_net_device_handle send_dh, recv_dh; /* offload objects we own */

@@ -375,8 +375,8 @@ static void on_request(struct tcpx_link *l, const struct xfer_wire_hdr *h)
     l->serving = s;
     l->n_serving++;
     int err = 0;
-    s->r = xfer_region_acquire(l->tt->engine, h->region_id, h->gen,
-                               read ? XFER_OP_READ : XFER_OP_WRITE, h->offset, h->length, &err);
+    s->r = xfer_region_acquire_by(l->tt->engine, l->peer_node, h->region_id, h->gen,
+                                  read ? XFER_OP_READ : XFER_OP_WRITE, h->offset, h->length, &err);
     s->status = err;
     char why[160] = "";
     int rc = serve_buffer(l, s, read, why, sizeof(why));

@@ -394,6 +394,8 @@ int tcpx_link_accept(struct tcpx_transport *tt, int fd, const char *from, struct
     }
     snprintf(name, sizeof(name), "%.40s@%.50s", rc == 0 ? hp.node_id : "?", from);
     struct tcpx_link *l = rc == 0 ? link_new(tt, fd, true, name) : NULL;
+    if (l)
+        snprintf(l->peer_node, sizeof(l->peer_node), "%s", hp.node_id);
     if (rc == 0)
         rc = l ? accept_steps(l, deadline, why, sizeof(why)) : -XFER_ENOMEM;
     if (rc < 0) {
