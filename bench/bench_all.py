@@ -224,7 +224,7 @@ def rows():
             add("%s WRITE + notification read at target, %s" % (size, tr), "p50 us",
                 lambda tr=tr, k=k: notif(tr, "notif_%s_us" % k),
                 "same batch without notification", lambda tr=tr, k=k: notif(tr, "write_%s_us" % k),
-                "lower", "< 2 (+ < 1 round trip)")
+                "lower", "adds < 1 round trip")
         add("8 B send/recv one way, %s" % tr, "p50 us",
             lambda tr=tr: notif(tr, "sendrecv_8_us"), "8 B WRITE round trip / 2",
             lambda tr=tr: notif(tr, "write_8_us"), "lower", "")
