@@ -98,6 +98,12 @@ struct xfer_transport_ops {
      * possibly before this returns; a negative return means not sent and no
      * completion. Without it the peer gets -XFER_ENOTSUP for messages. */
     int (*send_msg)(struct xfer_conn *c, struct xfer_msg *m);
+    /* Optional: deregistration (or detach) of local region r has started,
+     * or r got lease rules the owner must check on every access; called
+     * without locks (before deregistration waits for r's pins). A transport
+     * that lent peers direct access to r (ipc's direct copies) withdraws it
+     * here and returns once no peer copy runs (bounded by io_timeout_ms). */
+    void (*region_withdraw)(struct xfer_transport *t, xfer_region *r);
 };
 
 struct xfer_transport {
