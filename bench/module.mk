@@ -9,3 +9,4 @@ LIB_SRCS += bench/xbench.c
 BENCH_PROGS += bench_call:bench/bench_call.c
 BENCH_PROGS += bench_pool:bench/bench_pool.c
 BENCH_PROGS += bench_notify:bench/bench_notify.c
+BENCH_PROGS += bench_pool_gpu:bench/bench_pool_gpu.c

@@ -50,12 +50,12 @@ static void job_fail(struct ipc_job *j, int status, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Checks the item against the peer's descriptor and the owner's answer. */
-static void job_check(struct ipc_conn *c, struct ipc_job *j)
+/* The reason an item failed the descriptor check (the rare path: copies the
+ * whole descriptor for its name). */
+static void job_refuse(struct ipc_conn *c, struct ipc_job *j, unsigned need)
 {
     const struct xfer_item *it = &j->it;
     struct xfer_region_desc d;
-    unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
     if (xfer_peer_region_get(c->base.peer, it->remote_id, &d) < 0)
         return job_fail(j, -XFER_ENOENT, "remote region %u unknown", it->remote_id);
     if (d.gen != it->remote_gen)
@@ -64,10 +64,22 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
     if (!(d.access & need))
         return job_fail(j, -XFER_EACCES, "remote region %s is '%s'", d.name,
                         xfer_access_str(d.access));
-    if (!xfer_range_ok(it->remote_off, it->len, d.len))
-        return job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
-                        (unsigned long long)it->remote_off, (unsigned long long)it->len, d.name,
-                        (unsigned long long)d.len);
+    return job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
+                    (unsigned long long)it->remote_off, (unsigned long long)it->len, d.name,
+                    (unsigned long long)d.len);
+}
+
+/* Checks the item against the peer's descriptor and the owner's answer. */
+static void job_check(struct ipc_conn *c, struct ipc_job *j)
+{
+    const struct xfer_item *it = &j->it;
+    struct xfer_region_brief d;
+    unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
+    if (xfer_peer_region_brief(c->base.peer, it->remote_id, &d) < 0)
+        return job_fail(j, -XFER_ENOENT, "remote region %u unknown", it->remote_id);
+    if (d.gen != it->remote_gen || !(d.access & need) ||
+        !xfer_range_ok(it->remote_off, it->len, d.len))
+        return job_refuse(c, j, need);
     char why[256] = "";
     int rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op, c->io_timeout_ms,
                          &j->map, why, sizeof(why));
