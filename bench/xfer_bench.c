@@ -1,6 +1,6 @@
 /* xfer_bench: the library-level benchmark (bench/xbench.c; the same code
  * runs as `xferctl bench`). */
-#include "bench/xbench.h"
+#include "xbench.h"
 
 int main(int argc, char **argv)
 {

@@ -1,6 +1,6 @@
 /* xferctl: command-line client of xferd (docs/service.md). Every error is
  * one line on stderr and a non-zero exit; every wait has a timeout. */
-#include "bench/xbench.h"
+#include "xbench.h"
 #include "config.h"
 #include "ctl_client.h"
 #include "ctl_print.h"

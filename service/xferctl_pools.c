@@ -72,35 +72,23 @@ int xctl_cmd_pools(const char *node)
     return 0;
 }
 
-/* LAYOUT:DTYPE:BLOCK_BYTES:NUM_BLOCKS:LAYERS[:KV[:TAG]] */
+/* LAYOUT:DTYPE:BLOCK_BYTES:NUM_BLOCKS:LAYERS[:KV[:TAG]] (xfer_kv_geom_parse) */
 int xctl_cmd_pool_create(const char *name, const char *spec)
 {
-    char buf[256], *save = NULL, *f[7] = {0};
-    snprintf(buf, sizeof(buf), "%s", spec);
-    for (int i = 0; i < 7; i++)
-        f[i] = strtok_r(i ? NULL : buf, ":", &save);
-    uint64_t bb, nb, layers, kv = 2;
-    enum xfer_kv_layout lay;
-    if (!f[4] || strtok_r(NULL, ":", &save) || xfer_kv_layout_parse(f[0], &lay) ||
-        xfer_node_parse_size(f[2], &bb) || xfer_node_parse_size(f[3], &nb) ||
-        xfer_node_parse_size(f[4], &layers) || layers > UINT32_MAX ||
-        (f[5] && (xfer_node_parse_size(f[5], &kv) || kv > 2)))
-        return xctl_die(EXIT_USAGE,
-                        "bad pool geometry '%s' (want LAYOUT:DTYPE:BLOCK_BYTES:NUM_BLOCKS:LAYERS"
-                        "[:KV[:TAG]], LAYOUT one of block_major, vllm_fa, flashinfer, sglang, mla)",
-                        spec);
-    if (lay == XFER_KV_MLA && !f[5])
-        kv = 1;
+    struct xfer_kv_geom g;
+    char why[300];
+    if (xfer_kv_geom_parse(spec, &g, why, sizeof(why)))
+        return xctl_die(EXIT_USAGE, "%s", why);
     Xctl__Pool p = XCTL__POOL__INIT;
     p.name = (char *)name;
-    p.layout = f[0];
-    p.dtype = f[1];
-    p.block_bytes = bb;
-    p.num_blocks = nb;
-    p.layers = (uint32_t)layers;
-    p.kv = (uint32_t)kv;
-    p.shard_count = 1;
-    p.tag = f[6] ? f[6] : "";
+    p.layout = (char *)xfer_kv_layout_name(g.layout);
+    p.dtype = g.dtype;
+    p.block_bytes = g.block_bytes;
+    p.num_blocks = g.num_blocks;
+    p.layers = g.layers;
+    p.kv = g.kv;
+    p.shard_count = g.shard_count;
+    p.tag = g.tag;
     Xctl__CreatePool m = XCTL__CREATE_POOL__INIT;
     m.pool = &p;
     m.access = (char *)(xctl_opt.access ? xctl_opt.access : "rw");

@@ -126,7 +126,7 @@ expect 2 "2 source blocks but 1 destination" n1 copy 'n1/kv#1,2' 'n2/kv#1'
 expect 2 "bad --layers" n1 copy 'n1/kv#1' 'n2/kv#1' --layers 3-1
 expect 1 "layer" n1 copy 'n1/kv#1' 'n2/kv#1' --layers 2-9
 expect 2 "bad pool geometry" n1 pool-create x vllm_fa:bf16:4K
-expect 1 "kv: must be 1 or 2" n1 pool-create x vllm_fa:bf16:4K:8:2:0
+expect 2 "kv: must be 1 or 2" n1 pool-create x vllm_fa:bf16:4K:8:2:0
 expect 1 "exists already" n1 pool-create kv vllm_fa:bf16:4K:64:4
 expect 1 "both pools are on n1" n1 copy 'n1/kv#1' 'n1/kv#2'
 

@@ -1,7 +1,8 @@
 /*
  * Library-level benchmark with the knobs users compare transfer engines on,
- * shared by bench/xfer_bench (its main) and `xferctl bench` (bench/xbench.h;
- * linked into libxfer.a, not libxfer.so).
+ * shared by bench/xfer_bench (its main) and `xferctl bench` (service/xbench.h;
+ * in libxfer.a, not libxfer.so; bench/ is no library layer, so it lives in
+ * service/, the layer of xferctl).
  * A target engine runs in a forked child process (so the two sides share no
  * locks or caches beyond what the transport does); the parent is the
  * initiator and keeps `depth` batches of `batch` items in flight for
@@ -26,7 +27,7 @@
  * transport under test) before and after the timed run; a mismatch exits 1.
  * Exit: 0 ok, 1 transfer error or data mismatch, 2 bad arguments.
  */
-#include "bench/xbench.h"
+#include "xbench.h"
 #include "bench_util.h"
 #include "xfer.h"
 

@@ -1,7 +1,7 @@
-/* The library-level benchmark (bench/xbench.c), one implementation for
+/* The library-level benchmark (service/xbench.c), one implementation for
  * bench/xfer_bench and `xferctl bench`. */
-#ifndef XFER_BENCH_XBENCH_H
-#define XFER_BENCH_XBENCH_H
+#ifndef XFER_SERVICE_XBENCH_H
+#define XFER_SERVICE_XBENCH_H
 
 /* Runs the bench with argv's options (argv[0] is skipped; see xbench.c for
  * them); messages start with "name: ". Forks the target engine's process.
