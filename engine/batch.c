@@ -492,8 +492,8 @@ static int item_peer_cmp(const void *a, const void *b, void *arg)
 static bool caps_fit(xfer_peer *p, unsigned caps, const struct xfer_item *it)
 {
     unsigned need = it->local->kind == XFER_MEM_CUDA ? XFER_CAP_CUDA_MEM : XFER_CAP_HOST_MEM;
-    struct xfer_region_desc rd;
-    if (xfer_peer_region_get(p, it->remote_id, &rd) == 0)
+    struct xfer_region_brief rd;
+    if (xfer_peer_region_brief(p, it->remote_id, &rd) == 0)
         need |= rd.kind == XFER_MEM_CUDA ? XFER_CAP_CUDA_MEM : XFER_CAP_HOST_MEM;
     return (caps & need) == need;
 }

@@ -60,6 +60,9 @@ struct region_table {
 int guard_check(const xfer_region *r, const char *peer, uint64_t off, uint64_t len);
 /* Frees r's rules (deregistration, table mu held or r unreachable). */
 void guard_free(xfer_region *r);
+/* r is going or guarded: transports withdraw direct access they lent to
+ * peers (ipc); returns once no such access runs. No table lock held. */
+void region_withdraw_direct(xfer_engine *e, xfer_region *r);
 
 /* Closes an adopted CUDA IPC mapping (region_cuda.c). */
 void region_cuda_close(xfer_region *r);

@@ -292,10 +292,11 @@ static struct tcp_tx *make_chunk(struct tcp_transport *tt, xfer_batch *b, size_t
 /* GPU memory on either side moves through staging slots of TCP_GPU_SLOT. */
 static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it)
 {
-    struct xfer_region_desc rd;
+    struct xfer_region_brief rd;
     if (xfer_region_kind(it->local) == XFER_MEM_CUDA)
         return true;
-    return xfer_peer_region_get(tc->base.peer, it->remote_id, &rd) == 0 && rd.kind == XFER_MEM_CUDA;
+    return xfer_peer_region_brief(tc->base.peer, it->remote_id, &rd) == 0 &&
+           rd.kind == XFER_MEM_CUDA;
 }
 
 /* Splits item i into chunks spread over the sockets. */
