@@ -3,17 +3,22 @@
 # ipc: a 32 MiB WRITE spread over the sockets is cancelled mid-flight and the
 # same range written again at once with another pattern (the retry); the
 # target must then hold only the retry's bytes, and a cancelled WRITE alone
-# must leave only old or new bytes, never zeros. 60 rounds each (15 under
-# ASan), see tests/prog/xfer_retry.c. On main before the fence, tcp failed
-# within a few rounds (stale frames of the cancelled batch landed after the
-# retry's, and zero-filled remainders).
+# must leave only old or new bytes, never zeros. 60 rounds each (16 under
+# ASan), 30 more with a reconnect between cancel and retry; see
+# tests/prog/xfer_retry.c. On main before the fence, tcp failed within a few
+# rounds (stale frames of the cancelled batch landed after the retry's, and
+# zero-filled remainders; with reconnects, zeros in round 33 of 40).
 set -u
 source "$XFER_ROOT/tests/lib/core.sh"
 rounds=60
-core_san && rounds=15
+core_san && rounds=16
 core_start target --region rw:rw:33554432:7 || exit 1
 "$CORE_BIN/xfer_retry" --peer "$CORE_TMP/target.node" --rounds "$rounds" --sockets 4 \
     || core_fail "cancel vs. retry over tcp"
+# A new connection between the cancel and the retry (the old sockets' unsent
+# frames and FENCEs are dropped; the new one carries the recent fences first).
+"$CORE_BIN/xfer_retry" --peer "$CORE_TMP/target.node" --rounds "$((rounds / 2))" --sockets 4 \
+    --reconnect || core_fail "cancel vs. retry over tcp with a reconnect between"
 # Two progress threads at the target: frames of different sockets are then
 # applied concurrently (the fence must wait for a payload copy in progress).
 core_stop target

@@ -3,7 +3,7 @@
  * byte of the cancelled batch may land at the target after a byte sent
  * later, and a cancelled WRITE must not write zeros into the target.
  *
- *   xfer_retry --peer FILE [--rounds N] [--sockets N]
+ *   xfer_retry --peer FILE [--rounds N] [--sockets N] [--reconnect]
  *
  * Against a node serving region "rw". Each round WRITEs pattern A over the
  * whole region as 16 items spread over the peer's sockets, cancels it
@@ -13,7 +13,14 @@
  *  - odd rounds: READs the range back first: every byte must be the
  *    round's old content or A's (a zero-filled frame remainder is neither),
  *    then WRITEs B and checks it as above.
- * Exit 0 when every round held, 1 with the first bad offset otherwise.
+ * --reconnect: every round replaces the connection between the cancel and
+ * the retry (xfer_peer_connect, as xferd does for a broken peer): the old
+ * sockets' unsent frames, their FENCE frames included, are dropped, while
+ * frames already in the kernels' buffers still reach the target; the new
+ * connection must carry the fence before the retry.
+ * At least one item must end cancelled over the run (the cancels hit
+ * transfers in flight). Exit 0 when every round held, 1 with the first bad
+ * offset otherwise.
  */
 #include "node_common.h"
 
@@ -70,6 +77,8 @@ static int read_back(xfer_engine *e, struct bufs *bf, xfer_peer *p,
     return xfer_read(e, bf->rd, 0, p, rd->id, rd->gen, 0, rd->len, 20000);
 }
 
+static int cancelled_items, reconnect;
+
 static int round_run(xfer_engine *e, struct bufs *bf, xfer_peer *p,
                      const struct xfer_region_desc *rd, int round)
 {
@@ -85,9 +94,15 @@ static int round_run(xfer_engine *e, struct bufs *bf, xfer_peer *p,
     }
     usleep((useconds_t)(round % 16) * 1000);
     rc = xfer_batch_cancel(b);
+    for (size_t i = 0; i < xfer_batch_count(b); i++)
+        cancelled_items += xfer_batch_item_status(b, i) == -XFER_ECANCELED;
     xfer_batch_free(b);
     if (rc < 0) {
         fprintf(stderr, "round %d: cancel: %s\n", round, xfer_strerror(rc));
+        return 1;
+    }
+    if (reconnect && (rc = xfer_peer_connect(p)) < 0) {
+        fprintf(stderr, "round %d: reconnect: %s\n", round, xfer_strerror(rc));
         return 1;
     }
     int64_t bad;
@@ -130,8 +145,11 @@ int main(int argc, char **argv)
 {
     const char *peer = NULL;
     int rounds = 60, sockets = 4;
-    static const struct option lo[] = {
-        {"peer", 1, 0, 'p'}, {"rounds", 1, 0, 'r'}, {"sockets", 1, 0, 's'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"peer", 1, 0, 'p'},
+                                       {"rounds", 1, 0, 'r'},
+                                       {"sockets", 1, 0, 's'},
+                                       {"reconnect", 0, 0, 'c'},
+                                       {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         if (c == 'p')
             peer = optarg;
@@ -139,12 +157,14 @@ int main(int argc, char **argv)
             rounds = atoi(optarg);
         else if (c == 's')
             sockets = atoi(optarg);
+        else if (c == 'c')
+            reconnect = 1;
         else
             return 2;
     }
     struct node_file nf;
     if (!peer || node_file_read(peer, &nf) < 0) {
-        fprintf(stderr, "usage: xfer_retry --peer FILE [--rounds N] [--sockets N]\n");
+        fprintf(stderr, "usage: xfer_retry --peer FILE [--rounds N] [--sockets N] [--reconnect]\n");
         return 2;
     }
     const struct xfer_region_desc *rd = node_region(&nf, "rw");
@@ -174,8 +194,14 @@ int main(int argc, char **argv)
     int r = 0;
     for (; !failed && r < rounds; r++)
         failed = round_run(e, &bf, p, rd, r);
-    printf("retry: %d of %d rounds held (region %llu bytes, %d sockets)\n", failed ? r - 1 : r,
-           rounds, (unsigned long long)rd->len, sockets);
+    printf("retry: %d of %d rounds held (region %llu bytes, %d sockets%s), %d items cancelled "
+           "in flight\n",
+           failed ? r - 1 : r, rounds, (unsigned long long)rd->len, sockets,
+           reconnect ? ", reconnecting" : "", cancelled_items);
+    if (!failed && cancelled_items == 0) {
+        fprintf(stderr, "no item was cancelled: the cancels hit nothing in flight\n");
+        failed = 1;
+    }
     free(bf.old);
     xfer_engine_free(e);
     return failed ? 1 : 0;
