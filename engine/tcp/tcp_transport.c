@@ -426,6 +426,7 @@ static void tcp_close(struct xfer_transport *t)
     free(tt->threads);
     pthread_cond_destroy(&tt->hs_cv);
     pthread_mutex_destroy(&tt->hs_mu);
+    tcp_fence_fini(tt);
     free(tt);
 }
 
@@ -441,6 +442,7 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->listen_fd = -1;
     pthread_mutex_init(&tt->hs_mu, NULL);
     xfer_cond_init_mono(&tt->hs_cv);
+    tcp_fence_init(tt);
     const char *sb = getenv("XFER_TCP_SOCKBUF");
     tt->sockbuf = sb ? atoi(sb) : 0;
     const char *direct = getenv("XFER_TCP_DIRECT"); /* 0: always hand off (measuring) */
@@ -469,6 +471,7 @@ fail:
     if (!tt->threads) {
         pthread_cond_destroy(&tt->hs_cv);
         pthread_mutex_destroy(&tt->hs_mu);
+        tcp_fence_fini(tt);
         free(tt);
         return rc;
     }
@@ -495,4 +498,5 @@ const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .post = tcp_post,
     .wait_rx = tcp_wait_rx,
     .send_msg = tcp_send_msg,
+    .fence = tcp_fence,
 };
