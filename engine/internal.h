@@ -242,6 +242,7 @@ struct msg_match { /* leaf lock: never held while calling out */
     size_t n_rts;
     struct mm_send *sends; /* SEND items waiting for their FIN */
     uint64_t next_send_id;
+    bool eager; /* small SENDs carry their bytes (XFER_MSG_EAGER=0: never) */
 };
 void msg_match_init(xfer_engine *e);
 /* After the message thread stopped: ends what is left (-XFER_ECANCELED). */

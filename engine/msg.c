@@ -277,7 +277,7 @@ int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnati
         const uint8_t *body = xfer_msg_payload(frame, &h);
         struct xfer_msg_rts r;
         struct xfer_msg_fin f;
-        if (h.kind == XFER_MSG_RTS && xfer_msg_decode_rts(body, &r) == 0)
+        if (h.kind == XFER_MSG_RTS && xfer_msg_decode_rts(&h, body, &r) == 0)
             return mm_rts_arrived(e, node_id, incarnation, &r);
         if (h.kind == XFER_MSG_FIN && xfer_msg_decode_fin(body, &f) == 0)
             return mm_fin_arrived(e, node_id, &f);
