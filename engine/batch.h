@@ -49,6 +49,14 @@ struct xfer_batch {
     xfer_batch *mon_prev, *mon_next;
     bool on_monitor;
     struct batch_notes notes; /* bound notifications (notify_bind.c) */
+    /* Waiter-driven receive (xfer_batch_wait_hint), mu: the one channel this
+     * run waits on, or wait_many once a second one was hinted. */
+    xfer_peer *wait_peer; /* wait_conn is valid only while it is this peer's conn */
+    struct xfer_conn *wait_conn;
+    void *wait_chan;
+    bool wait_many;
+    bool wait_polling; /* a waiter polls efd too: finishing writes it */
+    bool efd_dirty;    /* written for such a waiter: drain at the next run */
 };
 
 /* batch.c, b->mu held: end item i (hooks batch_msg_item_end), finish. */

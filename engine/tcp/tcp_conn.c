@@ -340,9 +340,19 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     bool kick[64] = {false};
     for (size_t k = 0; k < n; k++)
         post_item(tc, b, idx[k], chunk, kick);
-    for (int k = 0; k < tc->n; k++)
-        if (kick[k] &&
-            !(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
+    int used = 0, one = -1;
+    for (int k = 0; k < tc->n; k++) {
+        if (!kick[k])
+            continue;
+        used++;
+        one = k;
+        if (!(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
+    }
+    /* All of it on one socket: the waiter may read the answer itself. */
+    if (used == 1)
+        xfer_batch_wait_hint(b, c, tc->socks[one]);
+    else if (used > 1)
+        xfer_batch_wait_hint(b, c, NULL);
     return 0;
 }

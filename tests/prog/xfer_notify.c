@@ -99,7 +99,11 @@ static void check_notif(struct recv_state *st, struct xfer_notif *n)
     long k;
     if (msg[0] == 'B' && sscanf(msg, "B %ld", &k) == 1) {
         char *p = strchr(msg + 2, ' ');
-        bool ok = n->bound && n->status == 0 && n->n_failed == 0 && p && check_ranges(st, p + 1);
+        /* Bound, or sent again standalone after the bound one was refused
+         * with -XFER_ENOSPC (run_order's notify_again): the data must be
+         * there either way. */
+        bool ok =
+            (!n->bound || (n->status == 0 && n->n_failed == 0)) && p && check_ranges(st, p + 1);
         ok ? st->good++ : st->bad++;
     } else if (msg[0] == 'F') { /* failed: 3 items, item 1 refused, others landed */
         char *p = strchr(msg, ' ');
