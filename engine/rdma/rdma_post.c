@@ -262,10 +262,41 @@ void xrdma_pump_locked(struct rdma_conn *c)
             post_share(c, &t->slots[c->slots[i]], &sh[i]);
 }
 
+/* Queues the chunks of one segment (or plain item) it of item i. */
+static int plan_seg(struct rdma_conn *c, xfer_batch *b, size_t i, const struct xfer_item *it,
+                    const struct xfer_region_desc *rd, const uint32_t *rkeys,
+                    const struct rdma_region *lr, struct rdma_pending **list, const char **why)
+{
+    if (!xfer_range_ok(it->remote_off, it->len, rd->len))
+        return *why = "range outside the remote region", -XFER_ERANGE;
+    uint8_t *lbase = (uint8_t *)xfer_region_ptr(it->local) + it->local_off;
+    size_t n = xfer_rdma_chunk_count(it->len, c->t->chunk);
+    for (size_t k = 0; k < n; k++) {
+        struct rdma_pending *p = calloc(1, sizeof(*p));
+        if (!p)
+            return *why = "out of memory", -XFER_ENOMEM;
+        uint64_t off, len;
+        xfer_rdma_chunk_at(it->len, c->t->chunk, k, &off, &len);
+        p->c = (struct xfer_rdma_chunk){.b = b,
+                                        .item = i,
+                                        .op = it->op,
+                                        .laddr = (uintptr_t)(lbase + off),
+                                        .raddr = rd->addr + it->remote_off + off,
+                                        .len = len,
+                                        .lmr = lr,
+                                        .nic_mask = lr->near_mask};
+        memcpy(p->c.rkey, rkeys, sizeof(p->c.rkey));
+        p->next = *list;
+        *list = p;
+    }
+    return 0;
+}
+
 /* Checks item i against what this node knows of the remote region and
- * queues its chunks on list; 0 or the item's error (reported by caller). */
+ * queues its chunks (those of each segment of a vectored item) on list; 0
+ * or the item's error (reported by caller; *bad = the failing segment). */
 static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_pending **list,
-                     const char **why)
+                     const char **why, size_t *bad)
 {
     const struct xfer_item *it = xfer_batch_item(b, i);
     struct xfer_region_desc rd;
@@ -273,8 +304,6 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
         return *why = "remote region unknown to this node", -XFER_ENOENT;
     if (rd.gen != it->remote_gen)
         return *why = "remote region was registered again (stale generation)", -XFER_ESTALE;
-    if (!xfer_range_ok(it->remote_off, it->len, rd.len))
-        return *why = "range outside the remote region", -XFER_ERANGE;
     unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
     if (!(rd.access & need))
         return *why = it->op == XFER_OP_READ ? "remote region is not readable"
@@ -293,25 +322,15 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
         return *why = "local region is not registered for RDMA (GPU memory without "
                       "GPUDirect RDMA here?)",
                -XFER_ENOTSUP;
-    uint8_t *lbase = (uint8_t *)xfer_region_ptr(it->local) + it->local_off;
-    size_t n = xfer_rdma_chunk_count(it->len, c->t->chunk);
-    for (size_t k = 0; k < n; k++) {
-        struct rdma_pending *p = calloc(1, sizeof(*p));
-        if (!p)
-            return *why = "out of memory", -XFER_ENOMEM;
-        uint64_t off, len;
-        xfer_rdma_chunk_at(it->len, c->t->chunk, k, &off, &len);
-        p->c = (struct xfer_rdma_chunk){.b = b,
-                                        .item = i,
-                                        .op = it->op,
-                                        .laddr = (uintptr_t)(lbase + off),
-                                        .raddr = rd.addr + it->remote_off + off,
-                                        .len = len,
-                                        .lmr = lr,
-                                        .nic_mask = lr->near_mask};
-        memcpy(p->c.rkey, rkeys, sizeof(rkeys));
-        p->next = *list;
-        *list = p;
+    size_t nseg;
+    xfer_batch_item_segs(b, i, &nseg);
+    for (size_t s = 0; s < nseg; s++) {
+        struct xfer_item seg;
+        xfer_batch_item_seg(b, i, s, &seg);
+        *bad = s;
+        int rc = plan_seg(c, b, i, &seg, &rd, rkeys, lr, list, why);
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -322,7 +341,8 @@ int xrdma_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
     for (size_t k = 0; k < n; k++) {
         struct rdma_pending *list = NULL, *rev = NULL;
         const char *why = NULL;
-        int rc = plan_item(c, b, idx[k], &list, &why);
+        size_t bad = SIZE_MAX; /* no segment to blame */
+        int rc = plan_item(c, b, idx[k], &list, &why, &bad);
         while (list) { /* back into chunk order */
             struct rdma_pending *p = list;
             list = p->next;
@@ -334,7 +354,7 @@ int xrdma_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
                 nx = p->next;
                 free(p);
             }
-            xfer_batch_chunk_done(b, idx[k], 0, rc, why);
+            xfer_batch_seg_fail(b, idx[k], bad, rc, why);
             continue;
         }
         pthread_mutex_lock(&c->lock);

@@ -679,24 +679,31 @@ int tcpx_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
     struct tcpx_chunk *head = NULL, **tail = &head;
     size_t count = 0;
     for (size_t k = 0; k < n; k++) {
-        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
-        if (it->len > UINT64_MAX - it->remote_off) {
-            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ERANGE, "remote offset + length overflows");
-            continue;
-        }
-        uint64_t off = 0;
-        do {
-            uint64_t len = it->len - off < chunk ? it->len - off : chunk;
-            struct tcpx_chunk *c = make_chunk(l, b, idx[k], it, off, len);
-            if (!c) {
-                xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOMEM, "out of memory for a chunk");
+        size_t nseg, s = 0;
+        xfer_batch_item_segs(b, idx[k], &nseg);
+        for (bool ok = true; ok && s < nseg; s++) { /* each segment of a vectored item */
+            struct xfer_item seg, *it = &seg;
+            xfer_batch_item_seg(b, idx[k], s, &seg);
+            if (it->len > UINT64_MAX - it->remote_off) {
+                xfer_batch_chunk_done(b, idx[k], 0, -XFER_ERANGE,
+                                      "remote offset + length overflows");
                 break;
             }
-            *tail = c;
-            tail = &c->next;
-            count++;
-            off += len;
-        } while (off < it->len);
+            uint64_t off = 0;
+            do {
+                uint64_t len = it->len - off < chunk ? it->len - off : chunk;
+                struct tcpx_chunk *c = make_chunk(l, b, idx[k], it, off, len);
+                if (!c) {
+                    xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOMEM, "out of memory for a chunk");
+                    ok = false;
+                    break;
+                }
+                *tail = c;
+                tail = &c->next;
+                count++;
+                off += len;
+            } while (off < it->len);
+        }
     }
     if (!head)
         return 0;
