@@ -299,32 +299,45 @@ static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it)
            rd.kind == XFER_MEM_CUDA;
 }
 
-/* Splits item i into chunks spread over the sockets. */
-static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick)
+/* Splits segment k of item i (the item itself when plain) into chunks
+ * spread over the sockets; false once the item failed. */
+static bool post_seg(struct tcp_conn *tc, xfer_batch *b, size_t i, size_t k, uint64_t chunk,
+                     bool *kick)
 {
-    const struct xfer_item *it = xfer_batch_item(b, i);
+    struct xfer_item seg, *it = &seg;
+    xfer_batch_item_seg(b, i, k, &seg);
     if (it->len > UINT64_MAX - it->remote_off) { /* would wrap into a valid range */
         xfer_batch_chunk_done(b, i, 0, -XFER_ERANGE, "remote offset + length overflows");
-        return;
+        return false;
     }
-    if (gpu_item(tc, it) && chunk > TCP_GPU_SLOT)
-        chunk = TCP_GPU_SLOT;
     uint64_t off = 0;
     do {
         uint64_t len = it->len - off < chunk ? it->len - off : chunk;
         struct tcp_tx *t = make_chunk(tc->tt, b, i, it, off, len);
         if (!t) {
             xfer_batch_chunk_done(b, i, 0, -XFER_ENOMEM, "out of memory for a chunk");
-            return;
+            return false;
         }
         if (!tcp_enqueue(tc, t, kick, false)) {
             xfer_batch_chunk_done(b, i, 0, -XFER_ECONN, "every connection to the peer is lost");
             xfer_batch_put(b);
             tcp_tx_free(t);
-            return;
+            return false;
         }
         off += len;
     } while (off < it->len);
+    return true;
+}
+
+/* Item i, each segment of a vectored one in turn. */
+static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick)
+{
+    if (gpu_item(tc, xfer_batch_item(b, i)) && chunk > TCP_GPU_SLOT)
+        chunk = TCP_GPU_SLOT;
+    size_t nseg;
+    xfer_batch_item_segs(b, i, &nseg);
+    for (size_t k = 0; k < nseg && post_seg(tc, b, i, k, chunk, kick); k++)
+        ;
 }
 
 int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
