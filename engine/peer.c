@@ -83,8 +83,7 @@ static int connect_locked(xfer_peer *p)
         const char *next = next_fitting(e, i + 1, &p->desc);
         xfer_warn("peer %s: %s connect failed: %s (%s)%s%s", p->desc.node_id, t->ops->name,
                   xfer_strerror(rc), xfer_engine_last_error(e),
-                  next ? "; falling back to " : "; no other transport to try",
-                  next ? next : "");
+                  next ? "; falling back to " : "; no other transport to try", next ? next : "");
     }
     if (rc == -XFER_ENOTSUP)
         xfer_engine_set_error(e, "peer %s: no common transport (peer offers 0x%x, we 0x%x)",

@@ -120,10 +120,9 @@ static void append_region_pexpire(const char *name, void *value, void *arg)
  * had vanished. A plain HSET would recreate an expired hash holding that one
  * field, and peers would read it as a malformed row (no addr, no
  * incarnation) until the republish that follows. */
-static const char beat_script[] =
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end\n"
-    "redis.call('HSET', KEYS[1], 'heartbeat_ms', ARGV[1])\n"
-    "return 0\n";
+static const char beat_script[] = "if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end\n"
+                                  "redis.call('HSET', KEYS[1], 'heartbeat_ms', ARGV[1])\n"
+                                  "return 0\n";
 
 /* MULTI, heartbeat_ms (beat_script), PEXPIRE node, PEXPIRE set, ZADD, EXEC
  * (cluster mode: the ZADD into the membership shard first, outside). Returns
