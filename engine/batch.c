@@ -460,12 +460,18 @@ static bool chunk_done_locked(xfer_batch *b, size_t i, uint64_t bytes, int statu
     return done;
 }
 
+/* Long enough for "segment N: " and a transport's reason. */
+#define BATCH_SEG_WHY 256
+
 void xfer_batch_seg_fail(xfer_batch *b, size_t i, size_t k, int status, const char *why)
 {
+    char named[BATCH_SEG_WHY];
+    snprintf(named, sizeof(named), "segment %zu: %s", k, why && *why ? why : xfer_strerror(status));
     pthread_mutex_lock(&b->mu);
-    if (b->state == B_RUNNING && i < b->n && b->items[i].open && k < b->items[i].nseg)
+    bool seg = b->state == B_RUNNING && i < b->n && b->items[i].open && k < b->items[i].nseg;
+    if (seg)
         b->items[i].bad_seg = (int32_t)k;
-    bool done = chunk_done_locked(b, i, 0, status, why);
+    bool done = chunk_done_locked(b, i, 0, status, seg ? named : why);
     pthread_mutex_unlock(&b->mu);
     if (done)
         pthread_cond_broadcast(&b->cv);

@@ -55,8 +55,7 @@ static void job_refuse(struct ipc_conn *c, struct ipc_job *j, unsigned need)
         if (xfer_range_ok(s->remote_off, s->len, d.len))
             continue;
         j->bad = k;
-        return ipc_job_fail(j, -XFER_ERANGE,
-                            "segment %u: remote range %llu+%llu outside %s (%llu bytes)", k,
+        return ipc_job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
                             (unsigned long long)s->remote_off, (unsigned long long)s->len, d.name,
                             (unsigned long long)d.len);
     }

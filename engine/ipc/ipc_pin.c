@@ -136,9 +136,9 @@ static int acquire_vec(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
         }
         const struct xfer_seg *s = &j->segs[j->s0 + r->bad];
         j->bad = j->s0 + r->bad;
-        ipc_job_fail(j, r->status, "owner refused segment %lld (remote %llu+%llu) of region %u: %s",
-                     (long long)j->bad, (unsigned long long)s->remote_off,
-                     (unsigned long long)s->len, j->it.remote_id, xfer_strerror(r->status));
+        ipc_job_fail(j, r->status, "owner refused remote %llu+%llu of region %u: %s",
+                     (unsigned long long)s->remote_off, (unsigned long long)s->len, j->it.remote_id,
+                     xfer_strerror(r->status));
     }
     return rc;
 }

@@ -301,8 +301,8 @@ static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it)
 
 /* Splits segment k of item i (the item itself when plain) into chunks
  * spread over the sockets; false once the item failed. */
-static bool post_seg(struct tcp_conn *tc, xfer_batch *b, size_t i, size_t k, uint64_t chunk,
-                     bool *kick)
+static bool post_seg(struct tcp_conn *tc, xfer_batch *b, size_t i, size_t k, bool vec,
+                     uint64_t chunk, bool *kick)
 {
     struct xfer_item seg, *it = &seg;
     xfer_batch_item_seg(b, i, k, &seg);
@@ -318,6 +318,7 @@ static bool post_seg(struct tcp_conn *tc, xfer_batch *b, size_t i, size_t k, uin
             xfer_batch_chunk_done(b, i, 0, -XFER_ENOMEM, "out of memory for a chunk");
             return false;
         }
+        t->seg = vec ? (uint32_t)k : UINT32_MAX;
         if (!tcp_enqueue(tc, t, kick, false)) {
             xfer_batch_chunk_done(b, i, 0, -XFER_ECONN, "every connection to the peer is lost");
             xfer_batch_put(b);
@@ -335,8 +336,8 @@ static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chu
     if (gpu_item(tc, xfer_batch_item(b, i)) && chunk > TCP_GPU_SLOT)
         chunk = TCP_GPU_SLOT;
     size_t nseg;
-    xfer_batch_item_segs(b, i, &nseg);
-    for (size_t k = 0; k < nseg && post_seg(tc, b, i, k, chunk, kick); k++)
+    bool vec = xfer_batch_item_segs(b, i, &nseg) != NULL;
+    for (size_t k = 0; k < nseg && post_seg(tc, b, i, k, vec, chunk, kick); k++)
         ;
 }
 

@@ -17,6 +17,7 @@
  * fails with -XFER_ESTALE naming it; bad
  * lists are refused at add; a cancelled READ batch ends cleanly.
  */
+#include "check.h"
 #include "node_common.h"
 
 #include <getopt.h>
@@ -28,17 +29,6 @@ static uint64_t rnd(void)
     rng_state += 0x9e3779b97f4a7c15ull;
     return mix64(rng_state);
 }
-
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
 
 #define MAX_ITEMS 5
 
