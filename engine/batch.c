@@ -245,6 +245,19 @@ int xfer_batch_reset(xfer_batch *b)
     return rc;
 }
 
+int xfer_batch_truncate(xfer_batch *b, size_t n)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    bool running = b->state == B_RUNNING;
+    pthread_mutex_unlock(&b->mu);
+    if (running)
+        return -XFER_EBUSY;
+    batch_truncate(b, n);
+    return 0;
+}
+
 void batch_truncate(xfer_batch *b, size_t n)
 {
     pthread_mutex_lock(&b->mu);

@@ -330,6 +330,9 @@ int xfer_batch_add(xfer_batch *b, const struct xfer_item *it);
  * the index of the first, or a negative code with nothing appended. */
 int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n);
 size_t xfer_batch_count(const xfer_batch *b);
+/* Drops the items past the first n (undoes a partial fill; bindings stay).
+ * -XFER_EBUSY while running. */
+int xfer_batch_truncate(xfer_batch *b, size_t n);
 
 /* A vectored item moves many pieces between one local and one remote region
  * (a KV pool's blocks of one layer, say) as ONE item: one status, one
