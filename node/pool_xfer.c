@@ -205,6 +205,39 @@ static void emit_stream(xfer_node_batch *b, const struct plan *pl, xfer_region *
     }
 }
 
+/* XFER_POOL_VECTORED=0: one plain item per block run (the path before
+ * vectored items; kept to compare against and as a fallback). */
+static bool vectored_off(void)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("XFER_POOL_VECTORED");
+        __atomic_store_n(&off, e && !strcmp(e, "0"), __ATOMIC_RELAXED);
+    }
+    return off;
+}
+
+/* Turns the vectored items [first, nitems) into one plain item per segment
+ * (room reserved by the caller), in place from the back. */
+static void unvector(xfer_node_batch *b, size_t first, size_t first_seg)
+{
+    size_t n = first + (b->nsegs - first_seg), dst = n;
+    for (size_t i = b->nitems; i-- > first;)
+        for (uint32_t k = b->nseg[i]; k-- > 0;) {
+            const struct xfer_seg *s = &b->segs[b->seg0[i] + k];
+            struct xfer_item it = b->items[i];
+            it.local_off = s->local_off;
+            it.remote_off = s->remote_off;
+            it.len = s->len;
+            dst--;
+            b->item_ref[dst] = b->item_ref[i];
+            b->items[dst] = it;
+            b->nseg[dst] = 0;
+        }
+    b->nitems = n;
+    b->nsegs = first_seg;
+}
+
 /* Streams: per layer and half, or per layer (halves adjacent on both
  * sides), or one for the whole layer range (both block-major). */
 static void emit_all(xfer_node_batch *b, const struct plan *pl, size_t first)
@@ -348,9 +381,12 @@ int xfer_node_batch_add_blocks(xfer_node_batch *b, enum xfer_op op, xfer_kv_pool
     uint32_t halves =
         kv_halves_adjacent(&p->geom) && kv_halves_adjacent(&rp->geom) ? 1 : p->geom.kv;
     size_t first = b->nitems, first_seg = b->nsegs, segs = (size_t)nlayers * halves * nb;
-    if (!rc && nb && (rc = nb_reserve(b, segs / XFER_SEGS_MAX + nlayers * halves, segs)) == 0) {
+    size_t want = vectored_off() ? segs : segs / XFER_SEGS_MAX + nlayers * halves;
+    if (!rc && nb && (rc = nb_reserve(b, want, segs)) == 0) {
         pl.ref = (uint32_t)ri;
         emit_all(b, &pl, first);
+        if (vectored_off())
+            unvector(b, first, first_seg);
         if ((rc = span_add(b, rp, first)) != 0) {
             b->nitems = first;
             b->nsegs = first_seg;

@@ -236,19 +236,14 @@ static char *job_local(const struct ipc_job *j)
  * it the kernel was ahead (1.0-4.3x at 4 KiB..4 MiB, docs/gpu.md). */
 #define IPC_KBATCH_MAX_ITEM (16ull << 20)
 
-/* GPU<->GPU copies wait in g->kc for a batched launch: j (job i) itself,
- * or its segment seg; true if it went there. */
-static bool kc_defer(struct ipc_group *g, struct ipc_job *j, size_t i, uint32_t seg)
+/* Queues a GPU<->GPU copy of len bytes between local and remote (device
+ * pointers of ldev and rdev) of job i (segment seg, or UINT32_MAX for the
+ * whole job) for a batched launch; false if it must be copied otherwise. */
+static bool kc_push(struct ipc_group *g, const struct ipc_job *j, size_t i, uint32_t seg,
+                    char *local, char *remote, uint64_t len, int ldev, int rdev)
 {
-    int ldev, rdev;
-    char *remote = job_cuda_sides(j, &ldev, &rdev);
-    bool whole = seg == UINT32_MAX;
-    uint64_t len = whole ? j->it.len : j->segs[seg].len;
     if (!g->kc || ldev < 0 || rdev < 0 || len >= IPC_KBATCH_MAX_ITEM)
         return false;
-    char *local =
-        whole ? job_local(j) : (char *)xfer_region_ptr(j->it.local) + j->segs[seg].local_off;
-    remote += whole ? j->it.remote_off : j->segs[seg].remote_off;
     bool rd = j->it.op == XFER_OP_READ;
     g->kc[g->nkc++] = (struct ipc_kcopy){.dst = rd ? local : remote,
                                          .src = rd ? remote : local,
@@ -261,14 +256,27 @@ static bool kc_defer(struct ipc_group *g, struct ipc_job *j, size_t i, uint32_t 
     return true;
 }
 
-/* A vectored job's CUDA segments: batched where they can be, the rest one
- * copy each; true if a copy outside the batch started. */
+/* GPU<->GPU items wait in g->kc for a batched launch; true if j went there. */
+static bool kc_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
+{
+    int ldev, rdev;
+    char *remote = job_cuda_sides(j, &ldev, &rdev) + j->it.remote_off;
+    return kc_push(g, j, i, UINT32_MAX, job_local(j), remote, j->it.len, ldev, rdev);
+}
+
+/* A vectored job's CUDA segments: batched where they can be (the sides
+ * looked up once for the list), the rest one copy each; true if a copy
+ * outside the batch started. */
 static bool vjob_copy_cuda(struct ipc_conn *c, struct ipc_group *g, struct ipc_job *j, size_t i)
 {
+    int ldev, rdev;
+    char *remote = job_cuda_sides(j, &ldev, &rdev), *local = xfer_region_ptr(j->it.local);
     bool any = false;
-    for (uint32_t k = j->s0; k < j->s1 && !j->status; k++)
-        if (!kc_defer(g, j, i, k))
+    for (uint32_t k = j->s0; k < j->s1 && !j->status; k++) {
+        const struct xfer_seg *s = &j->segs[k];
+        if (!kc_push(g, j, i, k, local + s->local_off, remote + s->remote_off, s->len, ldev, rdev))
             any |= seg_copy_cuda(c, j, k);
+    }
     return any;
 }
 
@@ -316,7 +324,7 @@ static void jobs_copy_start(struct ipc_conn *c, struct ipc_group *g)
                     xfer_region_kind(j->it.local) == XFER_MEM_CUDA;
         if (cuda && j->segs) {
             any_cuda |= vjob_copy_cuda(c, g, j, i);
-        } else if (cuda && kc_defer(g, j, i, UINT32_MAX)) {
+        } else if (cuda && kc_defer(g, j, i)) {
             continue;
         } else if (cuda) {
             job_copy_cuda(c, j, local);
