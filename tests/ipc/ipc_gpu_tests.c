@@ -81,6 +81,15 @@ static int cell(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg
     return 0;
 }
 
+/* Fresh random bytes on the side a whole-region transfer reads from. */
+static int fill_source(struct owner *o, const struct lreg *l, const char *rname, enum xfer_op op)
+{
+    char buf[128];
+    if (op == XFER_OP_WRITE)
+        return lfill(l, 0, GLEN, rnd());
+    return owner_cmd(o, buf, sizeof(buf), "FILL %s %llu", rname, (unsigned long long)(rnd() >> 1));
+}
+
 /* 1024 items in one batch: more than one group, so the worker pins and
  * starts the second group while the first is still being copied. */
 static int big_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l,
@@ -89,13 +98,7 @@ static int big_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
     enum { N = 1024 };
     const struct xfer_region_desc *d = owner_region(o, rname);
     size_t s = GLEN / N;
-    char buf[128];
-    if (op == XFER_OP_WRITE)
-        CHECK(lfill(l, 0, GLEN, rnd()) == 0, "fill");
-    else
-        CHECK(owner_cmd(o, buf, sizeof(buf), "FILL %s %llu", rname,
-                        (unsigned long long)(rnd() >> 1)) == 0,
-              "remote fill");
+    CHECK(fill_source(o, l, rname, op) == 0, "fill");
     xfer_batch *b = xfer_batch_new(e, NULL);
     CHECK(b, "batch");
     for (int i = 0; i < N; i++) {
@@ -136,13 +139,7 @@ static int vec_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
 {
     const struct xfer_region_desc *d = owner_region(o, rname);
     size_t s = GLEN / n;
-    char buf[128];
-    if (op == XFER_OP_WRITE)
-        CHECK(lfill(l, 0, GLEN, rnd()) == 0, "fill");
-    else
-        CHECK(owner_cmd(o, buf, sizeof(buf), "FILL %s %llu", rname,
-                        (unsigned long long)(rnd() >> 1)) == 0,
-              "remote fill");
+    CHECK(fill_source(o, l, rname, op) == 0, "fill");
     struct xfer_seg *v = malloc(n * sizeof(*v));
     xfer_batch *b = xfer_batch_new(e, NULL);
     CHECK(b && v, "batch");
