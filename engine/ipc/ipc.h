@@ -320,7 +320,7 @@ void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r);
 
 struct ipc_pool;
 struct ipc_conn;
-/* Threads: XFER_IPC_COPY_THREADS, default ncpu / 4 (1..8); 0 = no pool.
+/* Threads: XFER_IPC_COPY_THREADS, default ncpu / 4 (2..8); 0 = no pool.
  * They start at the first post. NULL when there is no pool. */
 struct ipc_pool *ipc_pool_new(void);
 /* Joins the threads; no connection may have work queued any more. */

@@ -60,8 +60,8 @@ static int pool_threads(void)
 {
     const char *env = getenv("XFER_IPC_COPY_THREADS");
     long n = env ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN) / 4;
-    if (!env && n < 1)
-        n = 1;
+    if (!env && n < 2)
+        n = 2; /* with the posting thread: 2x one memcpy even on 2 cores */
     return n < 0 ? 0 : n > POOL_THREADS_MAX ? POOL_THREADS_MAX : (int)n;
 }
 
