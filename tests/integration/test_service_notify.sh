@@ -3,12 +3,15 @@
 # two xferd (n1, n2) and a real redis-server. notify -> listen roundtrip
 # (text and --json), a listener's --count leaves the rest queued for the
 # next one, copy --notify delivers after the data (the listener reads the
-# data the moment the notification arrives), a listener that goes away and
-# one that never reads (disconnected, xferd keeps serving), bad input.
+# data the moment the notification arrives), a listener that goes away, one
+# that never reads and one stopped with SIGSTOP (cut after io_timeout_ms,
+# what they did not acknowledge goes to the next listener exactly once),
+# bad input.
 set -u
 cd "${XFER_ROOT:-.}"
 B=${B:-build}
 source tests/lib/service.sh
+source tests/lib/freeze.sh
 trap 'for p in $(jobs -p); do kill "$p" 2>/dev/null; done; svc_cleanup; redis_stop' EXIT
 svc_init
 redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
@@ -82,9 +85,10 @@ ctl n1 notify n2 'after the crash' || fail "notify after a listener died"
 out=$(ctl n2 --timeout 10000 listen --count 1) || fail "listen after a listener died: $out"
 [[ $out == *"after the crash" ]] || fail "got '$out'"
 
-# 4. a listener that never reads: n2 pauses taking from its queue (senders
-# keep their notifications queued there), then after io_timeout_ms (2 s
-# here) drops it with a warn line and keeps serving.
+# 4. a listener that never reads nor acknowledges: n2 sends it a window's
+# worth and takes no more from its queue (senders keep their notifications
+# queued there), then after io_timeout_ms (2 s here) cuts it with a warn
+# line, keeps serving, and the next listener gets all 40, none lost.
 python3 - "$D/n2.sock" >"$D/slow.out" 2>&1 <<'PY' &
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX)
@@ -99,13 +103,49 @@ big=$(head -c 60000 /dev/zero | tr '\0' x)
 for i in $(seq 1 40); do
     ctl n1 notify n2 "$big" >/dev/null || fail "notify big $i"
 done
-wait_for 20 grep -q "notification listener left .* unread .*disconnected" "$D/n2.log" ||
-    fail "slow listener not dropped: $(tail -5 "$D/n2.log")"
+wait_for 20 grep -q "notification listener acknowledged none .*disconnected" "$D/n2.log" ||
+    fail "slow listener not cut: $(tail -5 "$D/n2.log")"
 kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
 ctl n2 health >/dev/null || fail "n2 stopped serving"
 n=$(ctl n2 --json --timeout 3000 listen | wc -l)
-((n > 0)) || fail "the notifications the slow listener did not take were lost"
-echo "after the slow listener: $n queued notifications delivered to the next listener"
+((n == 40)) || fail "after the slow listener was cut the next one got $n of 40 notifications"
+echo "after the slow listener: all $n notifications delivered to the next listener"
+
+# 4b. an xferctl listener stopped (SIGSTOP) with notifications in flight to
+# it: cut after io_timeout_ms; resumed, it prints none of those it had not
+# acknowledged and says so; a new listener gets every one exactly once.
+in_poll() { # PID blocked in poll(2): past its last acknowledgement
+    local nr
+    read -r nr _ <"/proc/$1/syscall" && [[ $nr == 7 || $nr == 271 ]]
+}
+"$XFERCTL" --socket "$D/n2.sock" --json listen >"$D/frozen.out" 2>"$D/frozen.err" &
+frozen=$!
+ctl n1 notify n2 'before the stop' || fail "notify before the stop"
+wait_for 10 grep -q 'before the stop' "$D/frozen.out" || fail "listener did not print: $(cat "$D/frozen.err")"
+wait_for 10 in_poll "$frozen" || fail "listener not back in poll"
+pid_freeze "$frozen" || fail "could not stop the listener"
+cuts=$(grep -c "notification listener acknowledged none" "$D/n2.log")
+for i in $(seq 1 50); do
+    ctl n1 notify n2 "frozen $i" >/dev/null || fail "notify frozen $i"
+done
+wait_for 20 bash -c "(( \$(grep -c 'notification listener acknowledged none' $D/n2.log) > $cuts ))" ||
+    fail "stopped listener not cut: $(tail -5 "$D/n2.log")"
+kill -CONT "$frozen"
+wait "$frozen"; rc=$?
+((rc == 1)) && grep -q "closed this subscription after 1 notification" "$D/frozen.err" ||
+    fail "resumed listener: rc=$rc $(cat "$D/frozen.err")"
+[[ $(wc -l <"$D/frozen.out") == 1 ]] || fail "the cut listener printed: $(cat "$D/frozen.out")"
+ctl n2 --json --timeout 10000 listen --count 50 >"$D/next.out" || fail "next listener"
+ctl n2 --json --timeout 500 listen >>"$D/next.out" || fail "listen for leftovers"
+python3 - "$D/next.out" <<'PY' || fail "exactly once: $(cut -c1-120 "$D/next.out")"
+import json, sys
+got = [json.loads(l) for l in open(sys.argv[1])]
+texts = [o["text"] for o in got]
+want = ["frozen %d" % i for i in range(1, 51)]
+assert sorted(texts) == sorted(want), (len(texts), sorted(set(want) - set(texts)))
+assert len({(o["incarnation"], o["seq"]) for o in got}) == 50
+PY
+echo "stopped listener cut: the next one got all 50 notifications exactly once"
 
 # 5. bad input: a clear error and a nonzero exit, xferd unharmed.
 out=$(ctl n1 notify nosuch hi 2>&1); rc=$?
