@@ -22,6 +22,7 @@
  * it only waits for its acknowledgements.
  */
 #include "ctl_conn.h"
+#include "notify_tag.h"
 #include "xfer_io.h"
 
 #include <stdlib.h>
@@ -59,6 +60,7 @@ struct ctl_listen {
     struct event *timer; /* cut of stalled listeners, delivery of given-back ones */
     struct listener *head;
     struct held *back, *back_tail; /* given back by listeners that went away */
+    struct notify_seen seen;       /* copies delivered (retries dropped) */
     int n;
     bool armed;
 };
@@ -359,11 +361,15 @@ static struct held *next_held(struct ctl_listen *l)
         xfer_err("listeners: out of memory: notifications wait in the queue");
         return NULL;
     }
-    if (xfer_notif_poll(l->s->d->eng, &h->n, 1) != 1) {
-        free(h);
-        return NULL;
+    for (;;) {
+        if (xfer_notif_poll(l->s->d->eng, &h->n, 1) != 1) {
+            free(h);
+            return NULL;
+        }
+        if (notify_tag_filter(&l->seen, h->n))
+            return h;
+        xfer_notif_free(h->n); /* a copy's stale attempt or a retry delivered already */
     }
-    return h;
 }
 
 static void listen_pump(struct ctl_server *s)
