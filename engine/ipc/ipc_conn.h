@@ -69,4 +69,8 @@ struct ipc_conn {
 int ipc_jobs_acquire(struct ipc_conn *c, struct ipc_job *jobs, size_t n);
 int ipc_jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n);
 
+/* Queues items for the worker (which asks the owner); on failure reports
+ * them failed and returns < 0. */
+int ipc_conn_queue(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n);
+
 #endif
