@@ -584,10 +584,8 @@ static int start_run(xfer_batch *b, int deadline_ms)
     return 0;
 }
 
-int xfer_batch_submit(xfer_batch *b, int deadline_ms)
+static int submit_run(xfer_batch *b, int deadline_ms)
 {
-    if (!b)
-        return -XFER_EINVAL;
     pthread_mutex_lock(&b->mu);
     int rc = b->state == B_RUNNING ? -XFER_EBUSY : b->n == 0 && b->notes.n == 0 ? -XFER_EINVAL : 0;
     if (rc == 0)
@@ -626,6 +624,18 @@ int xfer_batch_submit(xfer_batch *b, int deadline_ms)
     pthread_mutex_unlock(&b->mu);
     xfer_batch_put(b);
     return 0;
+}
+
+int xfer_batch_submit(xfer_batch *b, int deadline_ms)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    /* Notifications, RTS and FINs the run queues go out from this thread,
+     * after the batch lock is let go (msg.c). */
+    msg_direct_begin();
+    int rc = submit_run(b, deadline_ms);
+    msg_direct_end();
+    return rc;
 }
 
 /* ---- waiting ---------------------------------------------------------------- */

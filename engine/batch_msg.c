@@ -125,7 +125,8 @@ void batch_msg_start(xfer_batch *b)
             bi->it.len = bi->cap;
             bi->matched = false;
             bi->from = NULL;
-            rc = mm_recv_add(b->engine, b, i, b->notes.run, bi->want, bi->tag);
+            rc = mm_recv_add(b->engine, b, i, b->notes.run, bi->want, bi->tag, bi->cap,
+                             bi->it.local->kind == XFER_MEM_HOST);
         } else {
             rc = mm_send_add(b->engine, b, i, b->notes.run, bi->it.peer, bi->it.len, &bi->send_id);
         }
@@ -139,9 +140,11 @@ void batch_msg_start(xfer_batch *b)
 
 void batch_msg_submit(xfer_batch *b)
 {
+    bool recvs = false;
     for (size_t i = 0; i < b->n; i++) {
         pthread_mutex_lock(&b->mu);
         struct batch_item *bi = &b->items[i];
+        recvs |= bi->kind == BK_RECV;
         bool go = bi->kind == BK_SEND && bi->open;
         struct xfer_msg_rts r = {
             .send_id = bi->send_id, .tag = bi->tag, .len = bi->it.len, .off = bi->it.local_off};
@@ -155,6 +158,9 @@ void batch_msg_submit(xfer_batch *b)
             r.eager = local->ptr + r.off; /* copied into the frame by mm_send_rts */
         mm_send_rts(b->engine, p, &r);
     }
+    if (recvs) /* messages that arrived before these RECVs: matched here, not
+                * by a hand-off to the message thread */
+        mm_match_run(b->engine);
 }
 
 int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,

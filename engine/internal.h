@@ -165,6 +165,7 @@ struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_m
     pthread_cond_t done_cv; /* a work finished (msg_peer_gone waits) */
     size_t inflight;        /* queued or handed to a transport, not done yet */
     pthread_cond_t idle_cv; /* inflight reached 0 (msg_thread_stop drains) */
+    size_t direct;          /* kept by direct sections, not delivered yet */
 };
 int msg_thread_start(xfer_engine *e);
 /* Lets messages already queued or in flight finish (at most
@@ -178,8 +179,14 @@ struct msg_out *msg_out_new(size_t len);
  * has let go of p when this returns. */
 void msg_peer_gone(xfer_engine *e, xfer_peer *p);
 /* Queues o for o->peer: 0 and o->done is called exactly once (never from
- * inside this call), or -XFER_ECANCELED (engine stopping; o is the caller's). */
+ * inside this call), or -XFER_ECANCELED (engine stopping; o is the caller's).
+ * Inside a direct section the calling thread delivers o at the section's end. */
 int msg_send(xfer_engine *e, struct msg_out *o);
+/* A direct section (nestable): messages queued in it are delivered by this
+ * thread at msg_direct_end, which must be called with no lock held (it
+ * takes peers' conn_lock and calls send_msg). */
+void msg_direct_begin(void);
+void msg_direct_end(void);
 uint64_t msg_next_seq(xfer_engine *e);
 
 struct notify_queue { /* received notifications, FIFO ring */
@@ -246,14 +253,16 @@ struct msg_match { /* leaf lock: never held while calling out */
     size_t n_rts;
     struct mm_send *sends; /* SEND items waiting for their FIN */
     uint64_t next_send_id;
-    bool eager; /* small SENDs carry their bytes (XFER_MSG_EAGER=0: never) */
+    bool eager;             /* small SENDs carry their bytes (XFER_MSG_EAGER=0: never) */
+    unsigned matching;      /* pairs taken, being handed to their batch */
+    pthread_cond_t idle_cv; /* matching reached 0 (mm_peer_gone waits) */
 };
 void msg_match_init(xfer_engine *e);
 /* After the message thread stopped: ends what is left (-XFER_ECANCELED). */
 void msg_match_destroy(xfer_engine *e);
 /* b->mu held: registers RECV / SEND item i of run (takes a batch hold). */
 int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *want,
-                uint64_t tag);
+                uint64_t tag, uint64_t cap, bool host);
 int mm_send_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *p, uint64_t len,
                 uint64_t *send_id);
 /* b->mu held: item i ended; drops its registration if it still has one. */
@@ -261,8 +270,9 @@ void mm_forget(xfer_engine *e, xfer_batch *b, size_t i);
 /* Queues an RTS (no lock needed) / a FIN (b->mu may be held). */
 void mm_send_rts(xfer_engine *e, xfer_peer *p, const struct xfer_msg_rts *r);
 void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, uint64_t got);
-/* Message thread: pairs arrived RTS with posted RECVs; fails entries whose
- * peer's connection is gone (-XFER_ECONN). */
+/* No lock held (message thread, submitter): pairs arrived RTS with posted
+ * RECVs; mm_sweep fails entries whose peer's connection is gone
+ * (-XFER_ECONN). */
 void mm_match_run(xfer_engine *e);
 void mm_sweep(xfer_engine *e);
 /* xfer_peer_remove: entries naming p end -XFER_ECONN, RTS from p go. */

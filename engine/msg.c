@@ -6,6 +6,11 @@
  * the batch lock and often on a transport's progress thread, while the
  * peer's conn_lock ranks above the batch lock. The message thread takes
  * conn_lock for reading, with no other lock held, and calls send_msg.
+ *
+ * Direct sections (msg_direct_begin/end): a thread that will hold no lock
+ * at the section's end (a submitting caller) keeps what it queues in the
+ * section and delivers it itself at the end, on its own thread: no hand-off
+ * to the message thread (docs/perf.md, "Messages and notifications").
  */
 #include "internal.h"
 #include "mono_clock.h"
@@ -75,6 +80,36 @@ static void msg_deliver(struct msg_out *o)
     pthread_rwlock_unlock(&p->conn_lock);
     if (rc < 0)
         msg_finish(o, rc, why);
+}
+
+/* This thread's direct section: depth and the messages it keeps. */
+static __thread struct {
+    int depth;
+    struct msg_out *head, *tail;
+} tl_direct;
+
+void msg_direct_begin(void)
+{
+    tl_direct.depth++;
+}
+
+void msg_direct_end(void)
+{
+    if (--tl_direct.depth > 0)
+        return;
+    /* Delivered in the order queued: messages to a peer keep their order. */
+    while (tl_direct.head) {
+        struct msg_out *o = tl_direct.head;
+        struct msg_thread *t = &o->peer->engine->msgs;
+        tl_direct.head = o->next;
+        if (!tl_direct.head)
+            tl_direct.tail = NULL;
+        msg_deliver(o);
+        pthread_mutex_lock(&t->mu);
+        if (--t->direct == 0)
+            pthread_cond_broadcast(&t->done_cv);
+        pthread_mutex_unlock(&t->mu);
+    }
 }
 
 #define SWEEP_NS     200000000 /* two-sided entries of dead peers fail this often */
@@ -151,7 +186,15 @@ int msg_send(xfer_engine *e, struct msg_out *o)
     o->next = NULL;
     pthread_mutex_lock(&t->mu);
     bool stopped = t->stop || !t->started;
-    if (!stopped) {
+    if (!stopped && tl_direct.depth > 0) {
+        t->inflight++;
+        t->direct++; /* msg_peer_gone waits for it: o->peer is used until delivered */
+        if (tl_direct.tail)
+            tl_direct.tail->next = o;
+        else
+            tl_direct.head = o;
+        tl_direct.tail = o;
+    } else if (!stopped) {
         if (t->tail)
             t->tail->next = o;
         else
@@ -195,7 +238,7 @@ void msg_peer_gone(xfer_engine *e, xfer_peer *p)
         pthread_mutex_lock(&t->mu);
         struct msg_out *gone = take_peer_msgs(t, p);
         uint64_t r = t->rounds;
-        while (t->busy && t->rounds == r)
+        while ((t->busy && t->rounds == r) || t->direct)
             pthread_cond_wait(&t->done_cv, &t->mu);
         pthread_mutex_unlock(&t->mu);
         if (!gone && pass > 0)

@@ -239,8 +239,12 @@ void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int stat
 void xfer_msg_done(struct xfer_msg *m, int status, const char *why);
 /* Target side: an engine message arrived from node_id/incarnation (as the
  * transport's handshake proved them). Returns the status to answer: 0
- * (accepted), -XFER_ENOSPC (receive queue full), -XFER_EPROTO (malformed),
- * -XFER_ENOMEM. Never blocks on the user; bytes are copied. */
+ * (accepted), XFER_MSG_DELIVERED (accepted and consumed at once: an eager
+ * message matched a posted receive; the answer stands for its FIN),
+ * -XFER_ENOSPC (receive queue full), -XFER_EPROTO (malformed),
+ * -XFER_ENOMEM. Never blocks on the user; bytes are copied. Transports
+ * carry the answer, XFER_MSG_DELIVERED included, back to xfer_msg_done. */
+#define XFER_MSG_DELIVERED 1
 int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnation,
                          const uint8_t *frame, size_t len);
 

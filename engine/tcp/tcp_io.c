@@ -576,8 +576,8 @@ static int initiator_header(struct tcp_sock *s)
     inflight_pop(s);
     if (h->status < 0)
         remote_refused(s, t, h->status);
-    else
-        tcp_chunk_complete(s, t, 0, NULL);
+    else /* 0, or XFER_MSG_DELIVERED answering a MSG_REQ (the decoder allows no other) */
+        tcp_chunk_complete(s, t, h->status, NULL);
     return 1;
 }
 

@@ -36,8 +36,11 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
         tcp_tx_free(t);
         return -XFER_ECONN;
     }
+    /* The caller holds only conn_lock (msg.c): on an idle socket it sends
+     * the frame itself, as a submitter does with data chunks (tcp_post). */
     for (int k = 0; k < tc->n; k++)
-        if (kick[k])
+        if (kick[k] &&
+            !(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
     return 0;
 }
