@@ -166,6 +166,7 @@ struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_m
     size_t inflight;        /* queued or handed to a transport, not done yet */
     pthread_cond_t idle_cv; /* inflight reached 0 (msg_thread_stop drains) */
     size_t direct;          /* kept by direct sections, not delivered yet */
+    bool behind; /* notifications may go behind their data (XFER_NOTIFY_BEHIND=0: never) */
 };
 int msg_thread_start(xfer_engine *e);
 /* Lets messages already queued or in flight finish (at most
@@ -182,6 +183,10 @@ void msg_peer_gone(xfer_engine *e, xfer_peer *p);
  * inside this call), or -XFER_ECANCELED (engine stopping; o is the caller's).
  * Inside a direct section the calling thread delivers o at the section's end. */
 int msg_send(xfer_engine *e, struct msg_out *o);
+/* A message handed to a transport without msg_send (a notification sent
+ * behind its data): counted like one in flight; -XFER_ECANCELED if the
+ * engine stops. */
+int msg_handed(xfer_engine *e);
 /* A direct section (nestable): messages queued in it are delivered by this
  * thread at msg_direct_end, which must be called with no lock held (it
  * takes peers' conn_lock and calls send_msg). */
@@ -211,7 +216,8 @@ struct batch_note {
     struct xfer_notif_fail *failed; /* the first XFER_NOTIFY_FAILED_MAX */
     uint32_t n_listed, cap_listed;
     bool fired;
-    int status; /* -XFER_EINPROGRESS until acknowledged or failed */
+    bool behind; /* its frame went behind the items' data (transport's send_behind) */
+    int status;  /* -XFER_EINPROGRESS until acknowledged or failed */
     char why[96];
 };
 
@@ -230,6 +236,12 @@ void notes_count(struct batch_notes *ns, xfer_peer *p);
 /* Item idx for peer p ended with status; returns the index of a binding that
  * is now ready to send, or -1. */
 long notes_item_end(struct batch_notes *ns, xfer_peer *p, size_t idx, int status);
+/* Binding of p whose items are exactly the n open items idx (all of them,
+ * none ended yet), not sent yet: its index, else -1. */
+long notes_behind_ok(const struct batch_notes *ns, const xfer_peer *p, size_t n);
+/* Binding k's frame sent behind the data was declined by the target: it
+ * is sent the fenced way; true if its items all ended (send it now). */
+bool notes_behind_declined(struct batch_notes *ns, size_t k);
 /* Builds binding k's frame; NULL when out of memory. */
 struct msg_out *notes_frame(xfer_engine *e, struct batch_notes *ns, size_t k);
 /* Binding k finished with status: true if it was still open. */

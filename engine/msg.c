@@ -207,6 +207,17 @@ int msg_send(xfer_engine *e, struct msg_out *o)
     return stopped ? -XFER_ECANCELED : 0;
 }
 
+int msg_handed(xfer_engine *e)
+{
+    struct msg_thread *t = &e->msgs;
+    pthread_mutex_lock(&t->mu);
+    bool stopped = t->stop || !t->started;
+    if (!stopped)
+        t->inflight++;
+    pthread_mutex_unlock(&t->mu);
+    return stopped ? -XFER_ECANCELED : 0;
+}
+
 /* Unlinks the queued messages of p. t->mu held. */
 static struct msg_out *take_peer_msgs(struct msg_thread *t, const xfer_peer *p)
 {
@@ -259,6 +270,8 @@ int msg_thread_start(xfer_engine *e)
     pthread_cond_init(&t->done_cv, NULL);
     xfer_cond_init_mono(&t->idle_cv);
     msg_match_init(e);
+    const char *v = getenv("XFER_NOTIFY_BEHIND"); /* 0: measuring, or a peer without it */
+    t->behind = !(v && !strcmp(v, "0"));
     if (pthread_create(&t->thread, NULL, msg_main, e) != 0) {
         xfer_engine_set_error(e, "cannot start the message thread");
         return -XFER_ENOMEM;

@@ -61,8 +61,8 @@ int xfer_wire_decode(const uint8_t in[XFER_WIRE_HDR_LEN], uint32_t max_payload,
         return -XFER_EPROTO;
     if (h->op == 0 || h->op >= XFER_WIRE_OP_MAX)
         return -XFER_EPROTO;
-    /* the one positive status: a message answered "delivered" */
-    if ((h->status > 0 && !(h->op == XFER_WIRE_MSG_RESP && h->status == XFER_MSG_DELIVERED)) ||
+    /* positive statuses: a message's answer "delivered" or "not behind" */
+    if ((h->status > 0 && !(h->op == XFER_WIRE_MSG_RESP && h->status <= XFER_MSG_NOT_BEHIND)) ||
         h->status <= -XFER_ERR_MAX)
         return -XFER_EPROTO;
     if (h->payload > max_payload || h->length > max_payload)
