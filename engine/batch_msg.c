@@ -207,7 +207,7 @@ void batch_msg_submit(xfer_batch *b)
         xfer_region_describe(local, &r.src); /* pinned by the run */
         if (b->engine->match.eager && r.len <= XFER_MSG_EAGER_MAX && local->kind == XFER_MEM_HOST)
             r.eager = local->ptr + r.off; /* copied into the frame by mm_send_rts */
-        mm_send_rts(b->engine, p, &r);
+        mm_send_rts(b->engine, b, p, &r);
     }
     if (recvs) /* messages that arrived before these RECVs: matched here, not
                 * by a hand-off to the message thread */

@@ -104,7 +104,7 @@ void msg_direct_end(void)
         tl_direct.head = o->next;
         if (!tl_direct.head)
             tl_direct.tail = NULL;
-        msg_deliver(o);
+        msg_deliver(o); /* o->m.wait_b: still inside its submit */
         pthread_mutex_lock(&t->mu);
         if (--t->direct == 0)
             pthread_cond_broadcast(&t->done_cv);
@@ -195,6 +195,7 @@ int msg_send(xfer_engine *e, struct msg_out *o)
             tl_direct.head = o;
         tl_direct.tail = o;
     } else if (!stopped) {
+        o->m.wait_b = NULL; /* the batch may be gone when the thread delivers o */
         if (t->tail)
             t->tail->next = o;
         else

@@ -197,7 +197,7 @@ static void rts_done(struct msg_out *o, int status, const char *why)
     free(s);
 }
 
-void mm_send_rts(xfer_engine *e, xfer_peer *p, const struct xfer_msg_rts *r)
+void mm_send_rts(xfer_engine *e, xfer_batch *b, xfer_peer *p, const struct xfer_msg_rts *r)
 {
     struct msg_out *o = msg_out_new(xfer_msg_rts_frame_len(r));
     if (!o) {
@@ -209,6 +209,7 @@ void mm_send_rts(xfer_engine *e, xfer_peer *p, const struct xfer_msg_rts *r)
     o->peer = p;
     o->id = r->send_id;
     o->done = rts_done;
+    o->m.wait_b = b; /* the answer may complete the SEND (cleared unless direct) */
     if (msg_send(e, o) < 0) {
         struct msg_out stub = {.peer = p, .id = r->send_id};
         free(o);

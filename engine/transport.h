@@ -30,6 +30,11 @@ struct xfer_conn;
 struct xfer_msg {
     const uint8_t *frame;
     size_t len;
+    /* Set only while the sender's own thread delivers m from inside its
+     * xfer_batch_submit (the batch is alive): the answer completes this
+     * batch, so send_msg may name the channel it used with
+     * xfer_batch_wait_hint (waiter-driven receive). Else NULL. */
+    xfer_batch *wait_b;
 };
 
 enum xfer_transport_cap {

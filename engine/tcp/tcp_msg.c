@@ -41,6 +41,7 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
     struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
     if (m->len > XFER_MSG_FRAME_MAX)
         return -XFER_EINVAL;
+    xfer_batch *wait_b = m->wait_b; /* m may be gone once the frame is out */
     struct tcp_tx *t = msg_tx(tc, m, 0, 0);
     if (!t)
         return -XFER_ENOMEM;
@@ -51,10 +52,14 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
     }
     /* The caller holds only conn_lock (msg.c): on an idle socket it sends
      * the frame itself, as a submitter does with data chunks (tcp_post). */
-    for (int k = 0; k < tc->n; k++)
-        if (kick[k] &&
-            !(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
+    for (int k = 0; k < tc->n; k++) {
+        if (!kick[k])
+            continue;
+        if (!(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
+        if (wait_b) /* its answer ends the SEND: the waiter may read it itself */
+            xfer_batch_wait_hint(wait_b, c, tc->socks[k]);
+    }
     return 0;
 }
 
