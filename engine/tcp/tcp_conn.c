@@ -300,9 +300,10 @@ static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it)
 }
 
 /* Splits segment k of item i (the item itself when plain) into chunks
- * spread over the sockets; false once the item failed. */
+ * spread over the sockets, counting them in *frames; false once the item
+ * failed. */
 static bool post_seg(struct tcp_conn *tc, xfer_batch *b, size_t i, size_t k, bool vec,
-                     uint64_t chunk, bool *kick)
+                     uint64_t chunk, bool *kick, uint32_t *frames)
 {
     struct xfer_item seg, *it = &seg;
     xfer_batch_item_seg(b, i, k, &seg);
@@ -325,20 +326,23 @@ static bool post_seg(struct tcp_conn *tc, xfer_batch *b, size_t i, size_t k, boo
             tcp_tx_free(t);
             return false;
         }
+        (*frames)++;
         off += len;
     } while (off < it->len);
     return true;
 }
 
-/* Item i, each segment of a vectored one in turn. */
-static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick)
+/* Item i, each segment of a vectored one in turn; returns its frames. */
+static uint32_t post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick)
 {
     if (gpu_item(tc, xfer_batch_item(b, i)) && chunk > TCP_GPU_SLOT)
         chunk = TCP_GPU_SLOT;
     size_t nseg;
     bool vec = xfer_batch_item_segs(b, i, &nseg) != NULL;
-    for (size_t k = 0; k < nseg && post_seg(tc, b, i, k, vec, chunk, kick); k++)
+    uint32_t frames = 0;
+    for (size_t k = 0; k < nseg && post_seg(tc, b, i, k, vec, chunk, kick, &frames); k++)
         ;
+    return frames;
 }
 
 int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
@@ -352,14 +356,18 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     uint64_t chunk = xfer_engine_config_get(tc->tt->engine)->chunk_bytes;
     chunk = chunk < 4096 ? 4096 : chunk > TCP_MAX_PAYLOAD ? TCP_MAX_PAYLOAD : chunk;
     bool kick[64] = {false};
+    uint32_t frames = 0;
     for (size_t k = 0; k < n; k++)
-        post_item(tc, b, idx[k], chunk, kick);
+        frames += post_item(tc, b, idx[k], chunk, kick);
     int used = 0, one = -1;
+    for (int k = 0; k < tc->n; k++)
+        if (kick[k])
+            used++, one = k;
+    if (used == 1) /* a notification bound to these items may follow them */
+        tcp_msg_behind(tc, b, tc->socks[one], idx, n, frames);
     for (int k = 0; k < tc->n; k++) {
         if (!kick[k])
             continue;
-        used++;
-        one = k;
         if (!(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
     }
