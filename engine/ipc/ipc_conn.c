@@ -223,7 +223,15 @@ struct ipc_group {
     struct ipc_kcopy *kc;       /* GPU<->GPU items, batched when many */
     size_t nkc;
     bool kc_running; /* some launched as batched kernels */
+    int64_t t_us[3]; /* taken, pinned, copies started (for the debug line) */
 };
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static char *job_local(const struct ipc_job *j)
 {
@@ -401,6 +409,7 @@ static void maps_gc(struct ipc_conn *c)
 static void group_start(struct ipc_conn *c, struct ipc_group *g)
 {
     g->mark = NULL;
+    g->t_us[0] = now_us();
     for (size_t i = 0; i < g->n; i++) {
         struct ipc_job *j = &g->jobs[i];
         j->it = *xfer_batch_item(j->b, j->i);
@@ -420,8 +429,26 @@ static void group_start(struct ipc_conn *c, struct ipc_group *g)
             job_check(c, j);
     }
     g->rc = ipc_jobs_acquire(c, g->jobs, g->n);
+    g->t_us[1] = now_us();
     if (g->rc == 0)
         jobs_copy_start(c, g);
+    g->t_us[2] = now_us();
+}
+
+/* XFER_LOG_LEVEL=debug: where a group's time went. */
+static void group_debug(const struct ipc_group *g)
+{
+    size_t segs = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        segs += g->jobs[i].segs ? g->jobs[i].s1 - g->jobs[i].s0 : 1;
+        bytes += g->jobs[i].bytes;
+    }
+    int64_t end = now_us();
+    xfer_debug("ipc: group of %zu jobs, %zu segments, %llu bytes: check+pin %lld us, copies "
+               "started %lld us, then waited+released+reported %lld us",
+               g->n, segs, (unsigned long long)bytes, (long long)(g->t_us[1] - g->t_us[0]),
+               (long long)(g->t_us[2] - g->t_us[1]), (long long)(end - g->t_us[2]));
 }
 
 /* Waits for g's copies, unpins and reports; < 0 if the connection broke. */
@@ -436,6 +463,8 @@ static int group_finish(struct ipc_conn *c, struct ipc_group *g)
         ipc_job_fail(&g->jobs[i], -XFER_ECONN, "ipc connection to the owner lost: %s",
                      xfer_strerror(rc));
     jobs_report(g->jobs, g->n);
+    if (xfer_log_get_level() >= XFER_LOG_DEBUG)
+        group_debug(g);
     return rc;
 }
 

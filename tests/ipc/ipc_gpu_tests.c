@@ -130,10 +130,10 @@ static int big_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
     return 0;
 }
 
-/* Two vectored items (xfer_batch_add_segments) of n/2 segments each over
- * the whole region, remote slots reversed: GPU<->GPU they go through one
- * owner round trip per list and batched kernels (n above 8192: several
- * ipc jobs), GPU<->CPU one CUDA copy per segment. */
+/* Two vectored items (xfer_batch_add_segments) of n/4 and 3n/4 segments
+ * over the whole region, remote slots reversed: GPU<->GPU they go through
+ * one owner round trip per group and batched kernels (an item of more than
+ * 8192 segments: several ipc jobs), GPU<->CPU one CUDA copy per segment. */
 static int vec_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l,
                      const char *rname, enum xfer_op op, size_t n)
 {
@@ -147,8 +147,8 @@ static int vec_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
         v[i] = (struct xfer_seg){i * s, (n - 1 - i) * s, s};
     struct xfer_item it = {
         .op = op, .local = l->r, .peer = p, .remote_id = d->id, .remote_gen = d->gen};
-    CHECK(xfer_batch_add_segments(b, &it, v, n / 2) == 0 &&
-              xfer_batch_add_segments(b, &it, v + n / 2, n - n / 2) == 1,
+    CHECK(xfer_batch_add_segments(b, &it, v, n / 4) == 0 &&
+              xfer_batch_add_segments(b, &it, v + n / 4, n - n / 4) == 1,
           "add_segments: %s", xfer_engine_last_error(e));
     int rc = xfer_batch_submit(b, DEADLINE);
     if (rc == 0)
@@ -163,8 +163,8 @@ static int vec_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
               "sums");
         CHECK(rs == ls, "vectored segment %zu checksum mismatch", i);
     }
-    printf("ok %-5s 2 vectored items of %zu segments of %zu B, local %s remote %s\n",
-           op == XFER_OP_READ ? "READ" : "WRITE", n / 2, s, l->name, rname);
+    printf("ok %-5s vectored items of %zu + %zu segments of %zu B, local %s remote %s\n",
+           op == XFER_OP_READ ? "READ" : "WRITE", n / 4, n - n / 4, s, l->name, rname);
     return 0;
 }
 
