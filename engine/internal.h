@@ -65,6 +65,12 @@ void guard_free(xfer_region *r);
 void region_cuda_close(xfer_region *r);
 /* Initiator-side pin of a local region for a running batch. */
 bool region_pin(xfer_region *r);
+/* n pins at once (one lock for a run of items on the same region). */
+bool region_pin_n(xfer_region *r, int n);
+void region_unpin_n(xfer_region *r, int n);
+/* Kind of the peer's cached region id (XFER_MEM_*), or -1 if not cached:
+ * what xfer_peer_region_get tells, without copying the descriptor. */
+int peer_region_kind(xfer_peer *p, uint32_t id);
 void region_unpin(xfer_region *r);
 void region_table_init(struct region_table *t);
 /* memfd of len bytes, mapped and pre-faulted, on huge pages where the host

@@ -302,6 +302,15 @@ int xfer_peer_region_get(xfer_peer *p, uint32_t id, struct xfer_region_desc *out
     return slot ? 0 : -XFER_ENOENT;
 }
 
+int peer_region_kind(xfer_peer *p, uint32_t id)
+{
+    pthread_mutex_lock(&p->mu);
+    struct xfer_region_desc *slot = cache_find(p, id);
+    int kind = slot ? (int)slot->kind : -1;
+    pthread_mutex_unlock(&p->mu);
+    return kind;
+}
+
 /* ---- accessors ------------------------------------------------------------ */
 
 void xfer_peer_describe(const xfer_peer *p, struct xfer_peer_desc *out)

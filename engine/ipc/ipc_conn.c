@@ -584,10 +584,14 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
             c->qcap = cap;
         }
     }
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        xfer_batch_hold(b); /* b must outlive our queue entry; put after the report */
-        c->q[(c->qhead + c->qlen) % c->qcap] = (struct ipc_work){b, idx[k]};
-        c->qlen++;
+    if (rc == 0) {
+        xfer_batch_hold_n(b, (int)n); /* b must outlive our queue entries; put after the report */
+        size_t tail = (c->qhead + c->qlen) % c->qcap;
+        for (size_t k = 0; k < n; k++) {
+            c->q[tail] = (struct ipc_work){b, idx[k]};
+            tail = tail + 1 == c->qcap ? 0 : tail + 1;
+        }
+        c->qlen += n;
     }
     if (rc == 0)
         pthread_cond_signal(&c->cv);

@@ -279,24 +279,38 @@ static struct tcp_tx *make_chunk(struct tcp_transport *tt, xfer_batch *b, size_t
     return t;
 }
 
+/* Is the peer's region id GPU memory? Remembered for the last id asked
+ * (items of a block list come in runs on one region). */
+struct gpu_memo {
+    bool valid, gpu;
+    uint32_t id;
+};
+
 /* GPU memory on either side moves through staging slots of TCP_GPU_SLOT. */
-static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it)
+static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it, struct gpu_memo *m)
 {
     struct xfer_region_desc rd;
     if (xfer_region_kind(it->local) == XFER_MEM_CUDA)
         return true;
-    return xfer_peer_region_get(tc->base.peer, it->remote_id, &rd) == 0 && rd.kind == XFER_MEM_CUDA;
+    if (!m->valid || m->id != it->remote_id) {
+        m->gpu = xfer_peer_region_get(tc->base.peer, it->remote_id, &rd) == 0 &&
+                 rd.kind == XFER_MEM_CUDA;
+        m->id = it->remote_id;
+        m->valid = true;
+    }
+    return m->gpu;
 }
 
 /* Splits item i into chunks spread over the sockets. */
-static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick)
+static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick,
+                      struct gpu_memo *memo)
 {
     const struct xfer_item *it = xfer_batch_item(b, i);
     if (it->len > UINT64_MAX - it->remote_off) { /* would wrap into a valid range */
         xfer_batch_chunk_done(b, i, 0, -XFER_ERANGE, "remote offset + length overflows");
         return;
     }
-    if (gpu_item(tc, it) && chunk > TCP_GPU_SLOT)
+    if (gpu_item(tc, it, memo) && chunk > TCP_GPU_SLOT)
         chunk = TCP_GPU_SLOT;
     uint64_t off = 0;
     do {
@@ -327,8 +341,9 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     uint64_t chunk = xfer_engine_config_get(tc->tt->engine)->chunk_bytes;
     chunk = chunk < 4096 ? 4096 : chunk > TCP_MAX_PAYLOAD ? TCP_MAX_PAYLOAD : chunk;
     bool kick[64] = {false};
+    struct gpu_memo memo = {0};
     for (size_t k = 0; k < n; k++)
-        post_item(tc, b, idx[k], chunk, kick);
+        post_item(tc, b, idx[k], chunk, kick, &memo);
     for (int k = 0; k < tc->n; k++)
         if (kick[k] &&
             !(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
