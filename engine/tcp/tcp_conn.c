@@ -239,17 +239,17 @@ bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_l
     return false;
 }
 
-static struct tcp_tx *make_chunk(struct tcp_transport *tt, xfer_batch *b, size_t i,
-                                 const struct xfer_item *it, uint64_t off, uint64_t len)
+/* Fills chunk t of item i (all of it: slab memory is reused unzeroed):
+ * [off, off+len) of it, request id req. */
+static void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const struct xfer_item *it,
+                       uint64_t off, uint64_t len, uint64_t req)
 {
-    struct tcp_tx *t = calloc(1, sizeof(*t));
-    if (!t)
-        return NULL;
     uint8_t *local = (uint8_t *)xfer_region_ptr(it->local) + it->local_off + off;
+    *t = (struct tcp_tx){0};
     t->b = b;
     t->idx = i;
     t->len = len;
-    t->req_id = __atomic_add_fetch(&tt->next_req, 1, __ATOMIC_RELAXED);
+    t->req_id = req;
     t->op = it->op == XFER_OP_WRITE ? XFER_WIRE_WRITE_REQ : XFER_WIRE_READ_REQ;
     if (it->op == XFER_OP_WRITE) {
         t->payload = local;
@@ -275,8 +275,6 @@ static struct tcp_tx *make_chunk(struct tcp_transport *tt, xfer_batch *b, size_t
                               .length = len,
                               .payload = (uint32_t)t->payload_len};
     xfer_wire_encode(&h, t->hdr);
-    xfer_batch_hold(b);
-    return t;
 }
 
 /* Is the peer's region id GPU memory? Remembered for the last id asked
@@ -301,52 +299,142 @@ static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it, struct gpu
     return m->gpu;
 }
 
-/* Splits item i into chunks spread over the sockets. */
-static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick,
-                      struct gpu_memo *memo)
+/* Chunk size of item it (GPU memory goes through staging slots), 0 when
+ * the item cannot be sent. */
+static uint64_t item_chunk(struct tcp_conn *tc, const struct xfer_item *it, uint64_t chunk,
+                           struct gpu_memo *memo)
 {
-    const struct xfer_item *it = xfer_batch_item(b, i);
-    if (it->len > UINT64_MAX - it->remote_off) { /* would wrap into a valid range */
-        xfer_batch_chunk_done(b, i, 0, -XFER_ERANGE, "remote offset + length overflows");
-        return;
-    }
-    if (gpu_item(tc, it, memo) && chunk > TCP_GPU_SLOT)
-        chunk = TCP_GPU_SLOT;
-    uint64_t off = 0;
-    do {
-        uint64_t len = it->len - off < chunk ? it->len - off : chunk;
-        struct tcp_tx *t = make_chunk(tc->tt, b, i, it, off, len);
-        if (!t) {
-            xfer_batch_chunk_done(b, i, 0, -XFER_ENOMEM, "out of memory for a chunk");
-            return;
-        }
-        if (!tcp_enqueue(tc, t, kick, false)) {
-            xfer_batch_chunk_done(b, i, 0, -XFER_ECONN, "every connection to the peer is lost");
-            xfer_batch_put(b);
-            tcp_tx_free(t);
-            return;
-        }
-        off += len;
-    } while (off < it->len);
+    if (it->len > UINT64_MAX - it->remote_off) /* would wrap into a valid range */
+        return 0;
+    return gpu_item(tc, it, memo) && chunk > TCP_GPU_SLOT ? TCP_GPU_SLOT : chunk;
 }
 
+static size_t n_chunks(uint64_t len, uint64_t chunk)
+{
+    return len ? (size_t)((len - 1) / chunk + 1) : 1;
+}
+
+/* Chunks bound for one socket, queued under its qmu once. */
+struct sock_list {
+    struct tcp_tx *head, *tail;
+    uint64_t load; /* socket's load plus what this post adds; UINT64_MAX: dead */
+    uint64_t added;
+    bool gpu;
+};
+
+/* Hands each socket its list (one qmu lock per socket). Chunks of a socket
+ * that died meanwhile go to another live one, or fail. */
+static void splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kick)
+{
+    for (int k = 0; k < tc->n; k++) {
+        if (!q[k].head)
+            continue;
+        struct tcp_sock *s = tc->socks[k];
+        pthread_mutex_lock(&s->qmu);
+        bool ok = !s->dead;
+        if (ok) {
+            if (s->q_tail)
+                s->q_tail->next = q[k].head;
+            else
+                s->q_head = q[k].head;
+            s->q_tail = q[k].tail;
+            s->gpu_seen |= q[k].gpu;
+            __atomic_add_fetch(&s->load, q[k].added, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_unlock(&s->qmu);
+        if (ok) {
+            kick[k] = true;
+            continue;
+        }
+        for (struct tcp_tx *t = q[k].head, *next; t; t = next) {
+            next = t->next;
+            t->next = NULL;
+            if (tcp_enqueue(tc, t, kick, false))
+                continue;
+            xfer_batch_chunk_done(t->b, t->idx, 0, -XFER_ECONN,
+                                  "every connection to the peer is lost");
+            xfer_batch_put(t->b);
+            tcp_tx_free(t);
+        }
+    }
+}
+
+/* A post of more chunks than this is left to the progress threads: the
+ * submitting thread sends itself only small posts (latency), not bulk. */
+#define TCP_DIRECT_MAX_CHUNKS 64
+
+/* Splits the items into chunks spread over the sockets by least load. All
+ * chunks come from one allocation, take their request ids and batch holds
+ * at once, and each socket's queue lock is taken once per post. */
 int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
 {
     struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
+    struct sock_list q[64];
     bool any = false;
-    for (int k = 0; k < tc->n && !any; k++)
-        any = !__atomic_load_n(&tc->socks[k]->dead, __ATOMIC_RELAXED);
+    unsigned start = __atomic_fetch_add(&tc->next, 1, __ATOMIC_RELAXED);
+    for (int k = 0; k < tc->n; k++) {
+        struct tcp_sock *s = tc->socks[(start + (unsigned)k) % (unsigned)tc->n];
+        bool dead = __atomic_load_n(&s->dead, __ATOMIC_RELAXED);
+        q[k] = (struct sock_list){0};
+        q[k].load = dead ? UINT64_MAX : __atomic_load_n(&s->load, __ATOMIC_RELAXED);
+        any |= !dead;
+    }
     if (!any)
         return -XFER_ECONN;
     uint64_t chunk = xfer_engine_config_get(tc->tt->engine)->chunk_bytes;
     chunk = chunk < 4096 ? 4096 : chunk > TCP_MAX_PAYLOAD ? TCP_MAX_PAYLOAD : chunk;
-    bool kick[64] = {false};
     struct gpu_memo memo = {0};
-    for (size_t k = 0; k < n; k++)
-        post_item(tc, b, idx[k], chunk, kick, &memo);
+    size_t total = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
+        uint64_t ch = item_chunk(tc, it, chunk, &memo);
+        total += ch ? n_chunks(it->len, ch) : 0;
+    }
+    struct tcp_slab *slab = total ? tcp_slab_get(tc->tt, total) : NULL;
+    if (total && !slab)
+        return -XFER_ENOMEM;
+    if (slab)
+        slab->refs = (int)total;
+    uint64_t req = __atomic_fetch_add(&tc->tt->next_req, total, __ATOMIC_RELAXED) + 1;
+    xfer_batch_hold_n(b, (int)total);
+    size_t used = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
+        uint64_t ch = item_chunk(tc, it, chunk, &memo), off = 0;
+        if (!ch) {
+            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ERANGE, "remote offset + length overflows");
+            continue;
+        }
+        do {
+            uint64_t len = it->len - off < ch ? it->len - off : ch;
+            struct tcp_tx *t = &slab->tx[used++];
+            fill_chunk(t, b, idx[k], it, off, len, req++);
+            t->slab = slab;
+            int best = 0; /* least loaded live socket (q is rotated by start) */
+            for (int j = 1; j < tc->n; j++)
+                if (q[j].load < q[best].load)
+                    best = j;
+            struct sock_list *l = &q[best];
+            if (l->tail)
+                l->tail->next = t;
+            else
+                l->head = t;
+            l->tail = t;
+            l->gpu |= t->gpu;
+            l->load += XFER_WIRE_HDR_LEN + len;
+            l->added += XFER_WIRE_HDR_LEN + len;
+            off += len;
+        } while (off < it->len);
+    }
+    /* q[k] is socket (start + k) % n: put it back in socket order */
+    struct sock_list byk[64];
     for (int k = 0; k < tc->n; k++)
-        if (kick[k] &&
-            !(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
+        byk[(start + (unsigned)k) % (unsigned)tc->n] = q[k];
+    bool kick[64] = {false};
+    splice_lists(tc, byk, kick);
+    bool direct = tc->tt->direct && total <= TCP_DIRECT_MAX_CHUNKS;
+    for (int k = 0; k < tc->n; k++)
+        if (kick[k] && !(direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
     return 0;
 }

@@ -66,9 +66,33 @@ void tcp_reap(struct tcp_thread *th)
     }
 }
 
+/* A freed slab is kept as the transport's spare: the next post of a like
+ * size reuses its (warm) memory instead of faulting fresh pages in. */
 void tcp_tx_free(struct tcp_tx *t)
 {
-    free(t);
+    struct tcp_slab *s = t->slab;
+    if (!s) {
+        free(t);
+    } else if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        struct tcp_slab *old = __atomic_exchange_n(&s->tt->spare, s, __ATOMIC_ACQ_REL);
+        if (old && old->cap > s->cap && !__atomic_exchange_n(&s->tt->spare, old, __ATOMIC_ACQ_REL))
+            old = s; /* keep the larger one */
+        free(old);
+    }
+}
+
+struct tcp_slab *tcp_slab_get(struct tcp_transport *tt, size_t n)
+{
+    struct tcp_slab *s = __atomic_exchange_n(&tt->spare, NULL, __ATOMIC_ACQ_REL);
+    if (s && s->cap >= n)
+        return s;
+    free(s);
+    s = malloc(sizeof(*s) + n * sizeof(s->tx[0]));
+    if (s) {
+        s->tt = tt;
+        s->cap = n;
+    }
+    return s;
 }
 
 static uint64_t chunk_load(const struct tcp_tx *t)
