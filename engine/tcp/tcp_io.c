@@ -75,8 +75,8 @@ void tcp_tx_free(struct tcp_tx *t)
         free(t);
     } else if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         struct tcp_slab *old = __atomic_exchange_n(&s->tt->spare, s, __ATOMIC_ACQ_REL);
-        if (old && old->cap > s->cap && !__atomic_exchange_n(&s->tt->spare, old, __ATOMIC_ACQ_REL))
-            old = s; /* keep the larger one */
+        if (old && old->cap > s->cap) /* keep the larger one: put it back, free what is there */
+            old = __atomic_exchange_n(&s->tt->spare, old, __ATOMIC_ACQ_REL);
         free(old);
     }
 }
