@@ -152,6 +152,11 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@B=$(B) bash bench/run.sh
 
+# GPU paths against their CUDA ceilings (a GPU machine; exits 77 without one)
+bench-gpu: deps
+	@$(MAKE) --no-print-directory all
+	@B=$(B) bash bench/gpu.sh
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/xfer
 	install -m 755 $(BIN_TARGETS) $(DESTDIR)$(PREFIX)/bin/
@@ -166,6 +171,6 @@ format:
 clean:
 	rm -rf build build-san build-fuzz dist
 
-.PHONY: all deps test test-unit demo bench install format clean python
+.PHONY: all deps test test-unit demo bench bench-gpu install format clean python
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -197,6 +197,12 @@ def rows():
     add("8 B WRITE round trip, ipc", "p50 us",
         lambda: lat_p50(xb(op="write", size=8, transport="ipc")), "UCX ucp_put_lat x2 (posix)",
         lambda: 2 * ucx("ucp_put_lat", "posix,self", 8, True), "lower", "<= 5 us absolute")
+    add("8 B READ round trip, ipc", "p50 us",
+        lambda: lat_p50(xb(op="read", size=8, transport="ipc")), "UCX ucp_put_lat x2 (posix)",
+        lambda: 2 * ucx("ucp_put_lat", "posix,self", 8, True), "lower", "<= 5 us absolute")
+    add("4 KiB WRITE, batch 128, depth 2, ipc", "GB/s",
+        lambda: xb(op="write", size=4096, batch=128, depth=2, transport="ipc")["gbps"],
+        "memcpy 4 KiB, 1 thread", lambda: memcpy(4096), "higher", "")
     return [r for r in R if ONLY.search(r[0])]
 
 

@@ -6,3 +6,4 @@ BENCH_PROGS += xfer_bench:bench/xfer_bench.c pingpong:bench/pingpong.c memcpy_bw
 BENCH_PROGS += bench_call:bench/bench_call.c
 BENCH_PROGS += bench_pool:bench/bench_pool.c
 BENCH_PROGS += bench_notify:bench/bench_notify.c
+BENCH_PROGS += bench_pool_gpu:bench/bench_pool_gpu.c

@@ -518,8 +518,10 @@ static bool caps_fit(xfer_peer *p, unsigned caps, const struct xfer_item *it, st
 {
     unsigned need = it->local->kind == XFER_MEM_CUDA ? XFER_CAP_CUDA_MEM : XFER_CAP_HOST_MEM;
     if (!m->valid || m->id != it->remote_id) {
-        int kind = peer_region_kind(p, it->remote_id);
-        m->need = kind < 0 ? 0 : kind == XFER_MEM_CUDA ? XFER_CAP_CUDA_MEM : XFER_CAP_HOST_MEM;
+        struct xfer_region_brief rd;
+        m->need = xfer_peer_region_brief(p, it->remote_id, &rd) < 0 ? 0
+                  : rd.kind == XFER_MEM_CUDA                        ? XFER_CAP_CUDA_MEM
+                                                                    : XFER_CAP_HOST_MEM;
         m->id = it->remote_id;
         m->valid = true;
     }

@@ -60,6 +60,9 @@ struct region_table {
 int guard_check(const xfer_region *r, const char *peer, uint64_t off, uint64_t len);
 /* Frees r's rules (deregistration, table mu held or r unreachable). */
 void guard_free(xfer_region *r);
+/* r is going or guarded: transports withdraw direct access they lent to
+ * peers (ipc); returns once no such access runs. No table lock held. */
+void region_withdraw_direct(xfer_engine *e, xfer_region *r);
 
 /* Closes an adopted CUDA IPC mapping (region_cuda.c). */
 void region_cuda_close(xfer_region *r);
@@ -68,9 +71,6 @@ bool region_pin(xfer_region *r);
 /* n pins at once (one lock for a run of items on the same region). */
 bool region_pin_n(xfer_region *r, int n);
 void region_unpin_n(xfer_region *r, int n);
-/* Kind of the peer's cached region id (XFER_MEM_*), or -1 if not cached:
- * what xfer_peer_region_get tells, without copying the descriptor. */
-int peer_region_kind(xfer_peer *p, uint32_t id);
 void region_unpin(xfer_region *r);
 void region_table_init(struct region_table *t);
 /* memfd of len bytes, mapped and pre-faulted, on huge pages where the host

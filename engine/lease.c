@@ -191,6 +191,10 @@ int xfer_lease_add(xfer_lease *l, xfer_region *r, const struct xfer_range *v, si
         table_finish(g);
     }
     pthread_mutex_unlock(&t->mu);
+    /* Guarded bytes need the owner's check on every access: no peer may
+     * keep copying r without asking (ipc direct copies, docs/ipc.md). */
+    if (!rc && n)
+        region_withdraw_direct(l->e, r);
     return rc;
 }
 

@@ -228,12 +228,26 @@ void peer_table_destroy(xfer_engine *e)
 
 /* ---- cached remote regions ------------------------------------------------ */
 
+/* The cache is sorted by id: transports look a region up per item (tens of
+ * thousands per KV request over a pool's 64 regions), adds and removes are
+ * rare. Returns the index of id, or where it would go. */
+static size_t cache_pos(const xfer_peer *p, uint32_t id)
+{
+    size_t lo = 0, hi = p->n_regions;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->regions[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static struct xfer_region_desc *cache_find(xfer_peer *p, uint32_t id)
 {
-    for (size_t i = 0; i < p->n_regions; i++)
-        if (p->regions[i].id == id)
-            return &p->regions[i];
-    return NULL;
+    size_t i = cache_pos(p, id);
+    return i < p->n_regions && p->regions[i].id == id ? &p->regions[i] : NULL;
 }
 
 int xfer_peer_region_add(xfer_peer *p, const struct xfer_region_desc *d)
@@ -253,11 +267,13 @@ int xfer_peer_region_add(xfer_peer *p, const struct xfer_region_desc *d)
             rc = -XFER_ENOMEM;
         }
     }
-    if (rc == 0) {
-        if (!slot)
-            slot = &p->regions[p->n_regions++];
-        *slot = *d;
+    if (rc == 0 && !slot) {
+        size_t i = cache_pos(p, d->id);
+        memmove(&p->regions[i + 1], &p->regions[i], (p->n_regions++ - i) * sizeof(*slot));
+        slot = &p->regions[i];
     }
+    if (rc == 0)
+        *slot = *d;
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -268,8 +284,10 @@ int xfer_peer_region_remove(xfer_peer *p, uint32_t id)
         return -XFER_EINVAL;
     pthread_mutex_lock(&p->mu);
     struct xfer_region_desc *slot = cache_find(p, id);
-    if (slot)
-        *slot = p->regions[--p->n_regions];
+    if (slot) {
+        size_t i = (size_t)(slot - p->regions);
+        memmove(slot, slot + 1, (--p->n_regions - i) * sizeof(*slot));
+    }
     pthread_mutex_unlock(&p->mu);
     return slot ? 0 : -XFER_ENOENT;
 }
@@ -302,13 +320,15 @@ int xfer_peer_region_get(xfer_peer *p, uint32_t id, struct xfer_region_desc *out
     return slot ? 0 : -XFER_ENOENT;
 }
 
-int peer_region_kind(xfer_peer *p, uint32_t id)
+int xfer_peer_region_brief(xfer_peer *p, uint32_t id, struct xfer_region_brief *out)
 {
     pthread_mutex_lock(&p->mu);
-    struct xfer_region_desc *slot = cache_find(p, id);
-    int kind = slot ? (int)slot->kind : -1;
+    const struct xfer_region_desc *slot = cache_find(p, id);
+    if (slot)
+        *out = (struct xfer_region_brief){
+            .gen = slot->gen, .kind = slot->kind, .access = slot->access, .len = slot->len};
     pthread_mutex_unlock(&p->mu);
-    return kind;
+    return slot ? 0 : -XFER_ENOENT;
 }
 
 /* ---- accessors ------------------------------------------------------------ */

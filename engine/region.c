@@ -301,6 +301,18 @@ int xfer_region_adopt_memfd(xfer_engine *e, const char *name, int fd, size_t len
     return rc;
 }
 
+/* Deregistration of r started (r is dead, out of the table) or r got lease
+ * rules: transports that lent it to peers withdraw it. Called without the
+ * table lock. */
+void region_withdraw_direct(xfer_engine *e, xfer_region *r)
+{
+    for (size_t i = 0; i < e->n_transports; i++) {
+        struct xfer_transport *t = e->transports[i];
+        if (t->ops->region_withdraw)
+            t->ops->region_withdraw(t, r);
+    }
+}
+
 int xfer_region_detach(xfer_engine *e, xfer_region *r)
 {
     if (!e || !r || r->engine != e)
@@ -313,6 +325,8 @@ int xfer_region_detach(xfer_engine *e, xfer_region *r)
         table_remove(t, r);
     }
     pthread_mutex_unlock(&t->mu);
+    if (!rc)
+        region_withdraw_direct(e, r);
     return rc;
 }
 
@@ -339,10 +353,16 @@ int xfer_region_deregister(xfer_engine *e, xfer_region *r)
         pthread_mutex_unlock(&t->mu);
         return -XFER_ENOENT;
     }
+    bool was_detached = r->dead;
     if (!r->dead)
         table_remove(t, r);
     r->dead = true;
     r->detached = false;
+    if (!was_detached) { /* detach told the transports already */
+        pthread_mutex_unlock(&t->mu);
+        region_withdraw_direct(e, r);
+        pthread_mutex_lock(&t->mu);
+    }
     /* Target accesses are bounded by io_timeout_ms, and ipc peers' pins on
      * a dying region are revoked after it (ipc_serve.c); local batches end
      * by their deadline. Say so if it takes longer. */

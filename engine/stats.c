@@ -15,10 +15,9 @@ int transport_index(unsigned bit)
 
 static int lat_bucket(uint64_t us)
 {
-    int i = 0;
-    while (i < XFER_LAT_BUCKETS - 1 && us >= (8ull << i))
-        i++;
-    return i;
+    /* bucket i holds [8 << (i-1), 8 << i): the first i with us < 8 << i */
+    int i = us < 8 ? 0 : 64 - __builtin_clzll(us >> 3);
+    return i < XFER_LAT_BUCKETS - 1 ? i : XFER_LAT_BUCKETS - 1;
 }
 
 void stats_count_item(struct xfer_stats *s, enum xfer_op op, uint64_t bytes, int status,

@@ -98,6 +98,12 @@ struct xfer_transport_ops {
      * possibly before this returns; a negative return means not sent and no
      * completion. Without it the peer gets -XFER_ENOTSUP for messages. */
     int (*send_msg)(struct xfer_conn *c, struct xfer_msg *m);
+    /* Optional: deregistration (or detach) of local region r has started,
+     * or r got lease rules the owner must check on every access; called
+     * without locks (before deregistration waits for r's pins). A transport
+     * that lent peers direct access to r (ipc's direct copies) withdraws it
+     * here and returns once no peer copy runs (bounded by io_timeout_ms). */
+    void (*region_withdraw)(struct xfer_transport *t, xfer_region *r);
 };
 
 struct xfer_transport {
@@ -163,6 +169,15 @@ const struct xfer_item *xfer_batch_item(const xfer_batch *b, size_t i);
 const struct xfer_peer_desc *xfer_peer_desc_get(const xfer_peer *p);
 /* Copies the cached descriptor of remote region id; -XFER_ENOENT if unknown. */
 int xfer_peer_region_get(xfer_peer *p, uint32_t id, struct xfer_region_desc *out);
+/* The fields per-item checks need, without copying the descriptor's text
+ * blobs (KB per item on paths that see tens of thousands of items). */
+struct xfer_region_brief {
+    uint32_t gen;
+    enum xfer_mem_kind kind;
+    unsigned access;
+    uint64_t len;
+};
+int xfer_peer_region_brief(xfer_peer *p, uint32_t id, struct xfer_region_brief *out);
 struct xfer_conn *xfer_peer_conn(xfer_peer *p);
 
 /* Before touching the local memory of item i, a transport calls

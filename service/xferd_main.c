@@ -355,7 +355,15 @@ int main(int argc, char **argv)
     pthread_mutex_init(&d->inflight_lock, NULL);
     pthread_mutex_init(&d->fwd_lock, NULL);
     pthread_mutex_init(&d->known_lock, NULL);
-    pthread_rwlock_init(&d->region_lock, NULL);
+    /* Writers first (issue 18 item 4): transfers hold the read side for a
+     * whole batch, and with glibc's default (readers first) a steady stream
+     * of overlapping transfers kept register/deregister waiting for as long
+     * as the stream lasted. Non-recursive: no path takes it twice. */
+    pthread_rwlockattr_t rwa;
+    pthread_rwlockattr_init(&rwa);
+    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&d->region_lock, &rwa);
+    pthread_rwlockattr_destroy(&rwa);
     d->started_ms = (uint64_t)xfer_now_ms();
     char why[400] = "";
     struct drain dr = {.d = d};

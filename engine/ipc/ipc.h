@@ -29,7 +29,7 @@
 /* ---- wire (same host, host byte order, fixed-size records) -------------- */
 
 #define IPC_MAGIC      0x43504958u /* "XIPC" */
-#define IPC_VERSION    1u
+#define IPC_VERSION    2u
 #define IPC_BATCH_MAX  512u /* records per ACQ/REL message */
 #define IPC_HANDLE_LEN 64u  /* cudaIpcMemHandle_t */
 #define IPC_UUID_LEN   16u
@@ -60,6 +60,8 @@ struct ipc_hello {
     uint32_t probe_len;
     uint64_t probe_addr; /* owner memory holding probe_cookie, for a CMA probe */
     uint8_t probe_cookie[16];
+    uint32_t ctl_slots; /* slots of the control page passed with HELLO, 0 = none */
+    uint32_t pad;
 };
 
 struct ipc_map_req {
@@ -79,7 +81,9 @@ struct ipc_map_resp {
     uint64_t alloc_len;             /* CUDA: allocation length (cuMem mapping) */
     uint8_t uuid[IPC_UUID_LEN];     /* CUDA: owner GPU */
     uint8_t handle[IPC_HANDLE_LEN]; /* CUDA IPC handle */
-    char why[96];                   /* reason when status != 0 */
+    uint32_t ctl_slot;              /* direct copies allowed: control slot, else IPC_SLOT_NONE */
+    uint32_t pad;
+    char why[96]; /* reason when status != 0 */
 };
 
 struct ipc_acq_req {
@@ -124,6 +128,8 @@ int ipc_send(int fd, uint16_t type, uint32_t count, const void *payload, uint32_
 int ipc_recv(int fd, struct ipc_hdr *h, void *buf, uint32_t max, int *got_fd, int timeout_ms);
 /* Waits until fd is readable (POLLIN) within timeout_ms: 0, -XFER_ETIMEDOUT, -XFER_ECONN. */
 int ipc_wait_readable(int fd, int timeout_ms);
+/* True once the other end closed (or the socket failed): one poll, no wait. */
+bool ipc_sock_hung_up(int fd);
 pid_t ipc_sock_peer_pid(int fd);
 
 /* ---- host memory (ipc_host.c) ------------------------------------------- */
@@ -218,12 +224,87 @@ struct ipc_kcopy {
 void ipc_kbatch_start(struct xfer_kbatch **kb, struct ipc_kcopy *v, size_t n);
 void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kcopy *v, size_t n, int timeout_ms);
 
+/* ---- direct copies without the owner (ipc_direct.c, docs/ipc.md) ------- */
+
+/* Each connection has a control page: a memfd the owner creates and passes
+ * with HELLO, mapped by both. Slot s describes one region the owner lent
+ * the peer for direct copies: key = id << 32 | gen while the loan stands, 0
+ * once withdrawn; pins = the peer's copies in progress (Dekker handshake:
+ * the peer adds a pin, then reads key; the owner clears key, then waits for
+ * pins to reach 0). */
+#define IPC_CTL_SLOTS 256u
+#define IPC_SLOT_NONE UINT32_MAX
+struct ipc_ctl_slot {
+    uint64_t key;
+    uint64_t pins;
+    uint64_t pad[6]; /* one cache line per slot */
+};
+static inline uint64_t ipc_ctl_key(uint32_t id, uint32_t gen)
+{
+    return (uint64_t)id << 32 | gen; /* generations start at 1: never 0 */
+}
+
+/* Owner: the loans of one connection. */
+struct ipc_loans {
+    pthread_mutex_t mu;
+    struct ipc_ctl_slot *ctl;      /* shared with the peer */
+    int ctl_fd;                    /* passed with HELLO, then closed */
+    int sock;                      /* the connection, shut down to revoke a stuck peer */
+    int timeout_ms;                /* how long a peer's pin may delay a withdrawal */
+    xfer_region *r[IPC_CTL_SLOTS]; /* each lent region holds one pin */
+};
+int ipc_loans_init(struct ipc_loans *l, int sock, int timeout_ms);
+/* Withdraws every loan (waiting for copies in progress unless the peer hung
+ * up); _fini also frees the page. */
+void ipc_loans_withdraw_all(struct ipc_loans *l);
+void ipc_loans_fini(struct ipc_loans *l);
+/* Lends (id, gen) = r for direct copies: a slot, or IPC_SLOT_NONE when the
+ * region may not be lent (ipc_direct_allowed) or no slot is free. */
+uint32_t ipc_loan_add(struct ipc_loans *l, xfer_engine *e, xfer_region *r, uint32_t id,
+                      uint32_t gen);
+/* r is going or guarded: withdraws its loan, waits for the peer's
+ * copies in progress (at most timeout_ms, then revokes the peer). */
+void ipc_loans_withdraw(struct ipc_loans *l, xfer_region *r);
+/* The one place that decides whether a region may be copied without asking
+ * the owner: host memfd memory the peer may read (a write-only region
+ * cannot be enforced by the MMU), without lease rules (guarded ranges need
+ * the owner's check per access), XFER_IPC_DIRECT not 0. */
+bool ipc_direct_allowed(xfer_region *r);
+
+/* Initiator: regions lent to us, looked up under the connection's lock. */
+struct ipc_direct {
+    uint32_t id, gen, slot;
+    unsigned access;
+    uint64_t len;
+    char *base;  /* the owner's memory, mapped by the ipc_map entry */
+    int users;   /* copies running on this entry (atomic) */
+    bool listed; /* still in the table */
+    struct ipc_direct *next;
+};
+struct ipc_direct_table {
+    struct ipc_ctl_slot *ctl; /* NULL: no direct copies on this connection */
+    uint32_t nslots;
+    uint64_t max_item; /* larger items go through the owner (XFER_IPC_DIRECT_MAX) */
+    struct ipc_direct *head;
+};
+/* Maps the owner's control page (takes fd; -1 = none). */
+void ipc_direct_init(struct ipc_direct_table *t, int fd, uint32_t nslots);
+void ipc_direct_fini(struct ipc_direct_table *t);
+/* With the lock: the entry for item it if it may be copied directly (a
+ * user is counted: ipc_direct_copy drops it), else NULL. */
+struct ipc_direct *ipc_direct_get(struct ipc_direct_table *t, const struct xfer_item *it);
+/* Without the lock: copies item i; 0 done (reported unless the item was no
+ * longer live), 1 the owner withdrew the loan (send it the slow way). */
+int ipc_direct_copy(struct ipc_direct_table *t, struct ipc_direct *d, xfer_batch *b, size_t i);
+
 /* ---- owner side (ipc_serve.c) ------------------------------------------- */
 
 struct ipc_server;
 struct ipc_server *ipc_server_start(xfer_engine *e, const char *node_id, uint64_t incarnation,
                                     int *err, char *why, size_t why_len);
 void ipc_server_stop(struct ipc_server *s);
+/* Local region r is going or got lease rules: withdraw its loans. */
+void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r);
 
 /* ---- initiator side (ipc_conn.c) ---------------------------------------- */
 

@@ -7,10 +7,12 @@
  *   3. copies (memcpy on a memfd mapping, process_vm_*v, or async CUDA copies,
  *      all of a group in flight at once),
  *   4. unpins with one IPC_REL and reports each item.
+ * Small host items of regions the owner lent for direct copies skip all
+ * that: the posting thread copies them itself (ipc_direct.c).
  */
 #include "handshake.h"
-#include "ipc.h"
-#include "ipc_map.h"
+#include "ipc_conn.h"
+#include "xfer_io.h"
 #include "xfer_kernels.h"
 
 #include <errno.h>
@@ -22,35 +24,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-struct ipc_work {
-    xfer_batch *b;
-    size_t i;
-};
-
-struct ipc_msgq { /* engine messages waiting for the worker */
-    struct xfer_msg *m;
-    struct ipc_msgq *next;
-};
-
-struct ipc_conn {
-    struct xfer_conn base;
-    struct ipc_transport *t;
-    int fd;
-    pid_t pid;
-    int io_timeout_ms;
-    pthread_t worker;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct ipc_work *q; /* ring of queued items */
-    size_t qhead, qlen, qcap;
-    bool stop, broken;
-    struct ipc_map_cache maps;
-    struct ipc_cuda_copier *copier; /* created on the first CUDA item */
-    struct xfer_kbatch *kb;         /* batched GPU<->GPU copies, ipc_kbatch.c */
-    uint64_t group_bytes;           /* see take_work */
-    struct ipc_msgq *mhead, *mtail; /* mu */
-};
 
 struct ipc_job {
     xfer_batch *b;
@@ -77,12 +50,12 @@ static void job_fail(struct ipc_job *j, int status, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Checks the item against the peer's descriptor and the owner's answer. */
-static void job_check(struct ipc_conn *c, struct ipc_job *j)
+/* The reason an item failed the descriptor check (the rare path: copies the
+ * whole descriptor for its name). */
+static void job_refuse(struct ipc_conn *c, struct ipc_job *j, unsigned need)
 {
     const struct xfer_item *it = &j->it;
     struct xfer_region_desc d;
-    unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
     if (xfer_peer_region_get(c->base.peer, it->remote_id, &d) < 0)
         return job_fail(j, -XFER_ENOENT, "remote region %u unknown", it->remote_id);
     if (d.gen != it->remote_gen)
@@ -91,16 +64,33 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
     if (!(d.access & need))
         return job_fail(j, -XFER_EACCES, "remote region %s is '%s'", d.name,
                         xfer_access_str(d.access));
-    if (!xfer_range_ok(it->remote_off, it->len, d.len))
-        return job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
-                        (unsigned long long)it->remote_off, (unsigned long long)it->len, d.name,
-                        (unsigned long long)d.len);
+    return job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
+                    (unsigned long long)it->remote_off, (unsigned long long)it->len, d.name,
+                    (unsigned long long)d.len);
+}
+
+/* Checks the item against the peer's descriptor and the owner's answer. */
+static void job_check(struct ipc_conn *c, struct ipc_job *j)
+{
+    const struct xfer_item *it = &j->it;
+    struct xfer_region_brief d;
+    unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
+    if (xfer_peer_region_brief(c->base.peer, it->remote_id, &d) < 0)
+        return job_fail(j, -XFER_ENOENT, "remote region %u unknown", it->remote_id);
+    if (d.gen != it->remote_gen || !(d.access & need) ||
+        !xfer_range_ok(it->remote_off, it->len, d.len))
+        return job_refuse(c, j, need);
     char why[256] = "";
     int rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op, c->io_timeout_ms,
                          &j->map, why, sizeof(why));
     if (rc < 0)
         return job_fail(j, rc, "%s", why);
     const struct ipc_map *m = j->map;
+    if (m->ctl_slot != IPC_SLOT_NONE && c->direct.ctl) { /* lent: later items go direct */
+        pthread_mutex_lock(&c->mu);
+        ipc_direct_note(&c->direct, m);
+        pthread_mutex_unlock(&c->mu);
+    }
     if (!(m->access & need) || !xfer_range_ok(it->remote_off, it->len, m->len))
         return job_fail(j, -XFER_ERANGE, "owner's view of region %u differs (len %llu, '%s')",
                         it->remote_id, (unsigned long long)m->len, xfer_access_str(m->access));
@@ -186,8 +176,7 @@ static int jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
  * touched. A zero-timeout poll per copy, cheap next to the copy. */
 static bool owner_hung_up(struct ipc_conn *c)
 {
-    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    return ipc_sock_hung_up(c->fd);
 }
 
 static void job_copy_host(struct ipc_conn *c, struct ipc_job *j, char *local)
@@ -378,6 +367,16 @@ static void jobs_report(struct ipc_job *jobs, size_t n)
     }
 }
 
+/* Frees retired mappings once no direct copy can use them any more. */
+static void maps_gc(struct ipc_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    struct ipc_direct *gone = ipc_direct_unlist(&c->direct, &c->maps);
+    pthread_mutex_unlock(&c->mu);
+    ipc_direct_free(gone);
+    ipc_map_gc(&c->maps);
+}
+
 /* Checks, pins and starts the copies of g. */
 static void group_start(struct ipc_conn *c, struct ipc_group *g)
 {
@@ -492,6 +491,38 @@ static int send_msgs(struct ipc_conn *c, int rc)
     return rc;
 }
 
+/* While loans exist, the idle worker looks this often for loans the owner
+ * withdrew and for an owner that hung up: direct copies do not talk to the
+ * owner, so nothing else would tell. */
+#define DIRECT_CHECK_MS 100
+
+/* Worker, mu held: a withdrawn loan retires its mapping (as a revocation
+ * riding on an ACQ answer does); an owner gone fails the connection, so
+ * direct copies stop too. */
+static int direct_check(struct ipc_conn *c)
+{
+    int64_t now = xfer_now_ms();
+    if (!c->direct.head || now - c->direct_check_ms < DIRECT_CHECK_MS)
+        return 0;
+    c->direct_check_ms = now;
+    if (owner_hung_up(c))
+        return -XFER_ECONN;
+    bool gone = false;
+    for (struct ipc_direct *d = c->direct.head; d; d = d->next) {
+        if (__atomic_load_n(&c->direct.ctl[d->slot].key, __ATOMIC_ACQUIRE) ==
+            ipc_ctl_key(d->id, d->gen))
+            continue;
+        ipc_map_forget_gen(&c->maps, d->id, d->gen);
+        gone = true;
+    }
+    if (gone) {
+        pthread_mutex_unlock(&c->mu);
+        maps_gc(c);
+        pthread_mutex_lock(&c->mu);
+    }
+    return 0;
+}
+
 /* Two groups alternate: while the GPU runs one group's copies, the next one
  * is checked, pinned and started, so the owner round trip and the thread
  * wake-ups overlap the copies. Host copies finish inside group_start. */
@@ -517,13 +548,14 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&c->mu);
             rc = group_finish(c, pending);
             pending = NULL;
-            ipc_map_gc(&c->maps); /* nothing in flight: retired mappings can go */
+            maps_gc(c); /* nothing in flight: retired mappings can go */
             pthread_mutex_lock(&c->mu);
             continue;
         }
         if (c->qlen == 0) {
-            struct timespec ts = xfer_mono_after_ms(1000);
+            struct timespec ts = xfer_mono_after_ms(c->direct.head ? DIRECT_CHECK_MS : 1000);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            rc = direct_check(c);
             continue;
         }
         struct ipc_group *ng = &g[cur];
@@ -539,7 +571,7 @@ static void *worker_main(void *arg)
         } else {
             int r = group_finish(c, ng);
             rc = rc ? rc : r;
-            ipc_map_gc(&c->maps);
+            maps_gc(c);
         }
         pthread_mutex_lock(&c->mu);
     }
@@ -559,67 +591,6 @@ static void *worker_main(void *arg)
     free(g[0].kc);
     free(g[1].kc);
     return NULL;
-}
-
-int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
-{
-    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
-    pthread_mutex_lock(&c->mu);
-    int rc = 0;
-    if (c->broken || c->stop) {
-        rc = -XFER_ECONN;
-    } else if (c->qlen + n > c->qcap) {
-        size_t cap = c->qcap ? c->qcap : 256;
-        while (cap < c->qlen + n)
-            cap *= 2;
-        struct ipc_work *q = malloc(cap * sizeof(*q));
-        if (!q) {
-            rc = -XFER_ENOMEM;
-        } else {
-            for (size_t k = 0; k < c->qlen; k++)
-                q[k] = c->q[(c->qhead + k) % c->qcap];
-            free(c->q);
-            c->q = q;
-            c->qhead = 0;
-            c->qcap = cap;
-        }
-    }
-    if (rc == 0) {
-        xfer_batch_hold_n(b, (int)n); /* b must outlive our queue entries; put after the report */
-        size_t tail = (c->qhead + c->qlen) % c->qcap;
-        for (size_t k = 0; k < n; k++) {
-            c->q[tail] = (struct ipc_work){b, idx[k]};
-            tail = tail + 1 == c->qcap ? 0 : tail + 1;
-        }
-        c->qlen += n;
-    }
-    if (rc == 0)
-        pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-int ipc_conn_send_msg(struct xfer_conn *xc, struct xfer_msg *m)
-{
-    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
-    struct ipc_msgq *q = malloc(sizeof(*q));
-    if (!q)
-        return -XFER_ENOMEM;
-    *q = (struct ipc_msgq){m, NULL};
-    pthread_mutex_lock(&c->mu);
-    bool dead = c->broken || c->stop;
-    if (!dead) {
-        if (c->mtail)
-            c->mtail->next = q;
-        else
-            c->mhead = q;
-        c->mtail = q;
-        pthread_cond_signal(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (dead)
-        free(q);
-    return dead ? -XFER_ECONN : 0;
 }
 
 /* Handshake, then the owner's HELLO, then a CMA probe: if the kernel will not
@@ -645,9 +616,14 @@ static int conn_hello(struct ipc_conn *c, const struct xfer_peer_desc *pd, int t
     }
     struct ipc_hdr h;
     struct ipc_hello hello;
-    rc = ipc_recv(c->fd, &h, &hello, sizeof(hello), NULL, timeout_ms);
+    int ctl_fd = -1; /* the control page of direct copies, if the owner has one */
+    rc = ipc_recv(c->fd, &h, &hello, sizeof(hello), &ctl_fd, timeout_ms);
     if (rc == 0)
         rc = ipc_msg_check(&h, &hello, IPC_HELLO, 1);
+    if (rc == 0)
+        ipc_direct_init(&c->direct, ctl_fd, hello.ctl_slots);
+    else if (ctl_fd >= 0)
+        close(ctl_fd);
     if (rc < 0) {
         snprintf(why, why_len, "no ipc hello from the peer: %s", xfer_strerror(rc));
         return rc;
@@ -702,6 +678,7 @@ out_fail:
     xfer_engine_set_error(t->base.engine, "ipc to %s: %s", pd->node_id, why);
     if (c->fd >= 0)
         close(c->fd);
+    ipc_direct_fini(&c->direct);
     free(c);
     return rc;
 }
@@ -717,6 +694,7 @@ void ipc_conn_close(struct xfer_conn *xc)
     pthread_mutex_unlock(&c->mu);
     shutdown(c->fd, SHUT_RDWR); /* wakes the worker out of a pending round trip */
     pthread_join(c->worker, NULL);
+    ipc_direct_fini(&c->direct); /* before the mappings it points into go */
     ipc_map_clear(&c->maps);
     ipc_cuda_copier_free(c->copier);
     xfer_kbatch_free(c->kb);

@@ -167,7 +167,12 @@ int ipc_map_get(struct ipc_map_cache *mc, int fd, uint32_t id, uint32_t gen, enu
             close(got_fd);
         return -XFER_ENOMEM;
     }
-    *m = (struct ipc_map){.id = id, .gen = gen, .mech = r.mech, .access = r.access, .len = r.len};
+    *m = (struct ipc_map){.id = id,
+                          .gen = gen,
+                          .mech = r.mech,
+                          .access = r.access,
+                          .len = r.len,
+                          .ctl_slot = r.mech == IPC_MECH_MEMFD ? r.ctl_slot : IPC_SLOT_NONE};
     rc = map_open(m, &r, got_fd, why, why_len);
     if (rc < 0) {
         map_free(m);

@@ -15,9 +15,10 @@ struct ipc_map {
     uint32_t id, gen;
     uint32_t mech; /* enum ipc_mech */
     unsigned access;
-    uint64_t len;  /* region length, per the owner */
-    uint64_t addr; /* CMA: region address in the owner */
-    void *base;    /* memfd: our mapping of the region */
+    uint64_t len;      /* region length, per the owner */
+    uint64_t addr;     /* CMA: region address in the owner */
+    void *base;        /* memfd: our mapping of the region */
+    uint32_t ctl_slot; /* the owner lent it for direct copies, else IPC_SLOT_NONE */
     struct ipc_cuda_import *cuda;
     struct ipc_map *next;
 };
@@ -39,5 +40,13 @@ size_t ipc_map_count(const struct ipc_map_cache *mc);
 void ipc_map_gc(struct ipc_map_cache *mc);
 /* Retires and frees everything. */
 void ipc_map_clear(struct ipc_map_cache *mc);
+
+/* Direct copies (ipc_direct.c). With the connection's lock: lists m when the
+ * owner lent it; unlists entries whose mapping is no longer live in mc and
+ * returns them. Without the lock: waits for their copies, frees them (before
+ * ipc_map_gc unmaps their memory). */
+void ipc_direct_note(struct ipc_direct_table *t, const struct ipc_map *m);
+struct ipc_direct *ipc_direct_unlist(struct ipc_direct_table *t, const struct ipc_map_cache *mc);
+void ipc_direct_free(struct ipc_direct *list);
 
 #endif

@@ -42,6 +42,8 @@ struct serve_conn {
     int64_t lease_check_ms;        /* last scan of slots[] for pins held too long */
     char peer_node[XFER_NAME_MAX]; /* the initiator, as its handshake proved */
     uint64_t peer_inc;
+    struct ipc_loans loans; /* regions lent for direct copies (ipc_direct.c) */
+    bool loans_up;
     struct serve_conn *next;
 };
 
@@ -137,6 +139,7 @@ static void describe_reach(xfer_region *r, struct ipc_map_resp *m, int *fd_out)
 {
     struct xfer_region_desc d;
     xfer_region_describe(r, &d);
+    m->ctl_slot = IPC_SLOT_NONE;
     m->access = d.access;
     m->len = d.len;
     m->addr = (uint64_t)(uintptr_t)xfer_region_ptr(r);
@@ -179,6 +182,7 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
     memcpy(&q, buf, sizeof(q));
     struct ipc_map_resp m;
     memset(&m, 0, sizeof(m));
+    m.ctl_slot = IPC_SLOT_NONE;
     int fd = -1, err = 0;
     if (q.op != XFER_OP_READ && q.op != XFER_OP_WRITE)
         return -XFER_EPROTO;
@@ -188,6 +192,9 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
         snprintf(m.why, sizeof(m.why), "region %u gen %u: %s", q.id, q.gen, xfer_strerror(err));
     } else {
         describe_reach(r, &m, &fd);
+        m.ctl_slot = m.status == 0 && m.mech == IPC_MECH_MEMFD && c->loans_up
+                         ? ipc_loan_add(&c->loans, s->engine, r, q.id, q.gen)
+                         : IPC_SLOT_NONE;
         xfer_region_release(r);
         if (m.status == 0 && m.mech != IPC_MECH_CMA && c->nmapped < IPC_MAP_TRACK)
             c->mapped[c->nmapped++] = (struct ipc_revoked){q.id, q.gen};
@@ -308,7 +315,19 @@ static int conn_handshake(struct serve_conn *c)
     pid_t pid = ipc_sock_peer_pid(c->fd);
     c->pid = pid > 0 ? pid : -1; /* -1: a peer we cannot name */
     ipc_tracer_add(c->pid);      /* the peer probes CMA right after HELLO */
-    return ipc_send(c->fd, IPC_HELLO, 1, &hello, sizeof(hello), -1, cfg->connect_timeout_ms);
+    /* The control page of direct copies travels with HELLO; its slots are
+     * only ever used for loans made under c->loans.mu. */
+    pthread_mutex_lock(&s->mu);
+    c->loans_up = ipc_loans_init(&c->loans, c->fd, serve_timeout(s)) == 0;
+    pthread_mutex_unlock(&s->mu);
+    hello.ctl_slots = c->loans_up ? IPC_CTL_SLOTS : 0;
+    rc = ipc_send(c->fd, IPC_HELLO, 1, &hello, sizeof(hello), c->loans_up ? c->loans.ctl_fd : -1,
+                  cfg->connect_timeout_ms);
+    if (c->loans_up) {
+        close(c->loans.ctl_fd);
+        c->loans.ctl_fd = -1;
+    }
+    return rc;
 }
 
 static void *conn_main(void *arg)
@@ -361,6 +380,9 @@ static void *conn_main(void *arg)
         if (rc == -XFER_EPROTO)
             xfer_warn("ipc: malformed message (type %u) from peer, closing", h.type);
     }
+    /* Loans go before pins: a peer still copying directly must be done. */
+    if (c->loans_up)
+        ipc_loans_withdraw_all(&c->loans);
     for (uint32_t i = 0; i < c->nslots; i++)
         if (c->slots[i])
             slot_release(c, i);
@@ -377,6 +399,8 @@ static void *conn_main(void *arg)
 static void conn_free(struct serve_conn *c)
 {
     pthread_join(c->thread, NULL);
+    if (c->loans_up)
+        ipc_loans_fini(&c->loans);
     close(c->fd);
     free(c->slots);
     free(c->pinned_ms);
@@ -486,6 +510,15 @@ out_close:
     pthread_mutex_destroy(&s->mu);
     free(s);
     return NULL;
+}
+
+void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r)
+{
+    pthread_mutex_lock(&s->mu);
+    for (struct serve_conn *c = s->conns; c; c = c->next)
+        if (c->loans_up)
+            ipc_loans_withdraw(&c->loans, r);
+    pthread_mutex_unlock(&s->mu);
 }
 
 void ipc_server_stop(struct ipc_server *s)

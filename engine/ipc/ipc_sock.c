@@ -223,3 +223,9 @@ int ipc_recv(int fd, struct ipc_hdr *h, void *buf, uint32_t max, int *got_fd, in
         *got_fd = rfd;
     return rc;
 }
+
+bool ipc_sock_hung_up(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}

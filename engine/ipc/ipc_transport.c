@@ -102,6 +102,11 @@ void ipc_region_describe(const xfer_region *r, char *out, size_t len)
     }
 }
 
+static void ipc_region_withdraw(struct xfer_transport *xt, xfer_region *r)
+{
+    ipc_server_region_withdraw(container_of(xt, struct ipc_transport, base)->server, r);
+}
+
 const struct xfer_transport_ops xfer_ipc_transport_ops = {
     .name = "ipc",
     .bit = XFER_TRANSPORT_IPC,
@@ -116,4 +121,5 @@ const struct xfer_transport_ops xfer_ipc_transport_ops = {
     .post = ipc_conn_post,
     .send_msg = ipc_conn_send_msg,
     .describe_region = ipc_describe_region,
+    .region_withdraw = ipc_region_withdraw,
 };

@@ -4,8 +4,9 @@
  *   rdma_device.c     verbs devices, active ports, GID choice, NIC list
  *   rdma_mr.c         memory registration (host, CUDA dma-buf), rkeys
  *   rdma_cm.c         the CM thread: listeners, accepts, QP (re)connection
- *   xrdma_post.c       chunking, striping, posting WRs (the data path)
+ *   rdma_post.c       chunking, striping, posting WRs (the data path)
  *   rdma_progress.c   progress threads: one CQ per thread and NIC
+ *   rdma_msg.c        engine messages: SEND/RECV, credits, the HELLO
  *   rdma_transport.c  the ops table, open/close, connect/disconnect
  *   rdma_plan.c       pure arithmetic and formats;  rdma_auth.c  CM private data
  *
@@ -39,6 +40,21 @@
  * safety net against a QP that fails with no culprit over and over. */
 #define RDMA_MAX_RETRIES 64
 
+/* Engine messages (rdma_msg.c, docs/rdma.md "Messages"). Every accepted QP
+ * keeps RDMA_MSG_CREDITS receives of a whole frame posted; an initiator has
+ * at most that many requests in flight per QP (credits), so a SEND always
+ * finds a receive and RNR is a safety net, not flow control. */
+#define RDMA_MSG_CREDITS  4
+#define RDMA_MSG_HDR      24
+#define RDMA_MSG_BUF      (RDMA_MSG_HDR + XFER_MSG_FRAME_MAX) /* a request and its receive */
+#define RDMA_MSG_SMALL    64                                  /* a response and its receive */
+#define RDMA_MAX_ACCEPTED 4096                                /* accepted QPs per transport */
+/* Per NIC: every slot's response receives, every accepted QP's request
+ * receives and (2 x credits) response sends. */
+#define RDMA_MSG_CQ_DEPTH                                                                          \
+    (RDMA_MAX_SLOTS * RDMA_MSG_CREDITS + RDMA_MAX_ACCEPTED * 3 * RDMA_MSG_CREDITS)
+#define RDMA_MSG_RNR_TIMER 12 /* min_rnr_timer code: 0.64 ms */
+
 enum rdma_tag { TAG_LISTENER = 1, TAG_SLOT, TAG_ACCEPTED };
 
 struct rdma_nic {
@@ -53,7 +69,8 @@ struct rdma_nic {
     uint8_t rd_atom; /* RDMA READs in flight per QP */
     uint32_t max_msg;
     struct ibv_pd *pd;
-    struct ibv_cq *passive_cq; /* QPs accepted as target: they post nothing */
+    struct ibv_comp_channel *msg_ch; /* engine messages: polled by progress thread 0 */
+    struct ibv_cq *msg_cq;           /* slots' receives; accepted QPs' receives and sends */
     struct rdma_cm_id *listen_id;
     struct sockaddr_storage addr; /* where this NIC listens / connects from */
 };
@@ -98,7 +115,26 @@ struct rdma_slot {
     uint64_t next_seq;
     struct xfer_rdma_ring ring; /* posted, not yet completed */
     int64_t retry_at_ms;
-    int failures; /* connection attempts failed in a row */
+    int failures;     /* connection attempts failed in a row */
+    int conn_pos;     /* index in conn->slots: its response receive buffers */
+    uint32_t credits; /* receives the target holds for our requests */
+    bool hello_sent;  /* the HELLO went out on this QP (first message) */
+};
+
+/* An engine message in flight on one of a connection's QPs (rdma_msg.c).
+ * Its entry (and bounce buffer) is free again once both the SEND's
+ * completion and the answer (or the QP's end) were seen. */
+struct rdma_msg_out {
+    bool used, sent, answered;
+    uint32_t slot; /* t->slots index and incarnation it was posted on */
+    uint16_t uid;
+    uint64_t req_id;
+    struct xfer_msg *m; /* NULL: the HELLO */
+};
+
+struct rdma_msg_wait {
+    struct rdma_msg_wait *next;
+    struct xfer_msg *m;
 };
 
 struct rdma_pending {
@@ -119,9 +155,17 @@ struct rdma_conn {
     struct rdma_pending *head, *tail; /* chunks waiting for a QP */
     uint32_t rr;                      /* striping cursor */
     bool closing, torn_down;
-    int refs;      /* progress threads using conn outside its lock */
-    char why[192]; /* last connection failure */
+    bool unreachable; /* atomic: no QP up, none coming, the last attempt failed */
+    int refs;         /* progress threads using conn outside its lock */
+    char why[192];    /* last connection failure */
     int why_rc;
+    /* engine messages (rdma_msg.c), under lock */
+    uint8_t *msg_mem; /* RDMA_MSG_CREDITS bounce buffers, then responses' receives */
+    struct ibv_mr *msg_mr[XFER_RDMA_MAX_NICS];
+    struct rdma_msg_out out[RDMA_MSG_CREDITS];
+    struct rdma_msg_wait *mq_head, *mq_tail; /* waiting for a QP and a credit */
+    int msg_slot;                            /* index in slots[] carrying them, -1 none */
+    uint64_t next_req;
     struct rdma_conn *next; /* t->conns */
 };
 
@@ -130,6 +174,18 @@ struct rdma_accepted {
     struct rdma_cm_id *id;
     char node[17];
     struct rdma_accepted *next;
+    /* engine messages (rdma_msg.c); the table entry under t->acc_lock */
+    struct xfer_rdma_req req; /* nonce and label: checks the HELLO */
+    uint32_t index;
+    uint16_t gen;
+    int lnic;
+    uint8_t *mem; /* request receives, then response sends */
+    struct ibv_mr *mr;
+    uint32_t send_free, send_next;
+    int busy; /* progress thread using it: close waits */
+    bool closing, hello_ok;
+    char peer[XFER_NAME_MAX]; /* from the HELLO */
+    uint64_t peer_inc;
 };
 
 struct rdma_transport {
@@ -157,6 +213,10 @@ struct rdma_transport {
     struct rdma_conn *conns;
     struct rdma_region *regions;    /* registered, under lock */
     struct rdma_accepted *accepted; /* CM thread only */
+    pthread_mutex_t acc_lock;       /* acc[], acc_gen[], accepted QPs' message state */
+    pthread_cond_t acc_cond;
+    struct rdma_accepted *acc[RDMA_MAX_ACCEPTED];
+    uint16_t acc_gen[RDMA_MAX_ACCEPTED];
     struct xfer_rdma_replay replay; /* CM thread only */
 };
 
@@ -220,5 +280,35 @@ static inline uint64_t xrdma_wr_id(const struct rdma_slot *s, uint64_t seq)
 }
 
 int64_t xrdma_now_ms(void);
+/* Moves s's QP to error (a post failed); true when the CM thread must look
+ * now. s->lock held. */
+bool xrdma_break_qp_locked(struct rdma_slot *s);
+
+/* rdma_msg.c */
+int xrdma_send_msg(struct xfer_conn *c, struct xfer_msg *m);
+/* Bounce and response buffers of a connection, registered on every NIC. */
+int xrdma_msg_conn_init(struct rdma_conn *c, int max_slots);
+void xrdma_msg_conn_free(struct rdma_conn *c); /* after teardown */
+/* Posts waiting messages on the connection's message QP. conn->lock held. */
+void xrdma_msg_pump_locked(struct rdma_conn *c);
+/* A slot's QP is connected: response receives, credits, RNR timer (CM thread). */
+void xrdma_msg_slot_up(struct rdma_slot *s);
+/* A slot's QP (incarnation uid) is gone, destroyed and its ring drained:
+ * its unanswered messages fail with -XFER_ECONN. No lock held. */
+void xrdma_msg_slot_down(struct rdma_conn *c, struct rdma_slot *s, uint16_t uid, const char *why);
+/* The SEND of a message completed (ring entry with ch->msg). No lock held. */
+void xrdma_msg_sent(struct xfer_rdma_chunk *ch);
+/* Fails every waiting message of c. No lock held. */
+void xrdma_msg_fail_waiting(struct rdma_conn *c, int rc, const char *why);
+/* Target side (CM thread): creates the QP of an accepted request on nic with
+ * its receives posted; after rdma_accept, xrdma_msg_accepted_ready. */
+int xrdma_msg_accept_qp(struct rdma_transport *t, struct rdma_nic *nic, struct rdma_accepted *a);
+void xrdma_msg_accepted_ready(struct rdma_accepted *a);
+/* Forgets a's message state, waits for the progress thread to let go;
+ * after its QP is destroyed, _free releases its buffers. */
+void xrdma_msg_accepted_close(struct rdma_transport *t, struct rdma_accepted *a);
+void xrdma_msg_accepted_free(struct rdma_accepted *a);
+/* A completion of a NIC's message CQ (progress thread 0). */
+void xrdma_msg_cqe(struct rdma_transport *t, const struct ibv_wc *wc);
 
 #endif

@@ -258,3 +258,55 @@ int xfer_rdma_rep_check_peer(const void *pdata, size_t len, const char *want_nod
     }
     return 0;
 }
+
+/* The HELLO's proof: label | body | nonce | target node id. */
+static void hello_proof(const struct xfer_rdma_self *self, const uint8_t *body, size_t len,
+                        const struct xfer_rdma_nonce *nonce, const char *target,
+                        uint8_t out[PROOF_LEN])
+{
+    uint8_t b[XFER_RDMA_NONCE_LEN + XFER_NAME_MAX];
+    size_t tl = strnlen(target, XFER_NAME_MAX - 1);
+    memcpy(b, nonce->b, XFER_RDMA_NONCE_LEN);
+    memcpy(b + XFER_RDMA_NONCE_LEN, target, tl);
+    proof(self, "xfer-rdma-hello", body, len, b, XFER_RDMA_NONCE_LEN + tl, out);
+}
+
+size_t xfer_rdma_hello_encode(const struct xfer_rdma_self *self, const char *target_node,
+                              const struct xfer_rdma_nonce *nonce, uint8_t *out)
+{
+    size_t n = strnlen(self->node_id, XFER_NAME_MAX - 1);
+    memset(out, 0, 25);
+    put64(out + 16, self->incarnation);
+    out[24] = (uint8_t)n;
+    memcpy(out + 25, self->node_id, n);
+    hello_proof(self, out + 16, 9 + n, nonce, target_node, out);
+    return 25 + n;
+}
+
+int xfer_rdma_hello_verify(const struct xfer_rdma_self *self, const struct xfer_rdma_req *req,
+                           const void *pdata, size_t len, char node[XFER_NAME_MAX],
+                           uint64_t *incarnation, char *why, size_t why_len)
+{
+    const uint8_t *p = pdata;
+    size_t n = len >= 25 ? p[24] : 0;
+    if (len < 25 || n == 0 || n >= XFER_NAME_MAX || len != 25 + n || memchr(p + 25, 0, n)) {
+        snprintf(why, why_len, "malformed hello from %s", req->node);
+        return -XFER_EPROTO;
+    }
+    size_t ll = strnlen(req->node, 12);
+    if (n < ll || memcmp(p + 25, req->node, ll) || (ll < 12 && n != ll)) {
+        snprintf(why, why_len, "hello names another node than the connection request (%s)",
+                 req->node);
+        return -XFER_EPROTO;
+    }
+    uint8_t want[PROOF_LEN];
+    hello_proof(self, p + 16, 9 + n, &req->nonce, self->node_id, want);
+    if (CRYPTO_memcmp(want, p, PROOF_LEN)) {
+        snprintf(why, why_len, "hello from %s: bad proof (cluster secrets differ)", req->node);
+        return -XFER_EAUTH;
+    }
+    memcpy(node, p + 25, n);
+    node[n] = '\0';
+    *incarnation = get64(p + 16);
+    return 0;
+}

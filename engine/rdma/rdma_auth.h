@@ -93,4 +93,24 @@ int xfer_rdma_rep_verify(const struct xfer_rdma_self *self, const struct xfer_rd
 int xfer_rdma_rep_check_peer(const void *pdata, size_t len, const char *want_node,
                              uint64_t want_incarnation, char *why, size_t why_len);
 
+/*
+ * HELLO: the first message an initiator sends on the QP that carries its
+ * engine messages (engine/rdma/rdma_msg.c). The REQ has room for 12 bytes
+ * of the initiator's id only, and the target hands every message to the
+ * engine with the sender's whole id and incarnation, so the initiator sends
+ * them here, bound to the REQ the target verified:
+ *    0 proof = HMAC-SHA256(secret, "xfer-rdma-hello" | bytes 16.. |
+ *              REQ nonce | target node id)[0..16)
+ *   16 incarnation(8)  24 node id length n  25 node id (n bytes)
+ * The target also checks that the id starts with the REQ's 12-byte label.
+ */
+#define XFER_RDMA_HELLO_MAX (25 + XFER_NAME_MAX)
+size_t xfer_rdma_hello_encode(const struct xfer_rdma_self *self, const char *target_node,
+                              const struct xfer_rdma_nonce *nonce, uint8_t *out);
+/* Target side: 0 and the initiator's id/incarnation, or -XFER_EPROTO
+ * (malformed, another node than the REQ's) / -XFER_EAUTH (bad proof). */
+int xfer_rdma_hello_verify(const struct xfer_rdma_self *self, const struct xfer_rdma_req *req,
+                           const void *pdata, size_t len, char node[XFER_NAME_MAX],
+                           uint64_t *incarnation, char *why, size_t why_len);
+
 #endif

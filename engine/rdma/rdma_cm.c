@@ -62,12 +62,16 @@ static void slot_teardown(struct rdma_transport *t, struct rdma_slot *s, const c
     struct xfer_rdma_chunk *left = calloc(s->depth ? s->depth : 1, sizeof(*left));
     pthread_mutex_lock(&s->lock);
     size_t n = left ? xfer_rdma_ring_drain(&s->ring, -XFER_ECONN, why, left, s->depth) : 0;
-    s->uid++;
+    uint16_t uid = s->uid++;
+    struct rdma_conn *c = s->conn;
     s->unsignaled = 0;
+    s->credits = 0;
     pthread_mutex_unlock(&s->lock);
     for (size_t i = 0; i < n; i++)
-        xrdma_chunk_finish(&left[i], true);
+        xrdma_chunk_finish(&left[i], true); /* message SENDs included */
     free(left);
+    if (c) /* messages it carried and the peer never answered */
+        xrdma_msg_slot_down(c, s, uid, why);
     (void)t;
 }
 
@@ -146,11 +150,13 @@ static void slot_connect(struct rdma_transport *t, struct rdma_slot *s)
 {
     struct rdma_nic *nic = &t->nics[s->lnic];
     char why[160];
-    struct ibv_qp_init_attr qa = {
-        .send_cq = s->prog->cq[s->lnic],
-        .recv_cq = s->prog->cq[s->lnic],
-        .qp_type = IBV_QPT_RC,
-        .cap = {.max_send_wr = s->depth, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+    struct ibv_qp_init_attr qa = {.send_cq = s->prog->cq[s->lnic],
+                                  .recv_cq = nic->msg_cq, /* answers to our messages */
+                                  .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = s->depth,
+                                          .max_recv_wr = RDMA_MSG_CREDITS,
+                                          .max_send_sge = 1,
+                                          .max_recv_sge = 1}};
     if (s->id->verbs != nic->ctx) {
         snprintf(why, sizeof(why), "route to %s leaves through another device than %s",
                  s->conn->rnics[s->rnic].name, nic->desc.name);
@@ -194,6 +200,7 @@ static void slot_established(struct rdma_transport *t, struct rdma_slot *s, cons
         attempt_failed(t, s, rc, why, true);
         return;
     }
+    xrdma_msg_slot_up(s); /* answers' receives posted before any request leaves */
     pthread_mutex_lock(&s->lock);
     s->state = SLOT_READY;
     s->failures = 0;
@@ -289,19 +296,27 @@ static void incoming(struct rdma_transport *t, struct rdma_cm_id *id, const void
         return;
     }
     struct rdma_accepted *a = calloc(1, sizeof(*a));
-    struct ibv_qp_init_attr qa = {
-        .send_cq = nic->passive_cq,
-        .recv_cq = nic->passive_cq,
-        .qp_type = IBV_QPT_RC,
-        .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
-    if (!a || rdma_create_qp(id, nic->pd, &qa)) {
+    if (a) {
+        a->tag = TAG_ACCEPTED;
+        a->id = id;
+        a->req = req;
+        a->index = RDMA_MAX_ACCEPTED;
+        snprintf(a->node, sizeof(a->node), "%s", req.node);
+    }
+    /* The QP with its message receives posted (rdma_msg.c). */
+    rc = a ? xrdma_msg_accept_qp(t, nic, a) : -XFER_ENOMEM;
+    if (rc < 0) {
+        if (a) {
+            xrdma_msg_accepted_close(t, a);
+            if (id->qp)
+                rdma_destroy_qp(id);
+            xrdma_msg_accepted_free(a);
+        }
         free(a);
-        refuse(t, id, -XFER_ENOMEM, "cannot create a queue pair");
+        refuse(t, id, rc,
+               rc == -XFER_ENOSPC ? "too many connections" : "cannot create a queue pair");
         return;
     }
-    a->tag = TAG_ACCEPTED;
-    a->id = id;
-    snprintf(a->node, sizeof(a->node), "%s", req.node);
     id->context = a;
     uint8_t rep[XFER_RDMA_REJ_LEN];
     size_t n = xfer_rdma_rep_encode(&t->self, &req.nonce, 0, NULL, rep);
@@ -312,11 +327,14 @@ static void incoming(struct rdma_transport *t, struct rdma_cm_id *id, const void
                                  .rnr_retry_count = 7};
     if (rdma_accept(id, &cp)) {
         xfer_warn("rdma: rdma_accept for %s: %s", req.node, strerror(errno));
+        xrdma_msg_accepted_close(t, a);
         rdma_destroy_qp(id);
         rdma_destroy_id(id);
+        xrdma_msg_accepted_free(a);
         free(a);
         return;
     }
+    xrdma_msg_accepted_ready(a);
     a->next = t->accepted;
     t->accepted = a;
     xfer_debug("rdma: accepted QP from %s on %s", req.node, nic->desc.name);
@@ -329,8 +347,10 @@ static void accepted_close(struct rdma_transport *t, struct rdma_accepted *a)
             *pp = a->next;
             break;
         }
+    xrdma_msg_accepted_close(t, a); /* the progress thread lets go of it first */
     rdma_destroy_qp(a->id);
     rdma_destroy_id(a->id);
+    xrdma_msg_accepted_free(a); /* the QP is gone: the NIC no longer writes there */
     free(a);
 }
 
@@ -375,6 +395,7 @@ static void conn_teardown(struct rdma_transport *t, struct rdma_conn *c)
     struct rdma_pending *left = xrdma_take_pending_locked(c);
     pthread_mutex_unlock(&c->lock);
     xrdma_fail_pending(left, -XFER_ECONN, "rdma connection closed");
+    xrdma_msg_fail_waiting(c, -XFER_ECONN, "rdma connection closed");
     pthread_mutex_lock(&c->lock);
     c->torn_down = true;
     pthread_cond_broadcast(&c->cond);
@@ -405,13 +426,18 @@ static void conn_service(struct rdma_transport *t, struct rdma_conn *c, int64_t 
     }
     pthread_mutex_lock(&c->lock);
     struct rdma_pending *left = NULL;
-    if (!ready && !coming && c->head && c->why[0])
+    bool give_up = !ready && !coming && c->why[0];
+    __atomic_store_n(&c->unreachable, give_up, __ATOMIC_RELAXED); /* conn_state() */
+    if (give_up && c->head)
         left = xrdma_take_pending_locked(c);
+    bool msgs = give_up && c->mq_head;
     char why[sizeof(c->why) + 32];
     snprintf(why, sizeof(why), "peer unreachable over rdma: %s", c->why);
     pthread_mutex_unlock(&c->lock);
     if (left)
         xrdma_fail_pending(left, -XFER_ECONN, why);
+    if (msgs)
+        xrdma_msg_fail_waiting(c, -XFER_ECONN, why);
 }
 
 static void service(struct rdma_transport *t)

@@ -237,8 +237,16 @@ int xrdma_devices_open(struct rdma_transport *t, char *why, size_t why_len)
                 continue;
             nic->index = t->n_nics;
             nic->pd = ibv_alloc_pd(c);
-            nic->passive_cq = nic->pd ? ibv_create_cq(c, 64, NULL, NULL, 0) : NULL;
-            if (!nic->passive_cq) {
+            nic->msg_ch = nic->pd ? ibv_create_comp_channel(c) : NULL;
+            nic->msg_cq =
+                nic->msg_ch
+                    ? ibv_create_cq(c,
+                                    RDMA_MSG_CQ_DEPTH < da.max_cqe ? RDMA_MSG_CQ_DEPTH : da.max_cqe,
+                                    NULL, nic->msg_ch, 0)
+                    : NULL;
+            if (nic->msg_cq)
+                ibv_req_notify_cq(nic->msg_cq, 0);
+            if (!nic->msg_cq) {
                 snprintf(why, why_len, "rdma: %s: cannot allocate PD/CQ: %s", nic->desc.name,
                          strerror(errno));
                 return -XFER_EIO;
@@ -265,8 +273,10 @@ int xrdma_devices_open(struct rdma_transport *t, char *why, size_t why_len)
 void xrdma_devices_close(struct rdma_transport *t)
 {
     for (int i = 0; i < t->n_nics; i++) {
-        if (t->nics[i].passive_cq)
-            ibv_destroy_cq(t->nics[i].passive_cq);
+        if (t->nics[i].msg_cq)
+            ibv_destroy_cq(t->nics[i].msg_cq);
+        if (t->nics[i].msg_ch)
+            ibv_destroy_comp_channel(t->nics[i].msg_ch);
         if (t->nics[i].pd)
             ibv_dealloc_pd(t->nics[i].pd);
     }

@@ -53,6 +53,8 @@ struct xfer_rdma_chunk {
     int status;     /* set by completion accounting */
     bool retryable; /* flushed: did nothing wrong itself */
     const char *why;
+    void *msg; /* not a data chunk but an engine message's SEND (rdma_msg.c):
+                * its connection; item is the message's index there */
 };
 
 /* FIFO of posted chunks of one QP, in posting order (sequence numbers

@@ -19,6 +19,10 @@ int64_t xrdma_now_ms(void)
 
 void xrdma_chunk_finish(struct xfer_rdma_chunk *ch, bool io_begun)
 {
+    if (ch->msg) { /* an engine message's SEND, not data */
+        xrdma_msg_sent(ch);
+        return;
+    }
     if (io_begun)
         xfer_batch_io_end(ch->b, ch->item);
     xfer_batch_chunk_done(ch->b, ch->item, ch->status ? 0 : ch->len, ch->status, ch->why);
@@ -173,7 +177,7 @@ static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
 /* A post failed after unsignaled WRs went out: no completion would ever
  * report them, so the QP is moved to error, which flushes every WR with a
  * completion; the CM thread then re-establishes it. s->lock held. */
-static bool break_qp_locked(struct rdma_slot *s)
+bool xrdma_break_qp_locked(struct rdma_slot *s)
 {
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
     s->state = SLOT_ERROR;
@@ -218,7 +222,7 @@ static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *s
         if (s->state != SLOT_READY || post_chunk(c->t, s, ch, n == NULL)) {
             if (s->state == SLOT_READY) {
                 xfer_warn("rdma: ibv_post_send to %s failed: QP re-established", c->peer.node_id);
-                kick = break_qp_locked(s);
+                kick = xrdma_break_qp_locked(s);
             }
             ch->status = -XFER_EIO;
             ch->why = "ibv_post_send refused the work request";
@@ -235,6 +239,7 @@ static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *s
 
 void xrdma_pump_locked(struct rdma_conn *c)
 {
+    xrdma_msg_pump_locked(c); /* messages first: they are small and wait on a round trip */
     if (!c->head)
         return;
     struct rdma_transport *t = c->t;

@@ -25,7 +25,9 @@ static void finish_all(struct rdma_conn *c, struct xfer_rdma_chunk *done, size_t
 {
     for (size_t i = 0; i < n; i++) {
         struct xfer_rdma_chunk *ch = &done[i];
-        if (ch->retryable) {
+        if (ch->msg) {
+            xrdma_msg_sent(ch);
+        } else if (ch->retryable) {
             xfer_batch_io_end(ch->b, ch->item); /* the NIC let go of it */
             xrdma_chunk_retry_or_fail(c, ch);
         } else {
@@ -94,30 +96,54 @@ static void drain_cq(struct rdma_transport *t, struct ibv_cq *cq, struct xfer_rd
     }
 }
 
+/* The NICs' message CQs (progress thread 0): requests, answers, sends. */
+static void drain_msg_cq(struct rdma_transport *t, struct ibv_cq *cq)
+{
+    struct ibv_wc wc[POLL_BATCH];
+    for (;;) {
+        int n = ibv_poll_cq(cq, POLL_BATCH, wc);
+        if (n < 0) {
+            xfer_err("rdma: ibv_poll_cq (messages): %d", n);
+            return;
+        }
+        for (int i = 0; i < n; i++)
+            xrdma_msg_cqe(t, &wc[i]);
+        if (n < POLL_BATCH)
+            return;
+    }
+}
+
 static void *progress_main(void *arg)
 {
     struct rdma_progress *p = arg;
     struct rdma_transport *t = p->t;
-    int n = t->n_nics;
+    int n = t->n_nics, nm = p->index == 0 ? n : 0; /* thread 0 also serves messages */
     struct xfer_rdma_chunk *done = calloc(t->sq_depth, sizeof(*done));
-    struct pollfd fds[XFER_RDMA_MAX_NICS + 1];
+    struct pollfd fds[2 * XFER_RDMA_MAX_NICS + 1];
     for (int i = 0; i < n; i++)
         fds[i] = (struct pollfd){.fd = p->ch[i]->fd, .events = POLLIN};
-    fds[n] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
+    for (int i = 0; i < nm; i++)
+        fds[n + i] = (struct pollfd){.fd = t->nics[i].msg_ch->fd, .events = POLLIN};
+    fds[n + nm] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
     while (done && !__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE)) {
-        int r = poll(fds, (nfds_t)n + 1, 200);
+        int r = poll(fds, (nfds_t)(n + nm) + 1, 200);
         if (r < 0 && errno != EINTR)
             break;
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n + nm; i++) {
+            struct ibv_comp_channel *ch = i < n ? p->ch[i] : t->nics[i - n].msg_ch;
+            struct ibv_cq *want = i < n ? p->cq[i] : t->nics[i - n].msg_cq;
             if (r > 0 && (fds[i].revents & POLLIN)) {
                 struct ibv_cq *cq;
                 void *ctx;
-                if (!ibv_get_cq_event(p->ch[i], &cq, &ctx))
+                if (!ibv_get_cq_event(ch, &cq, &ctx))
                     ibv_ack_cq_events(cq, 1);
             }
             /* Arm, then poll: a CQE that raced the arming is not lost. */
-            ibv_req_notify_cq(p->cq[i], 0);
-            drain_cq(t, p->cq[i], done);
+            ibv_req_notify_cq(want, 0);
+            if (i < n)
+                drain_cq(t, want, done);
+            else
+                drain_msg_cq(t, want);
         }
     }
     free(done);

@@ -65,6 +65,8 @@ static void xrdma_close(struct xfer_transport *tr)
     }
     xrdma_devices_close(t);
     xfer_rdma_replay_free(&t->replay);
+    pthread_cond_destroy(&t->acc_cond);
+    pthread_mutex_destroy(&t->acc_lock);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -80,6 +82,8 @@ static int xrdma_open(xfer_engine *e, struct xfer_transport **out)
     t->cfg = xfer_engine_config_get(e);
     t->cm_wake_fd = -1;
     pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->acc_lock, NULL);
+    pthread_cond_init(&t->acc_cond, NULL);
     struct xfer_peer_desc self;
     xfer_engine_describe(e, &self);
     t->self = (struct xfer_rdma_self){.node_id = t->cfg->node_id,
@@ -162,6 +166,7 @@ static int conn_slots(struct rdma_transport *t, struct rdma_conn *c)
             s->prog = p;
             s->depth = t->sq_depth;
             s->next_seq = 1;
+            s->conn_pos = c->n_slots;
             s->failures = 0;
             s->retry_at_ms = 0;
             pthread_mutex_unlock(&s->lock);
@@ -209,6 +214,7 @@ static void xrdma_disconnect(struct xfer_conn *xc)
         }
     slots_release(t, c);
     pthread_mutex_unlock(&t->lock);
+    xrdma_msg_conn_free(c); /* every QP is destroyed: no SEND reads it any more */
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -266,8 +272,13 @@ static int xrdma_connect(struct xfer_transport *tr, xfer_peer *peer, int timeout
         free(c);
         return -XFER_EPROTO;
     }
+    int rc = xrdma_msg_conn_init(c, t->n_nics * t->qps_per_nic);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
     pthread_mutex_lock(&t->lock);
-    int rc = conn_slots(t, c);
+    rc = conn_slots(t, c);
     if (rc == 0) {
         c->next = t->conns;
         t->conns = c;
@@ -284,6 +295,7 @@ static int xrdma_connect(struct xfer_transport *tr, xfer_peer *peer, int timeout
     if (rc < 0) {
         xfer_engine_set_error(t->base.engine, "rdma: no queue pair for %s: %s", c->peer.node_id,
                               xfer_strerror(rc));
+        xrdma_msg_conn_free(c);
         free(c);
         return rc;
     }
@@ -297,6 +309,16 @@ static int xrdma_connect(struct xfer_transport *tr, xfer_peer *peer, int timeout
     }
     *out = &c->base;
     return 0;
+}
+
+/* All channels dead: no QP up or on its way and the last attempt failed.
+ * The engine then fails messages waiting on the peer (RECVs naming it,
+ * SENDs waiting for a FIN) and tries a new connection in the background;
+ * the CM thread keeps re-establishing this one's QPs meanwhile. */
+static unsigned xrdma_conn_state(struct xfer_conn *xc)
+{
+    struct rdma_conn *c = container_of(xc, struct rdma_conn, base);
+    return __atomic_load_n(&c->unreachable, __ATOMIC_RELAXED) ? XFER_CONN_ALL_DEAD : 0;
 }
 
 const struct xfer_transport_ops xfer_rdma_transport_ops = {
@@ -314,9 +336,11 @@ const struct xfer_transport_ops xfer_rdma_transport_ops = {
     .reaches = xrdma_reaches,
     .connect = xrdma_connect,
     .disconnect = xrdma_disconnect,
+    .conn_state = xrdma_conn_state,
     .reg_mem = xrdma_reg_mem,
     .dereg_mem = xrdma_dereg_mem,
     .post = xrdma_post,
     .describe = xrdma_describe,
     .describe_region = xrdma_describe_region,
+    .send_msg = xrdma_send_msg,
 };

@@ -287,11 +287,11 @@ struct gpu_memo {
 /* GPU memory on either side moves through staging slots of TCP_GPU_SLOT. */
 static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it, struct gpu_memo *m)
 {
-    struct xfer_region_desc rd;
+    struct xfer_region_brief rd;
     if (xfer_region_kind(it->local) == XFER_MEM_CUDA)
         return true;
     if (!m->valid || m->id != it->remote_id) {
-        m->gpu = xfer_peer_region_get(tc->base.peer, it->remote_id, &rd) == 0 &&
+        m->gpu = xfer_peer_region_brief(tc->base.peer, it->remote_id, &rd) == 0 &&
                  rd.kind == XFER_MEM_CUDA;
         m->id = it->remote_id;
         m->valid = true;

@@ -231,6 +231,7 @@ static void incoming(struct fv_id *listen, int s)
     /* As seen from this side: the peer's depth is our responder resources. */
     c->initiator_depth = m.responder_resources;
     c->responder_resources = m.initiator_depth;
+    c->rnr_mine = m.rnr_retry_count;
     post_event(c, listen, RDMA_CM_EVENT_CONNECT_REQUEST, 0, m.pdata, m.pdata_len);
 }
 
@@ -303,7 +304,7 @@ int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_
     if (!q)
         return -1;
     struct fv_qp *qp = container_of(q, struct fv_qp, qp);
-    if (fv_qp_set_state(qp, IBV_QPS_INIT, IBV_ACCESS_REMOTE_WRITE, false)) {
+    if (fv_qp_set_state(qp, IBV_QPS_INIT, IBV_ACCESS_REMOTE_WRITE, false, 0)) {
         ibv_destroy_qp(q);
         return fail(EINVAL);
     }
@@ -339,13 +340,15 @@ void rdma_destroy_qp(struct rdma_cm_id *id)
 }
 
 /* INIT -> RTR -> RTS with the access librdmacm derives from the negotiated
- * responder resources (RDMA READ is served only when they are > 0). */
-static int qp_ready(struct fv_id *f, uint8_t responder_resources)
+ * responder resources (RDMA READ is served only when they are > 0), and the
+ * rnr_retry the peer asked for in its REQ or REP (the IB CM sets a QP's
+ * rnr_retry from the other side's rnr_retry_count). */
+static int qp_ready(struct fv_id *f, uint8_t responder_resources, uint8_t rnr_retry)
 {
     struct fv_qp *qp = container_of(f->id.qp, struct fv_qp, qp);
     int access = IBV_ACCESS_REMOTE_WRITE | (responder_resources ? IBV_ACCESS_REMOTE_READ : 0);
-    if (fv_qp_set_state(qp, IBV_QPS_RTR, access, responder_resources > 0) ||
-        fv_qp_set_state(qp, IBV_QPS_RTS, access, responder_resources > 0))
+    if (fv_qp_set_state(qp, IBV_QPS_RTR, access, responder_resources > 0, rnr_retry) ||
+        fv_qp_set_state(qp, IBV_QPS_RTS, access, responder_resources > 0, rnr_retry))
         return -1;
     return 0;
 }
@@ -384,7 +387,8 @@ static void *connector_main(void *arg)
                           .type = CM_REQ,
                           .pdata_len = f->req_len,
                           .initiator_depth = f->initiator_depth,
-                          .responder_resources = f->responder_resources};
+                          .responder_resources = f->responder_resources,
+                          .rnr_retry_count = f->rnr_for_peer};
     memcpy(m.pdata, f->req_pdata, f->req_len);
     int s = tcp_connect((struct sockaddr *)&f->dst, CONNECT_TIMEOUT_MS);
     if (s < 0) { /* nobody listens: the CM rejects; no answer: unreachable */
@@ -403,7 +407,7 @@ static void *connector_main(void *arg)
         return NULL;
     }
     struct fv_qp *qp = container_of(f->id.qp, struct fv_qp, qp);
-    if (qp_ready(f, f->responder_resources) || fv_qp_start_link(qp, s)) {
+    if (qp_ready(f, f->responder_resources, m.rnr_retry_count) || fv_qp_start_link(qp, s)) {
         post_event(f, NULL, RDMA_CM_EVENT_CONNECT_ERROR, -EINVAL, NULL, 0);
         return NULL;
     }
@@ -425,6 +429,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
     f->req_len = param->private_data_len;
     f->initiator_depth = param->initiator_depth;
     f->responder_resources = param->responder_resources;
+    f->rnr_for_peer = param->rnr_retry_count > 7 ? 7 : param->rnr_retry_count;
     if (pthread_create(&f->thread, NULL, connector_main, f))
         return fail(ENOMEM);
     f->thread_running = true;
@@ -437,7 +442,8 @@ static int send_reply(struct fv_id *f, uint8_t type, const void *pdata, size_t l
                           .type = type,
                           .pdata_len = (uint8_t)len,
                           .initiator_depth = f->initiator_depth,
-                          .responder_resources = f->responder_resources};
+                          .responder_resources = f->responder_resources,
+                          .rnr_retry_count = f->rnr_for_peer};
     if (len)
         memcpy(m.pdata, pdata, len);
     return fv_send_all(f->conn_sock, &m, sizeof(m));
@@ -453,10 +459,11 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
     if (param) {
         f->responder_resources = param->responder_resources;
         f->initiator_depth = param->initiator_depth;
+        f->rnr_for_peer = param->rnr_retry_count > 7 ? 7 : param->rnr_retry_count;
     } else {
         f->responder_resources = f->initiator_depth = 0;
     }
-    if (qp_ready(f, f->responder_resources))
+    if (qp_ready(f, f->responder_resources, f->rnr_mine))
         return fail(EINVAL);
     if (send_reply(f, CM_REP, param ? param->private_data : NULL,
                    param ? param->private_data_len : 0) ||

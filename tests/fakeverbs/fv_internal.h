@@ -29,6 +29,7 @@
 #define FV_MAX_PDATA     56 /* REQ private data, as for RDMA_PS_TCP */
 #define FV_MAX_REP_PDATA 196
 #define FV_MAX_MSG       (1u << 31) /* port max_msg_sz */
+#define FV_MAX_RECV_SGE  16
 
 #ifndef container_of
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
@@ -84,20 +85,33 @@ struct fv_wr {
     uint64_t remote_addr;
     uint32_t rkey;
     uint32_t len;
+    uint32_t imm;      /* SEND_WITH_IMM, network order as posted */
+    uint8_t rnr_tries; /* RNR NAKs this SEND got so far */
     int num_sge;
     struct ibv_sge sge[];
 };
 
-enum fv_msg_type { M_WRITE = 1, M_READ, M_ECHO, M_ACK, M_READ_RESP };
-enum fv_nak { NAK_OK = 0, NAK_ACCESS, NAK_INVALID, NAK_LOCAL };
+/* One posted receive: consumed, head first, by the peer's SEND. */
+struct fv_recv {
+    uint64_t wr_id;
+    int num_sge;
+    struct ibv_sge sge[FV_MAX_RECV_SGE];
+};
+
+enum fv_msg_type { M_WRITE = 1, M_READ, M_ECHO, M_ACK, M_READ_RESP, M_SEND };
+/* NAK_RNR: no receive posted (flags = the responder's min_rnr_timer);
+ * NAK_REMOP: the responder's receive WQE was bad (remote operation error). */
+enum fv_nak { NAK_OK = 0, NAK_ACCESS, NAK_INVALID, NAK_LOCAL, NAK_RNR, NAK_REMOP };
+#define FV_F_REWIND 1u /* first request resent after an RNR NAK */
+#define FV_F_IMM    2u /* SEND carries immediate data */
 
 struct fv_msg {
     uint8_t type, status;
-    uint16_t pad;
+    uint16_t flags; /* requests: FV_F_*; an RNR NAK: the min_rnr_timer code */
     uint32_t rkey;
     uint64_t addr;
     uint32_t len;
-    uint32_t pad2;
+    uint32_t imm;
 };
 
 /* Queued for the sender thread: a request (wr) or a response (payload). */
@@ -106,6 +120,7 @@ struct fv_out {
     struct fv_msg hdr;
     void *payload; /* owned (responses) */
     struct fv_wr *wr;
+    bool then_error; /* a NAK after which this (responder) QP goes to ERR */
 };
 
 struct fv_qp {
@@ -115,9 +130,14 @@ struct fv_qp {
     enum ibv_qp_state st;
     int qp_access;              /* from INIT/RTR attributes */
     uint8_t max_dest_rd_atomic; /* 0: this QP serves no RDMA READ */
-    uint64_t *rq_ids;           /* posted receive wr_ids (flushed on error) */
-    uint32_t rq_count;
-    uint32_t max_send_wr, max_recv_wr, max_sge;
+    struct fv_recv *rq;         /* posted receives, a ring (flushed on error) */
+    uint32_t rq_head, rq_count;
+    uint32_t max_send_wr, max_recv_wr, max_sge, max_recv_sge;
+    uint8_t rnr_retry;     /* requester: RNR NAKs a SEND survives (7 = forever) */
+    uint8_t min_rnr_timer; /* responder: the wait it asks for in an RNR NAK */
+    bool rnr_dropping;     /* responder: NAKed RNR, drops requests until a rewind */
+    bool rewind;           /* requester: the next request is the resent one */
+    int64_t rnr_until_ns;  /* requester: no request leaves before (monotonic) */
     bool sq_sig_all;
     uint64_t sq_posted, sq_reclaimed;    /* seq numbers; depth = posted - reclaimed */
     struct fv_out *out_head, *out_tail;  /* to send */
@@ -152,7 +172,9 @@ struct fv_id {
     uint8_t req_pdata[FV_MAX_PDATA];
     uint8_t req_len;
     uint8_t initiator_depth, responder_resources;
-    bool disconnected; /* DISCONNECTED already reported */
+    uint8_t rnr_for_peer; /* rnr_retry_count of our connect/accept: the peer QP's rnr_retry */
+    uint8_t rnr_mine;     /* the peer's wish: our QP's rnr_retry */
+    bool disconnected;    /* DISCONNECTED already reported */
 };
 
 /* CM messages on the connection socket before it becomes the QP link. */
@@ -160,6 +182,7 @@ enum fv_cm_type { CM_REQ = 1, CM_REP, CM_REJ };
 struct fv_cm_msg {
     uint32_t magic;
     uint8_t type, pdata_len, initiator_depth, responder_resources;
+    uint8_t rnr_retry_count; /* for the receiver's QP (IBTA CM REQ/REP field) */
     uint8_t pdata[FV_MAX_REP_PDATA];
 };
 #define FV_CM_MAGIC 0x46564d43u
@@ -177,7 +200,11 @@ void fv_cq_forget_qp(struct ibv_cq *cq, struct fv_qp *qp);
 
 /* QP link: starts threads on a connected socket (state must be RTS/RTR). */
 int fv_qp_start_link(struct fv_qp *qp, int sock);
-int fv_qp_set_state(struct fv_qp *qp, enum ibv_qp_state st, int access, bool responder_read);
+int fv_qp_set_state(struct fv_qp *qp, enum ibv_qp_state st, int access, bool responder_read,
+                    uint8_t rnr_retry);
+/* The IBTA RNR timer code (0..31) in nanoseconds (0 = 655.36 ms). */
+int64_t fv_rnr_timer_ns(unsigned code);
+int64_t fv_now_ns(void);
 void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first);
 void fv_cm_post_disconnected(struct fv_id *id);
 

@@ -1,13 +1,26 @@
 /* fakeverbs: the link between two connected QPs. The sender thread is the
  * only writer of the socket, the receiver the only reader; the receiver
  * serves the peer's requests against this process's MR table exactly where a
- * NIC would check them (rkey, PD, access flags, bounds, QP access). */
+ * NIC would check them (rkey, PD, access flags, bounds, QP access).
+ *
+ * SEND (and SEND_WITH_IMM) consume the head of this QP's posted receive
+ * queue: the data is scattered into its buffers and a receive completion
+ * (IBV_WC_RECV, byte_len, imm) is pushed. A SEND longer than the receive's
+ * buffers completes it with IBV_WC_LOC_LEN_ERR here and IBV_WC_REM_INV_REQ_ERR
+ * at the sender, both QPs in error (a bad receive WQE: LOC_PROT_ERR here,
+ * REM_OP_ERR there). With no receive posted the responder answers an RNR
+ * NAK carrying its min_rnr_timer and, like a NIC whose expected PSN did not
+ * move, drops every later request until the sender resends; the sender
+ * waits that long and resends the SEND and everything after it (go-back-N),
+ * up to its QP's rnr_retry times (7 = forever), then completes the SEND with
+ * IBV_WC_RNR_RETRY_EXC_ERR and flushes the rest. */
 #include "fv_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PIECE (1u << 20) /* WRITE payloads are applied in pieces of this */
@@ -25,6 +38,8 @@ static int check_local(struct fv_qp *qp, const struct fv_wr *w)
     int nak = NAK_OK;
     pthread_rwlock_rdlock(&c->mr_lock);
     for (int i = 0; i < w->num_sge && nak == NAK_OK; i++) {
+        if (w->sge[i].length == 0)
+            continue; /* a zero-length SGE is not checked */
         struct fv_mr *m = fv_mr_lookup(c, w->sge[i].lkey);
         if (!m || m->mr.pd != qp->qp.pd ||
             !range_inside(w->sge[i].addr, w->sge[i].length, (uintptr_t)m->mr.addr, m->mr.length) ||
@@ -70,7 +85,8 @@ static void enqueue(struct fv_qp *qp, struct fv_out *o)
     pthread_mutex_unlock(&qp->lock);
 }
 
-static void respond(struct fv_qp *qp, uint8_t type, int status, void *payload, uint32_t len)
+static void respond_ex(struct fv_qp *qp, uint8_t type, int status, uint16_t flags, void *payload,
+                       uint32_t len, bool then_error)
 {
     struct fv_out *o = calloc(1, sizeof(*o));
     if (!o) {
@@ -79,9 +95,16 @@ static void respond(struct fv_qp *qp, uint8_t type, int status, void *payload, u
     }
     o->hdr.type = type;
     o->hdr.status = (uint8_t)status;
+    o->hdr.flags = flags;
     o->hdr.len = payload ? len : 0;
     o->payload = payload;
+    o->then_error = then_error;
     enqueue(qp, o);
+}
+
+static void respond(struct fv_qp *qp, uint8_t type, int status, void *payload, uint32_t len)
+{
+    respond_ex(qp, type, status, 0, payload, len, false);
 }
 
 static int serve_write(struct fv_qp *qp, const struct fv_msg *h, uint8_t *piece)
@@ -128,16 +151,165 @@ static void serve_read(struct fv_qp *qp, const struct fv_msg *h)
         free(buf);
 }
 
+/* Reads and throws away len bytes of a request's payload. */
+static int discard(struct fv_qp *qp, uint64_t len, uint8_t *piece)
+{
+    for (uint64_t off = 0; off < len;) {
+        uint32_t n = len - off < PIECE ? (uint32_t)(len - off) : PIECE;
+        if (fv_recv_all(qp->sock, piece, n))
+            return -1;
+        off += n;
+    }
+    return 0;
+}
+
+/* Checks a receive WQE's buffers (lkey, PD, bounds, local write) and
+ * scatters data into them; NAK_OK or NAK_LOCAL. Caller holds mr_lock. */
+static int scatter(struct fv_qp *qp, const struct fv_recv *r, const uint8_t *data, uint32_t len)
+{
+    struct fv_context *c = fv_context_of(qp->qp.context);
+    for (int i = 0; i < r->num_sge; i++) {
+        struct fv_mr *m = fv_mr_lookup(c, r->sge[i].lkey);
+        if (r->sge[i].length &&
+            (!m || m->mr.pd != qp->qp.pd || !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
+             !range_inside(r->sge[i].addr, r->sge[i].length, (uintptr_t)m->mr.addr, m->mr.length)))
+            return NAK_LOCAL;
+    }
+    for (int i = 0; i < r->num_sge && len; i++) {
+        uint32_t n = r->sge[i].length < len ? r->sge[i].length : len;
+        memcpy((void *)(uintptr_t)r->sge[i].addr, data, n);
+        data += n;
+        len -= n;
+    }
+    return NAK_OK;
+}
+
+/* A SEND from the peer: the head of the receive queue takes it, or the
+ * sender is told to come back (RNR NAK) and later requests are dropped. */
+static int serve_send(struct fv_qp *qp, const struct fv_msg *h)
+{
+    uint8_t *data = malloc(h->len ? h->len : 1);
+    if (!data || fv_recv_all(qp->sock, data, h->len)) {
+        free(data);
+        return -1;
+    }
+    pthread_mutex_lock(&qp->lock);
+    if (qp->rq_count == 0) {
+        qp->rnr_dropping = true;
+        uint16_t timer = qp->min_rnr_timer;
+        pthread_mutex_unlock(&qp->lock);
+        free(data);
+        respond_ex(qp, M_ACK, NAK_RNR, timer, NULL, 0, false);
+        return 0;
+    }
+    struct fv_recv r = qp->rq[qp->rq_head];
+    qp->rq_head = (qp->rq_head + 1) % qp->max_recv_wr;
+    qp->rq_count--;
+    qp->busy++; /* a flush waits until the buffers are no longer written */
+    pthread_mutex_unlock(&qp->lock);
+    uint64_t room = 0;
+    for (int i = 0; i < r.num_sge; i++)
+        room += r.sge[i].length;
+    struct ibv_wc wc = {.wr_id = r.wr_id,
+                        .status = IBV_WC_SUCCESS,
+                        .opcode = IBV_WC_RECV,
+                        .qp_num = qp->qp.qp_num,
+                        .byte_len = h->len};
+    int nak = NAK_OK;
+    if (h->len > room) {
+        nak = NAK_INVALID;
+        wc.status = IBV_WC_LOC_LEN_ERR;
+    } else {
+        struct fv_context *c = fv_context_of(qp->qp.context);
+        pthread_rwlock_rdlock(&c->mr_lock);
+        if (scatter(qp, &r, data, h->len) != NAK_OK) {
+            nak = NAK_REMOP;
+            wc.status = IBV_WC_LOC_PROT_ERR;
+        }
+        pthread_rwlock_unlock(&c->mr_lock);
+    }
+    if (wc.status == IBV_WC_SUCCESS && (h->flags & FV_F_IMM)) {
+        wc.wc_flags = IBV_WC_WITH_IMM;
+        wc.imm_data = h->imm;
+    }
+    if (wc.status != IBV_WC_SUCCESS)
+        wc.vendor_err = 0x82;
+    /* A NIC acknowledges before software can see the receive (so an answer
+     * SEND never overtakes the ACK); a failed receive completes first and
+     * puts this QP in error once the NAK is out, flushing the rest after it. */
+    if (nak == NAK_OK)
+        respond(qp, M_ACK, NAK_OK, NULL, 0);
+    fv_cq_push(qp->qp.recv_cq, &wc, NULL, 0);
+    free(data);
+    pthread_mutex_lock(&qp->lock);
+    qp->busy--;
+    pthread_cond_broadcast(&qp->cond);
+    pthread_mutex_unlock(&qp->lock);
+    if (nak != NAK_OK)
+        respond_ex(qp, M_ACK, nak, 0, NULL, 0, true);
+    return 0;
+}
+
+/* An RNR NAK for the SEND w at the head of the wait list (qp->lock held):
+ * after the responder's timer, w and every request after it go again, the
+ * first one marked so the responder stops dropping; rnr_retry exhausted
+ * (7 never is), w fails with RNR_RETRY_EXC_ERR and the QP goes to error.
+ * Returns true when the caller must move the QP to error. */
+static bool rnr_nak_locked(struct fv_qp *qp, struct fv_wr *w, unsigned timer)
+{
+    if (qp->rnr_retry != 7 && w->rnr_tries >= qp->rnr_retry) {
+        qp->wait_head = w->next;
+        if (!qp->wait_head)
+            qp->wait_tail = NULL;
+        fv_push_send_cqe(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
+        free(w);
+        return true;
+    }
+    w->rnr_tries++;
+    struct fv_out *head = NULL, **tail = &head;
+    for (struct fv_wr *x = qp->wait_head, *n; x; x = n) {
+        n = x->next;
+        x->next = NULL;
+        struct fv_out *o = calloc(1, sizeof(*o));
+        if (!o) { /* out of memory in the stand-in: give up like a dead link */
+            x->next = n;
+            qp->wait_head = x;
+            return true;
+        }
+        o->wr = x;
+        *tail = o;
+        tail = &o->next;
+    }
+    qp->wait_head = qp->wait_tail = NULL;
+    *tail = qp->out_head;
+    if (!qp->out_head)
+        qp->out_tail = container_of(tail, struct fv_out, next);
+    qp->out_head = head;
+    qp->rewind = true;
+    qp->rnr_until_ns = fv_now_ns() + fv_rnr_timer_ns(timer);
+    pthread_cond_broadcast(&qp->cond);
+    return false;
+}
+
 /* Our own request's response arrived: place READ data, complete in order. */
 static int complete_own(struct fv_qp *qp, const struct fv_msg *h)
 {
     pthread_mutex_lock(&qp->lock);
     struct fv_wr *w = qp->wait_head;
     bool is_read = w && w->opcode == IBV_WR_RDMA_READ;
+    bool is_send = w && (w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM);
     if (!w || (h->type == M_READ_RESP) != is_read ||
-        (h->type == M_READ_RESP && h->status == NAK_OK && h->len != w->len)) {
+        (h->type == M_READ_RESP && h->status == NAK_OK && h->len != w->len) ||
+        (h->status == NAK_RNR && !is_send)) {
         pthread_mutex_unlock(&qp->lock);
         return -1; /* out of step: treat as a broken link */
+    }
+    if (h->status == NAK_RNR) {
+        bool fail = rnr_nak_locked(qp, w, h->flags);
+        pthread_mutex_unlock(&qp->lock);
+        if (fail)
+            fv_qp_to_error(qp, IBV_WC_WR_FLUSH_ERR);
+        return 0;
     }
     if (h->type == M_READ_RESP && h->status == NAK_OK) {
         qp->busy++;
@@ -172,7 +344,21 @@ static void *receiver_main(void *arg)
     struct fv_msg h;
     while (piece && !fv_recv_all(qp->sock, &h, sizeof(h))) {
         int rc = 0;
-        if (h.type == M_WRITE)
+        bool request =
+            h.type == M_WRITE || h.type == M_READ || h.type == M_SEND || h.type == M_ECHO;
+        pthread_mutex_lock(&qp->lock);
+        if (request && (h.flags & FV_F_REWIND))
+            qp->rnr_dropping = false;
+        bool drop = request && qp->rnr_dropping;
+        pthread_mutex_unlock(&qp->lock);
+        if (drop) { /* after an RNR NAK: out of sequence until the resend */
+            if ((h.type == M_WRITE || h.type == M_SEND) && discard(qp, h.len, piece))
+                break;
+            continue;
+        }
+        if (h.type == M_SEND)
+            rc = serve_send(qp, &h);
+        else if (h.type == M_WRITE)
             rc = serve_write(qp, &h, piece);
         else if (h.type == M_READ)
             serve_read(qp, &h);
@@ -200,10 +386,14 @@ static int send_request(struct fv_qp *qp, struct fv_out *o)
 {
     struct fv_wr *w = o->wr;
     int nak = check_local(qp, w);
-    struct fv_msg h = {.rkey = w->rkey, .addr = w->remote_addr, .len = w->len};
-    h.type = nak ? M_ECHO : w->opcode == IBV_WR_RDMA_WRITE ? M_WRITE : M_READ;
+    struct fv_msg h = {.rkey = w->rkey, .addr = w->remote_addr, .len = w->len, .imm = w->imm};
+    bool send_op = w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM;
+    h.type = nak ? M_ECHO : w->opcode == IBV_WR_RDMA_WRITE ? M_WRITE : send_op ? M_SEND : M_READ;
     h.status = (uint8_t)nak;
-    bool payload = h.type == M_WRITE && w->len > 0;
+    h.flags = (uint16_t)((qp->rewind ? FV_F_REWIND : 0) |
+                         (w->opcode == IBV_WR_SEND_WITH_IMM ? FV_F_IMM : 0));
+    qp->rewind = false;
+    bool payload = (h.type == M_WRITE || h.type == M_SEND) && w->len > 0;
     o->wr = NULL; /* now owned by the wait list */
     if (qp->wait_tail)
         qp->wait_tail->next = w;
@@ -230,19 +420,53 @@ static int send_request(struct fv_qp *qp, struct fv_out *o)
     return rc;
 }
 
+/* The next thing to send: the head, or while requests wait out an RNR
+ * timer, the first response behind them (the responder side of a QP does
+ * not wait for its requester side). Unlinks it. qp->lock held. */
+static struct fv_out *next_out_locked(struct fv_qp *qp, int64_t *wait_ns)
+{
+    int64_t now = fv_now_ns();
+    bool held = qp->rnr_until_ns && now < qp->rnr_until_ns;
+    *wait_ns = held ? qp->rnr_until_ns - now : 0; /* > 0 whenever held */
+    struct fv_out *prev = NULL, *o = qp->out_head;
+    while (o && held && o->wr) {
+        prev = o;
+        o = o->next;
+    }
+    if (!o)
+        return NULL;
+    if (prev)
+        prev->next = o->next;
+    else
+        qp->out_head = o->next;
+    if (qp->out_tail == o)
+        qp->out_tail = prev;
+    o->next = NULL;
+    return o;
+}
+
 static void *sender_main(void *arg)
 {
     struct fv_qp *qp = arg;
     pthread_mutex_lock(&qp->lock);
     for (;;) {
-        while (!qp->stopping && qp->st != IBV_QPS_ERR && !qp->out_head)
-            pthread_cond_wait(&qp->cond, &qp->lock);
-        if (qp->stopping || qp->st == IBV_QPS_ERR)
-            break; /* fv_qp_to_error flushes what is queued */
-        struct fv_out *o = qp->out_head;
-        qp->out_head = o->next;
-        if (!qp->out_head)
-            qp->out_tail = NULL;
+        struct fv_out *o = NULL;
+        int64_t wait_ns = 0;
+        while (!qp->stopping && qp->st != IBV_QPS_ERR && !(o = next_out_locked(qp, &wait_ns))) {
+            if (wait_ns > 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                int64_t ns = ts.tv_nsec + wait_ns;
+                ts.tv_sec += ns / 1000000000;
+                ts.tv_nsec = ns % 1000000000;
+                pthread_cond_timedwait(&qp->cond, &qp->lock, &ts);
+            } else {
+                pthread_cond_wait(&qp->cond, &qp->lock);
+            }
+        }
+        if (!o)
+            break; /* stopping or in error: fv_qp_to_error flushes what is queued */
+        bool then_error = o->then_error;
         if (o->wr) {
             send_request(qp, o); /* a failure shows up in the receiver */
         } else {
@@ -252,6 +476,11 @@ static void *sender_main(void *arg)
             pthread_mutex_lock(&qp->lock);
         }
         fv_free_out(o);
+        if (then_error) { /* the responder NAKed a bad receive: this QP is in error too */
+            pthread_mutex_unlock(&qp->lock);
+            fv_qp_to_error(qp, IBV_WC_WR_FLUSH_ERR);
+            pthread_mutex_lock(&qp->lock);
+        }
     }
     pthread_mutex_unlock(&qp->lock);
     return NULL;
@@ -310,7 +539,7 @@ int ibv_destroy_qp(struct ibv_qp *q)
         n = o->next;
         fv_free_out(o);
     }
-    free(qp->rq_ids);
+    free(qp->rq);
     pthread_cond_destroy(&qp->cond);
     pthread_mutex_destroy(&qp->lock);
     free(qp);

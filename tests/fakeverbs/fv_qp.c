@@ -6,9 +6,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static uint32_t next_qp_num = 0x100;
+
+int64_t fv_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* IBTA 9.7.5.2.8 (man ibv_modify_qp, min_rnr_timer): code -> microseconds
+ * x 100; code 0 is the longest wait, 655.36 ms. */
+int64_t fv_rnr_timer_ns(unsigned code)
+{
+    static const uint32_t us100[32] = {65536, 1,    2,    3,     4,     6,     8,     12,
+                                       16,    24,   32,   48,    64,    96,    128,   192,
+                                       256,   384,  512,  768,   1024,  1536,  2048,  3072,
+                                       4096,  6144, 8192, 12288, 16384, 24576, 32768, 49152};
+    return (int64_t)us100[code & 31] * 10000;
+}
 
 int fv_send_all(int fd, const void *buf, size_t len)
 {
@@ -56,7 +75,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
         return NULL;
     }
     if (a->cap.max_send_wr > 8192 || a->cap.max_recv_wr > 8192 || a->cap.max_send_sge > 16 ||
-        a->cap.max_recv_sge > 16 || a->cap.max_inline_data > 0) {
+        a->cap.max_recv_sge > FV_MAX_RECV_SGE || a->cap.max_inline_data > 0) {
         errno = EINVAL;
         return NULL;
     }
@@ -79,6 +98,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
     qp->max_send_wr = a->cap.max_send_wr;
     qp->max_recv_wr = a->cap.max_recv_wr;
     qp->max_sge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
+    qp->max_recv_sge = a->cap.max_recv_sge ? a->cap.max_recv_sge : 1;
     qp->sq_sig_all = a->sq_sig_all;
     qp->sock = -1;
     return &qp->qp;
@@ -119,8 +139,14 @@ int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
     if (!q || !attr)
         return EINVAL;
     struct fv_qp *qp = qp_of(q);
+    pthread_mutex_lock(&qp->lock);
+    if (mask & IBV_QP_RNR_RETRY) /* 3 bits on the wire: 7 = retry forever */
+        qp->rnr_retry = attr->rnr_retry > 7 ? 7 : attr->rnr_retry;
+    if (mask & IBV_QP_MIN_RNR_TIMER) /* also RTS -> RTS (an optional attribute there) */
+        qp->min_rnr_timer = attr->min_rnr_timer & 31;
+    pthread_mutex_unlock(&qp->lock);
     if (!(mask & IBV_QP_STATE))
-        return 0; /* attribute-only changes: nothing the fake models */
+        return 0; /* other attribute-only changes: nothing the fake models */
     enum ibv_qp_state to = attr->qp_state;
     if (to == IBV_QPS_ERR) {
         fv_qp_to_error(qp, IBV_WC_WR_FLUSH_ERR);
@@ -145,6 +171,7 @@ int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask)
         qp->max_dest_rd_atomic = attr->max_dest_rd_atomic;
     if (to == IBV_QPS_RESET) {
         qp->rq_count = 0;
+        qp->rq_head = 0;
         qp->sq_posted = 0;
         __atomic_store_n(&qp->sq_reclaimed, 0, __ATOMIC_RELEASE);
     }
@@ -183,12 +210,17 @@ int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask,
 
 /* Used by the CM: walks the same state machine with the attributes that
  * librdmacm would compute. */
-int fv_qp_set_state(struct fv_qp *qp, enum ibv_qp_state st, int access, bool responder_read)
+int fv_qp_set_state(struct fv_qp *qp, enum ibv_qp_state st, int access, bool responder_read,
+                    uint8_t rnr_retry)
 {
+    /* min_rnr_timer: the IB CM's RTR attributes carry 0 (655.36 ms); an
+     * application that wants another sets it RTS -> RTS itself. */
     struct ibv_qp_attr a = {.qp_state = st,
                             .qp_access_flags = access,
                             .max_dest_rd_atomic = responder_read ? 16 : 0,
                             .max_rd_atomic = 16,
+                            .rnr_retry = rnr_retry,
+                            .min_rnr_timer = 0,
                             .path_mtu = IBV_MTU_1024};
     int mask = IBV_QP_STATE;
     if (st == IBV_QPS_INIT)
@@ -206,11 +238,13 @@ int fv_qp_set_state(struct fv_qp *qp, enum ibv_qp_state st, int access, bool res
 
 void fv_push_send_cqe(struct fv_qp *qp, const struct fv_wr *wr, enum ibv_wc_status st)
 {
+    enum ibv_wc_opcode op = wr->opcode == IBV_WR_RDMA_READ    ? IBV_WC_RDMA_READ
+                            : wr->opcode == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE
+                                                              : IBV_WC_SEND;
     struct ibv_wc wc = {.wr_id = wr->wr_id,
                         .status = st,
                         .qp_num = qp->qp.qp_num,
-                        .opcode =
-                            wr->opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE,
+                        .opcode = op,
                         .byte_len = wr->opcode == IBV_WR_RDMA_READ ? wr->len : 0};
     if (st != IBV_WC_SUCCESS)
         wc.vendor_err = 0x81;
@@ -227,6 +261,10 @@ enum ibv_wc_status fv_nak_status(int nak)
         return IBV_WC_REM_ACCESS_ERR;
     case NAK_INVALID:
         return IBV_WC_REM_INV_REQ_ERR;
+    case NAK_REMOP:
+        return IBV_WC_REM_OP_ERR;
+    case NAK_RNR:
+        return IBV_WC_RNR_RETRY_EXC_ERR;
     default:
         return IBV_WC_LOC_PROT_ERR;
     }
@@ -273,13 +311,15 @@ void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first)
         o = next;
     }
     for (uint32_t i = 0; i < qp->rq_count; i++) {
-        struct ibv_wc wc = {.wr_id = qp->rq_ids[i],
+        struct ibv_wc wc = {.wr_id = qp->rq[(qp->rq_head + i) % qp->max_recv_wr].wr_id,
                             .status = IBV_WC_WR_FLUSH_ERR,
                             .opcode = IBV_WC_RECV,
                             .qp_num = qp->qp.qp_num};
         fv_cq_push(qp->qp.recv_cq, &wc, NULL, 0);
     }
     qp->rq_count = 0;
+    qp->rq_head = 0;
+    qp->rnr_until_ns = 0;
     struct fv_id *id = qp->cm_id;
     pthread_cond_broadcast(&qp->cond);
     pthread_mutex_unlock(&qp->lock);
@@ -297,8 +337,12 @@ static struct fv_wr *copy_wr(const struct ibv_send_wr *wr, bool sig_all)
     w->wr_id = wr->wr_id;
     w->opcode = wr->opcode;
     w->signaled = sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
-    w->remote_addr = wr->wr.rdma.remote_addr;
-    w->rkey = wr->wr.rdma.rkey;
+    if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_READ) {
+        w->remote_addr = wr->wr.rdma.remote_addr;
+        w->rkey = wr->wr.rdma.rkey;
+    }
+    if (wr->opcode == IBV_WR_SEND_WITH_IMM)
+        w->imm = wr->imm_data;
     w->num_sge = wr->num_sge;
     uint64_t len = 0;
     for (int i = 0; i < wr->num_sge; i++) {
@@ -311,8 +355,9 @@ static struct fv_wr *copy_wr(const struct ibv_send_wr *wr, bool sig_all)
 
 static int post_one(struct fv_qp *qp, struct ibv_send_wr *wr)
 {
-    if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_READ)
-        return EINVAL; /* SEND/atomics/WITH_IMM: not used by xfer, not modelled */
+    if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_READ &&
+        wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)
+        return EINVAL; /* RDMA_WRITE_WITH_IMM, atomics, ...: not modelled */
     if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_sge || (wr->num_sge && !wr->sg_list))
         return EINVAL;
     uint64_t len = 0;
@@ -378,18 +423,27 @@ int fv_post_recv_op(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr
     struct fv_qp *qp = qp_of(q);
     pthread_mutex_lock(&qp->lock);
     for (; wr; wr = wr->next) {
-        if (qp->st == IBV_QPS_RESET || qp->rq_count >= qp->max_recv_wr) {
+        bool bad_wr = qp->st == IBV_QPS_RESET || wr->num_sge < 0 ||
+                      (uint32_t)wr->num_sge > qp->max_recv_sge || (wr->num_sge && !wr->sg_list);
+        if (bad_wr || qp->rq_count >= qp->max_recv_wr ||
+            (!qp->rq && !(qp->rq = calloc(qp->max_recv_wr, sizeof(*qp->rq))))) {
             if (bad)
                 *bad = wr;
-            int rc = qp->st == IBV_QPS_RESET ? EINVAL : ENOMEM;
             pthread_mutex_unlock(&qp->lock);
-            return rc;
+            return bad_wr ? EINVAL : ENOMEM;
         }
-        if (!qp->rq_ids && !(qp->rq_ids = calloc(qp->max_recv_wr, sizeof(uint64_t)))) {
-            pthread_mutex_unlock(&qp->lock);
-            return ENOMEM;
+        if (qp->st == IBV_QPS_ERR) { /* posting to an errored QP flushes at once */
+            struct ibv_wc wc = {.wr_id = wr->wr_id,
+                                .status = IBV_WC_WR_FLUSH_ERR,
+                                .opcode = IBV_WC_RECV,
+                                .qp_num = qp->qp.qp_num};
+            fv_cq_push(qp->qp.recv_cq, &wc, NULL, 0);
+            continue;
         }
-        qp->rq_ids[qp->rq_count++] = wr->wr_id;
+        struct fv_recv *r = &qp->rq[(qp->rq_head + qp->rq_count++) % qp->max_recv_wr];
+        r->wr_id = wr->wr_id;
+        r->num_sge = wr->num_sge;
+        memcpy(r->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(r->sge[0]));
     }
     pthread_mutex_unlock(&qp->lock);
     return 0;

@@ -3,7 +3,8 @@
 # cross-memory-attach regions, random offsets and sizes with checksums, a
 # mixed batch, bad inputs (bounds, access, generation) caught by the initiator
 # and re-checked by the owner, published descriptor text, revocation of
-# deregistered mappings; then: with a secret; XFER_TRANSPORTS=tcp forces tcp;
+# deregistered mappings, direct copies (read-only mapping, deregistration
+# racing 8-byte writes); then: without direct copies; with a secret; XFER_TRANSPORTS=tcp forces tcp;
 # a kernel that refuses cross-memory attach makes the peer fall back to tcp
 # with a warning; an owner of another uid is refused without a secret.
 set -u
@@ -16,6 +17,8 @@ run() {
 }
 run "$node" host --iters 400 --seed "$seed"
 IPC_TEST_SECRET=correct-horse run "$node" host --iters 50 --seed "$seed"
+# Every item through the owner (no direct copies of lent regions).
+XFER_IPC_DIRECT=0 run "$node" host --iters 50 --seed "$seed"
 XFER_TRANSPORTS=tcp run "$node" host --iters 50 --seed "$seed" --expect tcp
 # Non-dumpable owner + initiator without CAP_SYS_PTRACE: the kernel refuses
 # process_vm_readv with EPERM, exactly as under ptrace_scope=2/3.

@@ -6,6 +6,8 @@
 # reverse tag order (FIFO per sender and tag, messages waiting unmatched);
 # truncation on both sides; a RECV's deadline and cancel. Then (tcp) a peer
 # killed with a SEND and a RECV pending towards it: both end -XFER_ECONN.
+# XFER_SENDRECV_TRANSPORTS / XFER_SENDRECV_KILL pick the transports
+# (test_rdma_notify.sh: rdma on the verbs stand-in for both).
 set -u
 source "$XFER_ROOT/tests/lib/core.sh"
 S=$CORE_BIN/xfer_sendrecv
@@ -24,7 +26,7 @@ pair() { # label [extra args for both]
     CORE_PIDS+=("$PID_a" "$PID_b")
 }
 
-for tr in tcp ipc; do
+for tr in ${XFER_SENDRECV_TRANSPORTS:-tcp ipc}; do
     echo "== $tr"
     export XFER_TRANSPORTS=$tr XFER_NOTIFY_EXPECT=$tr
     [[ $tr == ipc ]] && XFER_TRANSPORTS=ipc,tcp # node files need a tcp port
@@ -35,8 +37,9 @@ for tr in tcp ipc; do
     ((ra == 0 && rb == 0)) || core_fail "$tr: a exit $ra, b exit $rb"
 done
 
-echo "== tcp, peer killed with messages pending"
-export XFER_TRANSPORTS=tcp XFER_NOTIFY_EXPECT=tcp
+ktr=${XFER_SENDRECV_KILL:-tcp}
+echo "== $ktr, peer killed with messages pending"
+export XFER_TRANSPORTS=$ktr XFER_NOTIFY_EXPECT=$ktr
 count=50
 pair kill --ready "$CORE_TMP/go"
 deadline=$((SECONDS + 60))

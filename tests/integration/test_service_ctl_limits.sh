@@ -6,7 +6,9 @@
 #  - a client that pipelines reads and never reads its replies is cut off
 #    (or stopped) while xferd's memory stays bounded and others are served;
 #  - connections past the cap get a clear error; registrations past
-#    max_region_bytes too.
+#    max_region_bytes too;
+#  - a client with 64 async batches queued or running gets a clear error for
+#    the next one, and xferd keeps serving (issue 18 item 5).
 set -u
 cd "${XFER_ROOT:-.}"
 B=${B:-build}
@@ -91,6 +93,23 @@ nm -D "$XFERD" 2>/dev/null | grep -q __asan_init && limit=1024
 ((grown < limit)) || fail "xferd grew by $grown MB for a client that does not read ($ABUSE_OUT)"
 echo "ok: a client that never reads its replies: $ABUSE_OUT of 2000 requests, xferd grew $grown MB"
 let_go
+
+# ---- async batches per client -----------------------------------------------
+ctl c1 register kv2 8M >/dev/null || fail "register kv2"
+# 80 async batches of 16 copies of 4 MiB pipelined on one connection: all 80
+# are sent before the first is answered, and a batch copies 64 MiB, so the
+# first 64 are still queued or running when the later ones arrive.
+out=$("$ABUSE" async "$SVC_DIR/c1.sock" c1/kv c1/kv2 4194304 16 80 2>&1) || fail "async flood: $out"
+read -r _ accepted _ refused <<<"$(head -1 <<<"$out")"
+((accepted >= 64 && refused >= 1 && accepted + refused == 80)) || fail "async flood: $out"
+[[ $(sed -n 2p <<<"$out") == *"64 async batches running (the limit)"* ]] \
+    || fail "no clear error past 64 async batches: $out"
+ctl c1 health >/dev/null || fail "health after the async flood"
+# Once they are done, the same client may submit again (the slots came back).
+wait_for 120 bash -c "\"$ABUSE\" async \"$SVC_DIR/c1.sock\" c1/kv c1/kv2 4096 1 64 | grep -qx 'accepted 64 refused 0'" \
+    || fail "async batches refused after the earlier ones finished"
+wait_for 60 ctl c1 deregister kv2 || fail "deregister kv2"
+echo "ok: async batch 65+ of one client refused with a clear error ($accepted accepted, $refused refused), served after"
 
 # ---- registration size -------------------------------------------------------
 out=$(ctl c1 register big 128M 2>&1) && fail "a 128 MiB region past max_region_bytes was registered"

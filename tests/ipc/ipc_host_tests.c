@@ -6,8 +6,11 @@
  */
 #include "ipc_test.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define RLEN     (4u << 20)
@@ -234,6 +237,105 @@ static int test_revocation(struct ctx *c)
     return 0;
 }
 
+/* Direct copies (no owner per item): a read-only region is mapped read-only
+ * here, and the kernel refuses to make that mapping writable (the fd the
+ * owner passed is read-only), so nothing but the owner's word could write. */
+static int test_direct_readonly(struct ctx *c)
+{
+    CHECK(one_op(c, "mro", c->local[0], XFER_OP_READ, 0, 0, 4096) == 0, "read mro");
+    char line[512];
+    unsigned long lo = 0, hi = 0;
+    char perms[8] = "";
+    FILE *f = fopen("/proc/self/maps", "r");
+    while (f && fgets(line, sizeof(line), f))
+        if (strstr(line, "/memfd:mro ") && sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3)
+            break;
+    if (f)
+        fclose(f);
+    CHECK(hi > lo, "mro is not mapped after a read");
+    CHECK(perms[1] == '-', "read-only region mapped '%s'", perms);
+    errno = 0;
+    int rc = mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE);
+    CHECK(rc < 0 && errno == EACCES, "mapping of a read-only region made writable (rc %d, %s)", rc,
+          strerror(errno));
+    printf("ok read-only region mapped '%s'; making it writable: %s\n", perms, strerror(errno));
+    return 0;
+}
+
+/* A lease rule on a lent region withdraws the loan: the next direct copy
+ * asks the owner, who refuses (the driver holds no lease); once the rule is
+ * gone the region is lent again and copies work. */
+static int test_direct_guard(struct ctx *c)
+{
+    char ans[128];
+    const struct xfer_region_desc *d = owner_region(&c->o, "mguard");
+    CHECK(one_op(c, "mguard", c->local[0], XFER_OP_WRITE, 0, 0, 64) == 0, "lend mguard");
+    CHECK(one_op(c, "mguard", c->local[0], XFER_OP_READ, 64, 0, 64) == 0, "direct read");
+    CHECK(owner_cmd(&c->o, ans, sizeof(ans), "GUARD mguard") == 0, "guard: %s", ans);
+    int rc = xfer_read(c->e, c->local[0], 0, c->p, d->id, d->gen, 128, 64, DEADLINE);
+    CHECK(rc == -XFER_ESTALE, "read of a guarded region without a lease: %s", xfer_strerror(rc));
+    CHECK(owner_cmd(&c->o, ans, sizeof(ans), "UNGUARD mguard") == 0, "unguard: %s", ans);
+    CHECK(one_op(c, "mguard", c->local[0], XFER_OP_READ, 192, 0, 64) == 0, "read after unguard");
+    printf("ok lease rule on a lent region: refused (%s), unguarded: works\n", xfer_strerror(rc));
+    return 0;
+}
+
+struct racer {
+    struct ctx *c;
+    struct xfer_region_desc d;
+    long n; /* writes done (atomic) */
+    int rc; /* the first failure */
+};
+
+static void *race_main(void *arg)
+{
+    struct racer *r = arg;
+    uint64_t *lp = xfer_region_ptr(r->c->local[0]);
+    for (uint64_t i = 1;; i++) {
+        *lp = i;
+        int rc = xfer_write(r->c->e, r->c->local[0], 0, r->c->p, r->d.id, r->d.gen,
+                            (i % (r->d.len / 8)) * 8, 8, DEADLINE);
+        if (rc) {
+            r->rc = rc;
+            return NULL;
+        }
+        __atomic_add_fetch(&r->n, 1, __ATOMIC_RELAXED);
+    }
+}
+
+/* Deregistration while a thread writes 8 bytes after 8 bytes directly into
+ * the region: it returns within the bound (the copy in progress, not
+ * io_timeout), nothing lands in the memory after it returned (the owner
+ * watches the client's memfd), and the writer then gets the owner's
+ * refusal. */
+static int test_direct_race(struct ctx *c)
+{
+    struct racer r = {.c = c, .d = *owner_region(&c->o, "arace")};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, race_main, &r) == 0, "thread");
+    struct timespec nap = {0, 1000000}, t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do { /* poll with a deadline until the writer is going */
+        nanosleep(&nap, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (__atomic_load_n(&r.n, __ATOMIC_RELAXED) < 2000 && !r.rc &&
+             now.tv_sec - t0.tv_sec < 20);
+    char ans[128] = "";
+    long before = __atomic_load_n(&r.n, __ATOMIC_RELAXED);
+    int rc = before >= 2000 ? owner_cmd(&c->o, ans, sizeof(ans), "DEREGWATCH arace 300") : -1;
+    pthread_join(t, NULL);
+    CHECK(before >= 2000, "writer did only %ld writes in 20 s (%s)", before, xfer_strerror(r.rc));
+    CHECK(rc == 0 && !strncmp(ans, "OK ", 3), "deregistration under direct writes: %s", ans);
+    double took = atof(ans + 3);
+    CHECK(took < 1000, "deregistration took %.1f ms under direct writes", took);
+    CHECK(r.rc == -XFER_ENOENT || r.rc == -XFER_ESTALE, "writer ended with %s",
+          xfer_strerror(r.rc));
+    printf("ok deregistration under %ld direct 8 B writes: %.1f ms, memory untouched after, "
+           "writer then got %s\n",
+           r.n, took, xfer_strerror(r.rc));
+    return 0;
+}
+
 static int setup(struct ctx *c, bool nodump)
 {
     const char *args[] = {"mrw:memfd:4194304:rw",
@@ -243,10 +345,12 @@ static int setup(struct ctx *c, bool nodump)
                           "mgen:memfd:65536:rw",
                           "cgen:cma:65536:rw",
                           "mrev:memfd:65536:rw",
+                          "arace:adopt:65536:rw",
+                          "mguard:memfd:65536:rw",
                           NULL,
                           NULL};
     if (nodump) {
-        memmove(args + 1, args, 7 * sizeof(args[0]));
+        memmove(args + 1, args, 9 * sizeof(args[0]));
         args[0] = "--nodump";
     }
     CHECK(owner_start(&c->o, args) == 0, "owner did not start");
@@ -277,6 +381,8 @@ int run_host_tests(int argc, char **argv)
             nodump = true;
     }
     rng_state = seed ? seed : 1;
+    const char *de = getenv("XFER_IPC_DIRECT");
+    bool direct = !de || strcmp(de, "0") != 0;
     printf("seed %llu\n", (unsigned long long)seed);
     struct ctx c;
     memset(&c, 0, sizeof(c));
@@ -300,7 +406,10 @@ int run_host_tests(int argc, char **argv)
     }
     bad = bad || test_random(&c, iters) || test_batch(&c) || test_bad_local_checks(&c) ||
           test_bad_owner_checks(&c) || test_generation(&c, "mgen") || test_generation(&c, "cgen") ||
-          (want == XFER_TRANSPORT_IPC && test_revocation(&c));
+          (want == XFER_TRANSPORT_IPC && test_revocation(&c)) ||
+          (want == XFER_TRANSPORT_IPC && direct && test_direct_readonly(&c)) ||
+          (want == XFER_TRANSPORT_IPC && direct && test_direct_race(&c)) ||
+          (want == XFER_TRANSPORT_IPC && test_direct_guard(&c));
     if (!bad && want == XFER_TRANSPORT_IPC) {
         struct xfer_stats st;
         xfer_transport_stats(c.e, XFER_TRANSPORT_IPC, &st);

@@ -13,6 +13,13 @@
  *                                       client holding it could (kind adopt: the
  *                                       client's own fd; kind memfd: the engine's)
  *   ADOPTRAW name len  -> ERR why | OK  adopts a memfd made without MFD_ALLOW_SEALING
+ *   GUARD name         -> OK            guards the whole region with a lease for
+ *                                       another node (the driver is refused)
+ *   UNGUARD name       -> OK            drops every lease rule of the region
+ *   DEREGWATCH name ms -> OK took_ms | ERR why  (kind adopt) deregisters, then
+ *                                       watches the client's memfd for ms: any
+ *                                       change after deregistration returned is
+ *                                       a peer copying too late
  * Kind adopt is a client's memfd made with MFD_ALLOW_SEALING, left unsealed,
  * adopted with xfer_region_adopt_memfd and kept open here.
  */
@@ -25,6 +32,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 struct oregion {
@@ -137,6 +145,41 @@ static struct oregion *find(const char *name)
     return NULL;
 }
 
+static uint64_t fd_sum(int fd, size_t len, char *buf)
+{
+    return pread(fd, buf, len, 0) == (ssize_t)len ? ipc_sum_host(buf, len) : 0;
+}
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void deregwatch(xfer_engine *e, struct oregion *o, int watch_ms)
+{
+    char *buf = o->keep_fd >= 0 && o->r ? malloc(o->len) : NULL;
+    if (!buf) {
+        printf("ERR not a registered adopted region\n");
+        return;
+    }
+    double t0 = mono_ms();
+    int rc = xfer_region_deregister(e, o->r);
+    double took = mono_ms() - t0;
+    o->r = NULL;
+    uint64_t before = fd_sum(o->keep_fd, o->len, buf), after = before;
+    for (double end = mono_ms() + watch_ms; rc == 0 && after == before && mono_ms() < end;)
+        after = fd_sum(o->keep_fd, o->len, buf);
+    if (rc)
+        printf("ERR %s\n", xfer_strerror(rc));
+    else if (after != before)
+        printf("ERR memory changed after deregistration returned\n");
+    else
+        printf("OK %.1f\n", took);
+    free(buf);
+}
+
 static void answer(xfer_engine *e, char *line)
 {
     char name[XFER_NAME_MAX];
@@ -164,6 +207,18 @@ static void answer(xfer_engine *e, char *line)
         printf(rc ? "ERR sum\n" : "SUM %" PRIx64 "\n", s);
     } else if (!strncmp(line, "FILL ", 5)) {
         printf(o->r && fill(o, a) == 0 ? "OK\n" : "ERR fill\n");
+    } else if (!strncmp(line, "GUARD ", 6)) {
+        int err = 0;
+        xfer_lease *l = o->r ? xfer_lease_new(e, "someone-else", 600000, &err) : NULL;
+        struct xfer_range all = {0, o->len};
+        if (l)
+            err = xfer_lease_add(l, o->r, &all, 1);
+        xfer_lease_free(l); /* the range stays guarded */
+        printf(l && !err ? "OK\n" : "ERR %s\n", xfer_strerror(l ? err : -XFER_ENOENT));
+    } else if (!strncmp(line, "UNGUARD ", 8)) {
+        printf(o->r && xfer_region_unguard(o->r) == 0 ? "OK\n" : "ERR unguard\n");
+    } else if (!strncmp(line, "DEREGWATCH ", 11)) {
+        deregwatch(e, o, (int)a);
     } else if (!strncmp(line, "DEREG ", 6)) {
         int rc = o->r ? xfer_region_deregister(e, o->r) : -XFER_ENOENT;
         o->r = NULL;

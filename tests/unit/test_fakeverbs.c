@@ -49,6 +49,9 @@ struct pair {
     struct ibv_mr *mra, *mrb;
 };
 
+/* rnr_retry_count the target accepts with: the initiator QP's rnr_retry. */
+static uint8_t pair_rnr_retry;
+
 static int pair_connect(struct pair *p, uint8_t responder_resources, int sq_depth, int cqe,
                         const char *reject_with)
 {
@@ -75,7 +78,7 @@ static int pair_connect(struct pair *p, uint8_t responder_resources, int sq_dept
                                   .recv_cq = p->cqa,
                                   .qp_type = IBV_QPT_RC,
                                   .cap = {.max_send_wr = (uint32_t)sq_depth,
-                                          .max_recv_wr = 1,
+                                          .max_recv_wr = 4,
                                           .max_send_sge = 2,
                                           .max_recv_sge = 1}};
     assert_int_equal(rdma_create_qp(p->a, p->pd, &qa), 0);
@@ -107,7 +110,8 @@ static int pair_connect(struct pair *p, uint8_t responder_resources, int sq_dept
     assert_int_equal(rdma_create_qp(p->b, p->pd, &qa), 0);
     struct rdma_conn_param ap = {.private_data = "welcome",
                                  .private_data_len = 8,
-                                 .responder_resources = responder_resources};
+                                 .responder_resources = responder_resources,
+                                 .rnr_retry_count = pair_rnr_retry};
     assert_int_equal(rdma_accept(p->b, &ap), 0);
     assert_int_equal(expect_event(p->chb, NULL), RDMA_CM_EVENT_ESTABLISHED);
     ev = wait_event(p->cha, 5000);
@@ -513,6 +517,169 @@ static void test_peer_killed(void **state)
     rdma_destroy_event_channel(p.cha);
 }
 
+/* ---- SEND / RECV ---------------------------------------------------------- */
+
+static void post_recv_b(struct pair *p, uint64_t id, size_t off, uint32_t len)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)p->buf_b + off, .length = len, .lkey = p->mrb->lkey};
+    struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
+    assert_int_equal(ibv_post_recv(p->b->qp, &wr, &bad), 0);
+}
+
+static bool cq_empty(struct ibv_cq *cq)
+{
+    struct ibv_wc wc;
+    return ibv_poll_cq(cq, 1, &wc) == 0;
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The target's RNR timer (RTS -> RTS, as an application does after the CM). */
+static void set_rnr_timer(struct ibv_qp *qp, uint8_t code)
+{
+    struct ibv_qp_attr a = {.min_rnr_timer = code};
+    assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_MIN_RNR_TIMER), 0);
+}
+
+/* SEND and SEND_WITH_IMM consume posted receives in order: byte_len,
+ * opcode, imm and the data; the sender's CQE is IBV_WC_SEND. */
+static void test_send_recv(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_connect(&p, 1, 8, 64, NULL);
+    post_recv_b(&p, 101, 0, 100);
+    post_recv_b(&p, 102, 200, 100);
+    for (int i = 0; i < 64; i++)
+        p.buf_a[i] = (char)(i + 1);
+    assert_int_equal(post(&p, IBV_WR_SEND, 1, p.buf_a, 64, p.mra->lkey, 0, 0, true), 0);
+    struct ibv_sge sge = {.addr = (uintptr_t)p.buf_a + 64, .length = 10, .lkey = p.mra->lkey};
+    struct ibv_send_wr wr = {.wr_id = 2,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND_WITH_IMM,
+                             .send_flags = IBV_SEND_SIGNALED,
+                             .imm_data = htonl(0xabcd)},
+                       *bad;
+    assert_int_equal(ibv_post_send(p.a->qp, &wr, &bad), 0);
+    struct ibv_wc wc = poll_one(p.cqb);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    assert_int_equal(wc.opcode, IBV_WC_RECV);
+    assert_int_equal(wc.wr_id, 101);
+    assert_int_equal(wc.byte_len, 64);
+    assert_false(wc.wc_flags & IBV_WC_WITH_IMM);
+    assert_memory_equal(p.buf_b, p.buf_a, 64);
+    wc = poll_one(p.cqb);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    assert_int_equal(wc.wr_id, 102);
+    assert_int_equal(wc.byte_len, 10);
+    assert_true(wc.wc_flags & IBV_WC_WITH_IMM);
+    assert_int_equal(ntohl(wc.imm_data), 0xabcd);
+    assert_memory_equal(p.buf_b + 200, p.buf_a + 64, 10);
+    for (uint64_t id = 1; id <= 2; id++) {
+        wc = poll_one(p.cqa);
+        assert_int_equal(wc.status, IBV_WC_SUCCESS);
+        assert_int_equal(wc.opcode, IBV_WC_SEND);
+        assert_int_equal(wc.wr_id, id);
+    }
+    pair_free(&p);
+}
+
+/* Longer than the posted buffer: LOC_LEN_ERR on the receive, REM_INV_REQ_ERR
+ * on the SEND, both QPs in error (the next receive is flushed). */
+static void test_send_too_long(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_connect(&p, 1, 8, 64, NULL);
+    post_recv_b(&p, 7, 0, 16);
+    post_recv_b(&p, 8, 16, 16);
+    assert_int_equal(post(&p, IBV_WR_SEND, 1, p.buf_a, 64, p.mra->lkey, 0, 0, true), 0);
+    struct ibv_wc wc = poll_one(p.cqb);
+    assert_int_equal(wc.wr_id, 7);
+    assert_int_equal(wc.status, IBV_WC_LOC_LEN_ERR);
+    wc = poll_one(p.cqb);
+    assert_int_equal(wc.wr_id, 8);
+    assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+    wc = poll_one(p.cqa);
+    assert_int_equal(wc.wr_id, 1);
+    assert_int_equal(wc.status, IBV_WC_REM_INV_REQ_ERR);
+    assert_int_equal(qp_state(p.a->qp), IBV_QPS_ERR);
+    assert_int_equal(qp_state(p.b->qp), IBV_QPS_ERR);
+    pair_free(&p);
+}
+
+/* No receive posted, rnr_retry 3: the SEND is retried 3 times, each after
+ * the target's timer (code 14 = 1.28 ms), then fails RNR_RETRY_EXC_ERR; a
+ * WRITE posted after it never lands (go-back-N) and is flushed. */
+static void test_rnr_exhausted(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_rnr_retry = 3;
+    pair_connect(&p, 1, 8, 64, NULL);
+    pair_rnr_retry = 0;
+    set_rnr_timer(p.b->qp, 14);
+    memset(p.buf_b, 0, 64);
+    memset(p.buf_a, 0x5a, 64);
+    int64_t t0 = now_us();
+    assert_int_equal(post(&p, IBV_WR_SEND, 1, p.buf_a, 32, p.mra->lkey, 0, 0, true), 0);
+    assert_int_equal(post(&p, IBV_WR_RDMA_WRITE, 2, p.buf_a, 64, p.mra->lkey, (uintptr_t)p.buf_b,
+                          p.mrb->rkey, false),
+                     0);
+    struct ibv_wc wc = poll_one(p.cqa);
+    assert_int_equal(wc.wr_id, 1);
+    assert_int_equal(wc.status, IBV_WC_RNR_RETRY_EXC_ERR);
+    assert_true(now_us() - t0 >= 3 * 1280);
+    wc = poll_one(p.cqa);
+    assert_int_equal(wc.wr_id, 2);
+    assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+    assert_int_equal(p.buf_b[0], 0); /* the WRITE behind the SEND did not run */
+    assert_true(cq_empty(p.cqb));
+    pair_free(&p);
+}
+
+/* rnr_retry 7 retries forever: nothing completes (nor does the WRITE behind
+ * the SEND land) until a receive is posted, then both complete in order. */
+static void test_rnr_infinite(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_rnr_retry = 7;
+    pair_connect(&p, 1, 8, 64, NULL);
+    pair_rnr_retry = 0;
+    set_rnr_timer(p.b->qp, 1); /* 0.01 ms: many retries in the wait below */
+    memset(p.buf_b, 0, 256);
+    memset(p.buf_a, 0x3c, 256);
+    assert_int_equal(post(&p, IBV_WR_SEND, 1, p.buf_a, 32, p.mra->lkey, 0, 0, true), 0);
+    assert_int_equal(post(&p, IBV_WR_RDMA_WRITE, 2, p.buf_a, 64, p.mra->lkey,
+                          (uintptr_t)p.buf_b + 128, p.mrb->rkey, true),
+                     0);
+    struct timespec ts = {0, 100 * 1000000};
+    nanosleep(&ts, NULL);
+    assert_true(cq_empty(p.cqa));
+    assert_int_equal(p.buf_b[128], 0);
+    post_recv_b(&p, 9, 0, 64);
+    struct ibv_wc wc = poll_one(p.cqa);
+    assert_int_equal(wc.wr_id, 1);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    wc = poll_one(p.cqa);
+    assert_int_equal(wc.wr_id, 2);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    wc = poll_one(p.cqb);
+    assert_int_equal(wc.wr_id, 9);
+    assert_int_equal(wc.byte_len, 32);
+    assert_memory_equal(p.buf_b, p.buf_a, 32);
+    assert_memory_equal(p.buf_b + 128, p.buf_a, 64);
+    assert_true(cq_empty(p.cqb));
+    pair_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +692,10 @@ int main(void)
         cmocka_unit_test(test_reject_and_unreachable),
         cmocka_unit_test(test_cq_overflow),
         cmocka_unit_test(test_peer_killed),
+        cmocka_unit_test(test_send_recv),
+        cmocka_unit_test(test_send_too_long),
+        cmocka_unit_test(test_rnr_exhausted),
+        cmocka_unit_test(test_rnr_infinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,147 @@
+/*
+ * Posting to an ipc connection: items of regions the owner lent for direct
+ * copies are copied by the posting thread itself (ipc_direct.c); the rest,
+ * and engine messages, queue for the connection's worker (ipc_conn.c).
+ */
+#include "ipc_conn.h"
+
+#include <stdlib.h>
+
+/* mu held: queues items idx[0..n) for the worker. */
+static int queue_locked(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n)
+{
+    if (c->broken || c->stop)
+        return -XFER_ECONN;
+    if (c->qlen + n > c->qcap) {
+        size_t cap = c->qcap ? c->qcap : 256;
+        while (cap < c->qlen + n)
+            cap *= 2;
+        struct ipc_work *q = malloc(cap * sizeof(*q));
+        if (!q)
+            return -XFER_ENOMEM;
+        for (size_t k = 0; k < c->qlen; k++)
+            q[k] = c->q[(c->qhead + k) % c->qcap];
+        free(c->q);
+        c->q = q;
+        c->qhead = 0;
+        c->qcap = cap;
+    }
+    xfer_batch_hold_n(b, (int)n); /* b must outlive our queue entries; put after the report */
+    size_t tail = (c->qhead + c->qlen) % c->qcap;
+    for (size_t k = 0; k < n; k++) { /* one hold and no division per item */
+        c->q[tail] = (struct ipc_work){b, idx[k]};
+        tail = tail + 1 == c->qcap ? 0 : tail + 1;
+    }
+    c->qlen += n;
+    if (n)
+        pthread_cond_signal(&c->cv);
+    return 0;
+}
+
+/* Posts of up to this many items try direct copies (the latency path). */
+#define IPC_DIRECT_POST_MAX 64
+/* Bytes one post copies in the posting thread at most (or one item of
+ * XFER_IPC_DIRECT_MAX if larger): submit stays quick, and the rest of a
+ * large batch goes to the worker, which copies in parallel. */
+#define IPC_DIRECT_POST_BYTES (1u << 20)
+
+/* Copies the items the owner lent (d[k] for idx[k]) in this thread; those it
+ * withdrew meanwhile go to the worker, which gets the owner's answer. */
+static void post_direct(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struct ipc_direct **d,
+                        size_t n)
+{
+    size_t back[IPC_DIRECT_POST_MAX], nb = 0;
+    for (size_t k = 0; k < n; k++)
+        if (ipc_direct_copy(&c->direct, d[k], b, idx[k]) == 1)
+            back[nb++] = idx[k];
+    if (nb == 0)
+        return;
+    pthread_mutex_lock(&c->mu);
+    int rc = queue_locked(c, b, back, nb);
+    pthread_mutex_unlock(&c->mu);
+    for (size_t k = 0; rc < 0 && k < nb; k++)
+        xfer_batch_chunk_done(b, back[k], 0, rc, "ipc: cannot queue the item");
+}
+
+/* Up to IPC_DIRECT_POST_MAX items: those lent go direct while *budget
+ * (bytes) lasts, the rest queue. */
+static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n,
+                       uint64_t *budget)
+{
+    size_t slow[IPC_DIRECT_POST_MAX], fast[IPC_DIRECT_POST_MAX], ns = 0, nf = 0;
+    struct ipc_direct *d[IPC_DIRECT_POST_MAX];
+    pthread_mutex_lock(&c->mu);
+    int rc = c->broken || c->stop ? -XFER_ECONN : 0;
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
+        d[nf] = c->direct.head && it->len <= *budget ? ipc_direct_get(&c->direct, it) : NULL;
+        if (d[nf]) {
+            *budget -= it->len;
+            fast[nf++] = idx[k];
+        } else {
+            slow[ns++] = idx[k];
+        }
+    }
+    /* A dead owner's memory stays mapped here: copying into it would be a
+     * silent loss. One poll per post that copies directly (the worker
+     * learns it otherwise only from its next round trip). */
+    if (rc == 0 && nf && ipc_sock_hung_up(c->fd))
+        rc = -XFER_ECONN;
+    if (rc == 0 && ns)
+        rc = queue_locked(c, b, slow, ns);
+    pthread_mutex_unlock(&c->mu);
+    if (rc < 0) { /* none started: the direct ones are let go unstarted */
+        for (size_t k = 0; k < nf; k++)
+            __atomic_sub_fetch(&d[k]->users, 1, __ATOMIC_ACQ_REL);
+        return rc;
+    }
+    post_direct(c, b, fast, d, nf);
+    return 0;
+}
+
+int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
+{
+    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
+    if (!c->direct.ctl) { /* no loans on this connection: all to the worker */
+        pthread_mutex_lock(&c->mu);
+        int rc = queue_locked(c, b, idx, n);
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    uint64_t budget =
+        c->direct.max_item > IPC_DIRECT_POST_BYTES ? c->direct.max_item : IPC_DIRECT_POST_BYTES;
+    for (size_t k = 0; k < n; k += IPC_DIRECT_POST_MAX) {
+        size_t w = n - k < IPC_DIRECT_POST_MAX ? n - k : IPC_DIRECT_POST_MAX;
+        int rc = post_window(c, b, idx + k, w, &budget);
+        if (rc < 0 && k == 0)
+            return rc; /* nothing started */
+        for (size_t j = k; rc < 0 && j < n; j++)
+            xfer_batch_chunk_done(b, idx[j], 0, rc, "ipc: cannot queue the item");
+        if (rc < 0)
+            break;
+    }
+    return 0;
+}
+
+int ipc_conn_send_msg(struct xfer_conn *xc, struct xfer_msg *m)
+{
+    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
+    struct ipc_msgq *q = malloc(sizeof(*q));
+    if (!q)
+        return -XFER_ENOMEM;
+    *q = (struct ipc_msgq){m, NULL};
+    pthread_mutex_lock(&c->mu);
+    bool dead = c->broken || c->stop;
+    if (!dead) {
+        if (c->mtail)
+            c->mtail->next = q;
+        else
+            c->mhead = q;
+        c->mtail = q;
+        pthread_cond_signal(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (dead)
+        free(q);
+    return dead ? -XFER_ECONN : 0;
+}
