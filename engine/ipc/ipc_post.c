@@ -112,6 +112,16 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
         c->direct.max_item > IPC_DIRECT_POST_BYTES ? c->direct.max_item : IPC_DIRECT_POST_BYTES;
     for (size_t k = 0; k < n; k += IPC_DIRECT_POST_MAX) {
         size_t w = n - k < IPC_DIRECT_POST_MAX ? n - k : IPC_DIRECT_POST_MAX;
+        if (budget < xfer_batch_item(b, idx[k])->len) { /* spent: the rest in one go */
+            pthread_mutex_lock(&c->mu);
+            int rc = queue_locked(c, b, idx + k, n - k);
+            pthread_mutex_unlock(&c->mu);
+            if (rc < 0 && k == 0)
+                return rc; /* nothing started */
+            for (size_t j = k; rc < 0 && j < n; j++)
+                xfer_batch_chunk_done(b, idx[j], 0, rc, "ipc: cannot queue the item");
+            break;
+        }
         int rc = post_window(c, b, idx + k, w, &budget);
         if (rc < 0 && k == 0)
             return rc; /* nothing started */
