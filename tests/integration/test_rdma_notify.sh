@@ -10,6 +10,7 @@
 set -u
 [[ -x $XFER_ROOT/$B/tests/fake/xfer_notify ]] || { echo "SKIP: fake-linked helpers not built"; exit 77; }
 export CORE_BIN=$XFER_ROOT/$B/tests/fake
+export XFER_RDMA_QPS=4 # data striped over 4 QPs, messages on one: the fence across QPs
 source "$XFER_ROOT/tests/lib/core.sh"
 XFER_NOTIFY_ONLY=rdma XFER_SENDRECV_TRANSPORTS=rdma XFER_SENDRECV_KILL=rdma \
     core_scripts "over rdma" test_notify test_sendrecv || core_fail "over rdma"

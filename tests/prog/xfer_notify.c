@@ -290,6 +290,29 @@ static int add_write(struct sender *s, xfer_batch *b, uint64_t off, uint64_t len
     return xfer_batch_add(b, &it);
 }
 
+/* The documented answer to -XFER_ENOSPC (the receiver's queue was full; the
+ * batch's data landed, its notification was not queued): send it again
+ * later. Bounded: 30 s. */
+static int notify_again(struct sender *s, const char *msg, long *resent)
+{
+    double until = now_s() + 30;
+    int rc;
+    do {
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        rc = xfer_notify(s->e, s->p, msg, strlen(msg), 10000);
+        ++*resent;
+    } while (rc == -XFER_ENOSPC && now_s() < until);
+    return rc;
+}
+
+static bool items_ok(const xfer_batch *b)
+{
+    for (size_t i = 0; i < xfer_batch_count(b); i++)
+        if (xfer_batch_item_status(b, i) != 0)
+            return false;
+    return true;
+}
+
 static int run_order(const struct opts *o)
 {
     struct node_file nf;
@@ -298,16 +321,19 @@ static int run_order(const struct opts *o)
         FAIL("sender setup");
     int depth = o->depth > 0 ? o->depth : 8;
     xfer_batch **ring = calloc((size_t)depth, sizeof(*ring));
+    char(*msgs)[1024] = calloc((size_t)depth, sizeof(*msgs));
     uint64_t x = o->seed | 1, bump = 0, size = s.rd->len;
-    long sent = 0;
+    long sent = 0, resent = 0;
     double t0 = now_s();
     for (long k = 0; k < o->batches + depth; k++) {
         xfer_batch **slot = &ring[k % depth];
         if (*slot) { /* the oldest batch in flight */
-            int rc = xfer_batch_wait(*slot, -1);
-            if (rc != 0 || xfer_batch_notify_status(*slot, s.p) != 0)
-                FAIL("batch %ld: %s / notify %d (%s)", k - depth, xfer_strerror(rc),
-                     xfer_batch_notify_status(*slot, s.p), xfer_batch_item_error(*slot, 0));
+            int rc = xfer_batch_wait(*slot, -1), ns = xfer_batch_notify_status(*slot, s.p);
+            if (rc == -XFER_ENOSPC && ns == -XFER_ENOSPC && items_ok(*slot))
+                rc = ns = notify_again(&s, msgs[k % depth], &resent);
+            if (rc != 0 || ns != 0)
+                FAIL("batch %ld: %s / notify %d (%s)", k - depth, xfer_strerror(rc), ns,
+                     xfer_batch_item_error(*slot, 0));
             xfer_batch_free(*slot);
             *slot = NULL;
         }
@@ -315,8 +341,8 @@ static int run_order(const struct opts *o)
             continue;
         int rc;
         xfer_batch *b = xfer_batch_new(s.e, &rc);
-        char msg[1024];
-        snprintf(msg, sizeof(msg), "B %ld", k);
+        char *msg = msgs[k % depth];
+        snprintf(msg, sizeof(msgs[0]), "B %ld", k);
         int n = 1 + (int)(rnd(&x) % 8);
         for (int i = 0; i < n; i++) { /* mostly small, some spread over several chunks */
             uint64_t len = rnd(&x) % 16 == 0 ? 1 + rnd(&x) % 49152 : 1 + rnd(&x) % 2048;
@@ -324,7 +350,7 @@ static int run_order(const struct opts *o)
             if (off + len > size)
                 FAIL("region too small for %d batches (give --mb)", o->batches);
             bump = off + len;
-            if (add_write(&s, b, off, len, &x, msg, sizeof(msg)) < 0)
+            if (add_write(&s, b, off, len, &x, msg, sizeof(msgs[0])) < 0)
                 FAIL("add: %s", xfer_engine_last_error(s.e));
         }
         if ((rc = xfer_batch_notify(b, s.p, msg, strlen(msg))) < 0 ||
@@ -339,8 +365,11 @@ static int run_order(const struct opts *o)
     int rc = xfer_notify(s.e, s.p, end, strlen(end), 10000);
     if (rc != 0)
         FAIL("END: %s", xfer_strerror(rc));
-    printf("order: %ld batches with notifications in %.2f s (%.0f/s)\n", sent, dt, sent / dt);
+    printf("order: %ld batches with notifications in %.2f s (%.0f/s), %ld sent again after "
+           "-XFER_ENOSPC\n",
+           sent, dt, sent / dt, resent);
     free(ring);
+    free(msgs);
     xfer_engine_free(s.e);
     return 0;
 }
