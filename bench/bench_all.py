@@ -9,7 +9,8 @@ reports the medians of both sides and the median of the per-round ratios.
 Then sweeps for the plots. Writes the table, the machine and the date to
 docs/BENCHMARKS.md (XFER_BENCH_OUT) and PNG plots beside it (gnuplot).
 
-Needs: $B/bench/xfer_bench, $B/bench/pingpong, $B/bench/memcpy_bw, python3.
+Needs: $B/bench/xfer_bench, $B/bench/pingpong, $B/bench/memcpy_bw,
+$B/bench/bench_notify (notification rows), python3.
 Optional (their columns are skipped, with a note, when absent): iperf3,
 ucx_perftest (Debian ucx-utils), gnuplot. No Redis, no xferd: a build tree
 carried to another machine runs it as is (bench/run.sh).
@@ -142,6 +143,23 @@ def ucx(test, tls, size, lat):
         srv.wait()
 
 
+# bench_notify measures a notified batch and the same batch without one in
+# one process run; one run serves both sides of a row (and the other rows
+# of its transport): a value is taken once, then the next ask runs again.
+_notif_cache = {}
+
+
+def notif(tr, key):
+    """One field of bench_notify --json over transport tr (us or GB/s)."""
+    c = _notif_cache.setdefault(tr, {})
+    if key not in c:
+        out = run([B + "/bench/bench_notify", "--transport", tr, "--iters", "100",
+                   "--seconds", str(min(SECS, 0.5)), "--repeat", "1", "--json"], timeout=300)
+        c.clear()
+        c.update(json.loads(out.strip().splitlines()[-1]))
+    return c.pop(key)
+
+
 def lat_p50(r):
     return r["lat_us"]["p50"]
 
@@ -203,6 +221,22 @@ def rows():
     add("4 KiB WRITE, batch 128, depth 2, ipc", "GB/s",
         lambda: xb(op="write", size=4096, batch=128, depth=2, transport="ipc")["gbps"],
         "memcpy 4 KiB, 1 thread", lambda: memcpy(4096), "higher", "")
+    # Notifications (issue 10): submit -> notification read at the target,
+    # against submit -> completion of the same batch without one; the
+    # promise is less than one round trip more (ratio < 2 at these sizes
+    # means less than one extra WRITE round trip).
+    for tr in ("tcp", "ipc"):
+        for size, k in (("4 KiB", "4k"), ("1 MiB", "1m")):
+            add("%s WRITE + notification read at target, %s" % (size, tr), "p50 us",
+                lambda tr=tr, k=k: notif(tr, "notif_%s_us" % k),
+                "same batch without notification", lambda tr=tr, k=k: notif(tr, "write_%s_us" % k),
+                "lower", "adds < 1 round trip")
+        add("8 B send/recv one way, %s" % tr, "p50 us",
+            lambda tr=tr: notif(tr, "sendrecv_8_us"), "8 B WRITE round trip / 2",
+            lambda tr=tr: notif(tr, "write_8_us"), "lower", "")
+        add("1 MiB send/recv, 4 in flight, %s" % tr, "GB/s",
+            lambda tr=tr: notif(tr, "sendrecv_1m_gbps"), "1 MiB WRITE, 4 in flight",
+            lambda tr=tr: notif(tr, "write_1m_gbps"), "higher", "")
     return [r for r in R if ONLY.search(r[0])]
 
 
@@ -350,7 +384,7 @@ def machine():
 
 
 def main():
-    for prog in ("xfer_bench", "pingpong", "memcpy_bw"):
+    for prog in ("xfer_bench", "pingpong", "memcpy_bw", "bench_notify"):
         if not os.access("%s/bench/%s" % (B, prog), os.X_OK):
             sys.exit("bench: %s/bench/%s missing: build first (make)" % (B, prog))
     start = datetime.datetime.now(datetime.timezone.utc)
@@ -386,7 +420,7 @@ def main():
         f.write("\nReproduce: `make bench` (env `XFER_BENCH_SECONDS`, `XFER_BENCH_ROUNDS`, "
                 "`XFER_BENCH_STREAMS`, `XFER_BENCH_ONLY`; see `bench/bench_all.py`). "
                 "On another machine: carry the build tree (`$B/bench/xfer_bench`, "
-                "`pingpong`, `memcpy_bw`) and `bench/`, run `B=build bench/run.sh`; "
+                "`pingpong`, `memcpy_bw`, `bench_notify`) and `bench/`, run `B=build bench/run.sh`; "
                 "iperf3 and ucx_perftest are optional.\n")
         for m in made:
             f.write("\n![%s](%s)\n" % (m, m))

@@ -12,12 +12,17 @@
  * Medians of --iters runs (latency), best of --repeat (throughput).
  *
  *   bench_notify [--transport tcp|ipc] [--iters N] [--seconds S] [--repeat N]
+ *                [--json]
+ *
+ * --json prints one object (the same numbers) instead of the text lines;
+ * bench/bench_all.py reads it for make bench's table.
  */
 #include "xfer.h"
 
 #include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +30,14 @@
 
 #define REGION (64ull << 20)
 #define MIB    (1ull << 20)
+
+/* What one run measured (µs, GB/s); printed as text or --json. */
+static struct {
+    double plain[2], notif[2]; /* [0] 4 KiB, [1] 1 MiB: submit->done, ->read */
+    double sr_8, write_8;      /* one way */
+    double sr_gbps, write_gbps;
+    bool json;
+} res;
 
 static double now_us(void)
 {
@@ -116,7 +129,7 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
-static void bench_notify(struct side *I, struct side *T, uint64_t size, int iters)
+static void bench_notify(struct side *I, struct side *T, uint64_t size, int iters, int slot)
 {
     struct reader rd = {.e = T->e};
     pthread_t th;
@@ -149,9 +162,12 @@ static void bench_notify(struct side *I, struct side *T, uint64_t size, int iter
     rd.stop = 1;
     pthread_join(th, NULL);
     double m0 = median(without, iters), m1 = median(with, iters), m2 = median(with_done, iters);
-    printf("  WRITE %7llu B: submit->done %8.1f us | with notification: submit->read at target "
-           "%8.1f us (+%.1f), submit->done %8.1f us\n",
-           (unsigned long long)size, m0, m1, m1 - m0, m2);
+    res.plain[slot] = m0;
+    res.notif[slot] = m1;
+    if (!res.json)
+        printf("  WRITE %7llu B: submit->done %8.1f us | with notification: submit->read at target "
+               "%8.1f us (+%.1f), submit->done %8.1f us\n",
+               (unsigned long long)size, m0, m1, m1 - m0, m2);
     free(with);
     free(with_done);
     free(without);
@@ -200,8 +216,11 @@ static void bench_latency(struct side *I, struct side *T, int iters)
         xfer_write(I->e, I->r, 0, I->p, T->rd.id, T->rd.gen, 0, 8, 10000);
         w[k] = (now_us() - t0) / 2;
     }
-    printf("  8 B: send/recv one way (ping-pong / 2) %7.1f us | WRITE + wait / 2 %7.1f us\n",
-           median(v, iters), median(w, iters));
+    res.sr_8 = median(v, iters);
+    res.write_8 = median(w, iters);
+    if (!res.json)
+        printf("  8 B: send/recv one way (ping-pong / 2) %7.1f us | WRITE + wait / 2 %7.1f us\n",
+               res.sr_8, res.write_8);
     free(v);
     free(w);
 }
@@ -277,7 +296,10 @@ static void bench_throughput(struct side *I, struct side *T, double seconds, int
         g = pump(I, T, XFER_OP_WRITE, seconds);
         best_w = g > best_w ? g : best_w;
     }
-    printf("  1 MiB, 4 in flight: send/recv %6.2f GB/s | WRITE %6.2f GB/s\n", best_s, best_w);
+    res.sr_gbps = best_s;
+    res.write_gbps = best_w;
+    if (!res.json)
+        printf("  1 MiB, 4 in flight: send/recv %6.2f GB/s | WRITE %6.2f GB/s\n", best_s, best_w);
 }
 
 int main(int argc, char **argv)
@@ -285,11 +307,9 @@ int main(int argc, char **argv)
     const char *tr = "tcp";
     int iters = 200, repeat = 3;
     double seconds = 0.5;
-    static const struct option lo[] = {{"transport", 1, 0, 't'},
-                                       {"iters", 1, 0, 'i'},
-                                       {"seconds", 1, 0, 's'},
-                                       {"repeat", 1, 0, 'r'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {{"transport", 1, 0, 't'}, {"iters", 1, 0, 'i'},
+                                       {"seconds", 1, 0, 's'},   {"repeat", 1, 0, 'r'},
+                                       {"json", 0, 0, 'j'},      {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
         case 't':
@@ -303,6 +323,9 @@ int main(int argc, char **argv)
             break;
         case 'r':
             repeat = atoi(optarg);
+            break;
+        case 'j':
+            res.json = true;
             break;
         default:
             return 2;
@@ -318,11 +341,18 @@ int main(int argc, char **argv)
     if (setup(&I, "bench-init", mask) < 0 || setup(&T, "bench-target", mask) < 0 ||
         connect_pair(&I, &T, mask) < 0)
         return 1;
-    printf("%s:\n", tr);
-    bench_notify(&I, &T, 4096, iters);
-    bench_notify(&I, &T, MIB, iters / 4 > 10 ? iters / 4 : 10);
+    if (!res.json)
+        printf("%s:\n", tr);
+    bench_notify(&I, &T, 4096, iters, 0);
+    bench_notify(&I, &T, MIB, iters / 4 > 10 ? iters / 4 : 10, 1);
     bench_latency(&I, &T, iters);
     bench_throughput(&I, &T, seconds, repeat);
+    if (res.json)
+        printf("{\"transport\":\"%s\",\"write_4k_us\":%.2f,\"notif_4k_us\":%.2f,"
+               "\"write_1m_us\":%.2f,\"notif_1m_us\":%.2f,\"sendrecv_8_us\":%.2f,"
+               "\"write_8_us\":%.2f,\"sendrecv_1m_gbps\":%.3f,\"write_1m_gbps\":%.3f}\n",
+               tr, res.plain[0], res.notif[0], res.plain[1], res.notif[1], res.sr_8, res.write_8,
+               res.sr_gbps, res.write_gbps);
     xfer_engine_free(I.e);
     xfer_engine_free(T.e);
     return 0;

@@ -91,6 +91,49 @@ uint64_t kv_region_need(const struct xfer_kv_geom *g, size_t idx)
     }
 }
 
+int xfer_kv_geom_parse(const char *spec, struct xfer_kv_geom *g, char *why, size_t wl)
+{
+    char buf[256], *save = NULL, *f[8] = {0};
+    if (!spec || !g || strlen(spec) >= sizeof(buf))
+        goto bad;
+    strcpy(buf, spec);
+    for (int i = 0; i < 8; i++)
+        f[i] = strtok_r(i ? NULL : buf, ":", &save);
+    memset(g, 0, sizeof(*g));
+    uint64_t layers, kv = 2;
+    if (!f[4] || f[7] || xfer_kv_layout_parse(f[0], &g->layout) ||
+        strlen(f[1]) >= sizeof(g->dtype) || xfer_node_parse_size(f[2], &g->block_bytes) ||
+        xfer_node_parse_size(f[3], &g->num_blocks) || xfer_node_parse_size(f[4], &layers) ||
+        layers > UINT32_MAX || (f[5] && xfer_node_parse_size(f[5], &kv)) || kv > 2 ||
+        (f[6] && strlen(f[6]) >= sizeof(g->tag)))
+        goto bad;
+    strcpy(g->dtype, f[1]);
+    if (f[6])
+        strcpy(g->tag, f[6]);
+    g->layers = (uint32_t)layers;
+    g->kv = g->layout == XFER_KV_MLA && !f[5] ? 1 : (uint32_t)kv;
+    g->shard_count = 1;
+    return kv_geom_check(g, why, wl);
+bad:
+    if (why && wl)
+        snprintf(
+            why, wl,
+            "bad pool geometry '%s' (want LAYOUT:DTYPE:BLOCK_BYTES:NUM_BLOCKS:LAYERS[:KV[:TAG]], "
+            "LAYOUT one of block_major, vllm_fa, flashinfer, sglang, mla)",
+            spec ? spec : "");
+    return -XFER_EINVAL;
+}
+
+int xfer_kv_geom_check(const struct xfer_kv_geom *g, char *why, size_t why_len)
+{
+    return kv_geom_check(g, why, why_len);
+}
+
+uint64_t xfer_kv_geom_region_bytes(const struct xfer_kv_geom *g)
+{
+    return g && kv_geom_check(g, NULL, 0) == 0 ? kv_region_need(g, 0) : 0; /* no overflow */
+}
+
 void kv_stream_of(const struct xfer_kv_geom *g, uint32_t l, uint32_t h, struct kv_stream *s)
 {
     uint64_t B = g->block_bytes, N = g->num_blocks, kv = g->kv;

@@ -302,6 +302,16 @@ struct xfer_kv_geom {
 
 /* Regions a pool of this geometry has (1, L or kv*L), 0 for a bad geometry. */
 XFER_API size_t xfer_kv_geom_regions(const struct xfer_kv_geom *g);
+/* "LAYOUT:DTYPE:BLOCK_BYTES:NUM_BLOCKS:LAYERS[:KV[:TAG]]" (sizes take K/M/G;
+ * KV defaults to 2, 1 for mla; unsharded) -> checked geometry. 0, or
+ * -XFER_EINVAL with the reason in why (why may be NULL). */
+XFER_API int xfer_kv_geom_parse(const char *spec, struct xfer_kv_geom *out, char *why,
+                                size_t why_len);
+/* 0, or -XFER_EINVAL with why naming the bad field (why may be NULL). */
+XFER_API int xfer_kv_geom_check(const struct xfer_kv_geom *g, char *why, size_t why_len);
+/* Bytes each member region must hold (all members are alike), 0 for a bad
+ * geometry or one whose size overflows. */
+XFER_API uint64_t xfer_kv_geom_region_bytes(const struct xfer_kv_geom *g);
 /* 0 when blocks of a and b can be copied onto each other (layouts may
  * differ: a vLLM pool may feed a FlashInfer one). Else -XFER_EMISMATCH and
  * why = "<field>: <a> vs <b>", field one of dtype, block_bytes, layers, kv,

@@ -22,6 +22,11 @@ struct ctl_client {
     uint64_t next_id;
 };
 
+int ctl_fd(const struct ctl_client *c)
+{
+    return c->fd;
+}
+
 static struct ctl_client *client_new(int fd, bool is_unix)
 {
     struct ctl_client *c = calloc(1, sizeof(*c));

@@ -18,6 +18,8 @@ struct ctl_client *ctl_connect_unix(const char *path, int timeout_ms, int *err, 
 struct ctl_client *ctl_connect_tcp(const char *host, uint16_t port, const char *secret,
                                    int timeout_ms, int *err, char *why, size_t why_len);
 void ctl_close(struct ctl_client *c);
+/* The connection's socket, for poll() before ctl_recv (streams: Listen). */
+int ctl_fd(const struct ctl_client *c);
 
 /* Sends req (its id is set here) with pass_fd attached when >= 0 (unix
  * only; the fd stays the caller's) and waits for its response. *resp is

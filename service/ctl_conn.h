@@ -41,7 +41,8 @@ struct conn {
     size_t in_bytes; /* their frame bytes */
     int refs;        /* jobs and callbacks using the struct (lifetime) */
     bool dead, reading, counted;
-    char **priv; /* private regions registered over this connection */
+    bool listening; /* subscribed to notifications (ctl_listen.c) */
+    char **priv;    /* private regions registered over this connection */
     size_t npriv;
     struct ctl_quota *quota;
     struct conn *prev, *next;
@@ -62,14 +63,24 @@ struct ctl_server {
     int nhalf;
     int64_t cap_warned_ms;
     bool accepting;
+    struct ctl_listen *listen; /* notification listeners, NULL until the first */
 };
 
 /* ctl_server.c */
 struct conn *conn_new(struct ctl_server *s, int fd, bool is_unix);
 void conn_close(struct conn *c);
 void conn_send_raw(struct conn *c, const void *payload, size_t len);
+/* Drops a reference taken with c->refs++ (frees a closed c on the last). */
+void conn_put(struct conn *c);
 /* Counts c as established, or answers -XFER_EBUSY and closes it (false). */
 bool conn_admit(struct conn *c);
+
+/* ctl_listen.c: notification listeners (Listen requests) */
+/* Subscribes c (answers the request itself); 0 or an error with why. */
+int ctl_listen_add(struct conn *c, uint64_t id, uint32_t count, char *why, size_t why_len);
+/* c closes: forget its subscription. */
+void ctl_listen_drop(struct conn *c);
+void ctl_listen_free(struct ctl_server *s);
 
 /* ctl_accept.c */
 void ctl_on_accept(evutil_socket_t lfd, short what, void *arg);

@@ -44,6 +44,12 @@ static void conn_unref_maybe_free(struct conn *c)
     free(c);
 }
 
+void conn_put(struct conn *c)
+{
+    c->refs--;
+    conn_unref_maybe_free(c);
+}
+
 struct dereg_job {
     struct job job;
     struct xferd *d;
@@ -118,6 +124,7 @@ void conn_close(struct conn *c)
         return;
     c->dead = true;
     ctl_hs_forget(c);
+    ctl_listen_drop(c);
     if (c->counted)
         c->s->nconns--;
     conn_release_private(c);
@@ -257,6 +264,19 @@ static void dispatch(struct conn *c, Xctl__Request *req, size_t bytes)
     struct xferd *d = c->s->d;
     int fd = -1;
     atomic_fetch_add(&d->ctl_requests, 1);
+    if (req->body_case == XCTL__REQUEST__BODY_LISTEN) {
+        /* a subscription, served by the loop thread (ctl_listen.c) */
+        char why[160];
+        int rc = atomic_load(&d->draining)
+                     ? (snprintf(why, sizeof(why), "xferd is shutting down"), -XFER_EBUSY)
+                     : ctl_listen_add(c, req->id, req->listen->count, why, sizeof(why));
+        if (rc) {
+            atomic_fetch_add(&d->ctl_errors, 1);
+            reply_now(c, req->id, rc, why);
+        }
+        xctl__request__free_unpacked(req, NULL);
+        return;
+    }
     if (req->body_case == XCTL__REQUEST__BODY_REG && req->reg->memfd) {
         fd = c->is_unix ? take_fd(c) : -1;
         if (fd < 0) {
@@ -588,5 +608,6 @@ void ctl_server_free(struct ctl_server *s)
         close(s->unix_fd);
     while (s->conns)
         conn_close(s->conns);
+    ctl_listen_free(s);
     free(s);
 }

@@ -8,9 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static void fail(Xctl__Response *resp, struct arena *a, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void fail(Xctl__Response *resp, struct arena *a, int status, const char *fmt, ...)
+#define fail xferd_fail
+void xferd_fail(Xctl__Response *resp, struct arena *a, int status, const char *fmt, ...)
 {
     char buf[512];
     va_list ap;
@@ -307,7 +306,8 @@ static void run_items(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops
         xctl__item_result__init(items[i]);
     }
     if (b->n_items == 1)
-        xferd_transfer(d, b->items[0], hops, batch_deadline(d, b), items[0], a);
+        xferd_transfer_notify(d, b->items[0], b->notify.len ? b->notify.data : NULL, b->notify.len,
+                              hops, batch_deadline(d, b), items[0], a);
     else
         xferd_transfer_many(d, b->items, b->n_items, hops, batch_deadline(d, b), items, a);
 }
@@ -407,6 +407,16 @@ static void do_batch(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops,
 {
     if (b->n_items == 0 || b->n_items > BATCH_MAX_ITEMS) {
         fail(resp, a, -XFER_EINVAL, "a batch holds 1..%d transfers", BATCH_MAX_ITEMS);
+        return;
+    }
+    if (b->notify.len && b->n_items != 1) {
+        fail(resp, a, -XFER_EINVAL, "a notification is bound to a batch of one transfer (not %zu)",
+             b->n_items);
+        return;
+    }
+    if (b->notify.len > XFER_NOTIFY_MAX) {
+        fail(resp, a, -XFER_EINVAL, "notification of %zu bytes is over the limit (%u bytes)",
+             b->notify.len, XFER_NOTIFY_MAX);
         return;
     }
     Xctl__BatchResult *br = arena_alloc(a, sizeof(*br));
@@ -533,8 +543,8 @@ static void free_response(void *p)
 }
 
 /* Another node's answer becomes ours: the response is re-packed into a. */
-static void forward_whole(struct xferd *d, const char *node, const Xctl__Request *req,
-                          Xctl__Response *resp, struct arena *a)
+void xferd_forward_whole(struct xferd *d, const char *node, const Xctl__Request *req,
+                         Xctl__Response *resp, struct arena *a)
 {
     if (req->hops >= 1) {
         fail(resp, a, -XFER_EINVAL, "request for %s reached %s after forwarding", node,
@@ -644,7 +654,7 @@ void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, struct ctl_
     case XCTL__REQUEST__BODY_STATS:
         node = req->stats->node;
         if (node && *node && strcmp(node, d->cfg.node))
-            forward_whole(d, node, req, resp, a);
+            xferd_forward_whole(d, node, req, resp, a);
         else
             do_stats(d, resp, a);
         break;
@@ -653,6 +663,22 @@ void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, struct ctl_
         break;
     case XCTL__REQUEST__BODY_READ:
         do_read(d, req->read, req->hops, resp, a);
+        break;
+    case XCTL__REQUEST__BODY_NOTIFY:
+        xferd_do_notify(d, req->notify, resp, a);
+        break;
+    case XCTL__REQUEST__BODY_POOLS:
+        node = req->pools->node && *req->pools->node ? req->pools->node : d->cfg.node;
+        xferd_do_pools(d, node, resp, a);
+        break;
+    case XCTL__REQUEST__BODY_POOL_CREATE:
+        xferd_do_pool_create(d, req->pool_create, resp, a);
+        break;
+    case XCTL__REQUEST__BODY_POOL_DELETE:
+        xferd_do_pool_delete(d, req->pool_delete->name, resp, a);
+        break;
+    case XCTL__REQUEST__BODY_POOL_COPY:
+        xferd_do_pool_copy(d, req, resp, a);
         break;
     default:
         fail(resp, a, -XFER_EPROTO, "unknown request");

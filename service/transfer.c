@@ -158,6 +158,11 @@ static int engine_op(struct xctx *x, enum xfer_op op, struct side *loc, struct s
                            .len = len};
     struct inflight f = {.b = b};
     int rc = xfer_batch_add(b, &it);
+    if (rc >= 0 && x->notify && (rc = xfer_batch_notify(b, rem->peer, x->notify, x->notify_len))) {
+        why_set(x, rc, "notification for %s: %s", rem->n.node, xfer_engine_last_error(x->d->eng));
+        xfer_batch_free(b);
+        return rc;
+    }
     if (rc >= 0) {
         inflight_add(x->d, &f);
         rc = xfer_batch_submit(b, xferd_clamp_deadline(x->d, deadline_ms));
@@ -167,7 +172,12 @@ static int engine_op(struct xctx *x, enum xfer_op op, struct side *loc, struct s
             rc = xfer_batch_cancel(b) ? rc : -XFER_ETIMEDOUT;
         inflight_del(x->d, &f);
     }
-    if (rc < 0) {
+    if (rc < 0 && x->notify && xfer_batch_count(b) && xfer_batch_item_status(b, 0) == 0) {
+        /* the data landed; the notification did not (or may not have) */
+        why_set(x, rc, "%s %s/%s done, but its notification to %s failed: %s",
+                op == XFER_OP_WRITE ? "write to" : "read from", rem->n.node, rem->n.region,
+                rem->n.node, xfer_strerror(rc));
+    } else if (rc < 0) {
         const char *e = xfer_batch_count(b) ? xfer_batch_item_error(b, 0) : NULL;
         why_set(x, rc, "%s %s/%s: %s", op == XFER_OP_WRITE ? "write to" : "read from", rem->n.node,
                 rem->n.region, e && *e ? e : xfer_strerror(rc));
@@ -184,6 +194,10 @@ static int execute_held(struct xctx *x, enum xfer_op op, struct side *src, struc
         rc = check_side(x, src, len, XFER_ACCESS_R);
     if (!rc)
         rc = check_side(x, dst, len, XFER_ACCESS_W);
+    if (!rc && rem->local && x->notify)
+        rc =
+            why_set(x, -XFER_EINVAL, "--notify needs a remote side: %s/%s and %s/%s are both on %s",
+                    src->n.node, src->n.region, dst->n.node, dst->n.region, x->d->cfg.node);
     if (rc || len == 0)
         return rc;
     if (rem->local)
@@ -243,6 +257,8 @@ static int forward_transfer(struct xctx *x, const Xctl__Transfer *t, enum xfer_o
     b.n_items = 1;
     b.items = items;
     b.deadline_ms = (uint32_t)deadline_ms;
+    b.notify.data = (uint8_t *)x->notify;
+    b.notify.len = x->notify ? x->notify_len : 0;
     Xctl__Request req = XCTL__REQUEST__INIT;
     req.hops = hops + 1;
     req.body_case = XCTL__REQUEST__BODY_BATCH;
@@ -293,7 +309,14 @@ int transfer_plan(struct xctx *x, const Xctl__Transfer *t, struct side *src, str
 void xferd_transfer(struct xferd *d, const Xctl__Transfer *t, uint32_t hops, int deadline_ms,
                     Xctl__ItemResult *res, struct arena *a)
 {
-    struct xctx x = {.d = d};
+    xferd_transfer_notify(d, t, NULL, 0, hops, deadline_ms, res, a);
+}
+
+void xferd_transfer_notify(struct xferd *d, const Xctl__Transfer *t, const uint8_t *notify,
+                           size_t notify_len, uint32_t hops, int deadline_ms, Xctl__ItemResult *res,
+                           struct arena *a)
+{
+    struct xctx x = {.d = d, .notify = notify, .notify_len = notify_len};
     struct side src = {0}, dst = {0};
     const char *me = d->cfg.node;
     deadline_ms = xferd_clamp_deadline(d, deadline_ms); /* SIGTERM bounds everything */

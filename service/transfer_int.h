@@ -23,6 +23,8 @@ struct side {
 
 struct xctx {
     struct xferd *d;
+    const uint8_t *notify; /* bound notification for the remote side, or NULL */
+    size_t notify_len;
     char why[400];
 };
 

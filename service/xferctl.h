@@ -17,10 +17,13 @@
 struct xferctl_opts {
     const char *socket, *node, *connect, *secret, *access, *layout, *op;
     const char *cuda_ipc; /* register: hex of a cudaIpcMemHandle_t */
+    const char *notify;   /* copy: bound notification text */
+    const char *layers;   /* pool copy: "A-B" */
     int gpu;
     uint64_t cuda_offset;
     int timeout_ms;
     bool json, async, prometheus;
+    bool timeout_set; /* --timeout given (listen: how long to listen) */
     uint64_t size, count, depth, batch;
 };
 extern struct xferctl_opts xctl_opt; /* parsed options */
@@ -40,12 +43,20 @@ uint32_t xctl_server_deadline(void);
 Xctl__Op xctl_parse_op(void);
 /* One named transfer, waited for; *out (if given) gets the response. */
 int xctl_transfer(const char *src, const char *dst, uint64_t len, Xctl__Op op, uint32_t repeat,
-                  bool async, Xctl__Response **out);
+                  bool async, const char *notify, Xctl__Response **out);
 
 int xctl_cmd_batch(const char *file);
 int xctl_cmd_put(const char *file, const char *addr);
 int xctl_cmd_get(const char *addr, const char *lens, const char *file);
 int xctl_cmd_probe(const char *src, const char *dst);
 int xctl_cmd_bench(const char *src, const char *dst);
+/* xferctl_notify.c */
+int xctl_cmd_notify(const char *node, const char *text);
+int xctl_cmd_listen(void);
+/* xferctl_pools.c */
+int xctl_cmd_pools(const char *node);
+int xctl_cmd_pool_create(const char *name, const char *spec);
+int xctl_cmd_pool_delete(const char *name);
+int xctl_cmd_pool_copy(const char *src, const char *dst);
 
 #endif

@@ -162,7 +162,7 @@ int xctl_cmd_put(const char *file, const char *addr)
         }
         char dst[XFER_NAME_MAX * 2 + 32];
         snprintf(dst, sizeof(dst), "%s/%s+%" PRIu64, n.node, n.region, n.off + off);
-        rc = xctl_transfer(s.addr, dst, (uint64_t)got, XCTL__OP__OP_AUTO, 0, false, NULL);
+        rc = xctl_transfer(s.addr, dst, (uint64_t)got, XCTL__OP__OP_AUTO, 0, false, NULL, NULL);
         off += (uint64_t)got;
         progress_add(&p, (uint64_t)got);
     }
@@ -191,7 +191,7 @@ int xctl_cmd_get(const char *addr, const char *lens, const char *file)
         uint64_t len = total - off < s.len ? total - off : s.len;
         char src[XFER_NAME_MAX * 2 + 32];
         snprintf(src, sizeof(src), "%s/%s+%" PRIu64, n.node, n.region, n.off + off);
-        rc = xctl_transfer(src, s.addr, len, XCTL__OP__OP_AUTO, 0, false, NULL);
+        rc = xctl_transfer(src, s.addr, len, XCTL__OP__OP_AUTO, 0, false, NULL, NULL);
         if (!rc && pwrite(ffd, s.map, len, (off_t)off) != (ssize_t)len)
             rc = xctl_die(EXIT_FAIL, "%s: %s", file, strerror(errno));
         off += len;
@@ -212,8 +212,8 @@ int xctl_cmd_probe(const char *src, const char *dst)
     uint64_t size = xctl_opt.size ? xctl_opt.size : 1u << 20, small = size < 4096 ? size : 4096;
     uint32_t n = xctl_opt.count ? (uint32_t)xctl_opt.count : 20;
     Xctl__Response *lat = NULL, *bw = NULL;
-    if (rc || (rc = xctl_transfer(src, dst, small, xctl_parse_op(), n * 5, false, &lat)) ||
-        (rc = xctl_transfer(src, dst, size, xctl_parse_op(), n, false, &bw))) {
+    if (rc || (rc = xctl_transfer(src, dst, small, xctl_parse_op(), n * 5, false, NULL, &lat)) ||
+        (rc = xctl_transfer(src, dst, size, xctl_parse_op(), n, false, NULL, &bw))) {
         if (lat)
             xctl__response__free_unpacked(lat, NULL);
         return rc;

@@ -1,5 +1,6 @@
 /* xferctl: command-line client of xferd (docs/service.md). Every error is
  * one line on stderr and a non-zero exit; every wait has a timeout. */
+#include "xbench.h"
 #include "config.h"
 #include "ctl_client.h"
 #include "ctl_print.h"
@@ -40,7 +41,17 @@ static const char usage[] =
     "  write ADDR DATA|-           write DATA (or stdin) at ADDR\n"
     "  read ADDR LEN               print LEN bytes at ADDR to stdout\n"
     "  copy SRC DST LEN            named transfer (LEN in blocks for # addresses)\n"
-    "      [--op read|write] [--async]\n"
+    "      [--op read|write] [--async] [--notify TEXT]  TEXT reaches the remote node\n"
+    "                              after the data (xferctl listen there)\n"
+    "  copy NODE/POOL#B,.. NODE/POOL#B,..  KV pool blocks (lists of equal length,\n"
+    "      [--layers A-B]          ranges 4-9 allowed), over all layers or A..B\n"
+    "  pools [NODE]                KV pools of NODE: layout, geometry, member regions\n"
+    "  pool-create NAME LAYOUT:DTYPE:BLOCK_BYTES:NUM_BLOCKS:LAYERS[:KV[:TAG]]\n"
+    "                              host-memory pool in xferd (regions NAME.0, ...)\n"
+    "  pool-delete NAME            remove it with its regions\n"
+    "  notify NODE TEXT            send a notification to NODE\n"
+    "  listen [--count N] [--timeout MS]  print notifications arriving here\n"
+    "                              (--json: one object per line)\n"
     "  status BATCH_ID             state of an --async copy\n"
     "  batch FILE|-                lines 'SRC DST LEN' submitted as one batch [--op]\n"
     "  put FILE ADDR               file -> region, through the local xferd\n"
@@ -48,6 +59,10 @@ static const char usage[] =
     "  probe SRC DST               short latency and bandwidth test [--size N]\n"
     "  bench SRC DST               named transfers per second over the control path\n"
     "      [--count N] [--size N] [--depth N] [--batch N]\n"
+    "  bench [--op write|read] [--size B] [--batch N] [--depth N] [--sockets N]\n"
+    "      [--threads N] [--transport tcp|ipc] [--seconds S] [--verify] [--json]\n"
+    "                              engine bench between two engines of this host\n"
+    "                              (no xferd; GB/s, ops/s, p50/p99/p99.9)\n"
     "\n"
     "Options:\n"
     "  -s, --socket PATH      unix socket of xferd (XFER_CTRL_SOCKET)\n"
@@ -375,7 +390,7 @@ uint32_t xctl_server_deadline(void)
 
 /* One named transfer, waited for; *out (if given) gets the response. */
 int xctl_transfer(const char *src, const char *dst, uint64_t len, Xctl__Op op, uint32_t repeat,
-                  bool async, Xctl__Response **out)
+                  bool async, const char *notify, Xctl__Response **out)
 {
     Xctl__Transfer t = XCTL__TRANSFER__INIT;
     t.op = op;
@@ -388,6 +403,10 @@ int xctl_transfer(const char *src, const char *dst, uint64_t len, Xctl__Op op, u
     b.n_items = 1;
     b.items = items;
     b.async = async;
+    if (notify) {
+        b.notify.data = (uint8_t *)notify;
+        b.notify.len = strlen(notify);
+    }
     b.deadline_ms = xctl_server_deadline();
     Xctl__Request req = XCTL__REQUEST__INIT;
     req.body_case = XCTL__REQUEST__BODY_BATCH;
@@ -424,14 +443,15 @@ static int cmd_copy(const char *src, const char *dst, const char *lens)
     if (!rc && (int)op < 0)
         rc = xctl_die(EXIT_USAGE, "bad --op '%s' (read or write)", xctl_opt.op);
     Xctl__Response *r;
-    if (rc || (rc = xctl_transfer(src, dst, len, op, 0, xctl_opt.async, &r)) != 0)
+    if (rc || (rc = xctl_transfer(src, dst, len, op, 0, xctl_opt.async, xctl_opt.notify, &r)) != 0)
         return rc;
+
     if (xctl_opt.json || xctl_opt.async)
         print_batch(stdout, r->batch, xctl_opt.json);
     else
-        printf("copied %" PRIu64 " bytes %s -> %s (by %s, %" PRIu64 " us)\n",
+        printf("copied %" PRIu64 " bytes %s -> %s (by %s, %" PRIu64 " us)%s\n",
                r->batch->items[0]->bytes, src, dst, r->batch->items[0]->executor,
-               r->batch->items[0]->elapsed_us);
+               r->batch->items[0]->elapsed_us, xctl_opt.notify ? ", notification delivered" : "");
     xctl__response__free_unpacked(r, NULL);
     return 0;
 }
@@ -477,6 +497,8 @@ static const struct option long_opts[] = {
     {"cuda-ipc", required_argument, 0, 'I'},
     {"gpu", required_argument, 0, 'G'},
     {"cuda-offset", required_argument, 0, 'O'},
+    {"notify", required_argument, 0, 'M'},
+    {"layers", required_argument, 0, 'Y'},
     {0, 0, 0, 0},
 };
 
@@ -501,6 +523,13 @@ static int parse_opts(int argc, char **argv, const char *optstring)
             break;
         case 'T':
             xctl_opt.timeout_ms = atoi(optarg);
+            xctl_opt.timeout_set = true;
+            break;
+        case 'M':
+            xctl_opt.notify = optarg;
+            break;
+        case 'Y':
+            xctl_opt.layers = optarg;
             break;
         case 'j':
             xctl_opt.json = true;
@@ -574,10 +603,11 @@ static int run(int argc, char **argv)
         const char *name;
         int min, max;
     } cmds[] = {
-        {"peers", 0, 0},    {"regions", 0, 1},    {"health", 0, 0}, {"stats", 0, 1},
-        {"register", 2, 2}, {"deregister", 1, 1}, {"write", 2, 2},  {"read", 2, 2},
-        {"copy", 3, 3},     {"status", 1, 1},     {"put", 2, 2},    {"get", 3, 3},
-        {"probe", 2, 2},    {"bench", 2, 2},      {"batch", 1, 1},
+        {"peers", 0, 0},    {"regions", 0, 1},    {"health", 0, 0},      {"stats", 0, 1},
+        {"register", 2, 2}, {"deregister", 1, 1}, {"write", 2, 2},       {"read", 2, 2},
+        {"copy", 2, 3},     {"status", 1, 1},     {"put", 2, 2},         {"get", 3, 3},
+        {"probe", 2, 2},    {"bench", 2, 2},      {"batch", 1, 1},       {"notify", 2, 2},
+        {"listen", 0, 0},   {"pools", 0, 1},      {"pool-create", 2, 2}, {"pool-delete", 1, 1},
     };
     size_t k;
     for (k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++)
@@ -587,6 +617,8 @@ static int run(int argc, char **argv)
         return xctl_die(EXIT_USAGE, "unknown command '%s' (try --help)", cmd);
     if (nw < cmds[k].min || nw > cmds[k].max)
         return xctl_die(EXIT_USAGE, "%s: wrong number of arguments (try --help)", cmd);
+    if (xctl_opt.notify && (k != 8 || nw != 3))
+        return xctl_die(EXIT_USAGE, "--notify goes with copy SRC DST LEN");
     if ((rc = connect_xferd()) != 0)
         return rc;
     const char *a0 = nw > 0 ? words[0] : NULL, *a1 = nw > 1 ? words[1] : NULL;
@@ -608,8 +640,8 @@ static int run(int argc, char **argv)
         return cmd_write(a0, a1);
     case 7:
         return cmd_read(a0, a1);
-    case 8:
-        return cmd_copy(a0, a1, a2);
+    case 8: /* two addresses with block lists: KV pool blocks */
+        return a2 ? cmd_copy(a0, a1, a2) : xctl_cmd_pool_copy(a0, a1);
     case 9:
         return cmd_status(a0);
     case 10:
@@ -620,8 +652,18 @@ static int run(int argc, char **argv)
         return xctl_cmd_probe(a0, a1);
     case 13:
         return xctl_cmd_bench(a0, a1);
-    default:
+    case 14:
         return xctl_cmd_batch(a0);
+    case 15:
+        return xctl_cmd_notify(a0, a1);
+    case 16:
+        return xctl_cmd_listen();
+    case 17:
+        return xctl_cmd_pools(a0);
+    case 18:
+        return xctl_cmd_pool_create(a0, a1);
+    default:
+        return xctl_cmd_pool_delete(a0);
     }
 }
 
@@ -636,6 +678,13 @@ int main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     if (optind >= argc)
         return xctl_die(EXIT_USAGE, "no command (try --help)");
+    if (!strcmp(argv[optind], "bench")) { /* engine bench unless given NODE/REGION addresses */
+        bool named = false;
+        for (int i = optind + 1; i < argc; i++)
+            named |= argv[i][0] != '-' && strchr(argv[i], '/') != NULL;
+        if (!named)
+            return xbench_main(argc - optind, argv + optind, "xferctl bench");
+    }
     /* Re-parse from the command on, so "xferctl copy --op read A B N" works. */
     rc = run(argc - optind, argv + optind);
     ctl_close(xctl_cli);

@@ -90,6 +90,11 @@ void xferd_handle(struct xferd *d, const Xctl__Request *req, int fd, struct ctl_
  * strings are allocated in a. */
 void xferd_transfer(struct xferd *d, const Xctl__Transfer *t, uint32_t hops, int deadline_ms,
                     Xctl__ItemResult *res, struct arena *a);
+/* The same with a notification bound to it (notify != NULL, <= XFER_NOTIFY_MAX
+ * bytes), delivered to the remote node of the transfer after its data. */
+void xferd_transfer_notify(struct xferd *d, const Xctl__Transfer *t, const uint8_t *notify,
+                           size_t notify_len, uint32_t hops, int deadline_ms, Xctl__ItemResult *res,
+                           struct arena *a);
 /* Runs n transfers: those this node carries out against peers go out as
  * one engine batch; res[i] (allocated by the caller) gets item i. */
 void xferd_transfer_many(struct xferd *d, Xctl__Transfer *const *items, size_t n, uint32_t hops,
@@ -108,6 +113,21 @@ int xferd_forward(struct xferd *d, const char *node, const Xctl__Request *req,
                   Xctl__Response **resp, int timeout_ms, char *why, size_t why_len);
 /* Closes the idle forwarding connections (shutdown). */
 void xferd_forward_close_all(struct xferd *d);
+
+/* ---- notify_ctl.c, pools_ctl.c: requests on worker threads ---- */
+void xferd_do_notify(struct xferd *d, const Xctl__Notify *m, Xctl__Response *resp, struct arena *a);
+void xferd_do_pools(struct xferd *d, const char *node, Xctl__Response *resp, struct arena *a);
+void xferd_do_pool_create(struct xferd *d, const Xctl__CreatePool *m, Xctl__Response *resp,
+                          struct arena *a);
+void xferd_do_pool_delete(struct xferd *d, const char *name, Xctl__Response *resp, struct arena *a);
+void xferd_do_pool_copy(struct xferd *d, const Xctl__Request *req, Xctl__Response *resp,
+                        struct arena *a);
+/* Forwards req (once: hops) to node and makes its answer ours. */
+void xferd_forward_whole(struct xferd *d, const char *node, const Xctl__Request *req,
+                         Xctl__Response *resp, struct arena *a);
+/* Response status and reason (allocated in a). */
+void xferd_fail(Xctl__Response *resp, struct arena *a, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Cancels every engine batch still in flight (end of drain). */
 void xferd_cancel_inflight(struct xferd *d);

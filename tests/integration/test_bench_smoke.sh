@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Smoke run of the bench programs (no speed targets here: those live in
-# make bench). xfer_bench moves data both ways over tcp and ipc with the data
+# make bench). xfer_bench (and `xferctl bench`, the same code) moves data
+# both ways over tcp and ipc with the data
 # verified before and after the timed run, and reports non-zero rates and
 # latencies; the raw ping-pong and memcpy ceiling report non-zero numbers.
 set -u
@@ -10,14 +11,17 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 positive() { # json, key path (python expression on r)
     python3 -c 'import json,sys; r=json.loads(sys.argv[1]); v=eval(sys.argv[2]); sys.exit(0 if v > 0 else 1)' "$1" "$2"
 }
-run() { # expected keys, args...
+prog=("$bin/xfer_bench")
+run() { # args...
     local out
-    out=$(timeout 60 "$bin/xfer_bench" --seconds 0.3 --warmup 0 --verify --json "$@") ||
-        fail "xfer_bench $*"
+    out=$(timeout 60 "${prog[@]}" --seconds 0.3 --warmup 0 --verify --json "$@") ||
+        fail "${prog[*]} $*"
     echo "$out"
     positive "$out" 'r["ops"]' || fail "no ops/s: $*"
     positive "$out" 'r["lat_us"]["p50"]' || fail "no latency: $*"
     positive "$out" 'r["gbps"]' || fail "no GB/s: $*"
+    python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["verified"] else 1)' "$out" ||
+        fail "data not verified: $*"
 }
 run --op write --size 8
 "$bin/xfer_bench" --bogus 2>/dev/null; [[ $? == 2 ]] || fail "unknown option accepted"
@@ -32,6 +36,13 @@ run --op read --size 8 --transport ipc
 "$bin/xfer_bench" --size 0 2>/dev/null; [[ $? == 2 ]] || fail "--size 0 not refused"
 "$bin/xfer_bench" --op copy 2>/dev/null; [[ $? == 2 ]] || fail "--op copy not refused"
 "$bin/xfer_bench" --batch 5000 2>/dev/null; [[ $? == 2 ]] || fail "--batch 5000 not refused"
+
+# xferctl bench runs the same code (bench/xbench.c), no xferd needed.
+prog=("$XFER_ROOT/$B/bin/xferctl" bench)
+run --op write --size 64K --batch 4 --depth 2 --sockets 2 --threads 2
+run --op read --size 8 --transport ipc
+"${prog[@]}" --sockets 0 2>/dev/null; [[ $? == 2 ]] || fail "xferctl bench --sockets 0 not refused"
+"${prog[@]}" --transport rdma-ish 2>/dev/null; [[ $? == 2 ]] || fail "xferctl bench: bad transport"
 
 out=$(timeout 30 "$bin/pingpong" --seconds 0.2 --json) || fail pingpong
 echo "$out"

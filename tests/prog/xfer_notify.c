@@ -500,7 +500,7 @@ static int run_storm(const struct opts *o)
     FILE *f = fopen(o->ready, "w");
     if (!f)
         FAIL("cannot write %s", o->ready);
-    long acked = 0, lost = 0, other = 0;
+    long acked = 0, lost = 0, other = 0, refused = 0;
     double until = now_s() + 60;
     for (int i = 0; i < o->count && now_s() < until; i++) {
         char m[32];
@@ -512,14 +512,19 @@ static int run_storm(const struct opts *o)
         } else if (rc == -XFER_ECONN || rc == -XFER_ETIMEDOUT) {
             lost++; /* may or may not have arrived */
             poll(NULL, 0, 20);
+        } else if (rc == -XFER_ENOSPC) { /* the resumed receiver's queue is full: */
+            refused++;                   /* not queued, send it again (documented) */
+            poll(NULL, 0, 1);
+            i--;
         } else {
             other++;
             fprintf(stderr, "storm %d: %s\n", i, xfer_strerror(rc));
         }
     }
     fclose(f);
-    printf("storm: %ld acknowledged, %ld unknown (ECONN/ETIMEDOUT), %ld other\n", acked, lost,
-           other);
+    printf("storm: %ld acknowledged, %ld unknown (ECONN/ETIMEDOUT), %ld refused and sent again "
+           "(ENOSPC), %ld other\n",
+           acked, lost, refused, other);
     xfer_engine_free(s.e);
     return other == 0 && acked > 0 && lost > 0 ? 0 : 1;
 }

@@ -1,5 +1,5 @@
-/* Small helpers shared by the bench programs: clock, latency samples and
- * percentiles, size arguments ("4K", "1M", "256M"), full reads. */
+/* Small helpers shared by the bench programs and xferctl bench (service/xbench.c): clock, latency
+ * samples and percentiles, size arguments ("4K", "1M", "256M"), full reads. */
 #ifndef XFER_BENCH_UTIL_H
 #define XFER_BENCH_UTIL_H
 
