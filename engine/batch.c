@@ -62,9 +62,11 @@ static void monitor_unlink(xfer_engine *e, xfer_batch *b)
 }
 
 static void end_open_items(xfer_batch *b, int status, const char *why);
+static void batch_fence(xfer_batch *b);
 
 static void batch_expire(xfer_batch *b)
 {
+    batch_fence(b);
     pthread_mutex_lock(&b->mu);
     if (b->state == B_RUNNING && (b->n_open > 0 || b->notes.n_unacked > 0)) {
         char why[64];
@@ -487,7 +489,13 @@ void xfer_batch_io_end(xfer_batch *b, size_t i)
 
 bool xfer_batch_item_live(const xfer_batch *b, size_t i)
 {
-    return i < b->n && __atomic_load_n(&b->items[i].open, __ATOMIC_RELAXED);
+    return i < b->n && __atomic_load_n(&b->items[i].open, __ATOMIC_RELAXED) &&
+           !__atomic_load_n(&b->stopping, __ATOMIC_ACQUIRE);
+}
+
+uint32_t xfer_batch_seq(const xfer_batch *b)
+{
+    return b->seq;
 }
 
 const struct xfer_item *xfer_batch_item(const xfer_batch *b, size_t i)
@@ -608,6 +616,10 @@ static int start_run(xfer_batch *b, int deadline_ms)
     b->deadline_ns = b->t_submit_ns + (int64_t)b->deadline_ms * 1000000;
     b->n_open = b->n;
     b->io_active = 0;
+    do /* 0 means "no batch" on the wire */
+        b->seq = __atomic_add_fetch(&b->engine->batch_seq, 1, __ATOMIC_RELAXED);
+    while (b->seq == 0);
+    __atomic_store_n(&b->stopping, false, __ATOMIC_RELAXED);
     b->result = -XFER_EINPROGRESS;
     b->state = B_RUNNING;
     batch_msg_start(b);
@@ -722,10 +734,54 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
     return rc;
 }
 
+static int peer_ptr_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (xfer_peer *const *)a, y = (uintptr_t) * (xfer_peer *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Cancel and deadline, before the items end: no new chunk of b starts
+ * from now on, and each peer b WRITEs to gets its transport's fence (tcp:
+ * docs/engine.md, "Cancel and retry"), so no byte of b lands there after
+ * anything sent later. No lock held. */
+static void batch_fence(xfer_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    size_t np = 0;
+    xfer_peer **peers = NULL;
+    if (b->state == B_RUNNING) {
+        __atomic_store_n(&b->stopping, true, __ATOMIC_RELEASE);
+        peers = malloc((b->n ? b->n : 1) * sizeof(*peers));
+        for (size_t i = 0; peers && i < b->n; i++) {
+            const struct batch_item *bi = &b->items[i];
+            if (bi->kind == BK_RMA && bi->it.op == XFER_OP_WRITE && bi->open &&
+                (np == 0 || peers[np - 1] != bi->it.peer))
+                peers[np++] = bi->it.peer;
+        }
+        if (!peers)
+            xfer_warn("batch: no memory to fence a cancelled batch");
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (np > 1)
+        qsort(peers, np, sizeof(*peers), peer_ptr_cmp);
+    for (size_t k = 0; k < np; k++) {
+        if (k > 0 && peers[k] == peers[k - 1])
+            continue;
+        xfer_peer *p = peers[k];
+        pthread_rwlock_rdlock(&p->conn_lock);
+        struct xfer_conn *c = p->conn;
+        if (c && c->transport->ops->fence)
+            c->transport->ops->fence(c, b);
+        pthread_rwlock_unlock(&p->conn_lock);
+    }
+    free(peers);
+}
+
 int xfer_batch_cancel(xfer_batch *b)
 {
     if (!b)
         return -XFER_EINVAL;
+    batch_fence(b);
     pthread_mutex_lock(&b->mu);
     if (b->state != B_RUNNING) {
         pthread_mutex_unlock(&b->mu);

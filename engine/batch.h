@@ -39,7 +39,9 @@ struct xfer_batch {
     enum batch_state state;
     size_t n_open;
     unsigned io_active;
-    int refs; /* user + transport holds + monitor; atomic */
+    int refs;      /* user + transport holds + monitor; atomic */
+    uint32_t seq;  /* this run's number, engine-wide, never 0 (tcp fences by it) */
+    bool stopping; /* atomic: cancel or deadline under way: no new chunk starts */
     int result;
     int efd;
     bool fd_used; /* xfer_batch_fd was called: keep efd up to date (mu) */

@@ -294,6 +294,7 @@ struct xfer_engine {
     struct region_table regions;
     struct peer_table peers;
     struct batch_monitor monitor;
+    uint32_t batch_seq; /* atomic: the last run's sequence number (batch.c) */
     struct peer_repair repair;
     struct msg_thread msgs;
     struct notify_queue notifs;

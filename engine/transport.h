@@ -98,6 +98,14 @@ struct xfer_transport_ops {
      * possibly before this returns; a negative return means not sent and no
      * completion. Without it the peer gets -XFER_ENOTSUP for messages. */
     int (*send_msg)(struct xfer_conn *c, struct xfer_msg *m);
+    /* Optional: batch b, which WRITEs to c's peer, is being cancelled or
+     * timed out; its items have not ended yet and new chunks of it no
+     * longer start (xfer_batch_item_live). Called with the peer's conn_lock
+     * held for reading, before the items end. The transport detaches chunks
+     * of b already begun from b's local memory, and makes sure no byte of b
+     * lands at the peer after anything sent on c once this returns
+     * (docs/engine.md, "Cancel and retry"). */
+    void (*fence)(struct xfer_conn *c, xfer_batch *b);
     /* Optional: deregistration (or detach) of local region r has started,
      * or r got lease rules the owner must check on every access; called
      * without locks (before deregistration waits for r's pins). A transport
@@ -186,8 +194,13 @@ struct xfer_conn *xfer_peer_conn(xfer_peer *p);
  * paired with xfer_batch_io_end(). Cancellation waits for these pairs. */
 bool xfer_batch_io_begin(xfer_batch *b, size_t i);
 void xfer_batch_io_end(xfer_batch *b, size_t i);
-/* True while item i may still complete (cheap check, no pinning). */
+/* True while item i may still complete and new chunks of it may start
+ * (cheap check, no pinning): false once it ended, and from the moment a
+ * cancel or deadline of its batch begins (then only chunks already begun go
+ * on, until the transport's fence() detached them or the item ends). */
 bool xfer_batch_item_live(const xfer_batch *b, size_t i);
+/* The batch run's sequence number: engine-wide, never 0, new per submit. */
+uint32_t xfer_batch_seq(const xfer_batch *b);
 /* Reports `bytes` of item i as finished with status (0 or -XFER_E*) and an
  * optional reason. The item completes when all its bytes are reported or on
  * the first error. Safe from any thread. */

@@ -33,6 +33,8 @@ static int payload_consistent(const struct xfer_wire_hdr *h)
         return h->payload == 0;
     case XFER_WIRE_READ_RESP:
         return h->status == 0 ? h->payload == h->length : h->payload == 0;
+    case XFER_WIRE_FENCE:
+        return h->status == 0 && h->payload == 0 && h->length == 0 && xfer_wire_seq(h) != 0;
     default:
         return 0;
     }
@@ -54,7 +56,7 @@ int xfer_wire_decode(const uint8_t in[XFER_WIRE_HDR_LEN], uint32_t max_payload,
     h->length = xfer_get64(in + 32);
     h->status = (int32_t)xfer_get32(in + 40);
     h->payload = xfer_get32(in + 44);
-    if (h->version != XFER_PROTO_VERSION || h->flags != 0)
+    if (h->version != XFER_PROTO_VERSION || (h->flags & ~XFER_WIRE_F_SEQ))
         return -XFER_EPROTO;
     if (h->op == 0 || h->op >= XFER_WIRE_OP_MAX)
         return -XFER_EPROTO;

@@ -6,8 +6,10 @@
  *    0   4  magic      0x58464552 ("XFER" read as LE bytes 'R','E','F','X')
  *    4   1  version    XFER_PROTO_VERSION
  *    5   1  op         enum xfer_wire_op
- *    6   2  flags      0 (reserved)
- *    8   8  req_id     initiator's chunk id, echoed in the response
+ *    6   2  flags      XFER_WIRE_F_SEQ or 0
+ *    8   8  req_id     initiator's chunk id, echoed in the response; with
+ *                      XFER_WIRE_F_SEQ its high 32 bits are the batch's
+ *                      sequence number (the fence of docs/engine.md)
  *   16   4  region_id  target region
  *   20   4  gen        target region generation
  *   24   8  offset     byte offset in the target region
@@ -33,8 +35,11 @@ enum xfer_wire_op {
     XFER_WIRE_READ_RESP = 4,  /* payload = data read, when status == 0 */
     XFER_WIRE_MSG_REQ = 5,    /* payload = an engine message frame (msg_wire.h) */
     XFER_WIRE_MSG_RESP = 6,   /* no payload; status = the target engine's answer */
+    XFER_WIRE_FENCE = 7,      /* no payload, no response: batch (req_id >> 32) was cancelled */
     XFER_WIRE_OP_MAX
 };
+
+#define XFER_WIRE_F_SEQ 1u /* req_id >> 32 is the initiator's batch sequence number */
 
 struct xfer_wire_hdr {
     uint8_t version;
@@ -90,6 +95,12 @@ static inline uint64_t xfer_get64(const uint8_t *p)
     uint64_t v;
     memcpy(&v, p, sizeof(v));
     return le64toh(v);
+}
+
+/* The batch sequence number a frame carries, 0 = none. */
+static inline uint32_t xfer_wire_seq(const struct xfer_wire_hdr *h)
+{
+    return h->flags & XFER_WIRE_F_SEQ ? (uint32_t)(h->req_id >> 32) : 0;
 }
 
 void xfer_wire_encode(const struct xfer_wire_hdr *h, uint8_t out[XFER_WIRE_HDR_LEN]);

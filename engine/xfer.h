@@ -29,7 +29,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 #define XFER_VERSION_STRING "0.1.0"
-#define XFER_PROTO_VERSION  1u
+#define XFER_PROTO_VERSION  2u /* 2: tcp FENCE frames and batch numbers */
 
 #define XFER_NAME_MAX   64 /* node ids, region names, incl. NUL */
 #define XFER_ADDR_MAX   64 /* textual IPv4/IPv6 address, incl. NUL */

@@ -232,6 +232,8 @@ int xferd_config_set(struct xferd_config *c, const char *key, const char *val, c
         k[i] = key[i] == '-' ? '_' : key[i];
     if (!strcmp(k, "regions"))
         return add_region_list(c, val, why, why_len);
+    if (!strcmp(k, "pool"))
+        return xferd_config_add_pool_spec(c, val, why, why_len);
     int rc = set_global_key(c, k, val);
     if (rc == -XFER_ENOENT && !strcmp(k, "secret_file"))
         snprintf(why, why_len, "cannot read secret file '%s'", val);
@@ -240,6 +242,36 @@ int xferd_config_set(struct xferd_config *c, const char *key, const char *val, c
     else if (rc)
         snprintf(why, why_len, "bad value '%s' for '%s'", val, key);
     return rc ? -XFER_EINVAL : 0;
+}
+
+int xferd_config_add_pool_spec(struct xferd_config *c, const char *spec, char *why, size_t why_len)
+{
+    const char *eq = strchr(spec, '=');
+    size_t nl = eq ? (size_t)(eq - spec) : 0;
+    char g[200];
+    if (c->npools >= XFERD_MAX_POOLS) {
+        snprintf(why, why_len, "more than %d pools", XFERD_MAX_POOLS);
+        return -XFER_EINVAL;
+    }
+    struct xferd_pool_conf *p = &c->pools[c->npools];
+    memset(p, 0, sizeof(*p));
+    if (!eq || nl == 0 || nl >= sizeof(p->name)) {
+        snprintf(why, why_len,
+                 "bad pool '%s' (want NAME=LAYOUT:DTYPE:BLOCK_BYTES:NUM_BLOCKS:LAYERS[:KV[:TAG]])",
+                 spec);
+        return -XFER_EINVAL;
+    }
+    memcpy(p->name, spec, nl);
+    if (!name_ok(p->name) || strpbrk(p->name, ".,")) {
+        snprintf(why, why_len, "bad pool name '%s'", p->name);
+        return -XFER_EINVAL;
+    }
+    if (xfer_kv_geom_parse(eq + 1, &p->geom, g, sizeof(g))) {
+        snprintf(why, why_len, "pool %s: %s", p->name, g);
+        return -XFER_EINVAL;
+    }
+    c->npools++;
+    return 0;
 }
 
 int xferd_config_add_region_spec(struct xferd_config *c, const char *spec, char *why,

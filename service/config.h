@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #define XFERD_MAX_REGIONS          64
+#define XFERD_MAX_POOLS            16
 #define XFERD_PATH_MAX             256
 #define XFERD_STR_MAX              256
 #define XFERD_METRICS_PORT_DEFAULT 9400
@@ -37,6 +38,12 @@ struct xferd_region_conf {
     uint64_t size;
     unsigned access;
     struct xfer_layout layout;
+};
+
+/* A host-memory KV pool xferd makes at start (`pool = NAME=GEOMETRY`). */
+struct xferd_pool_conf {
+    char name[XFER_NAME_MAX];
+    struct xfer_kv_geom geom;
 };
 
 struct xferd_config {
@@ -70,6 +77,8 @@ struct xferd_config {
     char log_level[16];
     int nregions;
     struct xferd_region_conf regions[XFERD_MAX_REGIONS];
+    int npools;
+    struct xferd_pool_conf pools[XFERD_MAX_POOLS];
 };
 
 /* Fills defaults (no node, socket path derived from the node later). */
@@ -97,6 +106,9 @@ static inline int xferd_parse_size(const char *s, uint64_t *out)
 {
     return xfer_node_parse_size(s, out);
 }
+/* Declares a pool from "NAME=LAYOUT:DTYPE:BLOCK_BYTES:NUM_BLOCKS:LAYERS[:KV[:TAG]]"
+ * (the --pool flag, `pool =` lines; repeatable). */
+int xferd_config_add_pool_spec(struct xferd_config *c, const char *spec, char *why, size_t why_len);
 /* Declares a region from "NAME:SIZE[:ACCESS]" (the --region flag). */
 int xferd_config_add_region_spec(struct xferd_config *c, const char *spec, char *why,
                                  size_t why_len);

@@ -168,6 +168,18 @@ static int create_locked(struct xferd *d, const char *name, const struct xfer_kv
     return rc;
 }
 
+int xferd_pool_create(struct xferd *d, const char *name, const struct xfer_kv_geom *g,
+                      unsigned access, char *why, size_t wl)
+{
+    pthread_rwlock_wrlock(&d->region_lock);
+    int rc = create_locked(d, name, g, access, why, wl);
+    pthread_rwlock_unlock(&d->region_lock);
+    if (!rc)
+        xfer_info("pool %s created (%s, %zu regions)", name, xfer_kv_layout_name(g->layout),
+                  xfer_kv_geom_regions(g));
+    return rc;
+}
+
 void xferd_do_pool_create(struct xferd *d, const Xctl__CreatePool *m, Xctl__Response *resp,
                           struct arena *a)
 {
@@ -188,15 +200,12 @@ void xferd_do_pool_create(struct xferd *d, const Xctl__CreatePool *m, Xctl__Resp
         xferd_fail(resp, a, -XFER_EINVAL, "pool %s: %s", pm->name, why);
         return;
     }
-    pthread_rwlock_wrlock(&d->region_lock);
-    int rc = create_locked(d, pm->name, &g, access, why, sizeof(why));
-    pthread_rwlock_unlock(&d->region_lock);
+    int rc = xferd_pool_create(d, pm->name, &g, access, why, sizeof(why));
     if (rc) {
         xferd_fail(resp, a, rc, "%s", why);
         return;
     }
-    xfer_info("pool %s created (%s, %zu regions)", pm->name, xfer_kv_layout_name(g.layout),
-              xfer_kv_geom_regions(&g));
+
     struct xfer_kv_pool_desc pd = {.geom = g, .nregions = xfer_kv_geom_regions(&g)};
     snprintf(pd.node, sizeof(pd.node), "%s", d->cfg.node);
     snprintf(pd.name, sizeof(pd.name), "%s", pm->name);

@@ -117,6 +117,10 @@ void xferd_forward_close_all(struct xferd *d);
 /* ---- notify_ctl.c, pools_ctl.c: requests on worker threads ---- */
 void xferd_do_notify(struct xferd *d, const Xctl__Notify *m, Xctl__Response *resp, struct arena *a);
 void xferd_do_pools(struct xferd *d, const char *node, Xctl__Response *resp, struct arena *a);
+/* Allocates a host-memory pool's member regions NAME.0.. and registers and
+ * publishes the pool (takes region_lock). 0 or an error with why. */
+int xferd_pool_create(struct xferd *d, const char *name, const struct xfer_kv_geom *g,
+                      unsigned access, char *why, size_t why_len);
 void xferd_do_pool_create(struct xferd *d, const Xctl__CreatePool *m, Xctl__Response *resp,
                           struct arena *a);
 void xferd_do_pool_delete(struct xferd *d, const char *name, Xctl__Response *resp, struct arena *a);

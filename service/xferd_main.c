@@ -36,6 +36,8 @@ static const char usage[] =
     "                                                       (XFER_CTRL_SOCKET)\n"
     "  -R, --region NAME:SIZE[:ACCESS]  allocate a host region (repeatable)\n"
     "      --regions LIST        the same, comma-separated  (XFER_REGIONS)\n"
+    "      --pool NAME=LAYOUT:DTYPE:BLOCK_BYTES:NUM_BLOCKS:LAYERS[:KV[:TAG]]\n"
+    "                            a host-memory KV pool (regions NAME.0, ...; repeatable)\n"
     "      --metrics-port P      Prometheus /metrics over HTTP, default 9400, 0 = off\n"
     "                                                       (XFER_METRICS_PORT)\n"
     "      --metrics-addr ADDR   its address, default: --listen (XFER_METRICS_ADDR)\n"
@@ -87,6 +89,7 @@ static const struct option long_opts[] = {
     {"workers", required_argument, 0, OPT_KEY},
     {"log-level", required_argument, 0, OPT_KEY},
     {"regions", required_argument, 0, OPT_KEY},
+    {"pool", required_argument, 0, OPT_KEY},
     {"metrics-port", required_argument, 0, OPT_KEY},
     {"metrics-addr", required_argument, 0, OPT_KEY},
     {"max-region-bytes", required_argument, 0, OPT_KEY},
@@ -227,6 +230,14 @@ static int start_node(struct xferd *d)
         }
         if ((err = xfer_node_region_publish(d->node, r))) {
             fprintf(stderr, "xferd: region %s: %s\n", rc->name, xfer_node_last_error(d->node));
+            return err;
+        }
+    }
+    for (int i = 0; i < d->cfg.npools; i++) {
+        char why[300];
+        const struct xferd_pool_conf *pc = &d->cfg.pools[i];
+        if ((err = xferd_pool_create(d, pc->name, &pc->geom, XFER_ACCESS_RW, why, sizeof(why)))) {
+            fprintf(stderr, "xferd: %s\n", why);
             return err;
         }
     }

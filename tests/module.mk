@@ -2,6 +2,7 @@
 TEST_PROGS += xfer_node:tests/prog/xfer_node.c
 TEST_PROGS += xfer_random:tests/prog/xfer_random.c
 TEST_PROGS += xfer_raw:tests/prog/xfer_raw.c
+TEST_PROGS += xfer_retry:tests/prog/xfer_retry.c
 TEST_PROGS += xfer_notify:tests/prog/xfer_notify.c
 TEST_PROGS += xfer_sendrecv:tests/prog/xfer_sendrecv.c
 TEST_PROGS += gpu_xfer:tests/gpu/gpu_xfer.c

@@ -37,6 +37,8 @@
 #define TCP_GPU_SMALL_SLOTS 512u
 #define TCP_GPU_PREFETCH    64u /* queued frames whose D2H may start ahead */
 #define TCP_GPU_MAX_DEV     16
+#define TCP_FENCES          4096u /* target: cancelled batches remembered (tcp_fence.c) */
+#define TCP_FENCES_RESEND   64u   /* initiator: recent fences sent again on new connections */
 
 struct tcp_transport;
 struct tcp_thread;
@@ -51,7 +53,9 @@ struct tcp_tx {
     uint32_t hdr_sent;
     uint8_t *payload; /* WRITE_REQ: local memory; READ_RESP: region memory */
     uint64_t payload_len, payload_sent;
-    bool pad; /* item ended mid-frame: the rest goes out as zeros */
+    bool pad;      /* item ended mid-frame: the rest goes out as zeros */
+    bool detached; /* fenced mid-frame: the rest goes out of own (or a GPU slot) */
+    uint8_t *own;  /* detached copy of a WRITE payload (tcp_fence.c) */
     /* initiator chunk */
     xfer_batch *b; /* held */
     size_t idx;
@@ -124,7 +128,9 @@ struct tcp_sock {
     enum tcp_rx_state rx_state;
     struct xfer_wire_hdr rh;
     uint64_t rx_got;
-    uint8_t *rx_dst; /* target: region memory, NULL = discard */
+    uint8_t *rx_dst;  /* target: region memory, NULL = discard */
+    uint32_t rx_seq;  /* target: the WRITE's batch sequence number, 0 = none */
+    uint64_t rx_fgen; /* target: fence_gen when rx_seq was last checked */
     xfer_region *rx_region;
     int rx_status;
     int rx_errno;                  /* why the last recv failed, 0 = EOF */
@@ -159,6 +165,13 @@ struct tcp_thread {
     struct tcp_sock *gpu_head; /* sockets waiting for a staging copy or slot */
 };
 
+/* Target: one cancelled batch of one initiator (tcp_fence.c). */
+struct tcp_fence {
+    uint64_t inc; /* the initiator's incarnation */
+    uint32_t seq;
+    int next; /* hash chain, -1 = end */
+};
+
 struct tcp_transport {
     struct xfer_transport base;
     xfer_engine *engine;
@@ -176,6 +189,15 @@ struct tcp_transport {
     int sockbuf;            /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
     bool direct;            /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
     struct tcp_slab *spare; /* the last slab freed, reused by the next post; atomic */
+    /* fences (tcp_fence.c). Target: write side = record one, read side =
+     * WRITE payload going into a region. */
+    pthread_rwlock_t fence_lk;
+    struct tcp_fence fences[TCP_FENCES]; /* ring, oldest replaced */
+    int fence_head[TCP_FENCES];          /* hash buckets */
+    uint64_t fence_n, fence_gen;         /* recorded so far; bumped per record */
+    pthread_mutex_t sent_mu;             /* initiator: recent fences */
+    uint32_t sent[TCP_FENCES_RESEND];
+    unsigned sent_n;
 };
 
 struct tcp_conn {
@@ -249,6 +271,21 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m);
 int tcp_msg_header(struct tcp_sock *s);
 /* Target: the payload is in s->rx_msg: hand it to the engine, answer. */
 void tcp_msg_received(struct tcp_sock *s);
+
+/* tcp_fence.c: per-batch fences (cancel vs. retry) */
+void tcp_fence_init(struct tcp_transport *tt);
+void tcp_fence_fini(struct tcp_transport *tt);
+/* Initiator (ops->fence): detaches b's begun frames, FENCE on every socket. */
+void tcp_fence(struct xfer_conn *c, xfer_batch *b);
+/* Initiator: queues the recent fences on new socket s (not yet adopted). */
+void tcp_fence_resend(struct tcp_transport *tt, struct tcp_sock *s);
+/* Target: a FENCE header is in s->rh. */
+void tcp_fence_frame_in(struct tcp_sock *s);
+/* Target: before WRITE payload of batch s->rx_seq goes into a region: true
+ * = go on, then tcp_fence_leave() after the copy; false = the batch was
+ * fenced, discard (no lock held). */
+bool tcp_fence_enter(struct tcp_sock *s);
+void tcp_fence_leave(struct tcp_sock *s);
 
 /* tcp_conn.c */
 /* Queues t on the least loaded live socket of tc, or the first live one

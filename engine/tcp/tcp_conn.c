@@ -124,8 +124,12 @@ int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struc
         free(tc);
         return rc;
     }
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) /* before anything else: fences older frames may need */
+        tcp_fence_resend(tt, socks[i]);
+    for (i = 0; i < n; i++) {
         tcp_thread_adopt(tt, socks[i]);
+        tcp_thread_kick(socks[i]);
+    }
     tc->base.transport = t;
     tc->base.peer = peer;
     tc->tt = tt;
@@ -251,6 +255,11 @@ static void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const struct x
     t->len = len;
     t->req_id = req;
     t->op = it->op == XFER_OP_WRITE ? XFER_WIRE_WRITE_REQ : XFER_WIRE_READ_REQ;
+    uint16_t flags = 0;
+    if (it->op == XFER_OP_WRITE) { /* the batch's number, for the target's fence */
+        t->req_id = (uint64_t)xfer_batch_seq(b) << 32 | (t->req_id & 0xffffffffu);
+        flags = XFER_WIRE_F_SEQ;
+    }
     if (it->op == XFER_OP_WRITE) {
         t->payload = local;
         t->payload_len = len;
@@ -268,6 +277,7 @@ static void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const struct x
     }
     struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION,
                               .op = t->op,
+                              .flags = flags,
                               .req_id = t->req_id,
                               .region_id = it->remote_id,
                               .gen = it->remote_gen,

@@ -70,6 +70,9 @@ void tcp_reap(struct tcp_thread *th)
  * size reuses its (warm) memory instead of faulting fresh pages in. */
 void tcp_tx_free(struct tcp_tx *t)
 {
+    if (!t)
+        return;
+    free(t->own); /* a detached WRITE payload (tcp_fence.c) */
     struct tcp_slab *s = t->slab;
     if (!s) {
         free(t);
@@ -103,6 +106,10 @@ static uint64_t chunk_load(const struct tcp_tx *t)
 /* Initiator chunk finished (status 0: all its bytes arrived/landed). */
 void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why)
 {
+    if (t->op == XFER_WIRE_FENCE) { /* no batch, no load, no response */
+        tcp_tx_free(t);
+        return;
+    }
     tcp_gpu_tx_release(t);
     __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
     if (t->msg) { /* an engine message: status is the target engine's answer */
@@ -376,7 +383,7 @@ static bool splice_queue(struct tcp_sock *s, bool direct)
 /* Initiator: drops unsent chunks at the head whose items ended. */
 static void drop_dead_heads(struct tcp_sock *s)
 {
-    while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 && !s->tx_head->msg &&
+    while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 && s->tx_head->b &&
            !xfer_batch_item_live(s->tx_head->b, s->tx_head->idx)) {
         struct tcp_tx *t = s->tx_head;
         tx_pop(s);
@@ -392,17 +399,22 @@ struct gather {
 };
 
 /* Adds t to g; false = stop gathering here (t goes next round). An
- * initiator's WRITE payload is local memory: pinned for this call only. If
- * its item ended while the frame is half sent, the rest of the frame is sent
- * as zeros: the stream stays in sync (other chunks on this socket are not
- * hurt) and the cancelled item's remote range is undefined anyway. */
+ * initiator's WRITE payload is local memory: pinned for this call only. A
+ * frame whose batch is cancelled or timed out was detached by tcp_fence()
+ * before its item ended (the rest goes out of a copy). If its item ended
+ * otherwise (a failure elsewhere) while the frame is half sent, the rest is
+ * sent as zeros: the stream stays in sync (other chunks on this socket are
+ * not hurt) and the failed item's remote range is undefined anyway. A chunk
+ * not begun starts only while its item is live, so none starts once a
+ * cancel began. */
 static const uint8_t zeros[65536];
 
-static bool gather_add(struct tcp_sock *s, struct gather *g, struct tcp_tx *t, bool head)
+static bool gather_add(struct tcp_sock *s, struct gather *g, struct tcp_tx *t)
 {
-    bool needs_mem = !s->target && !t->msg && !t->pad && t->payload_sent < t->payload_len;
-    if (!s->target && !t->msg && !head && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
-        return false;
+    bool chunk = !s->target && t->b;
+    bool needs_mem = chunk && !t->pad && !t->detached && t->payload_sent < t->payload_len;
+    if (chunk && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
+        return false; /* the head is dropped next round (drop_dead_heads) */
     if (needs_mem) {
         if (xfer_batch_io_begin(t->b, t->idx)) {
             g->pinned[g->npinned++] = t;
@@ -447,6 +459,8 @@ static void tx_advance(struct tcp_sock *s, size_t n)
         tcp_gpu_tx_sent(t);
         if (s->target)
             response_done(t);
+        else if (t->op == XFER_WIRE_FENCE) /* answered by nothing */
+            tcp_tx_free(t);
         else
             inflight_push(s, t);
     }
@@ -492,7 +506,7 @@ static bool send_queued(struct tcp_sock *s, bool direct)
         for (struct tcp_tx *t = s->tx_head; t && n_ent < TCP_IOV_MAX && !g.last;
              t = t->next, n_ent++)
             if ((t != s->tx_head && t->gpu && tcp_gpu_tx_check(s, t, NULL, 0) != 1) ||
-                !gather_add(s, &g, t, t == s->tx_head))
+                !gather_add(s, &g, t))
                 break;
         if (n_ent == 0)
             continue; /* the unsent head just ended: dropped next round */
@@ -734,6 +748,10 @@ static int target_header(struct tcp_sock *s)
     }
     if (h->op == XFER_WIRE_MSG_REQ)
         return tcp_msg_header(s);
+    if (h->op == XFER_WIRE_FENCE) {
+        tcp_fence_frame_in(s);
+        return 1;
+    }
     if (h->op != XFER_WIRE_WRITE_REQ) {
         tcp_sock_fail(s, -XFER_EPROTO, "unexpected frame type from an initiator");
         return -1;
@@ -745,6 +763,8 @@ static int target_header(struct tcp_sock *s)
     s->rx_status = err;
     s->rx_dst = s->rx_region ? (uint8_t *)xfer_region_ptr(s->rx_region) + h->offset : NULL;
     s->rx_gpu = s->rx_region && xfer_region_kind(s->rx_region) == XFER_MEM_CUDA && h->length;
+    s->rx_seq = xfer_wire_seq(h);
+    s->rx_fgen = 0; /* look its batch up once fences exist */
     s->rx_got = 0;
     s->rx_state = RX_PAYLOAD;
     return 1;
@@ -802,6 +822,16 @@ static int target_gpu_slot(struct tcp_sock *s)
     return 1;
 }
 
+/* The WRITE being received belongs to a fenced (cancelled) batch: the rest
+ * of its payload is discarded, the frame answered -XFER_ECANCELED. */
+static void fenced_write(struct tcp_sock *s)
+{
+    xfer_region_release(s->rx_region);
+    s->rx_region = NULL;
+    s->rx_dst = NULL;
+    s->rx_status = -XFER_ECANCELED;
+}
+
 static void target_readable(struct tcp_sock *s)
 {
     size_t budget = RX_BUDGET;
@@ -815,7 +845,14 @@ static void target_readable(struct tcp_sock *s)
         if (!target_gpu_slot(s))
             break;
         uint64_t left = s->rh.length - s->rx_got;
+        bool fence = left && s->rx_seq && s->rx_region && !s->rx_gpu;
+        if (fence && !tcp_fence_enter(s)) {
+            fence = false;
+            fenced_write(s);
+        }
         ssize_t n = left ? payload_in(s, s->rx_dst ? s->rx_dst + s->rx_got : NULL, left) : 0;
+        if (fence)
+            tcp_fence_leave(s);
         if (n < 0)
             rx_failed(s);
         if (n < 0 || (n == 0 && left))

@@ -422,6 +422,7 @@ static void tcp_close(struct xfer_transport *t)
     free(tt->spare); /* every chunk was freed with its socket above */
     pthread_cond_destroy(&tt->hs_cv);
     pthread_mutex_destroy(&tt->hs_mu);
+    tcp_fence_fini(tt);
     free(tt);
 }
 
@@ -437,6 +438,7 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->listen_fd = -1;
     pthread_mutex_init(&tt->hs_mu, NULL);
     xfer_cond_init_mono(&tt->hs_cv);
+    tcp_fence_init(tt);
     const char *sb = getenv("XFER_TCP_SOCKBUF");
     tt->sockbuf = sb ? atoi(sb) : 0;
     const char *direct = getenv("XFER_TCP_DIRECT"); /* 0: always hand off (measuring) */
@@ -465,6 +467,7 @@ fail:
     if (!tt->threads) {
         pthread_cond_destroy(&tt->hs_cv);
         pthread_mutex_destroy(&tt->hs_mu);
+        tcp_fence_fini(tt);
         free(tt);
         return rc;
     }
@@ -490,4 +493,5 @@ const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .conn_state = tcp_conn_state,
     .post = tcp_post,
     .send_msg = tcp_send_msg,
+    .fence = tcp_fence,
 };

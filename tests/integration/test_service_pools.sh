@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # KV pools through xferd and xferctl (docs/service.md "KV pools"): two xferd
-# (n1, n2) and a real redis-server. pool-create (host memory), the pools
+# (n1, n2) and a real redis-server. Pools from the config (--pool, a
+# `pool =` line) and pool-create (host memory), the pools
 # listing (own and a peer's, text and --json, and redis-cli's view), block
 # copies WRITE and READ between a vLLM-layout pool and a FlashInfer one with
 # every byte of every member checked against a model of both layouts
@@ -13,7 +14,11 @@ source tests/lib/service.sh
 trap 'svc_cleanup; redis_stop' EXIT
 svc_init
 redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
-svc_start n1 0 --redis-url "$REDIS_URL" --transports tcp
+out=$("$XFERD" --node bad --redis-url "$REDIS_URL" --pool 'p=vllm_fa:bf16:4K' 2>&1); rc=$?
+((rc == 2)) && [[ $out == *"bad pool geometry"* ]] || fail "xferd --pool with a bad geometry: rc=$rc '$out'"
+printf 'pool = cfgf=sglang:bf16:1K:8:2\n' >"$SVC_DIR/n1.conf"
+svc_start n1 0 --redis-url "$REDIS_URL" --transports tcp --config "$SVC_DIR/n1.conf" \
+    --pool 'cfgp=mla:fp8:1K:16:2'
 svc_start n2 0 --redis-url "$REDIS_URL" --transports tcp
 svc_wait_ready n1
 svc_wait_ready n2
@@ -27,6 +32,12 @@ ctl n2 pool-create kv flashinfer:bf16:4K:64:4:2:llama >/dev/null || fail "pool-c
 ctl n2 pool-create kv8 vllm_fa:fp8:4K:64:4:2:llama >/dev/null || fail "pool-create fp8"
 ctl n2 pool-create kvl vllm_fa:bf16:4K:64:2:2:llama >/dev/null || fail "pool-create 2 layers"
 ctl n2 pool-create kvt vllm_fa:bf16:4K:64:4:2:other >/dev/null || fail "pool-create other tag"
+
+# Pools from the config (a file line and a flag), made at start.
+ctl n1 pools | grep -q '^cfgp  *mla  *fp8  *1024  *16  *2  *1 .* cfgp.0,cfgp.1$' ||
+    fail "--pool: $(ctl n1 pools)"
+ctl n1 pools | grep -q '^cfgf  *sglang  *bf16 .* cfgf.0,cfgf.1,cfgf.2,cfgf.3$' ||
+    fail "pool = in the config file: $(ctl n1 pools)"
 
 # Listings: own, a peer's (from Redis), --json, redis-cli.
 ctl n1 pools | grep -q '^kv  *vllm_fa' || fail "pools: $(ctl n1 pools)"

@@ -184,6 +184,37 @@ static void test_naddr(void **state)
         assert_int_equal(xfer_node_addr_parse(bad[i], &n, why, sizeof(why)), -XFER_EINVAL);
 }
 
+/* pool = NAME=GEOMETRY: parsed by the node library, names checked here. */
+static void test_pools(void **state)
+{
+    (void)state;
+    struct xferd_config c;
+    char why[300];
+    xferd_config_defaults(&c);
+    assert_int_equal(xferd_config_set(&c, "pool", "kv=vllm_fa:bf16:16K:4096:32", why, sizeof(why)),
+                     0);
+    assert_int_equal(xferd_config_set(&c, "pool", "lat=mla:fp8:1K:64:4:1:dsv3", why, sizeof(why)),
+                     0);
+    assert_int_equal(c.npools, 2);
+    assert_string_equal(c.pools[0].name, "kv");
+    assert_int_equal(c.pools[0].geom.layout, XFER_KV_VLLM_FA);
+    assert_int_equal(c.pools[0].geom.block_bytes, 16384);
+    assert_int_equal(c.pools[0].geom.layers, 32);
+    assert_int_equal(c.pools[0].geom.kv, 2);
+    assert_int_equal(c.pools[1].geom.kv, 1);
+    assert_string_equal(c.pools[1].geom.tag, "dsv3");
+    assert_int_equal(xferd_config_set(&c, "pool", "m=mla:fp8:1K:64:4", why, sizeof(why)), 0);
+    assert_int_equal(c.pools[2].geom.kv, 1); /* mla without KV: one latent tensor */
+    assert_int_not_equal(xferd_config_set(&c, "pool", "kv", why, sizeof(why)), 0);
+    assert_int_not_equal(xferd_config_set(&c, "pool", "a.b=mla:fp8:1K:64:4", why, sizeof(why)), 0);
+    assert_int_not_equal(xferd_config_set(&c, "pool", "x=vllm_fa:bf16:4K:8:2:3", why, sizeof(why)),
+                         0);
+    assert_non_null(strstr(why, "pool x"));
+    assert_int_not_equal(xferd_config_set(&c, "pool", "x=paged:bf16:4K:8:2", why, sizeof(why)), 0);
+    assert_non_null(strstr(why, "bad pool geometry"));
+    assert_int_equal(c.npools, 3);
+}
+
 static void test_layouts(void **state)
 {
     (void)state;
@@ -206,7 +237,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),      cmocka_unit_test(test_file_env_flags),
         cmocka_unit_test(test_bad_config), cmocka_unit_test(test_naddr),
-        cmocka_unit_test(test_layouts),
+        cmocka_unit_test(test_layouts),    cmocka_unit_test(test_pools),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -65,9 +65,47 @@ static void test_rejects_bad_magic_version_op(void **state)
     xfer_wire_encode(&h, buf);
     assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
     h = sample();
-    h.flags = 1;
+    h.flags = 2; /* only XFER_WIRE_F_SEQ is defined */
     xfer_wire_encode(&h, buf);
     assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+}
+
+/* FENCE: no payload, no length, and a batch number (issue 18 item 7). */
+static void test_fence_frame(void **state)
+{
+    (void)state;
+    uint8_t buf[XFER_WIRE_HDR_LEN];
+    struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION,
+                              .op = XFER_WIRE_FENCE,
+                              .flags = XFER_WIRE_F_SEQ,
+                              .req_id = 77ull << 32},
+                         d;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), 0);
+    assert_int_equal(xfer_wire_seq(&d), 77);
+    struct xfer_wire_hdr bad = h;
+    bad.req_id = 5; /* no batch number */
+    xfer_wire_encode(&bad, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    bad = h;
+    bad.flags = 0;
+    xfer_wire_encode(&bad, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    bad = h;
+    bad.length = bad.payload = 8;
+    xfer_wire_encode(&bad, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    /* A WRITE_REQ with F_SEQ carries its batch's number; without, none. */
+    h = sample();
+    h.flags = XFER_WIRE_F_SEQ;
+    h.req_id = 9ull << 32 | 3;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), 0);
+    assert_int_equal(xfer_wire_seq(&d), 9);
+    h.flags = 0;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), 0);
+    assert_int_equal(xfer_wire_seq(&d), 0);
 }
 
 static void test_payload_must_match_op(void **state)
@@ -149,6 +187,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_is_little_endian),
         cmocka_unit_test(test_rejects_bad_magic_version_op),
         cmocka_unit_test(test_payload_must_match_op),
+        cmocka_unit_test(test_fence_frame),
         cmocka_unit_test(test_payload_limit),
         cmocka_unit_test(test_range_edges),
         cmocka_unit_test(test_parsers),
