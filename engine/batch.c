@@ -417,8 +417,9 @@ static bool finish_quiet(xfer_batch *b)
     monitor_unlink(b->engine, b);
     /* The eventfd costs a system call per batch: only once someone has it. */
     uint64_t one = 1;
-    if (b->fd_used && write(b->efd, &one, sizeof(one)) < 0)
+    if ((b->fd_used || b->wait_polling) && write(b->efd, &one, sizeof(one)) < 0)
         xfer_debug("batch eventfd write failed");
+    b->efd_dirty |= b->wait_polling;
     return true;
 }
 
@@ -597,12 +598,13 @@ static int start_run(xfer_batch *b, int deadline_ms)
         }
     }
     uint64_t drain;
-    if (b->fd_used && read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+    if ((b->fd_used || b->efd_dirty) && read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
         xfer_debug("batch eventfd drain failed");
     free(b->whys); /* sized for this run's items at the first failure */
     b->whys = NULL;
     b->nwhys = 0;
     b->all_rma = true;
+    b->efd_dirty = false;
     for (size_t i = 0; i < b->n; i++) {
         struct batch_item *bi = &b->items[i];
         bi->status = -XFER_EINPROGRESS;
@@ -622,6 +624,9 @@ static int start_run(xfer_batch *b, int deadline_ms)
     __atomic_store_n(&b->stopping, false, __ATOMIC_RELAXED);
     b->result = -XFER_EINPROGRESS;
     b->state = B_RUNNING;
+    b->wait_conn = NULL;
+    b->wait_chan = NULL;
+    b->wait_many = false;
     batch_msg_start(b);
     return 0;
 }
@@ -689,6 +694,68 @@ int xfer_batch_poll(xfer_batch *b)
     return rc;
 }
 
+void xfer_batch_wait_hint(xfer_batch *b, struct xfer_conn *c, void *chan)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->wait_conn && (b->wait_conn != c || b->wait_chan != chan))
+        b->wait_many = true;
+    b->wait_peer = c->peer; /* c is valid here: post runs under the peer's conn_lock */
+    b->wait_conn = c;
+    b->wait_chan = chan;
+    pthread_mutex_unlock(&b->mu);
+}
+
+int xfer_batch_wake_fd(const xfer_batch *b)
+{
+    return b->efd;
+}
+
+bool xfer_batch_running(const xfer_batch *b)
+{
+    return __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == B_RUNNING;
+}
+
+/* Slices of a waiter-driven receive: the peer's connection lock is held
+ * for reading meanwhile, so a disconnect waits at most this long. */
+#define WAIT_RX_SLICE_MS 20
+
+/* The waiting thread receives on the run's one channel itself (see
+ * xfer_batch_wait_hint) until the run ends, end_ns passes, or the
+ * transport cannot; then the usual sleep on cv takes over. XFER_WAIT_RX=0
+ * turns it off. */
+static void wait_rx(xfer_batch *b, int64_t end_ns)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *env = getenv("XFER_WAIT_RX");
+        __atomic_store_n(&off, env && !strcmp(env, "0"), __ATOMIC_RELAXED);
+    }
+    if (off)
+        return;
+    for (;;) {
+        pthread_mutex_lock(&b->mu);
+        struct xfer_conn *c = b->state == B_RUNNING && !b->wait_many ? b->wait_conn : NULL;
+        void *chan = b->wait_chan;
+        xfer_peer *p = b->wait_peer;
+        b->wait_polling = c != NULL; /* the end of the run wakes its poll */
+        pthread_mutex_unlock(&b->mu);
+        int64_t left_ms = (end_ns - engine_now_ns()) / 1000000;
+        if (!c || left_ms <= 0)
+            return;
+        int rc = -1;
+        pthread_rwlock_rdlock(&p->conn_lock); /* c is only used if still p's */
+        if (p->conn == c && c->transport->ops->wait_rx)
+            rc = c->transport->ops->wait_rx(
+                c, chan, b, left_ms < WAIT_RX_SLICE_MS ? (int)left_ms : WAIT_RX_SLICE_MS);
+        pthread_rwlock_unlock(&p->conn_lock);
+        pthread_mutex_lock(&b->mu);
+        b->wait_polling = false;
+        pthread_mutex_unlock(&b->mu);
+        if (rc < 0)
+            return;
+    }
+}
+
 /* Optional bounded busy-poll (cfg.busy_poll_us) before the sleep. */
 static void spin_while_running(xfer_batch *b, int timeout_ms)
 {
@@ -723,6 +790,16 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
                    ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     if (limit_ns < 0)
         limit_ns = 0;
+    if (b->state == B_RUNNING && b->wait_conn && !b->wait_many && timeout_ms != 0) {
+        /* The deadline monitor ends the run at its deadline: stop receiving
+         * there, the sleep below then sees the end. */
+        int64_t end = engine_now_ns() + limit_ns;
+        if (end > b->deadline_ns)
+            end = b->deadline_ns;
+        pthread_mutex_unlock(&b->mu);
+        wait_rx(b, end);
+        pthread_mutex_lock(&b->mu);
+    }
     struct timespec ts = xfer_mono_after_ns(limit_ns);
     while (b->state == B_RUNNING)
         if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)

@@ -55,6 +55,14 @@ struct xfer_batch {
     char (*whys)[BATCH_WHY_MAX];
     size_t nwhys;
     bool all_rma; /* this run has READ/WRITE items only (set by submit) */
+    /* Waiter-driven receive (xfer_batch_wait_hint), mu: the one channel this
+     * run waits on, or wait_many once a second one was hinted. */
+    xfer_peer *wait_peer; /* wait_conn is valid only while it is this peer's conn */
+    struct xfer_conn *wait_conn;
+    void *wait_chan;
+    bool wait_many;
+    bool wait_polling; /* a waiter polls efd too: finishing writes it */
+    bool efd_dirty;    /* written for such a waiter: drain at the next run */
 };
 
 /* The reason of item i's failure ("" if none recorded). b->mu held or the

@@ -2,8 +2,8 @@
  * What a batch carries besides READ/WRITE items (docs/notify.md):
  * notifications bound to it (the fence: sent when the last item of their
  * peer ends) and two-sided SEND/RECV items (matched in msg_match.c; a
- * matched RECV runs as a READ of the sender's region, and its end sends the
- * FIN that completes the SEND).
+ * matched RECV runs as a READ of the sender's region, or copies the bytes of
+ * an eager RTS, and its end sends the FIN that completes the SEND).
  */
 #include "batch.h"
 #include "msg_wire.h"
@@ -152,6 +152,8 @@ void batch_msg_submit(xfer_batch *b)
         if (!go)
             continue;
         xfer_region_describe(local, &r.src); /* pinned by the run */
+        if (b->engine->match.eager && r.len <= XFER_MSG_EAGER_MAX && local->kind == XFER_MEM_HOST)
+            r.eager = local->ptr + r.off; /* copied into the frame by mm_send_rts */
         mm_send_rts(b->engine, p, &r);
     }
 }
@@ -178,6 +180,16 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
         pthread_mutex_unlock(&b->mu);
         return 0;
     }
+    xfer_region *dst = bi->it.local;
+    if (r->eager && dst->kind == XFER_MEM_HOST) { /* pinned by the run */
+        memcpy(dst->ptr + bi->it.local_off, r->eager, r->len);
+        bi->it.len = r->len;
+        batch_item_end(b, i, 0, NULL); /* sends the FIN */
+        batch_maybe_finish(b);
+        pthread_mutex_unlock(&b->mu);
+        return 0;
+    }
+    /* rendezvous (or eager bytes for device memory: READ them instead) */
     xfer_peer_region_add(p, &r->src); /* transports check remote items against it */
     bi->it.op = XFER_OP_READ;
     bi->it.peer = p;

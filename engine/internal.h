@@ -166,9 +166,13 @@ struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_m
     bool busy;              /* the thread works outside mu */
     uint64_t rounds;        /* works finished */
     pthread_cond_t done_cv; /* a work finished (msg_peer_gone waits) */
+    size_t inflight;        /* queued or handed to a transport, not done yet */
+    pthread_cond_t idle_cv; /* inflight reached 0 (msg_thread_stop drains) */
 };
 int msg_thread_start(xfer_engine *e);
-/* Fails what is still queued with -XFER_ECANCELED, joins the thread. */
+/* Lets messages already queued or in flight finish (at most
+ * MSG_DRAIN_MS: a FIN the user's last RECV queued must reach its sender),
+ * then fails what is still queued with -XFER_ECANCELED, joins the thread. */
 void msg_thread_stop(xfer_engine *e);
 /* Allocates an outgoing message with room for a frame of len bytes. */
 struct msg_out *msg_out_new(size_t len);
@@ -245,6 +249,7 @@ struct msg_match { /* leaf lock: never held while calling out */
     size_t n_rts;
     struct mm_send *sends; /* SEND items waiting for their FIN */
     uint64_t next_send_id;
+    bool eager; /* small SENDs carry their bytes (XFER_MSG_EAGER=0: never) */
 };
 void msg_match_init(xfer_engine *e);
 /* After the message thread stopped: ends what is left (-XFER_ECANCELED). */

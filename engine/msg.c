@@ -32,9 +32,17 @@ uint64_t msg_next_seq(xfer_engine *e)
 
 static void msg_finish(struct msg_out *o, int status, const char *why)
 {
+    xfer_engine *e = o->peer ? o->peer->engine : NULL;
     if (o->done)
         o->done(o, status, why);
     free(o);
+    if (!e)
+        return;
+    struct msg_thread *t = &e->msgs;
+    pthread_mutex_lock(&t->mu);
+    if (t->inflight && --t->inflight == 0)
+        pthread_cond_broadcast(&t->idle_cv);
+    pthread_mutex_unlock(&t->mu);
 }
 
 void xfer_msg_done(struct xfer_msg *m, int status, const char *why)
@@ -69,7 +77,8 @@ static void msg_deliver(struct msg_out *o)
         msg_finish(o, rc, why);
 }
 
-#define SWEEP_NS 200000000 /* two-sided entries of dead peers fail this often */
+#define SWEEP_NS     200000000 /* two-sided entries of dead peers fail this often */
+#define MSG_DRAIN_MS 1000      /* engine free waits this long for messages in flight */
 
 /* t->mu held: a unit of work done outside mu has finished. */
 static void work_done(struct msg_thread *t)
@@ -148,6 +157,7 @@ int msg_send(xfer_engine *e, struct msg_out *o)
         else
             t->head = o;
         t->tail = o;
+        t->inflight++;
         pthread_cond_signal(&t->cv);
     }
     pthread_mutex_unlock(&t->mu);
@@ -204,6 +214,7 @@ int msg_thread_start(xfer_engine *e)
     pthread_mutex_init(&t->mu, NULL);
     xfer_cond_init_mono(&t->cv);
     pthread_cond_init(&t->done_cv, NULL);
+    xfer_cond_init_mono(&t->idle_cv);
     msg_match_init(e);
     if (pthread_create(&t->thread, NULL, msg_main, e) != 0) {
         xfer_engine_set_error(e, "cannot start the message thread");
@@ -219,6 +230,11 @@ void msg_thread_stop(xfer_engine *e)
     if (!t->started)
         return;
     pthread_mutex_lock(&t->mu);
+    /* Drain first: the peer's side of a two-sided message may wait for a
+     * FIN that the last RECV before this call queued. */
+    struct timespec until = xfer_mono_after_ms(MSG_DRAIN_MS);
+    while (t->inflight && pthread_cond_timedwait(&t->idle_cv, &t->mu, &until) == 0)
+        ;
     t->stop = true;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
@@ -277,7 +293,7 @@ int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnati
         const uint8_t *body = xfer_msg_payload(frame, &h);
         struct xfer_msg_rts r;
         struct xfer_msg_fin f;
-        if (h.kind == XFER_MSG_RTS && xfer_msg_decode_rts(body, &r) == 0)
+        if (h.kind == XFER_MSG_RTS && xfer_msg_decode_rts(&h, body, &r) == 0)
             return mm_rts_arrived(e, node_id, incarnation, &r);
         if (h.kind == XFER_MSG_FIN && xfer_msg_decode_fin(body, &f) == 0)
             return mm_fin_arrived(e, node_id, &f);

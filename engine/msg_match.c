@@ -4,7 +4,9 @@
  * region); the target queues the RTS, the message thread pairs it with the
  * oldest posted RECV that fits (peer or any, tag or any), and the RECV item
  * becomes a READ of the sender's region (batch_msg.c), whose end sends a FIN
- * that completes the SEND. Data thus moves on the transports' READ path.
+ * that completes the SEND. Data thus moves on the transports' READ path,
+ * except for an eager RTS (up to XFER_MSG_EAGER_MAX bytes inside the frame,
+ * kept here with the RTS until matched): its bytes are copied into the RECV.
  *
  * Locks: mm->mu is a leaf. Entries hold a reference on their batch; an entry
  * is taken off its list under mu by exactly one of: the matcher, a FIN, the
@@ -44,6 +46,10 @@ struct mm_send {
 void msg_match_init(xfer_engine *e)
 {
     pthread_mutex_init(&e->match.mu, NULL);
+    /* XFER_MSG_EAGER=0: every SEND goes rendezvous (measuring the eager
+     * path; talking to a peer that predates the eager RTS) */
+    const char *v = getenv("XFER_MSG_EAGER");
+    e->match.eager = !(v && !strcmp(v, "0"));
 }
 
 /* ---- registration (b->mu held) ------------------------------------------------- */
@@ -146,7 +152,7 @@ static void rts_done(struct msg_out *o, int status, const char *why)
 
 void mm_send_rts(xfer_engine *e, xfer_peer *p, const struct xfer_msg_rts *r)
 {
-    struct msg_out *o = msg_out_new(XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY);
+    struct msg_out *o = msg_out_new(xfer_msg_rts_frame_len(r));
     if (!o) {
         struct msg_out stub = {.peer = p, .id = r->send_id};
         rts_done(&stub, -XFER_ENOMEM, "out of memory for a message");
@@ -202,10 +208,15 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
     xfer_peer_describe(p, &d);
     if (d.incarnation && d.incarnation != inc)
         return -XFER_ESTALE;
-    struct mm_rts *x = malloc(sizeof(*x));
+    size_t eager = r->eager ? r->len : 0; /* kept with the RTS until matched */
+    struct mm_rts *x = malloc(sizeof(*x) + eager);
     if (!x)
         return -XFER_ENOMEM;
     *x = (struct mm_rts){NULL, p, *r};
+    if (r->eager) {
+        memcpy(x + 1, r->eager, eager);
+        x->r.eager = (const uint8_t *)(x + 1);
+    }
     struct msg_match *m = &e->match;
     pthread_mutex_lock(&m->mu);
     int rc = m->n_rts >= XFER_MSG_UNEXPECTED_MAX ? -XFER_ENOSPC : 0;

@@ -45,6 +45,17 @@ static int bad(char *why, size_t why_len, const char *what)
     return -XFER_EPROTO;
 }
 
+/* RTS and FIN bodies have fixed lengths; an eager RTS adds its message. */
+static bool two_sided_len_ok(const struct xfer_msg_hdr *h)
+{
+    if (h->kind == XFER_MSG_FIN)
+        return h->msg_len == XFER_MSG_FIN_BODY;
+    if (h->flags & XFER_MSG_F_EAGER)
+        return h->msg_len >= XFER_MSG_RTS_BODY &&
+               h->msg_len - XFER_MSG_RTS_BODY <= XFER_MSG_EAGER_MAX;
+    return h->msg_len == XFER_MSG_RTS_BODY;
+}
+
 int xfer_msg_decode(const uint8_t *in, size_t len, struct xfer_msg_hdr *h, char *why,
                     size_t why_len)
 {
@@ -63,11 +74,12 @@ int xfer_msg_decode(const uint8_t *in, size_t len, struct xfer_msg_hdr *h, char 
     h->msg_len = xfer_get32(in + 32);
     if (h->kind == 0 || h->kind >= XFER_MSG_KIND_MAX)
         return bad(why, why_len, "message frame: unknown kind");
-    if (h->flags & ~XFER_MSG_F_BOUND)
+    if (h->flags & ~(XFER_MSG_F_BOUND | XFER_MSG_F_EAGER) ||
+        (h->flags & ~(h->kind == XFER_MSG_NOTIFY ? XFER_MSG_F_BOUND
+                      : h->kind == XFER_MSG_RTS  ? XFER_MSG_F_EAGER
+                                                 : 0u)))
         return bad(why, why_len, "message frame: unknown flags");
-    if (h->kind != XFER_MSG_NOTIFY &&
-        (h->flags || h->status || h->n_items ||
-         h->msg_len != (h->kind == XFER_MSG_RTS ? XFER_MSG_RTS_BODY : XFER_MSG_FIN_BODY)))
+    if (h->kind != XFER_MSG_NOTIFY && (h->status || h->n_items || !two_sided_len_ok(h)))
         return bad(why, why_len, "message frame: malformed two-sided frame");
     if (h->n_listed > h->n_failed || h->n_failed > h->n_items ||
         h->n_listed > XFER_NOTIFY_FAILED_MAX || (h->n_failed && h->n_listed == 0))
@@ -102,6 +114,7 @@ const uint8_t *xfer_msg_payload(const uint8_t *in, const struct xfer_msg_hdr *h)
 /* ---- two-sided bodies --------------------------------------------------------- */
 /*  RTS: send_id 8, tag 8, len 8, off 8 | id 4, gen 4, kind 4, device 4, addr 8,
  *       rlen 8 | access 4, pad 4 | name 64 | ipc 256 | rkeys 256
+ *       [flag EAGER: the len message bytes]
  *  FIN: send_id 8, status 4, pad 4, got 8 */
 
 static size_t put_hdr(uint8_t kind, uint64_t seq, uint32_t body, uint8_t *out)
@@ -112,9 +125,17 @@ static size_t put_hdr(uint8_t kind, uint64_t seq, uint32_t body, uint8_t *out)
     return XFER_MSG_HDR_LEN;
 }
 
+size_t xfer_msg_rts_frame_len(const struct xfer_msg_rts *r)
+{
+    return XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + (r->eager ? r->len : 0);
+}
+
 size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out)
 {
-    uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, XFER_MSG_RTS_BODY, out);
+    uint32_t eager = r->eager ? (uint32_t)r->len : 0;
+    uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, XFER_MSG_RTS_BODY + eager, out);
+    if (r->eager)
+        xfer_put16(out + 6, XFER_MSG_F_EAGER);
     memset(p, 0, XFER_MSG_RTS_BODY);
     xfer_put64(p, r->send_id);
     xfer_put64(p + 8, r->tag);
@@ -130,7 +151,9 @@ size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *
     memcpy(p + 72, r->src.name, XFER_NAME_MAX);
     memcpy(p + 72 + XFER_NAME_MAX, r->src.ipc, XFER_BLOB_MAX);
     memcpy(p + 72 + XFER_NAME_MAX + XFER_BLOB_MAX, r->src.rkeys, XFER_BLOB_MAX);
-    return XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY;
+    if (eager)
+        memcpy(p + XFER_MSG_RTS_BODY, r->eager, eager);
+    return xfer_msg_rts_frame_len(r);
 }
 
 size_t xfer_msg_encode_fin(uint64_t seq, const struct xfer_msg_fin *f, uint8_t *out)
@@ -148,7 +171,7 @@ static bool terminated(const uint8_t *p, size_t n)
     return memchr(p, 0, n) != NULL;
 }
 
-int xfer_msg_decode_rts(const uint8_t *p, struct xfer_msg_rts *r)
+int xfer_msg_decode_rts(const struct xfer_msg_hdr *h, const uint8_t *p, struct xfer_msg_rts *r)
 {
     memset(r, 0, sizeof(*r));
     r->send_id = xfer_get64(p);
@@ -172,6 +195,11 @@ int xfer_msg_decode_rts(const uint8_t *p, struct xfer_msg_rts *r)
     if ((r->src.kind != XFER_MEM_HOST && r->src.kind != XFER_MEM_CUDA) ||
         (r->src.access & ~XFER_ACCESS_RW) || !xfer_range_ok(r->off, r->len, r->src.len))
         return -XFER_EPROTO;
+    if (h->flags & XFER_MSG_F_EAGER) { /* the header bounded the bytes; they must be the message */
+        if (h->msg_len - XFER_MSG_RTS_BODY != r->len)
+            return -XFER_EPROTO;
+        r->eager = p + XFER_MSG_RTS_BODY;
+    }
     return 0;
 }
 

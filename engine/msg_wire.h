@@ -35,7 +35,8 @@ enum xfer_msg_kind {
     XFER_MSG_KIND_MAX
 };
 
-#define XFER_MSG_F_BOUND 1u /* bound to a batch */
+#define XFER_MSG_F_BOUND 1u /* NOTIFY: bound to a batch */
+#define XFER_MSG_F_EAGER 2u /* RTS: the message's len bytes follow the body */
 
 struct xfer_msg_hdr {
     uint8_t kind;
@@ -55,6 +56,7 @@ struct xfer_msg_rts {
     uint64_t tag, len;
     uint64_t off;                /* of the message in src */
     struct xfer_region_desc src; /* sender's region (id, gen, addr, len, access, blobs) */
+    const uint8_t *eager;        /* NULL, or the len message bytes (XFER_MSG_F_EAGER) */
 };
 
 struct xfer_msg_fin {
@@ -63,12 +65,15 @@ struct xfer_msg_fin {
     uint64_t got;   /* bytes received */
 };
 
-/* Whole frames of the two kinds into out (XFER_MSG_HDR_LEN + body bytes). */
+/* Whole frames of the two kinds into out (XFER_MSG_HDR_LEN + body bytes,
+ * + r->len for an eager RTS: xfer_msg_rts_frame_len). */
+size_t xfer_msg_rts_frame_len(const struct xfer_msg_rts *r);
 size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out);
 size_t xfer_msg_encode_fin(uint64_t seq, const struct xfer_msg_fin *f, uint8_t *out);
 /* Bodies of decoded frames: 0 or -XFER_EPROTO (unterminated strings, bad
- * kind or access, message outside its region, non-error status). */
-int xfer_msg_decode_rts(const uint8_t *body, struct xfer_msg_rts *r);
+ * kind or access, message outside its region, eager bytes other than the
+ * message's length, non-error status). r->eager points into h's frame. */
+int xfer_msg_decode_rts(const struct xfer_msg_hdr *h, const uint8_t *body, struct xfer_msg_rts *r);
 int xfer_msg_decode_fin(const uint8_t *body, struct xfer_msg_fin *f);
 
 /* Bytes of the frame this header announces. */

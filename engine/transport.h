@@ -112,6 +112,13 @@ struct xfer_transport_ops {
      * that lent peers direct access to r (ipc's direct copies) withdraws it
      * here and returns once no peer copy runs (bounded by io_timeout_ms). */
     void (*region_withdraw)(struct xfer_transport *t, xfer_region *r);
+    /* Optional waiter-driven receive: the thread in xfer_batch_wait(b) waits
+     * for chan of c itself (at most timeout_ms) and reads what arrived on it,
+     * completing chunks without a hand-off through the progress thread.
+     * Called with c's peer connection lock held for reading, only for a
+     * channel the transport named with xfer_batch_wait_hint. < 0: cannot
+     * (the waiter sleeps on the batch as usual). */
+    int (*wait_rx)(struct xfer_conn *c, void *chan, xfer_batch *b, int timeout_ms);
 };
 
 struct xfer_transport {
@@ -214,6 +221,16 @@ void xfer_batch_hold(xfer_batch *b);
 /* n holds at once (each dropped by its own xfer_batch_put). */
 void xfer_batch_hold_n(xfer_batch *b, int n);
 void xfer_batch_put(xfer_batch *b);
+/* From post(): b's items just posted wait only for chan of c (one socket,
+ * say). If nothing else of this run is hinted, xfer_batch_wait() lets the
+ * waiting thread receive on chan itself (ops->wait_rx); a second channel
+ * turns it off for the run. */
+void xfer_batch_wait_hint(xfer_batch *b, struct xfer_conn *c, void *chan);
+/* For ops->wait_rx: an eventfd that becomes readable when b's run ends
+ * while the waiter polls (poll it beside the channel; do not read it). */
+int xfer_batch_wake_fd(const xfer_batch *b);
+/* True while b's current run has not finished (cheap, no lock). */
+bool xfer_batch_running(const xfer_batch *b);
 /* xfer_batch_chunk_done() then xfer_batch_put(), in one lock round. */
 void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status,
                                const char *why);

@@ -305,6 +305,9 @@ unsigned xfer_peer_transport(const xfer_peer *p);
 enum xfer_op { XFER_OP_READ = 1, XFER_OP_WRITE = 2, XFER_OP_SEND = 3, XFER_OP_RECV = 4 };
 
 #define XFER_MSG_TAG_ANY UINT64_MAX /* RECV: matches any tag */
+/* SENDs of host memory up to this many bytes carry their data inside the
+ * message frame (eager: one round trip instead of two; docs/notify.md). */
+#define XFER_MSG_EAGER_MAX 8192u
 
 struct xfer_item {
     enum xfer_op op; /* READ: remote -> local; WRITE: local -> remote */
@@ -434,7 +437,8 @@ uint64_t xfer_notif_refused(xfer_engine *e);
  * the usual batch status/poll/wait/fd. A message longer than the matched
  * buffer fails with -XFER_ETRUNC on both sides (nothing is written).
  * Data moves receiver-driven (rendezvous: the receiver READs the sender's
- * region, which must allow R), so both engines must know each other as peers
+ * region, which must allow R) or, up to XFER_MSG_EAGER_MAX bytes of host
+ * memory, inside the message itself (eager); either way both engines must know each other as peers
  * (xfer_peer_add; else the SEND fails -XFER_ENOENT); a SEND completes once
  * its bytes are in the receiver's buffer. At most 4096 messages wait
  * unmatched per receiver (more: -XFER_ENOSPC for the SEND). Peer death

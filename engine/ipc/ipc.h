@@ -319,6 +319,10 @@ struct ipc_transport {
 
 int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out);
 void ipc_conn_close(struct xfer_conn *c);
+/* conn_state op: all dead once the worker failed or the owner hung up (its
+ * process died: the unix socket's HUP is reliable on one host), so the
+ * engine fails messages waiting on that peer and repairs the connection. */
+unsigned ipc_conn_state(struct xfer_conn *c);
 int ipc_conn_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
 /* Queues an engine message; the worker sends it between groups. */
 int ipc_conn_send_msg(struct xfer_conn *c, struct xfer_msg *m);

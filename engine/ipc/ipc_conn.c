@@ -179,6 +179,13 @@ static bool owner_hung_up(struct ipc_conn *c)
     return ipc_sock_hung_up(c->fd);
 }
 
+unsigned ipc_conn_state(struct xfer_conn *xc)
+{
+    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
+    bool broken = __atomic_load_n(&c->broken, __ATOMIC_RELAXED);
+    return broken || owner_hung_up(c) ? XFER_CONN_ALL_DEAD : 0;
+}
+
 static void job_copy_host(struct ipc_conn *c, struct ipc_job *j, char *local)
 {
     const struct xfer_item *it = &j->it;
@@ -576,7 +583,7 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&c->mu);
     }
     if (rc < 0) {
-        c->broken = true;
+        __atomic_store_n(&c->broken, true, __ATOMIC_RELAXED); /* ipc_conn_state reads it */
         xfer_warn("ipc: connection to %s lost: %s", xfer_peer_desc_get(c->base.peer)->node_id,
                   xfer_strerror(rc));
     }

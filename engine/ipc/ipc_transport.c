@@ -118,6 +118,7 @@ const struct xfer_transport_ops xfer_ipc_transport_ops = {
     .reaches = ipc_reaches,
     .connect = ipc_connect,
     .disconnect = ipc_conn_close,
+    .conn_state = ipc_conn_state,
     .post = ipc_conn_post,
     .send_msg = ipc_conn_send_msg,
     .describe_region = ipc_describe_region,

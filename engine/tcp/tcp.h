@@ -113,6 +113,16 @@ struct tcp_sock {
     struct tcp_sock *ready_next;        /* owner */
     struct tcp_sock *grave_next;        /* th->mu */
     pthread_mutex_t iomu;               /* held by whoever does this socket's I/O (see top) */
+    /* Waiter-driven receive (tcp_wait.c): threads waiting in poll on this
+     * socket (atomic; the owner leaves EPOLLIN to them meanwhile), whether
+     * the one holding iomu is such a waiter, and what it left to the owner
+     * (a full rx budget, a failure to carry out: iomu). */
+    int waiters;
+    bool by_waiter;
+    bool rx_defer;
+    bool fail_defer;
+    enum xfer_log_level fail_lvl;
+    char fail_why[160];
     /* shared send queue */
     pthread_mutex_t qmu;
     bool gpu_seen; /* qmu: GPU chunks were queued: no direct sends (staging is the owner's) */
@@ -224,6 +234,10 @@ void tcp_sock_writable(struct tcp_sock *s);
 /* Submitting thread, after queueing on s: sends the queue itself if s is
  * idle and its I/O lock free. False = the owner must be kicked. */
 bool tcp_sock_send_direct(struct tcp_sock *s);
+/* Owner, iomu held, after a kick: carries out what a waiter left (tcp_wait.c). */
+void tcp_sock_deferred(struct tcp_sock *s);
+/* ops->wait_rx: the waiting thread polls s and reads its responses itself. */
+int tcp_wait_rx(struct xfer_conn *c, void *chan, xfer_batch *b, int timeout_ms);
 /* Closes the socket and fails what it carries with -XFER_ECONN; status 0
  * is an orderly close (logged at info), else a warning. Idempotent. */
 void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);

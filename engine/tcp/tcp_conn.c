@@ -443,8 +443,19 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     bool kick[64] = {false};
     splice_lists(tc, byk, kick);
     bool direct = tc->tt->direct && total <= TCP_DIRECT_MAX_CHUNKS;
-    for (int k = 0; k < tc->n; k++)
-        if (kick[k] && !(direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
+    int nsock = 0, one = -1;
+    for (int k = 0; k < tc->n; k++) {
+        if (!kick[k])
+            continue;
+        nsock++;
+        one = k;
+        if (!(direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
+    }
+    /* All of it on one socket: the waiter may read the answer itself. */
+    if (nsock == 1)
+        xfer_batch_wait_hint(b, c, tc->socks[one]);
+    else if (nsock > 1)
+        xfer_batch_wait_hint(b, c, NULL);
     return 0;
 }

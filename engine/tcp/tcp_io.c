@@ -143,6 +143,10 @@ static void drop_list(struct tcp_sock *s, struct tcp_tx *t, const char *why)
 
 static void ready_push(struct tcp_sock *s)
 {
+    if (s->by_waiter) { /* the ready list is the owner's: it goes on */
+        s->rx_defer = true;
+        return;
+    }
     if (s->in_ready)
         return;
     s->in_ready = true;
@@ -173,6 +177,15 @@ void tcp_sock_fail(struct tcp_sock *s, int status, const char *why)
 void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *why)
 {
     struct tcp_thread *th = s->th;
+    if (s->by_waiter) { /* closing touches the owner's lists: it does it */
+        if (!s->fail_defer) {
+            s->fail_defer = true;
+            s->fail_lvl = lvl;
+            snprintf(s->fail_why, sizeof(s->fail_why), "%s", why);
+        }
+        s->rx_defer = true;
+        return;
+    }
     if (s->fd >= 0) {
         if (s->closing)
             lvl = XFER_LOG_DEBUG;

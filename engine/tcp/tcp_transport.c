@@ -111,7 +111,9 @@ static void serve_kicks(struct tcp_thread *th)
             released = true;
         } else if (s->fd >= 0) {
             pthread_mutex_lock(&s->iomu);
-            tcp_sock_writable(s);
+            tcp_sock_deferred(s);
+            if (s->fd >= 0)
+                tcp_sock_writable(s);
             pthread_mutex_unlock(&s->iomu);
         }
         s = next;
@@ -172,7 +174,10 @@ static void *thread_main(void *arg)
                 continue;
             }
             pthread_mutex_lock(&s->iomu);
-            if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)))
+            /* A waiter polling s reads it (tcp_wait.c), and reads once more
+             * after it stopped polling: this edge is not lost. */
+            if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) &&
+                !__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST))
                 tcp_sock_readable(s);
             if (s->fd >= 0 && (ev[i].events & EPOLLOUT))
                 tcp_sock_writable(s);
@@ -492,6 +497,7 @@ const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .disconnect = tcp_disconnect,
     .conn_state = tcp_conn_state,
     .post = tcp_post,
+    .wait_rx = tcp_wait_rx,
     .send_msg = tcp_send_msg,
     .fence = tcp_fence,
 };

@@ -4,8 +4,10 @@
 # of random sizes in both directions at once through vectored SEND and
 # any-tag RECV batches, every byte and index checked; exact-tag receives in
 # reverse tag order (FIFO per sender and tag, messages waiting unmatched);
-# truncation on both sides; a RECV's deadline and cancel. Then (tcp) a peer
-# killed with a SEND and a RECV pending towards it: both end -XFER_ECONN.
+# truncation on both sides (eager and rendezvous sizes); a RECV's deadline
+# and cancel. Then (tcp, then ipc) a peer killed with SENDs (eager and
+# rendezvous) and a RECV pending towards it: all end -XFER_ECONN within half
+# their deadline (ipc: the unix socket's hang-up, ipc_conn_state).
 # XFER_SENDRECV_TRANSPORTS / XFER_SENDRECV_KILL pick the transports
 # (test_rdma_notify.sh: rdma on the verbs stand-in for both).
 set -u
@@ -37,19 +39,22 @@ for tr in ${XFER_SENDRECV_TRANSPORTS:-tcp ipc}; do
     ((ra == 0 && rb == 0)) || core_fail "$tr: a exit $ra, b exit $rb"
 done
 
-ktr=${XFER_SENDRECV_KILL:-tcp}
-echo "== $ktr, peer killed with messages pending"
-export XFER_TRANSPORTS=$ktr XFER_NOTIFY_EXPECT=$ktr
-count=50
-pair kill --ready "$CORE_TMP/go"
-deadline=$((SECONDS + 60))
-until [[ -e $CORE_TMP/go ]]; do
-    core_alive "$PID_a" || { cat "$CORE_TMP/a-kill.log"; core_fail "a died early"; }
-    ((SECONDS < deadline)) || core_fail "a never got to the kill phase"
-    sleep 0.05
+for ktr in ${XFER_SENDRECV_KILL:-tcp ipc}; do
+    echo "== $ktr, peer killed with messages pending"
+    export XFER_TRANSPORTS=$ktr XFER_NOTIFY_EXPECT=$ktr
+    [[ $ktr == ipc ]] && XFER_TRANSPORTS=ipc,tcp
+    count=50
+    rm -f "$CORE_TMP/go"
+    pair "kill-$ktr" --ready "$CORE_TMP/go"
+    deadline=$((SECONDS + 60))
+    until [[ -e $CORE_TMP/go ]]; do
+        core_alive "$PID_a" || { cat "$CORE_TMP/a-kill-$ktr.log"; core_fail "a died early"; }
+        ((SECONDS < deadline)) || core_fail "a never got to the kill phase"
+        sleep 0.05
+    done
+    kill -9 "$PID_b"
+    wait "$PID_a"; ra=$?
+    cat "$CORE_TMP/a-kill-$ktr.log"
+    ((ra == 0)) || core_fail "$ktr: pending messages of a killed peer (exit $ra)"
 done
-kill -9 "$PID_b"
-wait "$PID_a"; ra=$?
-cat "$CORE_TMP/a-kill.log"
-((ra == 0)) || core_fail "pending messages of a killed peer (exit $ra)"
 echo "PASS"

@@ -9,14 +9,15 @@
  * then run the phases of run_role(); a failed check exits 1 with a FAIL line.
  * Every message carries (index, tag, length) in its first 24 bytes and a
  * pattern after them, so the receiver checks what it got on its own.
- *   1. both directions at once: N messages each way, random sizes 24 B..64 KiB,
+ *   1. both directions at once: N messages each way, random sizes 24 B..64 KiB
+ *      (half of them eager-sized, some exactly at the eager threshold),
  *      tags i % 4, sent in vectored batches of 1..8 SEND items, received by
  *      any-tag RECV batches (recvv), half of them from any peer; every index
  *      exactly once, from the right sender;
  *   2. tags: 4 x 16 messages sent first, then received by exact-tag RECVs in
  *      reverse tag order: per tag in send order (FIFO per sender and tag);
- *   3. truncation: 1000 B into a 100 B buffer fails on both sides, the next
- *      message is received;
+ *   3. truncation: 1000 B (eager) and 20000 B (rendezvous) into a 100 B
+ *      buffer fail on both sides, the next message is received;
  *   4. deadline and cancel of RECVs of other tags while a message waits:
  *      it is not consumed by them and goes to the next RECV of its tag;
  *   5. (a, with --ready) a SEND and a RECV pending towards b, then FILE is
@@ -56,9 +57,15 @@ static uint8_t *at(struct ctx *c, uint64_t off)
     return (uint8_t *)xfer_region_ptr(c->buf) + off;
 }
 
+/* Half of the messages fit the eager path (<= XFER_MSG_EAGER_MAX: data in
+ * the RTS), half go either way (rendezvous above it); every 16th is exactly
+ * at the threshold or one byte past it. */
 static uint64_t msg_len(const struct ctx *c, int i)
 {
-    return 24 + mix64(c->seed ^ (uint64_t)i) % (MAX_MSG - 24);
+    uint64_t r = mix64(c->seed ^ (uint64_t)i);
+    if (i % 16 == 0)
+        return XFER_MSG_EAGER_MAX + (uint64_t)(i / 16 % 2);
+    return 24 + (r >> 1) % ((r & 1 ? XFER_MSG_EAGER_MAX + 1 : MAX_MSG) - 24);
 }
 
 /* Pattern seeds of a's and b's messages. */
@@ -203,13 +210,21 @@ static int trunc_phase(struct ctx *c, bool sender)
     if (sender) {
         fill_msg(c, 0, 7, 99, 1000);
         int rc = one(c, XFER_OP_SEND, 0, 1000, 99, 10000, NULL);
-        CHECK(rc == -XFER_ETRUNC, "truncated send: %s", xfer_strerror(rc));
+        CHECK(rc == -XFER_ETRUNC, "truncated eager send: %s", xfer_strerror(rc));
+        fill_msg(c, 0, 6, 99, 20000);
+        rc = one(c, XFER_OP_SEND, 0, 20000, 99, 10000, NULL);
+        CHECK(rc == -XFER_ETRUNC, "truncated rendezvous send: %s", xfer_strerror(rc));
         fill_msg(c, 0, 8, 99, 50);
         CHECK(one(c, XFER_OP_SEND, 0, 50, 99, 10000, NULL) == 0, "send after truncation");
         return 0;
     }
-    int rc = one(c, XFER_OP_RECV, 32u << 20, 100, 99, 10000, &got);
-    CHECK(rc == -XFER_ETRUNC, "truncated recv: %s", xfer_strerror(rc));
+    memset(at(c, 32u << 20), 0xa5, 100);
+    for (int k = 0; k < 2; k++) { /* eager, then rendezvous: nothing written */
+        int rc = one(c, XFER_OP_RECV, 32u << 20, 100, 99, 10000, &got);
+        CHECK(rc == -XFER_ETRUNC, "truncated recv %d: %s", k, xfer_strerror(rc));
+        for (int j = 0; j < 100; j++)
+            CHECK(at(c, 32u << 20)[j] == 0xa5, "truncated recv %d wrote the buffer", k);
+    }
     CHECK(one(c, XFER_OP_RECV, 32u << 20, 100, 99, 10000, &got) == 0 && got == 50 &&
               check_msg(c, 32u << 20, 50, 99, other_seed(c)) == 8,
           "recv after truncation");
@@ -246,16 +261,20 @@ static int kill_phase(struct ctx *c)
     fill_msg(c, 0, 1, 778, 64);
     xfer_batch_add_send(b, c->buf, 0, 64, c->p, 778);          /* b never receives it */
     xfer_batch_add_recv(b, c->buf, 32u << 20, 100, c->p, 777); /* b never sends it */
+    fill_msg(c, 4096, 2, 778, 20000);
+    xfer_batch_add_send(b, c->buf, 4096, 20000, c->p, 778); /* rendezvous-sized */
     CHECK(xfer_batch_submit(b, 60000) == 0, "submit");
     FILE *f = fopen(c->ready, "w");
     if (f)
         fclose(f);
     double t0 = now_s();
-    rc = xfer_batch_wait(b, 30000);
-    printf("kill: send %s, recv %s after %.1f s\n", xfer_strerror(xfer_batch_item_status(b, 0)),
-           xfer_strerror(xfer_batch_item_status(b, 1)), now_s() - t0);
+    rc = xfer_batch_wait(b, 30000); /* half the deadline: ECONN must come first */
+    printf("kill: sends %s/%s, recv %s after %.1f s\n", xfer_strerror(xfer_batch_item_status(b, 0)),
+           xfer_strerror(xfer_batch_item_status(b, 2)), xfer_strerror(xfer_batch_item_status(b, 1)),
+           now_s() - t0);
     CHECK(xfer_batch_item_status(b, 0) == -XFER_ECONN &&
-              xfer_batch_item_status(b, 1) == -XFER_ECONN,
+              xfer_batch_item_status(b, 1) == -XFER_ECONN &&
+              xfer_batch_item_status(b, 2) == -XFER_ECONN,
           "pending messages of a killed peer: %s", xfer_strerror(rc));
     xfer_batch_free(b);
     /* and a notification to the dead peer fails, it is not kept */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "msg_wire.h"
+#include "wire.h"
 #include "xfer.h"
 
 static const struct xfer_notif_fail failed[2] = {{1, -XFER_ERANGE}, {7, -XFER_ETIMEDOUT}};
@@ -139,17 +140,17 @@ static void test_two_sided(void **state)
     struct xfer_msg_rts d;
     assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
     assert_int_equal(h.kind, XFER_MSG_RTS);
-    assert_int_equal(xfer_msg_decode_rts(xfer_msg_payload(buf, &h), &d), 0);
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), 0);
     assert_int_equal(d.tag, 77);
     assert_int_equal(d.src.gen, 2);
     assert_string_equal(d.src.ipc, "memfd");
     r.off = 29; /* 29 + 100 > 128 */
     xfer_msg_encode_rts(5, &r, buf);
-    assert_int_equal(xfer_msg_decode_rts(xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
     r.off = 0;
     xfer_msg_encode_rts(5, &r, buf);
     memset(buf + XFER_MSG_HDR_LEN + 72, 'x', XFER_NAME_MAX); /* name without NUL */
-    assert_int_equal(xfer_msg_decode_rts(xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
     assert_int_equal(xfer_msg_decode(buf, len - 1, &h, NULL, 0), -XFER_EPROTO);
 
     uint8_t fb[XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY];
@@ -165,12 +166,78 @@ static void test_two_sided(void **state)
     assert_int_equal(xfer_msg_decode(fb, len, &h, NULL, 0), -XFER_EPROTO);
 }
 
+/* Eager RTS: the message bytes ride after the body; their length must be
+ * the message's and at most XFER_MSG_EAGER_MAX; the flag only on RTS. */
+static void test_eager(void **state)
+{
+    (void)state;
+    size_t cap = XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + XFER_MSG_EAGER_MAX + 1;
+    uint8_t *buf = calloc(1, cap), *data = malloc(XFER_MSG_EAGER_MAX + 1);
+    assert_non_null(buf);
+    assert_non_null(data);
+    for (size_t k = 0; k <= XFER_MSG_EAGER_MAX; k++)
+        data[k] = (uint8_t)(k * 7 + 1);
+    struct xfer_msg_rts r = {.send_id = 4, .tag = 1, .len = 13, .off = 0, .eager = data};
+    r.src = (struct xfer_region_desc){.id = 1, .gen = 1, .len = 1 << 20, .access = XFER_ACCESS_R};
+    struct xfer_msg_hdr h;
+    struct xfer_msg_rts d;
+    /* round trip at 0, 13 and the threshold */
+    uint64_t lens[] = {0, 13, XFER_MSG_EAGER_MAX};
+    for (size_t k = 0; k < 3; k++) {
+        r.len = lens[k];
+        size_t len = xfer_msg_encode_rts(8, &r, buf);
+        assert_int_equal(len, xfer_msg_rts_frame_len(&r));
+        assert_int_equal(len, XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + lens[k]);
+        assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+        assert_int_equal(h.flags, XFER_MSG_F_EAGER);
+        assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), 0);
+        assert_non_null(d.eager);
+        assert_int_equal(d.len, lens[k]);
+        if (lens[k])
+            assert_memory_equal(d.eager, data, lens[k]);
+        /* one byte short or long of what the header announced */
+        assert_int_equal(xfer_msg_decode(buf, len - 1, &h, NULL, 0), -XFER_EPROTO);
+        assert_int_equal(xfer_msg_decode(buf, len + 1, &h, NULL, 0), -XFER_EPROTO);
+    }
+    /* over the threshold: the header is refused */
+    r.len = XFER_MSG_EAGER_MAX + 1;
+    size_t len = xfer_msg_encode_rts(8, &r, buf);
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), -XFER_EPROTO);
+    /* eager bytes that are not the message's length */
+    r.len = 13;
+    len = xfer_msg_encode_rts(8, &r, buf);
+    xfer_put64(buf + XFER_MSG_HDR_LEN + 16, 12); /* body says 12, 13 bytes ride */
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
+    /* the flag on other kinds, and an RTS longer than its body without it */
+    len = xfer_msg_encode_rts(8, &r, buf);
+    buf[6] = 0;
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), -XFER_EPROTO);
+    uint8_t fb[XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY];
+    struct xfer_msg_fin f = {4, 0, 13};
+    len = xfer_msg_encode_fin(9, &f, fb);
+    xfer_put16(fb + 6, XFER_MSG_F_EAGER);
+    assert_int_equal(xfer_msg_decode(fb, len, &h, NULL, 0), -XFER_EPROTO);
+    struct xfer_msg_hdr n = {.kind = XFER_MSG_NOTIFY, .flags = XFER_MSG_F_EAGER, .msg_len = 1};
+    xfer_msg_encode(&n, NULL, "x", buf);
+    assert_int_equal(xfer_msg_decode(buf, xfer_msg_frame_len(&n), &h, NULL, 0), -XFER_EPROTO);
+    /* rendezvous RTS: no bytes, eager stays NULL */
+    r.eager = NULL;
+    len = xfer_msg_encode_rts(8, &r, buf);
+    assert_int_equal(len, XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY);
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), 0);
+    assert_null(d.eager);
+    free(buf);
+    free(data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),  cmocka_unit_test(test_truncated_and_extended),
         cmocka_unit_test(test_bad_fields), cmocka_unit_test(test_random_bytes),
-        cmocka_unit_test(test_two_sided),
+        cmocka_unit_test(test_two_sided),  cmocka_unit_test(test_eager),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
