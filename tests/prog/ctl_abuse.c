@@ -6,9 +6,10 @@
  *   ctl_abuse noread SOCKET SRC LEN N
  *                                   pipelines N ReadData{SRC, LEN} requests on
  *                                   one unix connection and never reads a reply
- *   ctl_abuse async SOCKET SRC DST LEN ITEMS N
+ *   ctl_abuse async SOCKET SRC DST LEN REPEAT N
  *                                   pipelines N async SubmitBatch requests of
- *                                   ITEMS copies SRC -> DST of LEN bytes each,
+ *                                   one copy SRC -> DST of LEN bytes run
+ *                                   REPEAT times,
  *                                   reads the N replies and prints
  *                                   "accepted A refused R" and the first
  *                                   refusal's message, then exits (no hold)
@@ -226,14 +227,14 @@ static int read_reply(int fd, char *msg, size_t msg_len)
     return st;
 }
 
-static int async_flood(const char *path, char *src, char *dst, unsigned long long len, int items,
+static int async_flood(const char *path, char *src, char *dst, unsigned long long len, int repeat,
                        int n)
 {
     int fd = unix_connect(path);
     if (fd < 0)
         return die("connect");
     struct copies c;
-    if (copies_init(&c, src, dst, len, items, 0, true))
+    if (copies_init(&c, src, dst, len, 1, repeat, true))
         return die("calloc");
     Xctl__Request req = c.req;
     req.batch = &c.sb;

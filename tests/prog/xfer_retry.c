@@ -18,9 +18,9 @@
  * sockets' unsent frames, their FENCE frames included, are dropped, while
  * frames already in the kernels' buffers still reach the target; the new
  * connection must carry the fence before the retry.
- * At least one item must end cancelled over the run (the cancels hit
- * transfers in flight). Exit 0 when every round held, 1 with the first bad
- * offset otherwise.
+ * Prints how many items the cancels ended (the test script checks that
+ * cancels hit transfers in flight). Exit 0 when every round held, 1 with the
+ * first bad offset otherwise.
  */
 #include "node_common.h"
 
@@ -198,10 +198,6 @@ int main(int argc, char **argv)
            "in flight\n",
            failed ? r - 1 : r, rounds, (unsigned long long)rd->len, sockets,
            reconnect ? ", reconnecting" : "", cancelled_items);
-    if (!failed && cancelled_items == 0) {
-        fprintf(stderr, "no item was cancelled: the cancels hit nothing in flight\n");
-        failed = 1;
-    }
     free(bf.old);
     xfer_engine_free(e);
     return failed ? 1 : 0;
