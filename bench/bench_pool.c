@@ -14,7 +14,7 @@
  * memory: page faults count); --reuse resets one batch between requests,
  * as a connector that keeps a batch per worker would.
  */
-#include "xfer_node.h"
+#include "bench_node.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -40,20 +40,6 @@ static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static xfer_node *node(const char *id, const char *transports)
-{
-    struct xfer_node_config c;
-    xfer_node_config_init(&c);
-    c.node_id = id;
-    c.redis_url = getenv("REDIS_URL");
-    c.transports = transports;
-    int err = 0;
-    xfer_node *n = xfer_node_new(&c, &err);
-    if (!n)
-        fprintf(stderr, "node %s: %s\n", id, xfer_node_last_error(NULL));
-    return n;
 }
 
 static xfer_kv_pool *pool(xfer_node *n, const struct xfer_kv_geom *g)
@@ -120,7 +106,7 @@ int main(int argc, char **argv)
     }
     if (g.layout == XFER_KV_MLA)
         g.kv = 1;
-    xfer_node *a = node("bench-a", transports), *b = node("bench-b", transports);
+    xfer_node *a = bench_node("bench-a", transports), *b = bench_node("bench-b", transports);
     xfer_kv_pool *pa = a ? pool(a, &g) : NULL, *pb = b ? pool(b, &g) : NULL;
     if (!pa || !pb)
         return 1;

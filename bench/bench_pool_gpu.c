@@ -18,7 +18,7 @@
  * REDIS_URL names the Redis. Exits 77 when GPU memory is asked for and
  * there is no CUDA device (or no CUDA in the build).
  */
-#include "xfer_node.h"
+#include "bench_node.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -98,20 +98,6 @@ static xfer_kv_pool *pool(xfer_node *n, const struct opts *o, char *mem)
 out:
     free(r);
     return p;
-}
-
-static xfer_node *node(const char *id, const struct opts *o)
-{
-    struct xfer_node_config c;
-    xfer_node_config_init(&c);
-    c.node_id = id;
-    c.redis_url = getenv("REDIS_URL");
-    c.transports = o->transports;
-    int err = 0;
-    xfer_node *n = xfer_node_new(&c, &err);
-    if (!n)
-        fprintf(stderr, "node %s: %s\n", id, xfer_node_last_error(NULL));
-    return n;
 }
 
 static int serve(xfer_node *n, const struct opts *o)
@@ -380,7 +366,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_pool_gpu: no CUDA device (GPU %d)\n", o.gpu);
         return 77;
     }
-    xfer_node *n = node(argv[2], &o);
+    xfer_node *n = bench_node(argv[2], o.transports);
     xfer_kv_pool *p = n ? pool(n, &o, mem) : NULL;
     int rc = !p ? 1 : is_run ? run(n, p, argv[3], mem, &o) : serve(n, &o);
     if (n)

@@ -43,21 +43,9 @@ core_start_prog() {
 
 core_alive() { kill -0 "$1" 2>/dev/null; }
 
-# core_freeze PID: SIGSTOP, then wait (5 s at most) until every thread of
-# PID has stopped: kill() returns before they all have.
-core_freeze() {
-    kill -STOP "$1" || return 1
-    local deadline=$((SECONDS + 5)) t running
-    while ((SECONDS < deadline)); do
-        running=0
-        for t in /proc/"$1"/task/*/stat; do
-            [[ $(sed 's/.*) //' "$t" 2>/dev/null | cut -d' ' -f1) == T ]] || running=1
-        done
-        ((running)) || return 0
-        sleep 0.01
-    done
-    return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/freeze.sh"
+# core_freeze PID: SIGSTOP and wait until every thread stopped (freeze.sh).
+core_freeze() { pid_freeze "$@"; }
 
 # Fails the test with a message.
 core_fail() { echo "FAIL: $*"; exit 1; }
