@@ -91,6 +91,7 @@ struct tcp_slab {
 /* A slab for n chunks (contents undefined): the transport's spare if large
  * enough, else a new one. NULL: out of memory. */
 struct tcp_slab *tcp_slab_get(struct tcp_transport *tt, size_t n);
+void tcp_slab_free(struct tcp_slab *s);
 
 enum tcp_rx_state { RX_HDR, RX_PAYLOAD };
 

@@ -403,16 +403,17 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     struct tcp_slab *slab = total ? tcp_slab_get(tc->tt, total) : NULL;
     if (total && !slab)
         return -XFER_ENOMEM;
-    if (slab)
-        slab->refs = (int)total;
     uint64_t req = __atomic_fetch_add(&tc->tt->next_req, total, __ATOMIC_RELAXED) + 1;
-    xfer_batch_hold_n(b, (int)total);
     size_t used = 0;
     for (size_t k = 0; k < n; k++) {
         const struct xfer_item *it = xfer_batch_item(b, idx[k]);
         uint64_t ch = item_chunk(tc, it, chunk, &memo), off = 0;
         if (!ch) {
             xfer_batch_chunk_done(b, idx[k], 0, -XFER_ERANGE, "remote offset + length overflows");
+            continue;
+        }
+        if (n_chunks(it->len, ch) > total - used) { /* the peer's region kind changed meanwhile */
+            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ESTALE, "peer region changed while posting");
             continue;
         }
         do {
@@ -436,13 +437,19 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
             off += len;
         } while (off < it->len);
     }
+    /* Nothing is queued yet: one batch hold and one slab reference per chunk. */
+    if (slab && used == 0)
+        tcp_slab_free(slab);
+    else if (slab)
+        slab->refs = (int)used;
+    xfer_batch_hold_n(b, (int)used);
     /* q[k] is socket (start + k) % n: put it back in socket order */
     struct sock_list byk[64];
     for (int k = 0; k < tc->n; k++)
         byk[(start + (unsigned)k) % (unsigned)tc->n] = q[k];
     bool kick[64] = {false};
     splice_lists(tc, byk, kick);
-    bool direct = tc->tt->direct && total <= TCP_DIRECT_MAX_CHUNKS;
+    bool direct = tc->tt->direct && used <= TCP_DIRECT_MAX_CHUNKS;
     int nsock = 0, one = -1;
     for (int k = 0; k < tc->n; k++) {
         if (!kick[k])
