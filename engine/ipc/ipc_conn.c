@@ -485,8 +485,8 @@ static int send_msgs(struct ipc_conn *c, int rc)
                           c->io_timeout_ms);
         if (rc == 0)
             rc = ipc_recv(c->fd, &h, &ans, sizeof(ans), NULL, c->io_timeout_ms);
-        if (rc == 0 &&
-            (h.type != IPC_MSG_RESP || h.bytes != sizeof(ans) || ans > 0 || ans <= -XFER_ERR_MAX))
+        if (rc == 0 && (h.type != IPC_MSG_RESP || h.bytes != sizeof(ans) ||
+                        (ans > 0 && ans != XFER_MSG_DELIVERED) || ans <= -XFER_ERR_MAX))
             rc = -XFER_EPROTO;
         if (rc < 0)
             ans = -XFER_ECONN;
@@ -680,8 +680,8 @@ int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, stru
     *out = &c->base;
     return 0;
 out_fail:
-    xfer_warn("ipc: cannot use ipc with %s: %s; falling back to the next transport (tcp)",
-              pd->node_id, why);
+    /* the engine's connect loop logs it, naming the transport it tries next
+     * (none, when the peer is simply gone) */
     xfer_engine_set_error(t->base.engine, "ipc to %s: %s", pd->node_id, why);
     if (c->fd >= 0)
         close(c->fd);

@@ -327,15 +327,18 @@ static size_t n_chunks(uint64_t len, uint64_t chunk)
 /* Chunks bound for one socket, queued under its qmu once. */
 struct sock_list {
     struct tcp_tx *head, *tail;
+    uint32_t n;    /* chunks */
     uint64_t load; /* socket's load plus what this post adds; UINT64_MAX: dead */
     uint64_t added;
     bool gpu;
 };
 
 /* Hands each socket its list (one qmu lock per socket). Chunks of a socket
- * that died meanwhile go to another live one, or fail. */
-static void splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kick)
+ * that died meanwhile go to another live one, or fail. Returns how many
+ * were queued. */
+static uint32_t splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kick)
 {
+    uint32_t queued = 0;
     for (int k = 0; k < tc->n; k++) {
         if (!q[k].head)
             continue;
@@ -354,12 +357,13 @@ static void splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kick)
         pthread_mutex_unlock(&s->qmu);
         if (ok) {
             kick[k] = true;
+            queued += q[k].n;
             continue;
         }
         for (struct tcp_tx *t = q[k].head, *next; t; t = next) {
             next = t->next;
             t->next = NULL;
-            if (tcp_enqueue(tc, t, kick, false))
+            if (tcp_enqueue(tc, t, kick, false) && ++queued)
                 continue;
             xfer_batch_chunk_done(t->b, t->idx, 0, -XFER_ECONN,
                                   "every connection to the peer is lost");
@@ -367,6 +371,7 @@ static void splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kick)
             tcp_tx_free(t);
         }
     }
+    return queued;
 }
 
 /* A post of more chunks than this is left to the progress threads: the
@@ -431,6 +436,7 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
             else
                 l->head = t;
             l->tail = t;
+            l->n++;
             l->gpu |= t->gpu;
             l->load += XFER_WIRE_HDR_LEN + len;
             l->added += XFER_WIRE_HDR_LEN + len;
@@ -448,14 +454,17 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     for (int k = 0; k < tc->n; k++)
         byk[(start + (unsigned)k) % (unsigned)tc->n] = q[k];
     bool kick[64] = {false};
-    splice_lists(tc, byk, kick);
-    bool direct = tc->tt->direct && used <= TCP_DIRECT_MAX_CHUNKS;
+    uint32_t frames = splice_lists(tc, byk, kick);
     int nsock = 0, one = -1;
+    for (int k = 0; k < tc->n; k++)
+        if (kick[k])
+            nsock++, one = k;
+    if (nsock == 1) /* a notification bound to these items may follow them */
+        tcp_msg_behind(tc, b, tc->socks[one], idx, n, frames);
+    bool direct = tc->tt->direct && used <= TCP_DIRECT_MAX_CHUNKS;
     for (int k = 0; k < tc->n; k++) {
         if (!kick[k])
             continue;
-        nsock++;
-        one = k;
         if (!(direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
     }
