@@ -47,6 +47,12 @@ struct xfer_rdma_chunk {
     const void *lmr;                   /* struct rdma_region of the local region */
     uint32_t rkey[XFER_RDMA_MAX_NICS]; /* the remote region's rkey per remote NIC */
     uint32_t nic_mask;                 /* local NICs allowed (near the region's GPU) */
+    /* A leased remote region (XFER_ACCESS_LEASED, rkeys "mw"): reached only
+     * through a memory window its owner bound on our QP (rdma_win.c). */
+    bool win;
+    bool win_refused; /* the owner's NIC refused our window once already */
+    uint32_t rid, rgen, wkey;
+    uint64_t rbase; /* the remote region's address */
     uint64_t seq;                      /* set when posted */
     uint8_t retries;
     bool signaled;
@@ -115,6 +121,12 @@ bool xfer_rdma_gid_ipv4(const union ibv_gid *gid, uint32_t *addr_be);
 /* ---- rkeys: "hex,hex,..." one per NIC in NIC-list order ---- */
 int xfer_rdma_rkeys_format(const uint32_t *rkeys, int n, char *buf, size_t len);
 int xfer_rdma_rkeys_parse(const char *s, uint32_t *out, int max);
+/* The rkeys field of a region reached through memory windows only (leases). */
+#define XFER_RDMA_RKEYS_WINDOWED "mw"
+static inline bool xfer_rdma_rkeys_windowed(const char *s)
+{
+    return s[0] == 'm' && s[1] == 'w' && s[2] == '\0';
+}
 
 /* ---- PCI topology ----
  * Hops between two devices through their closest common ancestor in the
