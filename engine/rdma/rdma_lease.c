@@ -246,7 +246,7 @@ void xrdma_lease_cqe(struct rdma_transport *t, const struct ibv_wc *wc)
         if (op == OP_INV || wc->status != IBV_WC_SUCCESS) {
             /* Invalidated, or the QP failed (it serves nothing in error and
              * is re-established as a new QP without windows). */
-            if (op == OP_BIND)
+            if (op == OP_BIND && wc->status != IBV_WC_WR_FLUSH_ERR)
                 xfer_warn("rdma: memory window bind for %s failed: %s", w->a->peer,
                           ibv_wc_status_str(wc->status));
             win_remove(t, w);
