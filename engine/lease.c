@@ -389,8 +389,8 @@ int guard_check(const xfer_region *r, const char *peer, uint64_t off, uint64_t l
 }
 
 /* The earliest deadline of peer's live rules overlapping [off, end). */
-static int64_t rules_until(const struct guard_table *g, const char *peer, int64_t now,
-                           uint64_t off, uint64_t end)
+static int64_t rules_until(const struct guard_table *g, const char *peer, int64_t now, uint64_t off,
+                           uint64_t end)
 {
     int64_t until = INT64_MAX;
     for (size_t i = g ? first_candidate(g, off) : 0; g && i < g->n && g->v[i].off < end; i++) {

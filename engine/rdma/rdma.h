@@ -135,8 +135,8 @@ struct rdma_msg_out {
     uint32_t slot; /* t->slots index and incarnation it was posted on */
     uint16_t uid;
     uint64_t req_id;
-    struct xfer_msg *m;       /* NULL: the HELLO or a window request */
-    struct rdma_want *want;   /* a window request (rdma_win.c) */
+    struct xfer_msg *m;     /* NULL: the HELLO or a window request */
+    struct rdma_want *want; /* a window request (rdma_win.c) */
 };
 
 struct rdma_msg_wait {
@@ -238,8 +238,8 @@ struct rdma_window {
     struct ibv_mw *mw;
     uint32_t key;
     uint64_t off, len;
-    int64_t until;     /* re-check by then (a lease deadline), INT64_MAX never */
-    uint64_t round;    /* the revocation that invalidates it, 0 none */
+    int64_t until;  /* re-check by then (a lease deadline), INT64_MAX never */
+    uint64_t round; /* the revocation that invalidates it, 0 none */
 };
 
 struct rdma_transport {
@@ -288,7 +288,7 @@ struct rdma_region {
     struct ibv_mr *mr[XFER_RDMA_MAX_NICS];
     int device; /* CUDA ordinal or -1: picks the nearest NICs */
     uint32_t near_mask;
-    bool windowed; /* XFER_ACCESS_LEASED: no remote access on the MRs, windows only */
+    bool windowed;          /* XFER_ACCESS_LEASED: no remote access on the MRs, windows only */
     unsigned remote_access; /* IBV_ACCESS_REMOTE_* of the region (windows get it) */
     xfer_region *owner;
     struct rdma_region *prev, *next; /* t->regions: released by close */
@@ -386,8 +386,8 @@ int xrdma_lease_check(struct xfer_transport *t, xfer_region *r);
 void xrdma_leases_changed(struct xfer_transport *t);
 /* A window request from a's peer (progress thread 0): binds a window and
  * fills the answer's payload (out, *out_len); 0 or the refusal. */
-int xrdma_lease_serve(struct rdma_transport *t, struct rdma_accepted *a, const uint8_t *p,
-                      size_t n, uint8_t *out, size_t *out_len);
+int xrdma_lease_serve(struct rdma_transport *t, struct rdma_accepted *a, const uint8_t *p, size_t n,
+                      uint8_t *out, size_t *out_len);
 /* A completion of a window bind or invalidation (wr_id kind 0). */
 void xrdma_lease_cqe(struct rdma_transport *t, const struct ibv_wc *wc);
 /* Before / after a's QP is destroyed (CM thread). */

@@ -181,8 +181,10 @@ static int win_bind(struct rdma_transport *t, struct rdma_accepted *a, xfer_regi
                        *bad;
     wr.bind_mw.mw = w->mw;
     wr.bind_mw.rkey = w->key;
-    wr.bind_mw.bind_info = (struct ibv_mw_bind_info){
-        .mr = mr, .addr = (uintptr_t)xfer_region_ptr(r) + off, .length = len, .mw_access_flags = acc};
+    wr.bind_mw.bind_info = (struct ibv_mw_bind_info){.mr = mr,
+                                                     .addr = (uintptr_t)xfer_region_ptr(r) + off,
+                                                     .length = len,
+                                                     .mw_access_flags = acc};
     if (ibv_post_send(a->id->qp, &wr, &bad)) {
         xfer_warn("rdma: binding a memory window for %s failed: %s", a->peer, strerror(errno));
         win_remove(t, w);
@@ -195,8 +197,8 @@ static int win_bind(struct rdma_transport *t, struct rdma_accepted *a, xfer_regi
     return 0;
 }
 
-int xrdma_lease_serve(struct rdma_transport *t, struct rdma_accepted *a, const uint8_t *p,
-                      size_t n, uint8_t *out, size_t *out_len)
+int xrdma_lease_serve(struct rdma_transport *t, struct rdma_accepted *a, const uint8_t *p, size_t n,
+                      uint8_t *out, size_t *out_len)
 {
     if (n != RDMA_WIN_REQ_LEN)
         return -XFER_EPROTO;
@@ -216,7 +218,8 @@ int xrdma_lease_serve(struct rdma_transport *t, struct rdma_accepted *a, const u
     struct rdma_window *w = rc ? NULL : win_find(t, a, r, off, len);
     if (w) {
         key = w->key, woff = w->off, wlen = w->len;
-    } else if (!rc && !(rc = xfer_region_lease_window(r, a->peer, off, len, &woff, &wlen, &until))) {
+    } else if (!rc &&
+               !(rc = xfer_region_lease_window(r, a->peer, off, len, &woff, &wlen, &until))) {
         rc = win_bind(t, a, r, rr, woff, wlen, until, &key);
     }
     pthread_mutex_unlock(&t->win_lock);

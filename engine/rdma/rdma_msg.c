@@ -582,8 +582,8 @@ static void acc_request(struct rdma_transport *t, const struct ibv_wc *wc, uint3
     uint64_t req_id = 0;
     uint8_t pay[RDMA_MSG_SMALL - RDMA_MSG_HDR];
     size_t plen = 0;
-    int status = serve_request(t, a, a->mem + (size_t)j * RDMA_MSG_BUF, wc->byte_len, &req_id,
-                               pay, &plen);
+    int status =
+        serve_request(t, a, a->mem + (size_t)j * RDMA_MSG_BUF, wc->byte_len, &req_id, pay, &plen);
     pthread_mutex_lock(&t->acc_lock);
     if (acc_post_recv(a, j)) /* the frame was copied: the buffer is free again */
         xfer_warn("rdma: reposting a message receive for %s failed", a->node);

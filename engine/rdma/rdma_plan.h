@@ -53,7 +53,7 @@ struct xfer_rdma_chunk {
     bool win_refused; /* the owner's NIC refused our window once already */
     uint32_t rid, rgen, wkey;
     uint64_t rbase; /* the remote region's address */
-    uint64_t seq;                      /* set when posted */
+    uint64_t seq;   /* set when posted */
     uint8_t retries;
     bool signaled;
     int status;     /* set by completion accounting */

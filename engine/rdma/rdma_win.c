@@ -42,8 +42,7 @@ static struct rdma_win_cache *cache_of(struct rdma_conn *c, int pos, uint16_t ui
     return wc;
 }
 
-bool xrdma_win_lookup_locked(struct rdma_conn *c, int pos, uint16_t uid,
-                             struct xfer_rdma_chunk *ch)
+bool xrdma_win_lookup_locked(struct rdma_conn *c, int pos, uint16_t uid, struct xfer_rdma_chunk *ch)
 {
     struct rdma_win_cache *wc = cache_of(c, pos, uid);
     for (uint32_t i = wc->n; i-- > 0;) {
@@ -169,12 +168,14 @@ struct rdma_pending *xrdma_win_answer_locked(struct rdma_conn *c, struct rdma_wa
             }
         }
         if (wc->n < wc->cap) {
-            uint32_t key = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                           (uint32_t)p[3] << 24;
+            uint32_t key =
+                (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
             uint64_t off = get64(p + 4), len = get64(p + 12);
-            wc->v[wc->n++] = (struct rdma_win_entry){
-                .rid = w->rid, .rgen = w->rgen, .key = key, .start = w->rbase + off,
-                .end = w->rbase + off + len};
+            wc->v[wc->n++] = (struct rdma_win_entry){.rid = w->rid,
+                                                     .rgen = w->rgen,
+                                                     .key = key,
+                                                     .start = w->rbase + off,
+                                                     .end = w->rbase + off + len};
         }
         requeue(c, parked);
         parked = NULL;
