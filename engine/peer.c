@@ -42,6 +42,16 @@ static bool transport_fits(struct xfer_transport *t, const struct xfer_peer_desc
            t->ops->reaches(t, d);
 }
 
+/* Name of the first transport from index `from` on that could carry the
+ * peer, NULL if none: the warning says what happens next, not a guess. */
+static const char *next_fitting(xfer_engine *e, size_t from, const struct xfer_peer_desc *d)
+{
+    for (size_t i = from; i < e->n_transports; i++)
+        if (transport_fits(e->transports[i], d))
+            return e->transports[i]->ops->name;
+    return NULL;
+}
+
 /* First transport in preference order that both sides allow, that reaches
  * the peer and moves host memory; falls back to the next one if connecting
  * fails. conn_lock held for writing. */
@@ -70,8 +80,10 @@ static int connect_locked(xfer_peer *p)
             xfer_debug("peer %s connected over %s", p->desc.node_id, t->ops->name);
             return 0;
         }
-        xfer_warn("peer %s: %s connect failed: %s (%s)", p->desc.node_id, t->ops->name,
-                  xfer_strerror(rc), xfer_engine_last_error(e));
+        const char *next = next_fitting(e, i + 1, &p->desc);
+        xfer_warn("peer %s: %s connect failed: %s (%s)%s%s", p->desc.node_id, t->ops->name,
+                  xfer_strerror(rc), xfer_engine_last_error(e),
+                  next ? "; falling back to " : "; no other transport to try", next ? next : "");
     }
     if (rc == -XFER_ENOTSUP)
         xfer_engine_set_error(e, "peer %s: no common transport (peer offers 0x%x, we 0x%x)",

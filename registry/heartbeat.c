@@ -116,9 +116,17 @@ static void append_region_pexpire(const char *name, void *value, void *arg)
     append_argv(w->r, 3, argv);
 }
 
-/* MULTI, HSET heartbeat_ms, PEXPIRE node, PEXPIRE set, ZADD, EXEC (cluster
- * mode: the ZADD into the membership shard first, outside). Returns true in
- * *gone when the node hash had vanished (HSET added a field). */
+/* Sets heartbeat_ms only on a node hash that still exists; returns 1 when it
+ * had vanished. A plain HSET would recreate an expired hash holding that one
+ * field, and peers would read it as a malformed row (no addr, no
+ * incarnation) until the republish that follows. */
+static const char beat_script[] = "if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end\n"
+                                  "redis.call('HSET', KEYS[1], 'heartbeat_ms', ARGV[1])\n"
+                                  "return 0\n";
+
+/* MULTI, heartbeat_ms (beat_script), PEXPIRE node, PEXPIRE set, ZADD, EXEC
+ * (cluster mode: the ZADD into the membership shard first, outside). Returns
+ * true in *gone when the node hash had vanished. */
 static int beat_node(xfer_registry *r, uint64_t now, const char *ttl, bool *gone)
 {
     const char *id = r->own.peer.node_id;
@@ -128,13 +136,13 @@ static int beat_node(xfer_registry *r, uint64_t now, const char *ttl, bool *gone
     reg_key_members(r, members, id);
     snprintf(ms, sizeof(ms), "%llu", (unsigned long long)now);
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
-    const char *hset[] = {"HSET", key, "heartbeat_ms", ms};
+    const char *hset[] = {"EVAL", beat_script, "1", key, ms};
     const char *pe_node[] = {"PEXPIRE", key, ttl}, *pe_set[] = {"PEXPIRE", set, ttl};
     const char *zadd[] = {"ZADD", members, ms, id};
     if (r->cl)
         append_argv(r, 4, zadd);
     append_argv(r, 1, multi);
-    append_argv(r, 4, hset);
+    append_argv(r, 5, hset);
     append_argv(r, 3, pe_node);
     append_argv(r, 3, pe_set);
     if (!r->cl)

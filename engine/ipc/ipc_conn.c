@@ -680,8 +680,8 @@ int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, stru
     *out = &c->base;
     return 0;
 out_fail:
-    xfer_warn("ipc: cannot use ipc with %s: %s; falling back to the next transport (tcp)",
-              pd->node_id, why);
+    /* the engine's connect loop logs it, naming the transport it tries next
+     * (none, when the peer is simply gone) */
     xfer_engine_set_error(t->base.engine, "ipc to %s: %s", pd->node_id, why);
     if (c->fd >= 0)
         close(c->fd);

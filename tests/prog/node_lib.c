@@ -18,6 +18,7 @@
  *       a batch built before is re-resolved, not sent to the old ids.
  * Common: --transports LIST (default tcp). Exit 0 = pass.
  */
+#include "check.h"
 #include "node_common.h"
 #include "xfer_node.h"
 
@@ -31,30 +32,12 @@
 #define RO_LEN  (64u << 10)
 #define CHUNK   (64u << 10)
 
-static volatile sig_atomic_t stop;
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop = 1;
-}
-
 struct opts {
     const char *cmd, *node, *peer, *ready, *transports, *expect, *go;
     uint64_t seed, seed2;
     int hole;
     bool ro_first; /* serve: register "ro" before "buf" (other ids) */
 };
-
-static int fails;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static xfer_node *make_node(const struct opts *o, const char *id, int connect_ms,
                             xfer_node_event_fn ev, void *arg)
@@ -197,7 +180,7 @@ static void basic_notify(xfer_node *n, const struct opts *o, xfer_region *loc)
     xfer_node *rx = make_node(o, rxname, 3000, NULL, NULL);
     xfer_region *rbuf;
     if (!rx || xfer_node_region_alloc(rx, "buf", CHUNK, XFER_ACCESS_RW, &rbuf)) {
-        fails++;
+        failures++;
         return;
     }
     pattern_fill(xfer_region_ptr(loc), CHUNK, 55, 0);
@@ -222,7 +205,7 @@ static void basic_notify(xfer_node *n, const struct opts *o, xfer_region *loc)
     xfer_notif_free(nf);
     CHECK(xfer_node_notify(n, "nosuchnode", "x", 1, 1000) == -XFER_ENOENT, "unknown node");
     xfer_node_free(rx);
-    printf("notifications by node name: %s\n", fails ? "FAILED" : "ok");
+    printf("notifications by node name: %s\n", failures ? "FAILED" : "ok");
 }
 
 static int run_basic(const struct opts *o)
@@ -265,8 +248,8 @@ static int run_basic(const struct opts *o)
     basic_require(n, o, loc, t);
     basic_notify(n, o, loc);
     xfer_node_free(n);
-    printf("basic: %s\n", fails ? "FAILED" : "ok");
-    return fails ? 1 : 0;
+    printf("basic: %s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
 }
 
 /* ---- blackhole ---------------------------------------------------------------------- */
@@ -381,8 +364,8 @@ static int run_blackhole(const struct opts *o)
           "second caller: %d after %.2f s", atomic_load(&h2.rc), h2.t_done - h2.t_start);
     xfer_registry_free(hole);
     xfer_node_free(h.n);
-    printf("blackhole: %s\n", fails ? "FAILED" : "ok");
-    return fails ? 1 : 0;
+    printf("blackhole: %s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
 }
 
 /* ---- restart ------------------------------------------------------------------------ */
@@ -457,8 +440,8 @@ static int run_restart(const struct opts *o)
     xfer_node_batch_free(b);
     xfer_node_unref(n, &old);
     xfer_node_free(n);
-    printf("restart: %s\n", fails ? "FAILED" : "ok");
-    return fails ? 1 : 0;
+    printf("restart: %s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -511,8 +494,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
+    catch_stop_signals();
     signal(SIGPIPE, SIG_IGN);
     if (!o.node)
         return 2;

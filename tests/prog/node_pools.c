@@ -14,6 +14,7 @@
  *       from the library); a vLLM pool fed from a FlashInfer one; run
  *       coalescing; each mismatch field refused; blocks out of range.
  */
+#include "check.h"
 #include "node_common.h"
 #include "xfer_node.h"
 
@@ -24,24 +25,6 @@
 #define LAY  4   /* layers */
 #define BB   512 /* block bytes (one layer, one half) */
 #define MAXR (2 * LAY)
-
-static volatile sig_atomic_t stop;
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop = 1;
-}
-
-static int fails;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
 
 struct kind {
     const char *name;
@@ -367,7 +350,7 @@ static void check_kind(xfer_node *n, const struct opts *o, struct pool *lp, uint
     model_copy(&lm, back, &rm, all, NB, 0, LAY);
     CHECK(model_matches(&lm, lp, "layer-range write"), "%s: layer-range write bytes", lp->name);
     printf("%s: %s random blocks both ways, a layer range: %s\n", lp->name,
-           xfer_kv_layout_name(lp->g.layout), fails ? "FAILED" : "ok");
+           xfer_kv_layout_name(lp->g.layout), failures ? "FAILED" : "ok");
     model_free(&lm);
     model_free(&rm);
 }
@@ -415,7 +398,7 @@ static void check_mixed(xfer_node *n, const struct opts *o, struct pool *fa, str
     uint64_t l3b[] = {7, 19, 3};
     CHECK(blocks(n, XFER_OP_READ, bm, l3b, remote, r3, 3, 0, 0, &items, NULL) == 0 && items == 3,
           "bm 7,19,3 -> 40,41,42: %d items, want 3", items);
-    printf("mixed layouts and coalescing: %s\n", fails ? "FAILED" : "ok");
+    printf("mixed layouts and coalescing: %s\n", failures ? "FAILED" : "ok");
 }
 
 static void check_refusals(xfer_node *n, const struct opts *o, struct pool *fa)
@@ -451,7 +434,7 @@ static void check_refusals(xfer_node *n, const struct opts *o, struct pool *fa)
     for (size_t i = 0; i < k; i++)
         xfer_kv_pool_desc_clear(&v[i]);
     free(v);
-    printf("refusals: %s\n", fails ? "FAILED" : "ok");
+    printf("refusals: %s\n", failures ? "FAILED" : "ok");
 }
 
 static xfer_node *make_node(const struct opts *o)
@@ -494,8 +477,7 @@ int main(int argc, char **argv)
         else
             return 2;
     }
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
+    catch_stop_signals();
     bool serve = !strcmp(o.cmd, "serve");
     if (!o.node || (!serve && (strcmp(o.cmd, "check") || !o.peer)))
         return 2;
@@ -518,6 +500,6 @@ int main(int argc, char **argv)
     }
     xfer_node_free(n);
     if (!serve)
-        printf("pools: %s\n", fails ? "FAILED" : "ok");
-    return fails ? 1 : 0;
+        printf("pools: %s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
 }

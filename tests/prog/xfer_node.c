@@ -19,19 +19,13 @@
  *       the peer is frozen past io_timeout and resumed: transfers must work
  *       again (run_blip)
  */
+#include "check.h"
 #include "node_common.h"
 
 #include <getopt.h>
 #include <signal.h>
 #include <stdint.h>
 #include <unistd.h>
-
-static volatile sig_atomic_t stop;
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop = 1;
-}
 
 struct opts {
     const char *cmd, *out, *peer, *secret, *node, *phase, *ready, *regen, *listen;
@@ -95,8 +89,7 @@ static int run_serve(const struct opts *o)
         fprintf(stderr, "serve: cannot write %s\n", o->out);
         return 1;
     }
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
+    catch_stop_signals();
     for (int i = 0; !stop && i < 6000; i++) /* at most 10 minutes */
         usleep(100000);
     struct xfer_stats st;
@@ -109,17 +102,6 @@ static int run_serve(const struct opts *o)
 }
 
 /* ---- bad input as an engine client ------------------------------------------------ */
-
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
 
 /* One item with a deadline; checks the code and that it came quickly. */
 static void expect_op(xfer_engine *e, enum xfer_op op, xfer_region *l, xfer_peer *p, uint32_t id,

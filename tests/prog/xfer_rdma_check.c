@@ -25,21 +25,11 @@
  *
  * Server regions: rw (rw, seed given by --server-seed, default 1), ro (r).
  */
+#include "check.h"
 #include "node_common.h"
 
 #include <getopt.h>
 #include <stdbool.h>
-
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
 
 static uint64_t rng_state;
 static uint64_t rnd(uint64_t n)
@@ -161,7 +151,7 @@ static int run_nic(xfer_engine *e, xfer_peer *p, const struct xfer_region_desc *
     lie = *rw;
     lie.len = rw->len * 2;
     nic_case(e, p, l, &lie, rw, XFER_OP_READ, rw->len - 4096, 8192, "read beyond the registration");
-    /* a mixed batch: only the lying item fails, the others complete */
+    /* a mixed batch: only the lying item failures, the others complete */
     lie = *ro;
     lie.access = XFER_ACCESS_RW;
     xfer_peer_region_add(p, &lie);

@@ -18,6 +18,7 @@
  *       creates F, waits for F.go (peer frozen), leaves requests in flight
  *       and queued, stops the ring: all failed, counted and reported
  */
+#include "check.h"
 #include "ring_common.h"
 #include "xfer_gpu_ring.h"
 
@@ -26,30 +27,12 @@
 
 #define SEED 4242
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
-
 struct opts {
     const char *cmd, *out, *peer, *ready, *expect, *node;
     uint64_t len;
 };
 
 /* ---- peer ---------------------------------------------------------------------- */
-
-static volatile sig_atomic_t stop;
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop = 1;
-}
 
 static int host_read(void *ctx, uint64_t off, void *dst, uint64_t len)
 {
@@ -70,8 +53,7 @@ static int run_peer(const struct opts *o)
         fprintf(stderr, "peer: %s\n", e ? xfer_engine_last_error(e) : xfer_strerror(rc));
         return 1;
     }
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
+    catch_stop_signals();
     if (node_file_write(e, o->out) < 0)
         return 1;
     ring_peer_loop(o->out, host_read, xfer_region_ptr(dst), o->len, &stop);
@@ -318,7 +300,7 @@ struct streamer {
 
 static double deadline_at;
 
-/* Rounds of 16 puts and a wait, until something fails or the deadline. */
+/* Rounds of 16 puts and a wait, until something failures or the deadline. */
 static void *stream_worker(void *arg)
 {
     struct streamer *s = arg;
@@ -378,7 +360,7 @@ static int run_dead(const struct opts *o)
     int err = xfer_gpu_ring_error(c.r);
     printf("  error word: %s (%s)\n", xfer_strerror(err), xfer_gpu_ring_last_error(c.r));
     CHECK(err == -XFER_ECONN, "error word %d", err);
-    struct xfer_ring_slot q = put(0, 4096, 50); /* a request after the death fails too */
+    struct xfer_ring_slot q = put(0, 4096, 50); /* a request after the death failures too */
     CHECK(xfer_gpu_ring_host_post(c.r, &q, XFER_RING_TIMEOUT_DEFAULT) == 0, "post after death");
     int rc = xfer_gpu_ring_host_wait(c.r, 50, 1, 20000000000ull);
     CHECK(rc == -XFER_ECONN, "request after the death: %s", xfer_strerror(rc));
