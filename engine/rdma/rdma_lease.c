@@ -40,20 +40,6 @@ static uint64_t win_wr_id(int op, const struct rdma_window *w)
     return (uint64_t)op << 60 | (uint64_t)(w->index & 0xfffffff) << 32 | (uint64_t)w->gen << 16;
 }
 
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 void xrdma_lease_init(struct rdma_transport *t)
 {
     pthread_mutex_init(&t->win_lock, NULL);
@@ -202,8 +188,8 @@ int xrdma_lease_serve(struct rdma_transport *t, struct rdma_accepted *a, const u
 {
     if (n != RDMA_WIN_REQ_LEN)
         return -XFER_EPROTO;
-    uint32_t id = (uint32_t)get64(p) & 0xffffffffu, gen = (uint32_t)(get64(p) >> 32);
-    uint64_t off = get64(p + 8), len = get64(p + 16);
+    uint32_t id = (uint32_t)xfer_rdma_get64(p) & 0xffffffffu, gen = (uint32_t)(xfer_rdma_get64(p) >> 32);
+    uint64_t off = xfer_rdma_get64(p + 8), len = xfer_rdma_get64(p + 16);
     enum xfer_op op = (enum xfer_op)p[24];
     int rc;
     xfer_region *r = xfer_region_acquire_by(t->base.engine, a->peer, id, gen, op, off, len, &rc);
@@ -226,8 +212,8 @@ int xrdma_lease_serve(struct rdma_transport *t, struct rdma_accepted *a, const u
     xfer_region_release(r); /* windows go before r's MRs do (xrdma_lease_region_gone) */
     if (rc)
         return rc;
-    put64(out + 4, woff); /* key (4 bytes), window offset and length (8 each) */
-    put64(out + 12, wlen);
+    xfer_rdma_put64(out + 4, woff); /* key (4 bytes), window offset and length (8 each) */
+    xfer_rdma_put64(out + 12, wlen);
     for (int i = 0; i < 4; i++)
         out[i] = (uint8_t)(key >> (8 * i));
     *out_len = RDMA_WIN_RESP_LEN;

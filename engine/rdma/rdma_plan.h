@@ -96,6 +96,20 @@ static inline bool xfer_rdma_wc_retryable(enum ibv_wc_status st)
     return st == IBV_WC_WR_FLUSH_ERR;
 }
 
+/* Little-endian 64-bit fields of the window request and answer (leases). */
+static inline uint64_t xfer_rdma_get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+static inline void xfer_rdma_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
 /* ---- published NIC list ----
  * "name,port,gid,ll,gbps,pci,numa,cmport;..." e.g.
  * "mlx5_0,1,::ffff:10.0.0.1,eth,200,0000:3b:00.0,0,43711". ll is eth or ib,

@@ -24,14 +24,6 @@
 
 #define WIN_CACHE_MAX 4096 /* windows cached per QP; past it the cache starts over */
 
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 static struct rdma_win_cache *cache_of(struct rdma_conn *c, int pos, uint16_t uid)
 {
     struct rdma_win_cache *wc = &c->wcache[pos];
@@ -170,7 +162,7 @@ struct rdma_pending *xrdma_win_answer_locked(struct rdma_conn *c, struct rdma_wa
         if (wc->n < wc->cap) {
             uint32_t key =
                 (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-            uint64_t off = get64(p + 4), len = get64(p + 12);
+            uint64_t off = xfer_rdma_get64(p + 4), len = xfer_rdma_get64(p + 12);
             wc->v[wc->n++] = (struct rdma_win_entry){.rid = w->rid,
                                                      .rgen = w->rgen,
                                                      .key = key,
