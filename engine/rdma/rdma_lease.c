@@ -188,7 +188,8 @@ int xrdma_lease_serve(struct rdma_transport *t, struct rdma_accepted *a, const u
 {
     if (n != RDMA_WIN_REQ_LEN)
         return -XFER_EPROTO;
-    uint32_t id = (uint32_t)xfer_rdma_get64(p) & 0xffffffffu, gen = (uint32_t)(xfer_rdma_get64(p) >> 32);
+    uint32_t id = (uint32_t)xfer_rdma_get64(p) & 0xffffffffu,
+             gen = (uint32_t)(xfer_rdma_get64(p) >> 32);
     uint64_t off = xfer_rdma_get64(p + 8), len = xfer_rdma_get64(p + 16);
     enum xfer_op op = (enum xfer_op)p[24];
     int rc;
