@@ -240,6 +240,7 @@ struct rdma_window {
     uint64_t off, len;
     int64_t until;  /* re-check by then (a lease deadline), INT64_MAX never */
     uint64_t round; /* the revocation that invalidates it, 0 none */
+    int inflight;   /* its bind / invalidation posted, not completed */
 };
 
 struct rdma_transport {
@@ -418,6 +419,9 @@ struct rdma_pending *xrdma_win_answer_locked(struct rdma_conn *c, struct rdma_wa
 /* The QP at slots[pos] of incarnation uid is gone: its windows and
  * requests are forgotten, the parked chunks go back to the queue. */
 void xrdma_win_slot_down_locked(struct rdma_conn *c, int pos, uint16_t uid);
+/* The owner's NIC refused ch's window: windows cached for its range (on
+ * every QP) are forgotten, so that it asks the owner again. */
+void xrdma_win_forget_locked(struct rdma_conn *c, const struct xfer_rdma_chunk *ch);
 /* Connection teardown: the parked chunks (to fail) and no more requests. */
 struct rdma_pending *xrdma_win_take_locked(struct rdma_conn *c);
 void xrdma_win_conn_free(struct rdma_conn *c);

@@ -107,6 +107,8 @@ static int win_insert(struct rdma_transport *t, struct rdma_window *w)
  * or its QP destroyed). */
 static void win_remove(struct rdma_transport *t, struct rdma_window *w)
 {
+    if (w->a)
+        w->a->win_inflight -= w->inflight; /* their completions are ignored now */
     t->wins[w->index] = NULL;
     t->win_hint = w->index;
     ibv_dealloc_mw(w->mw);
@@ -177,6 +179,7 @@ static int win_bind(struct rdma_transport *t, struct rdma_accepted *a, xfer_regi
         return -XFER_EIO;
     }
     a->win_inflight++;
+    w->inflight++;
     if (until < t->win_next)
         t->win_next = until;
     *key = w->key;
@@ -232,6 +235,7 @@ void xrdma_lease_cqe(struct rdma_transport *t, const struct ibv_wc *wc)
     struct rdma_window *w = win_at(t, index, gen);
     if (w) {
         w->a->win_inflight--;
+        w->inflight--;
         pthread_cond_broadcast(&t->win_cond);
         if (op == OP_INV || wc->status != IBV_WC_SUCCESS) {
             /* Invalidated, or the QP failed (it serves nothing in error and
@@ -255,10 +259,11 @@ static void win_invalidate(struct rdma_transport *t, struct rdma_window *w, uint
     uint16_t gen = w->gen;
     uint32_t index = w->index;
     w->round = round;
-    while (!a->win_closed && a->win_inflight >= RDMA_WIN_INFLIGHT && win_at(t, index, gen) &&
+    /* While w is in the table, a is alive (its windows go before it). */
+    while (win_at(t, index, gen) && !a->win_closed && a->win_inflight >= RDMA_WIN_INFLIGHT &&
            pthread_cond_timedwait(&t->win_cond, &t->win_lock, until) == 0)
         ;
-    if (a->win_closed || !win_at(t, index, gen))
+    if (!win_at(t, index, gen) || a->win_closed)
         return; /* the QP is being destroyed: its windows go with it */
     struct ibv_send_wr wr = {.wr_id = win_wr_id(OP_INV, w),
                              .opcode = IBV_WR_LOCAL_INV,
@@ -274,6 +279,7 @@ static void win_invalidate(struct rdma_transport *t, struct rdma_window *w, uint
         return;
     }
     a->win_inflight++;
+    w->inflight++;
 }
 
 /* Windows being invalidated by this round or an earlier one (another
@@ -324,8 +330,16 @@ void xrdma_leases_changed(struct xfer_transport *tr)
 
 void xrdma_lease_region_gone(struct rdma_transport *t, const struct rdma_region *rr)
 {
-    if (rr->windowed)
-        revoke(t, rr);
+    if (!rr->windowed)
+        return;
+    revoke(t, rr);
+    /* Invalidations not confirmed in time: the windows go anyway (a
+     * deallocated window is invalid), before the MRs and the region do. */
+    pthread_mutex_lock(&t->win_lock);
+    for (uint32_t i = 0; i < t->win_cap; i++)
+        if (t->wins[i] && t->wins[i]->rr == rr)
+            win_remove(t, t->wins[i]);
+    pthread_mutex_unlock(&t->win_lock);
 }
 
 int xrdma_lease_expire(struct rdma_transport *t, int max_ms)

@@ -341,6 +341,7 @@ void xrdma_msg_slot_down(struct rdma_conn *c, struct rdma_slot *s, uint16_t uid,
         if (!o->used || o->slot != s->index || o->uid != uid)
             continue;
         o->sent = true; /* the QP is destroyed: the NIC let go of the buffer */
+        o->want = NULL; /* its window request: forgotten below (slot down) */
         if (!o->answered && o->m)
             fail[n++] = o->m;
         o->answered = true;

@@ -64,6 +64,8 @@ void xrdma_chunk_retry_or_fail(struct rdma_conn *c, struct xfer_rdma_chunk *ch)
         free(p);
         return;
     }
+    if (p->c.win_refused) /* every QP's cached window for it may be revoked */
+        xrdma_win_forget_locked(c, &p->c);
     append_locked(c, p);
     xrdma_pump_locked(c);
     pthread_mutex_unlock(&c->lock);

@@ -191,8 +191,25 @@ void xrdma_win_slot_down_locked(struct rdma_conn *c, int pos, uint16_t uid)
     }
 }
 
+void xrdma_win_forget_locked(struct rdma_conn *c, const struct xfer_rdma_chunk *ch)
+{
+    for (int pos = 0; pos < XFER_RDMA_MAX_NICS * 16; pos++) {
+        struct rdma_win_cache *wc = &c->wcache[pos];
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < wc->n; i++) {
+            const struct rdma_win_entry *e = &wc->v[i];
+            if (!(e->rid == ch->rid && e->rgen == ch->rgen && e->start < ch->raddr + ch->len &&
+                  ch->raddr < e->end))
+                wc->v[k++] = *e;
+        }
+        wc->n = k;
+    }
+}
+
 struct rdma_pending *xrdma_win_take_locked(struct rdma_conn *c)
 {
+    for (int e = 0; e < RDMA_MSG_CREDITS; e++)
+        c->out[e].want = NULL; /* no answer is handled after teardown */
     while (c->wants)
         want_free(c, c->wants);
     return unpark(c, 0);
