@@ -379,8 +379,7 @@ int main(int argc, char **argv)
     }
     unsigned mask;
     if (xfer_transports_parse(tr, &mask) < 0 ||
-        (mask != XFER_TRANSPORT_TCP && mask != XFER_TRANSPORT_IPC &&
-         mask != XFER_TRANSPORT_TCPX)) {
+        (mask != XFER_TRANSPORT_TCP && mask != XFER_TRANSPORT_IPC && mask != XFER_TRANSPORT_TCPX)) {
         fprintf(stderr, "bench_notify: --transport tcp, ipc or tcpx (XFER_TCPX_PLUGIN)\n");
         return 2;
     }
