@@ -25,7 +25,10 @@ void xrdma_chunk_finish(struct xfer_rdma_chunk *ch, bool io_begun)
     }
     if (io_begun)
         xfer_batch_io_end(ch->b, ch->item);
-    xfer_batch_chunk_done(ch->b, ch->item, ch->status ? 0 : ch->len, ch->status, ch->why);
+    if (ch->status < 0) /* a plain item: as chunk_done */
+        xfer_batch_seg_fail(ch->b, ch->item, ch->seg, ch->status, ch->why);
+    else
+        xfer_batch_chunk_done(ch->b, ch->item, ch->len, 0, NULL);
     xfer_batch_put(ch->b);
 }
 
@@ -64,6 +67,8 @@ void xrdma_chunk_retry_or_fail(struct rdma_conn *c, struct xfer_rdma_chunk *ch)
         free(p);
         return;
     }
+    if (p->c.win_refused) /* every QP's cached window for it may be revoked */
+        xrdma_win_forget_locked(c, &p->c);
     append_locked(c, p);
     xrdma_pump_locked(c);
     pthread_mutex_unlock(&c->lock);
@@ -71,8 +76,14 @@ void xrdma_chunk_retry_or_fail(struct rdma_conn *c, struct xfer_rdma_chunk *ch)
 
 struct rdma_pending *xrdma_take_pending_locked(struct rdma_conn *c)
 {
-    struct rdma_pending *l = c->head;
+    struct rdma_pending *l = c->head, *parked = xrdma_win_take_locked(c);
     c->head = c->tail = NULL;
+    while (parked) { /* chunks waiting for a lease window, too */
+        struct rdma_pending *n = parked->next;
+        parked->next = l;
+        l = parked;
+        parked = n;
+    }
     return l;
 }
 
@@ -108,7 +119,7 @@ static int post_chunk(struct rdma_transport *t, struct rdma_slot *s, struct xfer
     if (ch->signaled)
         wr.send_flags = IBV_SEND_SIGNALED;
     wr.wr.rdma.remote_addr = ch->raddr;
-    wr.wr.rdma.rkey = ch->rkey[s->rnic];
+    wr.wr.rdma.rkey = ch->win ? ch->wkey : ch->rkey[s->rnic];
     ch->seq = s->next_seq;
     wr.wr_id = xrdma_wr_id(s, ch->seq);
     struct ibv_send_wr *bad = NULL;
@@ -127,6 +138,7 @@ static int post_chunk(struct rdma_transport *t, struct rdma_slot *s, struct xfer
  * then each QP's share is posted under its lock. */
 struct share {
     struct rdma_pending *head, *tail;
+    uint16_t uid; /* the QP's incarnation when the chunks were assigned */
 };
 
 static int pick_slot(struct rdma_conn *c, const uint32_t *room, uint32_t mask)
@@ -143,6 +155,7 @@ static int pick_slot(struct rdma_conn *c, const uint32_t *room, uint32_t mask)
 
 static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
 {
+    bool parked = false;
     uint32_t all = (1u << c->t->n_nics) - 1;
     struct rdma_pending **pp = &c->head, *prev = NULL;
     while (*pp) {
@@ -165,6 +178,11 @@ static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
             free(p);
             continue;
         }
+        if (p->c.win && !xrdma_win_lookup_locked(c, i, sh[i].uid, &p->c)) {
+            xrdma_win_park_locked(c, i, sh[i].uid, p); /* no window of that QP yet */
+            parked = true;
+            continue;
+        }
         room[i]--;
         if (sh[i].tail)
             sh[i].tail->next = p;
@@ -172,6 +190,8 @@ static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
             sh[i].head = p;
         sh[i].tail = p;
     }
+    if (parked)
+        xrdma_win_pump_locked(c);
 }
 
 /* A post failed after unsignaled WRs went out: no completion would ever
@@ -195,7 +215,7 @@ bool xrdma_break_qp_locked(struct rdma_slot *s)
 static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *sh)
 {
     pthread_mutex_lock(&s->lock);
-    if (s->state != SLOT_READY) { /* went to error meanwhile */
+    if (s->state != SLOT_READY || s->uid != sh->uid) { /* went to error meanwhile */
         pthread_mutex_unlock(&s->lock);
         sh->tail->next = c->head;
         if (!c->head)
@@ -240,6 +260,7 @@ static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *s
 void xrdma_pump_locked(struct rdma_conn *c)
 {
     xrdma_msg_pump_locked(c); /* messages first: they are small and wait on a round trip */
+    xrdma_win_pump_locked(c); /* window requests waiting for a credit */
     if (!c->head)
         return;
     struct rdma_transport *t = c->t;
@@ -250,6 +271,7 @@ void xrdma_pump_locked(struct rdma_conn *c)
         struct rdma_slot *s = &t->slots[c->slots[i]];
         pthread_mutex_lock(&s->lock);
         room[i] = s->state == SLOT_READY ? s->depth - s->ring.n : 0;
+        sh[i].uid = s->uid;
         pthread_mutex_unlock(&s->lock);
         any |= room[i] > 0;
         sh[i].head = sh[i].tail = NULL;
@@ -262,12 +284,20 @@ void xrdma_pump_locked(struct rdma_conn *c)
             post_share(c, &t->slots[c->slots[i]], &sh[i]);
 }
 
-/* Queues the chunks of one segment (or plain item) it of item i. */
-static int plan_seg(struct rdma_conn *c, xfer_batch *b, size_t i, const struct xfer_item *it,
-                    const struct xfer_region_desc *rd, const uint32_t *rkeys,
-                    const struct rdma_region *lr, struct rdma_pending **list, const char **why)
+/* The per-item part of a plan, shared by the item's segments. */
+struct plan_ctx {
+    const struct xfer_region_desc *rd;
+    const uint32_t *rkeys;
+    const struct rdma_region *lr;
+    bool win;
+};
+
+/* Queues the chunks of segment sg (or the plain item) it of item i. */
+static int plan_seg(struct rdma_conn *c, xfer_batch *b, size_t i, size_t sg,
+                    const struct xfer_item *it, const struct plan_ctx *x,
+                    struct rdma_pending **list, const char **why)
 {
-    if (!xfer_range_ok(it->remote_off, it->len, rd->len))
+    if (!xfer_range_ok(it->remote_off, it->len, x->rd->len))
         return *why = "range outside the remote region", -XFER_ERANGE;
     uint8_t *lbase = (uint8_t *)xfer_region_ptr(it->local) + it->local_off;
     size_t n = xfer_rdma_chunk_count(it->len, c->t->chunk);
@@ -279,13 +309,18 @@ static int plan_seg(struct rdma_conn *c, xfer_batch *b, size_t i, const struct x
         xfer_rdma_chunk_at(it->len, c->t->chunk, k, &off, &len);
         p->c = (struct xfer_rdma_chunk){.b = b,
                                         .item = i,
+                                        .seg = (uint32_t)sg,
                                         .op = it->op,
                                         .laddr = (uintptr_t)(lbase + off),
-                                        .raddr = rd->addr + it->remote_off + off,
+                                        .raddr = x->rd->addr + it->remote_off + off,
                                         .len = len,
-                                        .lmr = lr,
-                                        .nic_mask = lr->near_mask};
-        memcpy(p->c.rkey, rkeys, sizeof(p->c.rkey));
+                                        .lmr = x->lr,
+                                        .nic_mask = x->lr->near_mask,
+                                        .win = x->win,
+                                        .rid = it->remote_id,
+                                        .rgen = it->remote_gen,
+                                        .rbase = x->rd->addr};
+        memcpy(p->c.rkey, x->rkeys, sizeof(p->c.rkey));
         p->next = *list;
         *list = p;
     }
@@ -309,8 +344,9 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
         return *why = it->op == XFER_OP_READ ? "remote region is not readable"
                                              : "remote region is not writable",
                -XFER_EACCES;
-    uint32_t rkeys[XFER_RDMA_MAX_NICS];
-    int nk = xfer_rdma_rkeys_parse(rd.rkeys, rkeys, XFER_RDMA_MAX_NICS);
+    uint32_t rkeys[XFER_RDMA_MAX_NICS] = {0};
+    bool win = xfer_rdma_rkeys_windowed(rd.rkeys); /* leases: a window per QP (rdma_win.c) */
+    int nk = win ? c->n_rnics : xfer_rdma_rkeys_parse(rd.rkeys, rkeys, XFER_RDMA_MAX_NICS);
     if (nk == 0)
         return *why = "remote region is not registered for RDMA (GPU memory without "
                       "GPUDirect RDMA on the peer?)",
@@ -322,13 +358,14 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
         return *why = "local region is not registered for RDMA (GPU memory without "
                       "GPUDirect RDMA here?)",
                -XFER_ENOTSUP;
+    struct plan_ctx x = {&rd, rkeys, lr, win};
     size_t nseg;
     xfer_batch_item_segs(b, i, &nseg);
-    for (size_t s = 0; s < nseg; s++) {
+    for (size_t sg = 0; sg < nseg; sg++) {
         struct xfer_item seg;
-        xfer_batch_item_seg(b, i, s, &seg);
-        *bad = s;
-        int rc = plan_seg(c, b, i, &seg, &rd, rkeys, lr, list, why);
+        xfer_batch_item_seg(b, i, sg, &seg);
+        *bad = sg;
+        int rc = plan_seg(c, b, i, sg, &seg, &x, list, why);
         if (rc < 0)
             return rc;
     }
