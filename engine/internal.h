@@ -76,6 +76,18 @@ int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, 
 void region_table_destroy(xfer_engine *e);
 
 /* ---- peers -------------------------------------------------------------- */
+/* Counters that many threads add to (issue 15, docs/perf.md "shared
+ * counters"): each thread adds to its own shard, chosen once per thread,
+ * so progress threads completing items at once do not pass one cache line
+ * around; readers sum the shards (stats.c). */
+#define STATS_SHARDS 8
+struct stats_shard {
+    struct xfer_stats s;
+} __attribute__((aligned(64)));
+struct stats_set {
+    struct stats_shard sh[STATS_SHARDS];
+};
+
 struct xfer_peer {
     xfer_engine *engine;
     pthread_rwlock_t conn_lock; /* write: connect/disconnect; read: post */
@@ -89,7 +101,7 @@ struct xfer_peer {
     struct xfer_peer_desc desc;
     struct xfer_region_desc *regions;
     size_t n_regions, cap_regions;
-    struct xfer_stats stats;
+    struct stats_set stats;
 };
 
 struct peer_table {
@@ -301,8 +313,8 @@ struct xfer_engine {
     struct msg_thread msgs;
     struct notify_queue notifs;
     struct msg_match match;
-    struct xfer_stats stats;
-    struct xfer_stats tstats[XFER_MAX_TRANSPORTS];
+    struct stats_set stats;
+    struct stats_set tstats[XFER_MAX_TRANSPORTS];
     pthread_mutex_t err_mu;
     char last_err[256];
 };
@@ -310,10 +322,11 @@ struct xfer_engine {
 /* ---- statistics (stats.c) ------------------------------------------------ */
 /* Bit position of a single-bit mask, or -1. */
 int transport_index(unsigned bit);
-void stats_count_item(struct xfer_stats *s, enum xfer_op op, uint64_t bytes, int status,
+void stats_count_item(struct stats_set *s, enum xfer_op op, uint64_t bytes, int status,
                       uint64_t lat_us);
-void stats_count_served(struct xfer_stats *s, uint64_t bytes, int status);
-void stats_read(const struct xfer_stats *s, struct xfer_stats *out);
+void stats_count_served(struct stats_set *s, uint64_t bytes, int status);
+/* The sum of the shards (each counter read atomically, the set not). */
+void stats_read(const struct stats_set *s, struct xfer_stats *out);
 
 int64_t engine_now_ns(void);
 

@@ -1,4 +1,7 @@
-/* Counters of the node, per peer and per transport; updated atomically. */
+/* Counters of the node, per peer and per transport. Each thread adds to its
+ * own shard of a set (relaxed atomics: two threads may share a shard), and
+ * readers sum the shards, so the progress threads do not bounce one cache
+ * line per completed item between them. */
 #include "internal.h"
 
 #include <string.h>
@@ -20,9 +23,20 @@ static int lat_bucket(uint64_t us)
     return i < XFER_LAT_BUCKETS - 1 ? i : XFER_LAT_BUCKETS - 1;
 }
 
-void stats_count_item(struct xfer_stats *s, enum xfer_op op, uint64_t bytes, int status,
+/* This thread's shard, chosen round robin at its first count. */
+static unsigned my_shard(void)
+{
+    static unsigned next;
+    static _Thread_local unsigned mine = UINT32_MAX;
+    if (mine == UINT32_MAX)
+        mine = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % STATS_SHARDS;
+    return mine;
+}
+
+void stats_count_item(struct stats_set *set, enum xfer_op op, uint64_t bytes, int status,
                       uint64_t lat_us)
 {
+    struct xfer_stats *s = &set->sh[my_shard()].s;
     if (status < 0) {
         ADD(s->errors, 1);
         return;
@@ -38,8 +52,9 @@ void stats_count_item(struct xfer_stats *s, enum xfer_op op, uint64_t bytes, int
     ADD(s->lat_hist[lat_bucket(lat_us)], 1);
 }
 
-void stats_count_served(struct xfer_stats *s, uint64_t bytes, int status)
+void stats_count_served(struct stats_set *set, uint64_t bytes, int status)
 {
+    struct xfer_stats *s = &set->sh[my_shard()].s;
     if (status < 0) {
         ADD(s->served_errors, 1);
         return;
@@ -48,20 +63,24 @@ void stats_count_served(struct xfer_stats *s, uint64_t bytes, int status)
     ADD(s->served_bytes, bytes);
 }
 
-#define LOAD(f) out->f = __atomic_load_n(&s->f, __ATOMIC_RELAXED)
-void stats_read(const struct xfer_stats *s, struct xfer_stats *out)
+#define LOAD(f) out->f += __atomic_load_n(&s->f, __ATOMIC_RELAXED)
+void stats_read(const struct stats_set *set, struct xfer_stats *out)
 {
-    LOAD(ops_read);
-    LOAD(ops_write);
-    LOAD(bytes_read);
-    LOAD(bytes_written);
-    LOAD(errors);
-    LOAD(served_ops);
-    LOAD(served_bytes);
-    LOAD(served_errors);
-    LOAD(lat_us_sum);
-    for (int i = 0; i < XFER_LAT_BUCKETS; i++)
-        LOAD(lat_hist[i]);
+    memset(out, 0, sizeof(*out));
+    for (int k = 0; k < STATS_SHARDS; k++) {
+        const struct xfer_stats *s = &set->sh[k].s;
+        LOAD(ops_read);
+        LOAD(ops_write);
+        LOAD(bytes_read);
+        LOAD(bytes_written);
+        LOAD(errors);
+        LOAD(served_ops);
+        LOAD(served_bytes);
+        LOAD(served_errors);
+        LOAD(lat_us_sum);
+        for (int i = 0; i < XFER_LAT_BUCKETS; i++)
+            LOAD(lat_hist[i]);
+    }
 }
 #undef LOAD
 
