@@ -164,6 +164,10 @@ struct tcp_thread {
     uint8_t scratch[65536];                            /* discarded payload lands here */
     struct xfer_gpu_stage *gst[TCP_GPU_MAX_DEV][2][2]; /* [gpu][send, recv][big, small] */
     struct tcp_sock *gpu_head; /* sockets waiting for a staging copy or slot */
+    /* The read side of the fences for this thread's payload receives
+     * (tcp_fence.c): a FENCE takes every thread's, a receive only its own,
+     * so receives on different threads share no lock. */
+    pthread_mutex_t fence_mu;
 };
 
 /* Target: one cancelled batch of one initiator (tcp_fence.c). */
@@ -189,9 +193,8 @@ struct tcp_transport {
     uint64_t next_req;    /* atomic */
     int sockbuf;          /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
     bool direct;          /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
-    /* fences (tcp_fence.c). Target: write side = record one, read side =
-     * WRITE payload going into a region. */
-    pthread_rwlock_t fence_lk;
+    /* fences (tcp_fence.c). Target: written with every thread's fence_mu
+     * held (record one), read with one (WRITE payload going into a region). */
     struct tcp_fence fences[TCP_FENCES]; /* ring, oldest replaced */
     int fence_head[TCP_FENCES];          /* hash buckets */
     uint64_t fence_n, fence_gen;         /* recorded so far; bumped per record */
