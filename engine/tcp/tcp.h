@@ -22,11 +22,20 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#define TCP_MAX_PAYLOAD    (64u << 20) /* largest frame payload we accept */
-#define TCP_RXBUF          8192        /* header read-ahead buffer */
-#define TCP_IOV_MAX        64          /* frames gathered into one sendmsg */
-#define TCP_TXQ_HIGH       4096        /* target stops reading above this backlog */
-#define TCP_HANDSHAKES_MAX 64          /* concurrent inbound handshakes */
+#define TCP_MAX_PAYLOAD (64u << 20) /* largest frame payload we accept */
+#define TCP_RXBUF       8192        /* header read-ahead buffer */
+/* A socket that keeps receiving small payloads grows its read-ahead, so one
+ * recv brings many frames (one recv per 4 KiB frame was the largest
+ * per-item cost of small batches); payloads of TCP_RX_DIRECT or more are
+ * received straight into their memory, and the header after one is read
+ * alone. */
+#define TCP_RXBUF_BIG      (128u << 10)
+#define TCP_RX_SMALL       (16u << 10) /* a payload this small counts as small */
+#define TCP_RX_GROW_AFTER  64u         /* small payloads in a row before growing */
+#define TCP_RX_DIRECT      (32u << 10)
+#define TCP_IOV_MAX        64   /* frames gathered into one sendmsg */
+#define TCP_TXQ_HIGH       4096 /* target stops reading above this backlog */
+#define TCP_HANDSHAKES_MAX 64   /* concurrent inbound handshakes */
 /* GPU memory goes through pinned staging slots (engine/gpu_stage, tcp_gpu.c):
  * chunks touching GPU memory are at most one slot long. Chunks of at most
  * TCP_GPU_SMALL_SLOT use a second ring of many small slots, so thousands of
@@ -120,7 +129,11 @@ struct tcp_sock {
     size_t tx_count;
     struct tcp_tx *inf_head, *inf_tail; /* initiator: awaiting responses */
     int64_t last_progress_ms;
-    uint8_t rxbuf[TCP_RXBUF];
+    uint8_t rxsmall[TCP_RXBUF];
+    uint8_t *rxbuf; /* rxsmall, or TCP_RXBUF_BIG bytes once small frames stream in */
+    size_t rxcap;
+    uint32_t rx_small_run; /* small payloads in a row */
+    bool rx_big;           /* the last payload was received directly: read headers alone */
     size_t rx_lo, rx_hi;
     enum tcp_rx_state rx_state;
     struct xfer_wire_hdr rh;

@@ -37,6 +37,8 @@ struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, con
     s->last_progress_ms = xfer_now_ms();
     s->rx_state = RX_HDR;
     s->rx_gslot = -1;
+    s->rxbuf = s->rxsmall;
+    s->rxcap = sizeof(s->rxsmall);
     return s;
 }
 
@@ -50,6 +52,8 @@ void tcp_sock_destroy(struct tcp_sock *s)
     pthread_mutex_unlock(&s->iomu);
     pthread_mutex_destroy(&s->iomu);
     pthread_mutex_destroy(&s->qmu);
+    if (s->rxbuf != s->rxsmall)
+        free(s->rxbuf);
     free(s);
 }
 
@@ -285,13 +289,23 @@ static void rx_failed(struct tcp_sock *s)
  * should go straight to its memory rather than through rxbuf). */
 static int fill_header(struct tcp_sock *s, bool exact)
 {
+    exact |= s->rx_big;
     while (s->rx_hi - s->rx_lo < XFER_WIRE_HDR_LEN) {
+        if (s->rx_small_run >= TCP_RX_GROW_AFTER && s->rxbuf == s->rxsmall) {
+            uint8_t *big = malloc(TCP_RXBUF_BIG); /* NULL: stay small */
+            if (big) {
+                memcpy(big, s->rxbuf, s->rx_hi);
+                s->rxbuf = big;
+                s->rxcap = TCP_RXBUF_BIG;
+            }
+            s->rx_small_run = 0;
+        }
         if (s->rx_lo > 0) {
             memmove(s->rxbuf, s->rxbuf + s->rx_lo, s->rx_hi - s->rx_lo);
             s->rx_hi -= s->rx_lo;
             s->rx_lo = 0;
         }
-        size_t want = exact ? XFER_WIRE_HDR_LEN - s->rx_hi : TCP_RXBUF - s->rx_hi;
+        size_t want = exact ? XFER_WIRE_HDR_LEN - s->rx_hi : s->rxcap - s->rx_hi;
         ssize_t n = sock_recv(s, s->rxbuf + s->rx_hi, want);
         if (n < 0)
             rx_failed(s);
@@ -300,6 +314,17 @@ static int fill_header(struct tcp_sock *s, bool exact)
         s->rx_hi += (size_t)n;
     }
     return 1;
+}
+
+/* A header announced `payload` bytes: counts small ones in a row (the
+ * read-ahead grows after TCP_RX_GROW_AFTER) and notes a large one. */
+static void rx_note(struct tcp_sock *s, uint64_t payload)
+{
+    s->rx_big = payload >= TCP_RX_DIRECT;
+    if (payload > 0 && payload <= TCP_RX_SMALL)
+        s->rx_small_run++;
+    else if (payload)
+        s->rx_small_run = 0;
 }
 
 /* Moves up to `left` payload bytes into dst (NULL = discard) from the
@@ -568,6 +593,7 @@ static int initiator_header(struct tcp_sock *s)
         tcp_sock_fail(s, -XFER_EPROTO, "response does not match the oldest request");
         return -1;
     }
+    rx_note(s, h->op == XFER_WIRE_READ_RESP && h->status == 0 ? t->len : 0);
     if (h->op == XFER_WIRE_READ_RESP && h->status == 0 && t->len > 0) {
         s->rx_state = RX_PAYLOAD;
         s->rx_got = 0;
@@ -724,6 +750,7 @@ static int target_header(struct tcp_sock *s)
         return -1;
     }
     s->rx_lo += XFER_WIRE_HDR_LEN;
+    rx_note(s, h->op == XFER_WIRE_READ_REQ ? 0 : h->length);
     int err = 0;
     if (h->op == XFER_WIRE_READ_REQ) {
         xfer_region *r = xfer_region_acquire_by(s->tt->engine, s->peer_node, h->region_id, h->gen,
