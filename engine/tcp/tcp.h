@@ -34,6 +34,7 @@
 #define TCP_RX_GROW_AFTER  64u         /* small payloads in a row before growing */
 #define TCP_RX_DIRECT      (32u << 10)
 #define TCP_IOV_MAX        64   /* frames gathered into one sendmsg */
+#define TCP_DONE_MAX       64   /* chunk ends reported together */
 #define TCP_TXQ_HIGH       4096 /* target stops reading above this backlog */
 #define TCP_HANDSHAKES_MAX 64   /* concurrent inbound handshakes */
 /* GPU memory goes through pinned staging slots (engine/gpu_stage, tcp_gpu.c):
@@ -128,6 +129,11 @@ struct tcp_sock {
     struct tcp_tx *tx_head, *tx_tail;
     size_t tx_count;
     struct tcp_tx *inf_head, *inf_tail; /* initiator: awaiting responses */
+    /* initiator, iomu: chunks whose responses this read brought, ended
+     * together when it stops (one batch lock per batch, not per chunk) */
+    struct xfer_chunk_end done[TCP_DONE_MAX];
+    size_t ndone;
+    uint64_t done_load;
     int64_t last_progress_ms;
     uint8_t rxsmall[TCP_RXBUF];
     uint8_t *rxbuf; /* rxsmall, or TCP_RXBUF_BIG bytes once small frames stream in */

@@ -100,6 +100,33 @@ void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const 
     tcp_tx_free(t);
 }
 
+/* Reports the chunk ends collected by chunk_done_later. */
+static void done_flush(struct tcp_sock *s)
+{
+    if (!s->ndone)
+        return;
+    __atomic_sub_fetch(&s->load, s->done_load, __ATOMIC_RELAXED);
+    xfer_batch_chunks_done_put(s->done, s->ndone);
+    s->ndone = 0;
+    s->done_load = 0;
+}
+
+/* A host chunk's response arrived whole (status 0): its end is reported
+ * with the others this read brings (done_flush when the read stops), so a
+ * recv full of small responses takes each batch's lock once. */
+static void chunk_done_later(struct tcp_sock *s, struct tcp_tx *t)
+{
+    if (t->op == XFER_WIRE_FENCE || t->msg || t->gpu) {
+        tcp_chunk_complete(s, t, 0, NULL);
+        return;
+    }
+    if (s->ndone == TCP_DONE_MAX)
+        done_flush(s);
+    s->done[s->ndone++] = (struct xfer_chunk_end){t->b, t->idx, t->len, 0, NULL};
+    s->done_load += chunk_load(t);
+    tcp_tx_free(t); /* its hold on t->b passes to the entry */
+}
+
 static void response_done(struct tcp_tx *t)
 {
     tcp_gpu_tx_release(t);
@@ -602,7 +629,9 @@ static int initiator_header(struct tcp_sock *s)
     inflight_pop(s);
     if (h->status < 0)
         remote_refused(s, t, h->status);
-    else /* 0, or XFER_MSG_* answering a MSG_REQ (the decoder allows no other) */
+    else if (h->status == 0)
+        chunk_done_later(s, t);
+    else /* XFER_MSG_* answering a MSG_REQ (the decoder allows no other) */
         tcp_chunk_complete(s, t, h->status, NULL);
     return 1;
 }
@@ -653,12 +682,20 @@ static ssize_t initiator_payload(struct tcp_sock *s)
     s->rx_got += (uint64_t)n;
     if (s->rx_got == t->len) {
         s->rx_state = RX_HDR;
-        tcp_chunk_complete(s, inflight_pop(s), 0, NULL);
+        chunk_done_later(s, inflight_pop(s));
     }
     return n;
 }
 
+static void initiator_read(struct tcp_sock *s);
+
 static void initiator_readable(struct tcp_sock *s)
+{
+    initiator_read(s);
+    done_flush(s);
+}
+
+static void initiator_read(struct tcp_sock *s)
 {
     size_t budget = RX_BUDGET;
     while (s->fd >= 0) {
