@@ -377,12 +377,14 @@ void batch_item_end(xfer_batch *b, size_t i, int status, const char *why)
     xfer_engine *e = b->engine;
     uint64_t lat_us = (uint64_t)(engine_now_ns() - b->t_submit_ns) / 1000;
     uint64_t bytes = status == 0 ? bi->it.len : 0;
-    stats_count_item(&e->stats, bi->it.op, bytes, status, lat_us);
+    struct stats_set *sets[3] = {&e->stats};
+    size_t nsets = 1;
     if (bi->it.peer) /* NULL: a RECV from any peer that matched nothing */
-        stats_count_item(&bi->it.peer->stats, bi->it.op, bytes, status, lat_us);
+        sets[nsets++] = &bi->it.peer->stats;
     int ti = transport_index(bi->tbit);
     if (ti >= 0)
-        stats_count_item(&e->tstats[ti], bi->it.op, bytes, status, lat_us);
+        sets[nsets++] = &e->tstats[ti];
+    stats_count_item(sets, nsets, bi->it.op, bytes, status, lat_us);
     batch_msg_item_end(b, i, status);
 }
 

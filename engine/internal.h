@@ -344,8 +344,9 @@ struct xfer_engine {
 /* ---- statistics (stats.c) ------------------------------------------------ */
 /* Bit position of a single-bit mask, or -1. */
 int transport_index(unsigned bit);
-void stats_count_item(struct stats_set *s, enum xfer_op op, uint64_t bytes, int status,
-                      uint64_t lat_us);
+/* One item ended: counted in each of sets[0..n) (node, peer, transport). */
+void stats_count_item(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t bytes,
+                      int status, uint64_t lat_us);
 void stats_count_served(struct stats_set *s, uint64_t bytes, int status);
 /* The sum of the shards (each counter read atomically, the set not). */
 void stats_read(const struct stats_set *s, struct xfer_stats *out);

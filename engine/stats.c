@@ -27,29 +27,35 @@ static int lat_bucket(uint64_t us)
 static unsigned my_shard(void)
 {
     static unsigned next;
+    /* (not initial-exec: libxfer.so is dlopened by Python, and its static
+     * TLS reserve is spent) */
     static _Thread_local unsigned mine = UINT32_MAX;
     if (mine == UINT32_MAX)
         mine = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % STATS_SHARDS;
     return mine;
 }
 
-void stats_count_item(struct stats_set *set, enum xfer_op op, uint64_t bytes, int status,
-                      uint64_t lat_us)
+void stats_count_item(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t bytes,
+                      int status, uint64_t lat_us)
 {
-    struct xfer_stats *s = &set->sh[my_shard()].s;
-    if (status < 0) {
-        ADD(s->errors, 1);
-        return;
+    unsigned k = my_shard();
+    int bucket = lat_bucket(lat_us);
+    for (size_t j = 0; j < n; j++) {
+        struct xfer_stats *s = &sets[j]->sh[k].s;
+        if (status < 0) {
+            ADD(s->errors, 1);
+            continue;
+        }
+        if (op == XFER_OP_READ) {
+            ADD(s->ops_read, 1);
+            ADD(s->bytes_read, bytes);
+        } else {
+            ADD(s->ops_write, 1);
+            ADD(s->bytes_written, bytes);
+        }
+        ADD(s->lat_us_sum, lat_us);
+        ADD(s->lat_hist[bucket], 1);
     }
-    if (op == XFER_OP_READ) {
-        ADD(s->ops_read, 1);
-        ADD(s->bytes_read, bytes);
-    } else {
-        ADD(s->ops_write, 1);
-        ADD(s->bytes_written, bytes);
-    }
-    ADD(s->lat_us_sum, lat_us);
-    ADD(s->lat_hist[lat_bucket(lat_us)], 1);
 }
 
 void stats_count_served(struct stats_set *set, uint64_t bytes, int status)
