@@ -17,6 +17,8 @@
 #define XFER_MAX_TRANSPORTS 8 /* transport bit positions */
 
 /* ---- regions ------------------------------------------------------------ */
+#define REGION_PINS_DEAD (1 << 30)
+
 struct xfer_region {
     xfer_engine *engine;
     char name[XFER_NAME_MAX];
@@ -32,9 +34,10 @@ struct xfer_region {
     void *cuda_ipc_base; /* xfer_region_adopt_cuda: opened mapping, closed on free */
     uint8_t cuda_ipc_handle[64];
     bool has_cuda_ipc_handle;
-    int pins;                   /* target accesses + running batches; table mu */
-    bool dead;                  /* deregistration started; table mu */
-    bool detached;              /* dead by xfer_region_detach, not yet deregistered; table mu */
+    int pins;      /* target accesses + running batches (atomic): added under the table mu while
+                      alive, dropped without it; REGION_PINS_DEAD set once deregistration waits */
+    bool dead;     /* deregistration started; table mu */
+    bool detached; /* dead by xfer_region_detach, not yet deregistered; table mu */
     struct guard_table *guards; /* lease rules (lease.c), NULL = none; table mu */
     void *tdata[XFER_MAX_TRANSPORTS];
 };
