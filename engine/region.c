@@ -395,13 +395,13 @@ void region_table_destroy(xfer_engine *e)
     t->cap = t->cap_names = t->n_names = 0;
 }
 
-bool region_pin(xfer_region *r)
+bool region_pin_n(xfer_region *r, int n)
 {
     struct region_table *t = &r->engine->regions;
     pthread_mutex_lock(&t->mu);
     bool ok = !r->dead;
     if (ok)
-        __atomic_add_fetch(&r->pins, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&r->pins, n, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&t->mu);
     return ok;
 }
@@ -410,14 +410,24 @@ bool region_pin(xfer_region *r)
  * took it twice per request): only the last unpin of a dying region takes
  * it, to wake the deregistration. r may be freed once the count is 0, so
  * only the engine's table is touched after it. */
-void region_unpin(xfer_region *r)
+void region_unpin_n(xfer_region *r, int n)
 {
     struct region_table *t = &r->engine->regions;
-    if (__atomic_sub_fetch(&r->pins, 1, __ATOMIC_SEQ_CST) == REGION_PINS_DEAD) {
+    if (__atomic_sub_fetch(&r->pins, n, __ATOMIC_SEQ_CST) == REGION_PINS_DEAD) {
         pthread_mutex_lock(&t->mu);
         pthread_cond_broadcast(&t->unpinned);
         pthread_mutex_unlock(&t->mu);
     }
+}
+
+bool region_pin(xfer_region *r)
+{
+    return region_pin_n(r, 1);
+}
+
+void region_unpin(xfer_region *r)
+{
+    region_unpin_n(r, 1);
 }
 
 xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,

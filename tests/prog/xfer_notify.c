@@ -20,8 +20,6 @@
  *   xfer_notify storm --peer FILE --count N --ready FILE
  *       notifications racing a reconnect (see run_storm).
  *   xfer_notify cancel --peer FILE    cancel of a batch with a notification
- *   xfer_notify unsupported --peer FILE
- *       over a transport without messages (tcpx): -XFER_ENOTSUP, data lands.
  *   xfer_notify wire --peer FILE
  *       raw tcp frames after a real handshake: oversized, truncated and
  *       inconsistent message frames; the node answers or cuts, keeps serving.
@@ -533,37 +531,6 @@ static int run_storm(const struct opts *o)
     return other == 0 && acked > 0 && lost > 0 ? 0 : 1;
 }
 
-/* A transport without messages (tcpx): notifications and SENDs fail with
- * -XFER_ENOTSUP, clearly, and the data items of such a batch still land. */
-static int run_unsupported(const struct opts *o)
-{
-    struct node_file nf;
-    struct sender s = {0};
-    if (sender_open(o, &s, &nf) < 0)
-        FAIL("sender setup");
-    int rc = xfer_notify(s.e, s.p, "x", 1, 5000);
-    printf("unsupported: notify %s (%s)\n", xfer_strerror(rc), xfer_engine_last_error(s.e));
-    if (rc != -XFER_ENOTSUP)
-        FAIL("notify over a transport without messages: %s", xfer_strerror(rc));
-    xfer_batch *b = xfer_batch_new(s.e, &rc);
-    uint64_t x = 3;
-    char msg[128] = "B 0";
-    add_write(&s, b, 0, 4096, &x, msg, sizeof(msg));
-    xfer_batch_notify(b, s.p, msg, strlen(msg));
-    xfer_batch_add_send(b, s.src, 0, 64, s.p, 5);
-    xfer_batch_submit(b, 5000);
-    rc = xfer_batch_wait(b, -1);
-    printf("unsupported: batch %s, write %s, send %s, notification %s\n", xfer_strerror(rc),
-           xfer_strerror(xfer_batch_item_status(b, 0)), xfer_strerror(xfer_batch_item_status(b, 1)),
-           xfer_strerror(xfer_batch_notify_status(b, s.p)));
-    if (xfer_batch_item_status(b, 0) != 0 || xfer_batch_item_status(b, 1) != -XFER_ENOTSUP ||
-        xfer_batch_notify_status(b, s.p) != -XFER_ENOTSUP)
-        FAIL("expected the WRITE done, the SEND and the notification -XFER_ENOTSUP");
-    xfer_batch_free(b);
-    xfer_engine_free(s.e);
-    return 0;
-}
-
 /* ---- bad frames from the wire (tcp) ---------------------------------------------- */
 
 static int raw_connect(uint16_t port)
@@ -828,8 +795,6 @@ int main(int argc, char **argv)
         return run_storm(&o);
     if (!strcmp(o.cmd, "cancel"))
         return run_cancel(&o);
-    if (!strcmp(o.cmd, "unsupported"))
-        return run_unsupported(&o);
     fprintf(stderr, "unknown command %s\n", o.cmd);
     return 2;
 }
