@@ -16,6 +16,11 @@
  *
  * --json prints one object (the same numbers) instead of the text lines;
  * bench/bench_all.py reads it for make bench's table.
+ *
+ * --only notify|sendrecv runs that part alone, --iters times, without
+ * spinning (the initiator sleeps in poll on the notification fd): for
+ * bench/callgrind_msg.sh, which counts instructions and system calls per
+ * notified batch or per send/recv round trip (repeatable on a noisy VM).
  */
 #include "xfer.h"
 
@@ -173,6 +178,32 @@ static void bench_notify(struct side *I, struct side *T, uint64_t size, int iter
     free(without);
 }
 
+/* --only notify: one 4 KiB WRITE with a bound notification, read at T by
+ * this thread (no reader thread, no spinning): a fixed amount of work per
+ * batch for instruction counts. */
+static int count_notify(struct side *I, struct side *T, int iters)
+{
+    struct xfer_item it = {XFER_OP_WRITE, I->r, 0, I->p, T->rd.id, T->rd.gen, 0, 4096};
+    struct pollfd p = {.fd = xfer_notif_fd(T->e), .events = POLLIN};
+    for (int k = 0; k < iters; k++) {
+        xfer_batch *b = xfer_batch_new(I->e, NULL);
+        struct xfer_notif *n = NULL;
+        xfer_batch_add(b, &it);
+        xfer_batch_notify(b, I->p, "ready", 5);
+        xfer_batch_submit(b, 10000);
+        while (poll(&p, 1, 10000) == 1 && xfer_notif_poll(T->e, &n, 1) == 0)
+            ;
+        int rc = xfer_batch_wait(b, -1);
+        xfer_batch_free(b);
+        if (!n || rc != 0) {
+            fprintf(stderr, "bench: notified batch %d failed: %s\n", k, xfer_strerror(rc));
+            return 1;
+        }
+        xfer_notif_free(n);
+    }
+    return 0;
+}
+
 /* ---- 2. 8 B latency ------------------------------------------------------------------- */
 
 struct echo {
@@ -194,8 +225,11 @@ static void *echo_main(void *arg)
     return NULL;
 }
 
-static void bench_latency(struct side *I, struct side *T, int iters)
+/* Returns 0 if every round trip went through; with_write adds the WRITE
+ * comparison and prints. */
+static int bench_latency(struct side *I, struct side *T, int iters, bool with_write)
 {
+    int rc = 0;
     double *v = calloc((size_t)iters, sizeof(double)), *w = calloc((size_t)iters, 8);
     struct echo x = {T, iters};
     pthread_t th;
@@ -206,23 +240,25 @@ static void bench_latency(struct side *I, struct side *T, int iters)
         if (xfer_send(I->e, I->r, 0, 8, I->p, 1, 10000) != 0 ||
             xfer_recv(I->e, I->r, 64, 64, I->p, 2, &got, 10000) != 0) {
             fprintf(stderr, "bench: ping failed at %d\n", k);
+            rc = 1;
             break;
         }
         v[k] = (now_us() - t0) / 2;
     }
     pthread_join(th, NULL);
-    for (int k = 0; k < iters; k++) {
+    for (int k = 0; with_write && k < iters; k++) {
         double t0 = now_us();
         xfer_write(I->e, I->r, 0, I->p, T->rd.id, T->rd.gen, 0, 8, 10000);
         w[k] = (now_us() - t0) / 2;
     }
     res.sr_8 = median(v, iters);
     res.write_8 = median(w, iters);
-    if (!res.json)
+    if (!res.json && with_write)
         printf("  8 B: send/recv one way (ping-pong / 2) %7.1f us | WRITE + wait / 2 %7.1f us\n",
                res.sr_8, res.write_8);
     free(v);
     free(w);
+    return rc;
 }
 
 /* ---- 3. 1 MiB throughput --------------------------------------------------------------- */
@@ -304,12 +340,16 @@ static void bench_throughput(struct side *I, struct side *T, double seconds, int
 
 int main(int argc, char **argv)
 {
-    const char *tr = "tcp";
+    const char *tr = "tcp", *only = NULL;
     int iters = 200, repeat = 3;
     double seconds = 0.5;
-    static const struct option lo[] = {{"transport", 1, 0, 't'}, {"iters", 1, 0, 'i'},
-                                       {"seconds", 1, 0, 's'},   {"repeat", 1, 0, 'r'},
-                                       {"json", 0, 0, 'j'},      {0, 0, 0, 0}};
+    static const struct option lo[] = {{"transport", 1, 0, 't'},
+                                       {"iters", 1, 0, 'i'},
+                                       {"seconds", 1, 0, 's'},
+                                       {"repeat", 1, 0, 'r'},
+                                       {"json", 0, 0, 'j'},
+                                       {"only", 1, 0, 'o'},
+                                       {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
         case 't':
@@ -327,6 +367,9 @@ int main(int argc, char **argv)
         case 'j':
             res.json = true;
             break;
+        case 'o':
+            only = optarg;
+            break;
         default:
             return 2;
         }
@@ -341,11 +384,23 @@ int main(int argc, char **argv)
     if (setup(&I, "bench-init", mask) < 0 || setup(&T, "bench-target", mask) < 0 ||
         connect_pair(&I, &T, mask) < 0)
         return 1;
+    if (only) {
+        int rc = 2;
+        if (!strcmp(only, "notify"))
+            rc = count_notify(&I, &T, iters);
+        else if (!strcmp(only, "sendrecv"))
+            rc = bench_latency(&I, &T, iters, false);
+        else
+            fprintf(stderr, "bench_notify: --only notify or sendrecv\n");
+        xfer_engine_free(I.e);
+        xfer_engine_free(T.e);
+        return rc;
+    }
     if (!res.json)
         printf("%s:\n", tr);
     bench_notify(&I, &T, 4096, iters, 0);
     bench_notify(&I, &T, MIB, iters / 4 > 10 ? iters / 4 : 10, 1);
-    bench_latency(&I, &T, iters);
+    bench_latency(&I, &T, iters, true);
     bench_throughput(&I, &T, seconds, repeat);
     if (res.json)
         printf("{\"transport\":\"%s\",\"write_4k_us\":%.2f,\"notif_4k_us\":%.2f,"

@@ -165,12 +165,7 @@ xfer_batch *xfer_batch_new(xfer_engine *e, int *err)
     b = calloc(1, sizeof(*b));
     if (!b)
         goto out;
-    b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (b->efd < 0) {
-        free(b);
-        b = NULL;
-        goto out;
-    }
+    b->efd = -1; /* made on first use (batch_efd): most batches never need one */
     b->engine = e;
     pthread_mutex_init(&b->mu, NULL);
     xfer_cond_init_mono(&b->cv);
@@ -181,6 +176,15 @@ out:
     if (err)
         *err = rc;
     return b;
+}
+
+/* b->mu held: b's eventfd, made now if it was never needed before; false
+ * if the system has none to give. */
+static bool batch_efd(xfer_batch *b)
+{
+    if (b->efd < 0)
+        b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    return b->efd >= 0;
 }
 
 /* Atomic, so that the monitor may take a hold under its own lock. */
@@ -200,7 +204,8 @@ void xfer_batch_put(xfer_batch *b)
     pthread_mutex_unlock(&b->mu);
     if (left > 0)
         return;
-    close(b->efd);
+    if (b->efd >= 0)
+        close(b->efd);
     notes_free(&b->notes);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
@@ -584,10 +589,8 @@ static int start_run(xfer_batch *b, int deadline_ms)
     return 0;
 }
 
-int xfer_batch_submit(xfer_batch *b, int deadline_ms)
+static int submit_run(xfer_batch *b, int deadline_ms)
 {
-    if (!b)
-        return -XFER_EINVAL;
     pthread_mutex_lock(&b->mu);
     int rc = b->state == B_RUNNING ? -XFER_EBUSY : b->n == 0 && b->notes.n == 0 ? -XFER_EINVAL : 0;
     if (rc == 0)
@@ -626,6 +629,18 @@ int xfer_batch_submit(xfer_batch *b, int deadline_ms)
     pthread_mutex_unlock(&b->mu);
     xfer_batch_put(b);
     return 0;
+}
+
+int xfer_batch_submit(xfer_batch *b, int deadline_ms)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    /* Notifications, RTS and FINs the run queues go out from this thread,
+     * after the batch lock is let go (msg.c). */
+    msg_direct_begin();
+    int rc = submit_run(b, deadline_ms);
+    msg_direct_end();
+    return rc;
 }
 
 /* ---- waiting ---------------------------------------------------------------- */
@@ -683,6 +698,8 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
     for (;;) {
         pthread_mutex_lock(&b->mu);
         struct xfer_conn *c = b->state == B_RUNNING && !b->wait_many ? b->wait_conn : NULL;
+        if (c && !batch_efd(b)) /* the end of the run wakes the poll through it */
+            c = NULL;
         void *chan = b->wait_chan;
         xfer_peer *p = b->wait_peer;
         b->wait_polling = c != NULL; /* the end of the run wakes its poll */
@@ -834,14 +851,17 @@ int xfer_batch_fd(const xfer_batch *b)
         return -1;
     xfer_batch *m = (xfer_batch *)b; /* const in the API; fd_used is bookkeeping */
     pthread_mutex_lock(&m->mu);
-    if (!m->fd_used) { /* from now on kept up to date; catch up once */
+    if (!m->fd_used && batch_efd(m)) { /* from now on kept up to date; catch up once */
         m->fd_used = true;
         uint64_t one = 1;
         if (m->state == B_DONE && write(m->efd, &one, sizeof(one)) < 0)
             xfer_debug("batch eventfd write failed");
     }
+    int fd = m->efd;
     pthread_mutex_unlock(&m->mu);
-    return m->efd;
+    if (fd < 0)
+        xfer_engine_set_error(m->engine, "batch fd: eventfd failed");
+    return fd;
 }
 
 int xfer_batch_item_status(const xfer_batch *b, size_t i)

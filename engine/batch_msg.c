@@ -49,6 +49,57 @@ static void note_send(xfer_batch *b, size_t k)
     }
 }
 
+/* The target's answer to a notification sent behind the data. */
+static void behind_done(struct msg_out *o, int status, const char *why)
+{
+    xfer_batch *b = o->b;
+    pthread_mutex_lock(&b->mu);
+    if (o->run == b->notes.run && o->note < b->notes.n) { /* binding data of this run */
+        if (status == XFER_MSG_NOT_BEHIND) {
+            if (notes_behind_declined(&b->notes, o->note))
+                note_send(b, o->note);
+        } else if (b->state == B_RUNNING) {
+            notes_finish(&b->notes, o->note, status, why);
+        }
+        if (b->state == B_RUNNING)
+            batch_maybe_finish(b);
+    }
+    pthread_mutex_unlock(&b->mu);
+    xfer_batch_put(b);
+}
+
+struct xfer_msg *xfer_batch_note_behind(xfer_batch *b, xfer_peer *p, const size_t *idx, size_t n)
+{
+    if (!__atomic_load_n(&b->notes.n, __ATOMIC_RELAXED) || !b->engine->msgs.behind)
+        return NULL; /* notes.n changes while idle only */
+    struct msg_out *o = NULL;
+    pthread_mutex_lock(&b->mu);
+    bool stopping = __atomic_load_n(&b->stopping, __ATOMIC_ACQUIRE);
+    long k = b->state == B_RUNNING && !stopping ? notes_behind_ok(&b->notes, p, n) : -1;
+    for (size_t j = 0; k >= 0 && j < n; j++) {
+        const struct batch_item *bi = &b->items[idx[j]];
+        struct xfer_region_brief rd; /* a GPU target acks after its H2D: not landed yet */
+        if (bi->kind != BK_RMA || bi->it.op != XFER_OP_WRITE || bi->it.peer != p || !bi->open ||
+            xfer_peer_region_brief(p, bi->it.remote_id, &rd) < 0 || rd.kind != XFER_MEM_HOST)
+            k = -1;
+    }
+    if (k >= 0) {
+        o = notes_frame(b->engine, &b->notes, (size_t)k); /* marks it fired */
+        if (o && msg_handed(b->engine) < 0) {
+            free(o);
+            o = NULL;
+        }
+        b->notes.v[k].fired = b->notes.v[k].behind = o != NULL; /* else the fenced way */
+        if (o) {
+            o->b = b;
+            o->done = behind_done;
+            xfer_batch_hold(b);
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return o ? &o->m : NULL;
+}
+
 int xfer_batch_notify(xfer_batch *b, xfer_peer *p, const void *msg, size_t len)
 {
     if (!b || !p || p->engine != b->engine || (len && !msg) || len > XFER_NOTIFY_MAX) {
@@ -125,7 +176,8 @@ void batch_msg_start(xfer_batch *b)
             bi->it.len = bi->cap;
             bi->matched = false;
             bi->from = NULL;
-            rc = mm_recv_add(b->engine, b, i, b->notes.run, bi->want, bi->tag);
+            rc = mm_recv_add(b->engine, b, i, b->notes.run, bi->want, bi->tag, bi->cap,
+                             bi->it.local->kind == XFER_MEM_HOST);
         } else {
             rc = mm_send_add(b->engine, b, i, b->notes.run, bi->it.peer, bi->it.len, &bi->send_id);
         }
@@ -139,9 +191,11 @@ void batch_msg_start(xfer_batch *b)
 
 void batch_msg_submit(xfer_batch *b)
 {
+    bool recvs = false;
     for (size_t i = 0; i < b->n; i++) {
         pthread_mutex_lock(&b->mu);
         struct batch_item *bi = &b->items[i];
+        recvs |= bi->kind == BK_RECV;
         bool go = bi->kind == BK_SEND && bi->open;
         struct xfer_msg_rts r = {
             .send_id = bi->send_id, .tag = bi->tag, .len = bi->it.len, .off = bi->it.local_off};
@@ -153,8 +207,11 @@ void batch_msg_submit(xfer_batch *b)
         xfer_region_describe(local, &r.src); /* pinned by the run */
         if (b->engine->match.eager && r.len <= XFER_MSG_EAGER_MAX && local->kind == XFER_MEM_HOST)
             r.eager = local->ptr + r.off; /* copied into the frame by mm_send_rts */
-        mm_send_rts(b->engine, p, &r);
+        mm_send_rts(b->engine, b, p, &r);
     }
+    if (recvs) /* messages that arrived before these RECVs: matched here, not
+                * by a hand-off to the message thread */
+        mm_match_run(b->engine);
 }
 
 int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,

@@ -165,6 +165,8 @@ struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_m
     pthread_cond_t done_cv; /* a work finished (msg_peer_gone waits) */
     size_t inflight;        /* queued or handed to a transport, not done yet */
     pthread_cond_t idle_cv; /* inflight reached 0 (msg_thread_stop drains) */
+    size_t direct;          /* kept by direct sections, not delivered yet */
+    bool behind; /* notifications may go behind their data (XFER_NOTIFY_BEHIND=0: never) */
 };
 int msg_thread_start(xfer_engine *e);
 /* Lets messages already queued or in flight finish (at most
@@ -178,8 +180,18 @@ struct msg_out *msg_out_new(size_t len);
  * has let go of p when this returns. */
 void msg_peer_gone(xfer_engine *e, xfer_peer *p);
 /* Queues o for o->peer: 0 and o->done is called exactly once (never from
- * inside this call), or -XFER_ECANCELED (engine stopping; o is the caller's). */
+ * inside this call), or -XFER_ECANCELED (engine stopping; o is the caller's).
+ * Inside a direct section the calling thread delivers o at the section's end. */
 int msg_send(xfer_engine *e, struct msg_out *o);
+/* A message handed to a transport without msg_send (a notification sent
+ * behind its data): counted like one in flight; -XFER_ECANCELED if the
+ * engine stops. */
+int msg_handed(xfer_engine *e);
+/* A direct section (nestable): messages queued in it are delivered by this
+ * thread at msg_direct_end, which must be called with no lock held (it
+ * takes peers' conn_lock and calls send_msg). */
+void msg_direct_begin(void);
+void msg_direct_end(void);
 uint64_t msg_next_seq(xfer_engine *e);
 
 struct notify_queue { /* received notifications, FIFO ring */
@@ -204,7 +216,8 @@ struct batch_note {
     struct xfer_notif_fail *failed; /* the first XFER_NOTIFY_FAILED_MAX */
     uint32_t n_listed, cap_listed;
     bool fired;
-    int status; /* -XFER_EINPROGRESS until acknowledged or failed */
+    bool behind; /* its frame went behind the items' data (transport's send_behind) */
+    int status;  /* -XFER_EINPROGRESS until acknowledged or failed */
     char why[96];
 };
 
@@ -223,6 +236,12 @@ void notes_count(struct batch_notes *ns, xfer_peer *p);
 /* Item idx for peer p ended with status; returns the index of a binding that
  * is now ready to send, or -1. */
 long notes_item_end(struct batch_notes *ns, xfer_peer *p, size_t idx, int status);
+/* Binding of p whose items are exactly the n open items idx (all of them,
+ * none ended yet), not sent yet: its index, else -1. */
+long notes_behind_ok(const struct batch_notes *ns, const xfer_peer *p, size_t n);
+/* Binding k's frame sent behind the data was declined by the target: it
+ * is sent the fenced way; true if its items all ended (send it now). */
+bool notes_behind_declined(struct batch_notes *ns, size_t k);
 /* Builds binding k's frame; NULL when out of memory. */
 struct msg_out *notes_frame(xfer_engine *e, struct batch_notes *ns, size_t k);
 /* Binding k finished with status: true if it was still open. */
@@ -246,23 +265,26 @@ struct msg_match { /* leaf lock: never held while calling out */
     size_t n_rts;
     struct mm_send *sends; /* SEND items waiting for their FIN */
     uint64_t next_send_id;
-    bool eager; /* small SENDs carry their bytes (XFER_MSG_EAGER=0: never) */
+    bool eager;             /* small SENDs carry their bytes (XFER_MSG_EAGER=0: never) */
+    unsigned matching;      /* pairs taken, being handed to their batch */
+    pthread_cond_t idle_cv; /* matching reached 0 (mm_peer_gone waits) */
 };
 void msg_match_init(xfer_engine *e);
 /* After the message thread stopped: ends what is left (-XFER_ECANCELED). */
 void msg_match_destroy(xfer_engine *e);
 /* b->mu held: registers RECV / SEND item i of run (takes a batch hold). */
 int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *want,
-                uint64_t tag);
+                uint64_t tag, uint64_t cap, bool host);
 int mm_send_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *p, uint64_t len,
                 uint64_t *send_id);
 /* b->mu held: item i ended; drops its registration if it still has one. */
 void mm_forget(xfer_engine *e, xfer_batch *b, size_t i);
 /* Queues an RTS (no lock needed) / a FIN (b->mu may be held). */
-void mm_send_rts(xfer_engine *e, xfer_peer *p, const struct xfer_msg_rts *r);
+void mm_send_rts(xfer_engine *e, xfer_batch *b, xfer_peer *p, const struct xfer_msg_rts *r);
 void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, uint64_t got);
-/* Message thread: pairs arrived RTS with posted RECVs; fails entries whose
- * peer's connection is gone (-XFER_ECONN). */
+/* No lock held (message thread, submitter): pairs arrived RTS with posted
+ * RECVs; mm_sweep fails entries whose peer's connection is gone
+ * (-XFER_ECONN). */
 void mm_match_run(xfer_engine *e);
 void mm_sweep(xfer_engine *e);
 /* xfer_peer_remove: entries naming p end -XFER_ECONN, RTS from p go. */

@@ -6,6 +6,11 @@
  * the batch lock and often on a transport's progress thread, while the
  * peer's conn_lock ranks above the batch lock. The message thread takes
  * conn_lock for reading, with no other lock held, and calls send_msg.
+ *
+ * Direct sections (msg_direct_begin/end): a thread that will hold no lock
+ * at the section's end (a submitting caller) keeps what it queues in the
+ * section and delivers it itself at the end, on its own thread: no hand-off
+ * to the message thread (docs/perf.md, "Messages and notifications").
  */
 #include "internal.h"
 #include "mono_clock.h"
@@ -75,6 +80,36 @@ static void msg_deliver(struct msg_out *o)
     pthread_rwlock_unlock(&p->conn_lock);
     if (rc < 0)
         msg_finish(o, rc, why);
+}
+
+/* This thread's direct section: depth and the messages it keeps. */
+static __thread struct {
+    int depth;
+    struct msg_out *head, *tail;
+} tl_direct;
+
+void msg_direct_begin(void)
+{
+    tl_direct.depth++;
+}
+
+void msg_direct_end(void)
+{
+    if (--tl_direct.depth > 0)
+        return;
+    /* Delivered in the order queued: messages to a peer keep their order. */
+    while (tl_direct.head) {
+        struct msg_out *o = tl_direct.head;
+        struct msg_thread *t = &o->peer->engine->msgs;
+        tl_direct.head = o->next;
+        if (!tl_direct.head)
+            tl_direct.tail = NULL;
+        msg_deliver(o); /* o->m.wait_b: still inside its submit */
+        pthread_mutex_lock(&t->mu);
+        if (--t->direct == 0)
+            pthread_cond_broadcast(&t->done_cv);
+        pthread_mutex_unlock(&t->mu);
+    }
 }
 
 #define SWEEP_NS     200000000 /* two-sided entries of dead peers fail this often */
@@ -151,7 +186,16 @@ int msg_send(xfer_engine *e, struct msg_out *o)
     o->next = NULL;
     pthread_mutex_lock(&t->mu);
     bool stopped = t->stop || !t->started;
-    if (!stopped) {
+    if (!stopped && tl_direct.depth > 0) {
+        t->inflight++;
+        t->direct++; /* msg_peer_gone waits for it: o->peer is used until delivered */
+        if (tl_direct.tail)
+            tl_direct.tail->next = o;
+        else
+            tl_direct.head = o;
+        tl_direct.tail = o;
+    } else if (!stopped) {
+        o->m.wait_b = NULL; /* the batch may be gone when the thread delivers o */
         if (t->tail)
             t->tail->next = o;
         else
@@ -160,6 +204,17 @@ int msg_send(xfer_engine *e, struct msg_out *o)
         t->inflight++;
         pthread_cond_signal(&t->cv);
     }
+    pthread_mutex_unlock(&t->mu);
+    return stopped ? -XFER_ECANCELED : 0;
+}
+
+int msg_handed(xfer_engine *e)
+{
+    struct msg_thread *t = &e->msgs;
+    pthread_mutex_lock(&t->mu);
+    bool stopped = t->stop || !t->started;
+    if (!stopped)
+        t->inflight++;
     pthread_mutex_unlock(&t->mu);
     return stopped ? -XFER_ECANCELED : 0;
 }
@@ -195,7 +250,7 @@ void msg_peer_gone(xfer_engine *e, xfer_peer *p)
         pthread_mutex_lock(&t->mu);
         struct msg_out *gone = take_peer_msgs(t, p);
         uint64_t r = t->rounds;
-        while (t->busy && t->rounds == r)
+        while ((t->busy && t->rounds == r) || t->direct)
             pthread_cond_wait(&t->done_cv, &t->mu);
         pthread_mutex_unlock(&t->mu);
         if (!gone && pass > 0)
@@ -216,6 +271,8 @@ int msg_thread_start(xfer_engine *e)
     pthread_cond_init(&t->done_cv, NULL);
     xfer_cond_init_mono(&t->idle_cv);
     msg_match_init(e);
+    const char *v = getenv("XFER_NOTIFY_BEHIND"); /* 0: measuring, or a peer without it */
+    t->behind = !(v && !strcmp(v, "0"));
     if (pthread_create(&t->thread, NULL, msg_main, e) != 0) {
         xfer_engine_set_error(e, "cannot start the message thread");
         return -XFER_ENOMEM;

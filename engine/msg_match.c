@@ -8,9 +8,21 @@
  * except for an eager RTS (up to XFER_MSG_EAGER_MAX bytes inside the frame,
  * kept here with the RTS until matched): its bytes are copied into the RECV.
  *
- * Locks: mm->mu is a leaf. Entries hold a reference on their batch; an entry
- * is taken off its list under mu by exactly one of: the matcher, a FIN, the
- * sweep, or mm_forget (the item ended), which then owns that reference.
+ * Who matches (docs/perf.md, "Messages and notifications"): the transport
+ * thread an RTS arrives on, for pairs that need no post (an eager message
+ * into host memory, a truncation, an empty message; the FIN of the arrived
+ * RTS then travels as its answer, XFER_MSG_DELIVERED); the submitting
+ * thread of a batch with RECVs (any pair: it may post the READ); the
+ * message thread for the rest (kicked when a transport thread stops at a
+ * pair it may not complete). Pairs are taken in order under mu by whoever
+ * runs, so the matching rules do not depend on the thread.
+ *
+ * Locks: mm->mu is a leaf, except that an arriving RTS looks its peer up
+ * (peer table, peer lock) under it: a peer removal's sweep (under mu) thus
+ * comes after any RTS queued from that peer. Entries hold a reference on
+ * their batch; an entry is taken off its list under mu by exactly one of:
+ * the matcher, a FIN, the sweep, or mm_forget (the item ended), which then
+ * owns that reference.
  */
 #include "internal.h"
 #include "msg_wire.h"
@@ -26,6 +38,8 @@ struct mm_recv {
     uint64_t run;
     xfer_peer *want; /* NULL = any peer */
     uint64_t tag;    /* or XFER_MSG_TAG_ANY */
+    uint64_t cap;    /* the buffer's length */
+    bool host;       /* the buffer is host memory (eager bytes are copied in) */
 };
 
 struct mm_rts {
@@ -43,9 +57,19 @@ struct mm_send {
     xfer_peer *to;
 };
 
+/* A transport thread's inline match: the FIN of this SEND is not sent but
+ * becomes the answer to its RTS (mm_rts_arrived). */
+struct fin_capture {
+    const xfer_peer *to;
+    uint64_t send_id;
+    bool hit;
+};
+static __thread struct fin_capture *tl_fin;
+
 void msg_match_init(xfer_engine *e)
 {
     pthread_mutex_init(&e->match.mu, NULL);
+    pthread_cond_init(&e->match.idle_cv, NULL);
     /* XFER_MSG_EAGER=0: every SEND goes rendezvous (measuring the eager
      * path; talking to a peer that predates the eager RTS) */
     const char *v = getenv("XFER_MSG_EAGER");
@@ -55,12 +79,12 @@ void msg_match_init(xfer_engine *e)
 /* ---- registration (b->mu held) ------------------------------------------------- */
 
 int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *want,
-                uint64_t tag)
+                uint64_t tag, uint64_t cap, bool host)
 {
     struct mm_recv *r = malloc(sizeof(*r));
     if (!r)
         return -XFER_ENOMEM;
-    *r = (struct mm_recv){NULL, b, i, run, want, tag};
+    *r = (struct mm_recv){NULL, b, i, run, want, tag, cap, host};
     xfer_batch_hold(b);
     struct msg_match *m = &e->match;
     pthread_mutex_lock(&m->mu);
@@ -70,8 +94,7 @@ int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer
         m->recv_head = r;
     m->recv_tail = r;
     pthread_mutex_unlock(&m->mu);
-    msg_kick(e); /* an RTS may be waiting already */
-    return 0;
+    return 0; /* an RTS waiting already: the submitter matches (batch_msg_submit) */
 }
 
 int mm_send_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *p, uint64_t len,
@@ -123,25 +146,49 @@ void mm_forget(xfer_engine *e, xfer_batch *b, size_t i)
 
 /* ---- sending RTS and FIN -------------------------------------------------------- */
 
-/* An RTS that was not queued at the target fails its SEND (if still waiting). */
-static void rts_done(struct msg_out *o, int status, const char *why)
+/* Unlinks the SEND waiting for its FIN by id (and receiver, if node). */
+static struct mm_send *take_send(struct msg_match *m, uint64_t id, const char *node)
 {
-    if (status == 0)
-        return; /* queued there; the FIN completes the SEND */
-    xfer_engine *e = o->peer->engine;
-    struct msg_match *m = &e->match;
     struct mm_send *s = NULL;
     pthread_mutex_lock(&m->mu);
     for (struct mm_send **pp = &m->sends; *pp; pp = &(*pp)->next) {
-        if ((*pp)->id == o->id) {
+        if ((*pp)->id == id && (!node || !strcmp((*pp)->to->desc.node_id, node))) {
             s = *pp;
             *pp = s->next;
             break;
         }
     }
     pthread_mutex_unlock(&m->mu);
+    return s;
+}
+
+/* The receiver's FIN (or the answer standing for it) for SEND s. */
+static void send_finished(struct mm_send *s, const char *node, const struct xfer_msg_fin *f)
+{
+    char why[160];
+    snprintf(why, sizeof(why), "receiver %s: %s", node, xfer_strerror(f->status));
+    if (f->status == 0 && f->got != s->len)
+        xfer_batch_chunk_done(s->b, s->i, 0, -XFER_EPROTO, "receiver reports another length");
+    else
+        xfer_batch_chunk_done(s->b, s->i, f->status == 0 ? s->len : 0, f->status, why);
+    xfer_batch_put(s->b);
+    free(s);
+}
+
+/* An RTS that was not queued at the target fails its SEND (if still
+ * waiting); one answered XFER_MSG_DELIVERED completes it (no FIN follows). */
+static void rts_done(struct msg_out *o, int status, const char *why)
+{
+    if (status == 0)
+        return; /* queued there; the FIN completes the SEND */
+    struct mm_send *s = take_send(&o->peer->engine->match, o->id, NULL);
     if (!s)
         return;
+    if (status == XFER_MSG_DELIVERED) {
+        struct xfer_msg_fin f = {o->id, 0, s->len};
+        send_finished(s, o->peer->desc.node_id, &f);
+        return;
+    }
     char msg[160];
     snprintf(msg, sizeof(msg), "send to %s: %s", o->peer->desc.node_id,
              why && *why ? why : xfer_strerror(status));
@@ -150,7 +197,7 @@ static void rts_done(struct msg_out *o, int status, const char *why)
     free(s);
 }
 
-void mm_send_rts(xfer_engine *e, xfer_peer *p, const struct xfer_msg_rts *r)
+void mm_send_rts(xfer_engine *e, xfer_batch *b, xfer_peer *p, const struct xfer_msg_rts *r)
 {
     struct msg_out *o = msg_out_new(xfer_msg_rts_frame_len(r));
     if (!o) {
@@ -162,6 +209,7 @@ void mm_send_rts(xfer_engine *e, xfer_peer *p, const struct xfer_msg_rts *r)
     o->peer = p;
     o->id = r->send_id;
     o->done = rts_done;
+    o->m.wait_b = b; /* the answer may complete the SEND (cleared unless direct) */
     if (msg_send(e, o) < 0) {
         struct msg_out stub = {.peer = p, .id = r->send_id};
         free(o);
@@ -181,6 +229,11 @@ static void fin_done(struct msg_out *o, int status, const char *why)
 
 void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, uint64_t got)
 {
+    struct fin_capture *cap = tl_fin;
+    if (cap && status == 0 && cap->to == to && cap->send_id == send_id) {
+        cap->hit = true; /* the RTS's answer carries it */
+        return;
+    }
     struct msg_out *o = msg_out_new(XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY);
     if (!o) {
         xfer_warn("out of memory for a FIN to %s", to->desc.node_id);
@@ -196,31 +249,28 @@ void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, ui
 
 /* ---- arrivals (transport threads) ---------------------------------------------- */
 
-int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct xfer_msg_rts *r)
+static bool match_pairs(xfer_engine *e, bool inline_only);
+
+/* Queues x from the peer named node; the peer is looked up under mu, so its
+ * removal (which sweeps under mu after unlinking it) cannot free it before
+ * x is queued, nor miss x. */
+static int rts_queue(xfer_engine *e, const char *node, uint64_t inc, struct mm_rts *x,
+                     const xfer_peer **from)
 {
-    /* The data comes through our own connection to the sender. */
-    xfer_peer *p = xfer_peer_find(e, node);
-    if (!p) {
-        xfer_warn("message from %s refused: not a known peer (add it to receive)", node);
-        return -XFER_ENOENT;
-    }
-    struct xfer_peer_desc d;
-    xfer_peer_describe(p, &d);
-    if (d.incarnation && d.incarnation != inc)
-        return -XFER_ESTALE;
-    size_t eager = r->eager ? r->len : 0; /* kept with the RTS until matched */
-    struct mm_rts *x = malloc(sizeof(*x) + eager);
-    if (!x)
-        return -XFER_ENOMEM;
-    *x = (struct mm_rts){NULL, p, *r};
-    if (r->eager) {
-        memcpy(x + 1, r->eager, eager);
-        x->r.eager = (const uint8_t *)(x + 1);
-    }
     struct msg_match *m = &e->match;
     pthread_mutex_lock(&m->mu);
-    int rc = m->n_rts >= XFER_MSG_UNEXPECTED_MAX ? -XFER_ENOSPC : 0;
+    xfer_peer *p = xfer_peer_find(e, node);
+    struct xfer_peer_desc d;
+    int rc = 0;
+    if (!p)
+        rc = -XFER_ENOENT;
+    else if (xfer_peer_describe(p, &d), d.incarnation && d.incarnation != inc)
+        rc = -XFER_ESTALE;
+    else if (m->n_rts >= XFER_MSG_UNEXPECTED_MAX)
+        rc = -XFER_ENOSPC;
     if (rc == 0) {
+        x->from = p;
+        *from = p;
         if (m->rts_tail)
             m->rts_tail->next = x;
         else
@@ -229,38 +279,48 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
         m->n_rts++;
     }
     pthread_mutex_unlock(&m->mu);
-    if (rc < 0)
-        free(x);
-    else
-        msg_kick(e);
     return rc;
+}
+
+int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct xfer_msg_rts *r)
+{
+    /* The data comes through our own connection to the sender. */
+    size_t eager = r->eager ? r->len : 0; /* kept with the RTS until matched */
+    struct mm_rts *x = malloc(sizeof(*x) + eager);
+    if (!x)
+        return -XFER_ENOMEM;
+    *x = (struct mm_rts){NULL, NULL, *r};
+    if (r->eager) {
+        memcpy(x + 1, r->eager, eager);
+        x->r.eager = (const uint8_t *)(x + 1);
+    }
+    const xfer_peer *from = NULL;
+    int rc = rts_queue(e, node, inc, x, &from);
+    if (rc < 0) {
+        if (rc == -XFER_ENOENT)
+            xfer_warn("message from %s refused: not a known peer (add it to receive)", node);
+        free(x);
+        return rc;
+    }
+    /* Match here what needs no post; the FIN of this RTS, if it matched
+     * and landed, is the answer (x is not ours any more: by id). */
+    struct fin_capture cap = {from, r->send_id, false};
+    tl_fin = &cap;
+    bool rest = match_pairs(e, true);
+    tl_fin = NULL;
+    if (rest)
+        msg_kick(e);
+    return cap.hit ? XFER_MSG_DELIVERED : 0;
 }
 
 int mm_fin_arrived(xfer_engine *e, const char *node, const struct xfer_msg_fin *f)
 {
-    struct msg_match *m = &e->match;
-    struct mm_send *s = NULL;
-    pthread_mutex_lock(&m->mu);
-    for (struct mm_send **pp = &m->sends; *pp; pp = &(*pp)->next) {
-        if ((*pp)->id == f->send_id && !strcmp((*pp)->to->desc.node_id, node)) {
-            s = *pp;
-            *pp = s->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&m->mu);
+    struct mm_send *s = take_send(&e->match, f->send_id, node);
     if (!s) { /* ended meanwhile (cancel, deadline) or never ours */
         xfer_debug("FIN from %s for unknown send %llu", node, (unsigned long long)f->send_id);
         return -XFER_ENOENT;
     }
-    char why[160];
-    snprintf(why, sizeof(why), "receiver %s: %s", node, xfer_strerror(f->status));
-    if (f->status == 0 && f->got != s->len)
-        xfer_batch_chunk_done(s->b, s->i, 0, -XFER_EPROTO, "receiver reports another length");
-    else
-        xfer_batch_chunk_done(s->b, s->i, f->status == 0 ? s->len : 0, f->status, why);
-    xfer_batch_put(s->b);
-    free(s);
+    send_finished(s, node, f);
     return 0;
 }
 
@@ -271,8 +331,18 @@ static bool fits(const struct mm_recv *v, const struct mm_rts *x)
     return (!v->want || v->want == x->from) && (v->tag == XFER_MSG_TAG_ANY || v->tag == x->r.tag);
 }
 
-/* Takes the first (RTS, RECV) pair in arrival / posting order. mu held. */
-static bool take_pair(struct msg_match *m, struct mm_rts **xo, struct mm_recv **vo)
+/* A pair that completes without a post (batch_recv_matched): the eager
+ * bytes are copied into host memory, or nothing moves. */
+static bool needs_no_post(const struct mm_recv *v, const struct mm_rts *x)
+{
+    return x->r.len == 0 || x->r.len > v->cap || (x->r.eager && v->host);
+}
+
+/* Takes the first (RTS, RECV) pair in arrival / posting order, unless
+ * inline_only and it needs a post (then *stopped). mu held; the pair
+ * counts in m->matching until match_done. */
+static bool take_pair(struct msg_match *m, struct mm_rts **xo, struct mm_recv **vo,
+                      bool inline_only, bool *stopped)
 {
     struct mm_rts *xp = NULL;
     for (struct mm_rts *x = m->rts_head; x; xp = x, x = x->next) {
@@ -280,6 +350,10 @@ static bool take_pair(struct msg_match *m, struct mm_rts **xo, struct mm_recv **
         for (struct mm_recv *v = m->recv_head; v; vp = v, v = v->next) {
             if (!fits(v, x))
                 continue;
+            if (inline_only && !needs_no_post(v, x)) {
+                *stopped = true;
+                return false;
+            }
             if (vp)
                 vp->next = v->next;
             else
@@ -293,6 +367,7 @@ static bool take_pair(struct msg_match *m, struct mm_rts **xo, struct mm_recv **
             if (m->rts_tail == x)
                 m->rts_tail = xp;
             m->n_rts--;
+            m->matching++;
             *xo = x;
             *vo = v;
             return true;
@@ -301,33 +376,49 @@ static bool take_pair(struct msg_match *m, struct mm_rts **xo, struct mm_recv **
     return false;
 }
 
-void mm_match_run(xfer_engine *e)
+/* A pair taken by take_pair is handed over (or x is back). mu held. */
+static void match_done(struct msg_match *m)
+{
+    if (--m->matching == 0)
+        pthread_cond_broadcast(&m->idle_cv);
+}
+
+/* Pairs RTS with RECVs until none fits; inline_only stops at the first
+ * pair that needs a post and returns true then (the message thread must
+ * go on). */
+static bool match_pairs(xfer_engine *e, bool inline_only)
 {
     struct msg_match *m = &e->match;
     struct mm_rts *x;
     struct mm_recv *v;
     for (;;) {
+        bool stopped = false;
         pthread_mutex_lock(&m->mu);
-        bool got = take_pair(m, &x, &v);
+        bool got = take_pair(m, &x, &v, inline_only, &stopped);
         pthread_mutex_unlock(&m->mu);
         if (!got)
-            return;
+            return stopped;
         int rc = batch_recv_matched(v->b, v->i, v->run, x->from, &x->r);
         xfer_batch_put(v->b);
         free(v);
+        pthread_mutex_lock(&m->mu);
         if (rc == 0) {
             free(x);
-            continue;
+        } else { /* that RECV ended meanwhile: the message waits for the next one */
+            x->next = m->rts_head;
+            m->rts_head = x;
+            if (!m->rts_tail)
+                m->rts_tail = x;
+            m->n_rts++;
         }
-        /* that RECV ended meanwhile: the message waits for the next one */
-        pthread_mutex_lock(&m->mu);
-        x->next = m->rts_head;
-        m->rts_head = x;
-        if (!m->rts_tail)
-            m->rts_tail = x;
-        m->n_rts++;
+        match_done(m);
         pthread_mutex_unlock(&m->mu);
     }
+}
+
+void mm_match_run(xfer_engine *e)
+{
+    match_pairs(e, false);
 }
 
 static bool peer_dead(const xfer_peer *p, const xfer_peer *arg)
@@ -351,6 +442,9 @@ static void sweep_where(xfer_engine *e, bool (*peer_gone)(const xfer_peer *, con
     struct mm_send *dead_s = NULL;
     struct mm_rts *dead_x = NULL;
     pthread_mutex_lock(&m->mu);
+    /* Pairs being handed over may name the peer (p removed): let them end. */
+    while (peer_gone == peer_is && m->matching)
+        pthread_cond_wait(&m->idle_cv, &m->mu);
     struct mm_recv **vp = &m->recv_head, *vlast = NULL;
     while (*vp) {
         struct mm_recv *v = *vp;
@@ -433,6 +527,7 @@ void msg_match_destroy(xfer_engine *e)
     m->rts_head = m->rts_tail = NULL;
     m->n_rts = 0;
     pthread_mutex_unlock(&m->mu);
+    pthread_cond_destroy(&m->idle_cv);
     while (v) {
         struct mm_recv *n = v->next;
         xfer_batch_chunk_done(v->b, v->i, 0, -XFER_ECANCELED, "engine is shutting down");

@@ -65,7 +65,7 @@ void notes_start(struct batch_notes *ns)
     for (size_t k = 0; k < ns->n; k++) {
         struct batch_note *nt = &ns->v[k];
         nt->n_items = nt->n_open = nt->n_failed = nt->n_listed = 0;
-        nt->fired = false;
+        nt->fired = nt->behind = false;
         nt->status = -XFER_EINPROGRESS;
         nt->why[0] = '\0';
     }
@@ -107,6 +107,27 @@ long notes_item_end(struct batch_notes *ns, xfer_peer *p, size_t idx, int status
     if (--nt->n_open > 0 || nt->fired)
         return -1;
     return nt - ns->v;
+}
+
+long notes_behind_ok(const struct batch_notes *ns, const xfer_peer *p, size_t n)
+{
+    for (size_t k = 0; k < ns->n; k++) {
+        const struct batch_note *nt = &ns->v[k];
+        if (nt->peer == p)
+            return !nt->fired && n > 0 && nt->n_items == n && nt->n_open == n ? (long)k : -1;
+    }
+    return -1;
+}
+
+bool notes_behind_declined(struct batch_notes *ns, size_t k)
+{
+    struct batch_note *nt = &ns->v[k];
+    if (!nt->behind)
+        return false;
+    /* also after a cancel or deadline finished the binding: the target
+     * still learns the items' fate, as it would without the shortcut */
+    nt->behind = nt->fired = false;
+    return nt->n_open == 0;
 }
 
 static int fail_cmp(const void *a, const void *b)

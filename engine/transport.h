@@ -30,6 +30,11 @@ struct xfer_conn;
 struct xfer_msg {
     const uint8_t *frame;
     size_t len;
+    /* Set only while the sender's own thread delivers m from inside its
+     * xfer_batch_submit (the batch is alive): the answer completes this
+     * batch, so send_msg may name the channel it used with
+     * xfer_batch_wait_hint (waiter-driven receive). Else NULL. */
+    xfer_batch *wait_b;
 };
 
 enum xfer_transport_cap {
@@ -239,8 +244,25 @@ void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int stat
 void xfer_msg_done(struct xfer_msg *m, int status, const char *why);
 /* Target side: an engine message arrived from node_id/incarnation (as the
  * transport's handshake proved them). Returns the status to answer: 0
- * (accepted), -XFER_ENOSPC (receive queue full), -XFER_EPROTO (malformed),
- * -XFER_ENOMEM. Never blocks on the user; bytes are copied. */
+ * (accepted), XFER_MSG_DELIVERED (accepted and consumed at once: an eager
+ * message matched a posted receive; the answer stands for its FIN),
+ * -XFER_ENOSPC (receive queue full), -XFER_EPROTO (malformed),
+ * -XFER_ENOMEM. Never blocks on the user; bytes are copied. Transports
+ * carry the answer, XFER_MSG_DELIVERED included, back to xfer_msg_done. */
+#define XFER_MSG_DELIVERED 1
+/* The answer to a notification sent behind its batch's data
+ * (xfer_batch_note_behind) when not all of that data landed at the target
+ * before it: not queued there; the engine sends it again the fenced way. */
+#define XFER_MSG_NOT_BEHIND 2
+/* Post, no lock held but the peer's conn_lock: items idx[0..n) of b, all
+ * of them sent on one ordered channel of c (nothing else of b's items for
+ * this peer), WRITEs of host memory. If b binds a notification to the peer
+ * whose items are exactly these, none ended yet, returns its message, to be
+ * sent on that channel right behind them (send_msg's rules; the target
+ * delivers it only if every one of those frames landed, else answers
+ * XFER_MSG_NOT_BEHIND); else NULL (the engine sends it after the items
+ * ended). docs/notify.md, "Behind the data". */
+struct xfer_msg *xfer_batch_note_behind(xfer_batch *b, xfer_peer *p, const size_t *idx, size_t n);
 int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnation,
                          const uint8_t *frame, size_t len);
 

@@ -1,5 +1,6 @@
 /* Encoding of the tcp data-plane header (layout in wire.h). */
 #include "wire.h"
+#include "transport.h" /* XFER_MSG_DELIVERED */
 #include "xfer.h"
 
 #include <string.h>
@@ -60,7 +61,9 @@ int xfer_wire_decode(const uint8_t in[XFER_WIRE_HDR_LEN], uint32_t max_payload,
         return -XFER_EPROTO;
     if (h->op == 0 || h->op >= XFER_WIRE_OP_MAX)
         return -XFER_EPROTO;
-    if (h->status > 0 || h->status <= -XFER_ERR_MAX)
+    /* positive statuses: a message's answer "delivered" or "not behind" */
+    if ((h->status > 0 && !(h->op == XFER_WIRE_MSG_RESP && h->status <= XFER_MSG_NOT_BEHIND)) ||
+        h->status <= -XFER_ERR_MAX)
         return -XFER_EPROTO;
     if (h->payload > max_payload || h->length > max_payload)
         return -XFER_EPROTO;

@@ -341,7 +341,8 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms);
 /* Items not yet done end with -XFER_ECANCELED; returns once no transport
  * touches the batch's local memory any more. */
 int xfer_batch_cancel(xfer_batch *b);
-/* eventfd readable once the batch is finished (borrowed, lives with b). */
+/* eventfd readable once the batch is finished (borrowed, lives with b; made
+ * on the first call: -1 if the system has none to give). */
 int xfer_batch_fd(const xfer_batch *b);
 /* Status of item i (0, -XFER_EINPROGRESS or an error) and its reason. */
 int xfer_batch_item_status(const xfer_batch *b, size_t i);

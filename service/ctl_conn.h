@@ -78,7 +78,10 @@ bool conn_admit(struct conn *c);
 /* ctl_listen.c: notification listeners (Listen requests) */
 /* Subscribes c (answers the request itself); 0 or an error with why. */
 int ctl_listen_add(struct conn *c, uint64_t id, uint32_t count, char *why, size_t why_len);
-/* c closes: forget its subscription. */
+/* ListenAck: c's client took the first count notifications of its stream
+ * (cumulative); 0 or an error with why. */
+int ctl_listen_ack(struct conn *c, uint64_t count, char *why, size_t why_len);
+/* c closes: forget its subscription, give back what it did not acknowledge. */
 void ctl_listen_drop(struct conn *c);
 void ctl_listen_free(struct ctl_server *s);
 

@@ -277,6 +277,17 @@ static void dispatch(struct conn *c, Xctl__Request *req, size_t bytes)
         xctl__request__free_unpacked(req, NULL);
         return;
     }
+    if (req->body_case == XCTL__REQUEST__BODY_LISTEN_ACK) {
+        /* no reply unless it is wrong (a stream's acknowledgement) */
+        char why[160];
+        int rc = ctl_listen_ack(c, req->listen_ack->count, why, sizeof(why));
+        if (rc) {
+            atomic_fetch_add(&d->ctl_errors, 1);
+            reply_now(c, req->id, rc, why);
+        }
+        xctl__request__free_unpacked(req, NULL);
+        return;
+    }
     if (req->body_case == XCTL__REQUEST__BODY_REG && req->reg->memfd) {
         fd = c->is_unix ? take_fd(c) : -1;
         if (fd < 0) {

@@ -1,4 +1,5 @@
 /* Control requests -> responses (run on worker threads). */
+#include "notify_tag.h"
 #include "xfer_io.h"
 #include "xferd.h"
 
@@ -309,7 +310,8 @@ static void run_items(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops
         xferd_transfer_notify(d, b->items[0], b->notify.len ? b->notify.data : NULL, b->notify.len,
                               hops, batch_deadline(d, b), items[0], a);
     else
-        xferd_transfer_many(d, b->items, b->n_items, hops, batch_deadline(d, b), items, a);
+        xferd_transfer_many(d, b->items, b->n_items, b->notify.len ? b->notify.data : NULL,
+                            b->notify.len, hops, batch_deadline(d, b), items, a);
 }
 
 struct ctl_quota *ctl_quota_new(void)
@@ -409,14 +411,9 @@ static void do_batch(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hops,
         fail(resp, a, -XFER_EINVAL, "a batch holds 1..%d transfers", BATCH_MAX_ITEMS);
         return;
     }
-    if (b->notify.len && b->n_items != 1) {
-        fail(resp, a, -XFER_EINVAL, "a notification is bound to a batch of one transfer (not %zu)",
-             b->n_items);
-        return;
-    }
-    if (b->notify.len > XFER_NOTIFY_MAX) {
+    if (b->notify.len > XFERD_NOTIFY_MAX) {
         fail(resp, a, -XFER_EINVAL, "notification of %zu bytes is over the limit (%u bytes)",
-             b->notify.len, XFER_NOTIFY_MAX);
+             b->notify.len, XFERD_NOTIFY_MAX);
         return;
     }
     Xctl__BatchResult *br = arena_alloc(a, sizeof(*br));

@@ -7,6 +7,7 @@
  * destination writable (w).
  */
 #include "ctl_client.h"
+#include "notify_tag.h"
 #include "xfer_io.h"
 #include "transfer_int.h"
 #include "xferd.h"
@@ -139,10 +140,22 @@ int local_copy(struct xctx *x, struct side *src, struct side *dst, uint64_t len)
     return 0;
 }
 
-/* One engine batch of one item, retried once when the remote region's
- * generation moved on (re-registered under the same name). */
+int bind_notify(struct xctx *x, xfer_batch *b, xfer_peer *p, unsigned flags)
+{
+    uint8_t *m = malloc(NOTIFY_TAG_LEN + x->notify_len);
+    if (!m)
+        return -XFER_ENOMEM;
+    notify_tag_put(m, x->notify_id, flags);
+    memcpy(m + NOTIFY_TAG_LEN, x->notify, x->notify_len);
+    int rc = xfer_batch_notify(b, p, m, NOTIFY_TAG_LEN + x->notify_len);
+    free(m);
+    return rc;
+}
+
+/* One engine batch of one item. flags: NOTIFY_TAG_MAY_RETRY unless this is
+ * the retry after a stale descriptor (the last attempt). */
 static int engine_op(struct xctx *x, enum xfer_op op, struct side *loc, struct side *rem,
-                     uint64_t len, int deadline_ms)
+                     uint64_t len, int deadline_ms, unsigned flags)
 {
     int err = 0;
     xfer_batch *b = xfer_batch_new(x->d->eng, &err);
@@ -158,7 +171,7 @@ static int engine_op(struct xctx *x, enum xfer_op op, struct side *loc, struct s
                            .len = len};
     struct inflight f = {.b = b};
     int rc = xfer_batch_add(b, &it);
-    if (rc >= 0 && x->notify && (rc = xfer_batch_notify(b, rem->peer, x->notify, x->notify_len))) {
+    if (rc >= 0 && x->notify && (rc = bind_notify(x, b, rem->peer, flags))) {
         why_set(x, rc, "notification for %s: %s", rem->n.node, xfer_engine_last_error(x->d->eng));
         xfer_batch_free(b);
         return rc;
@@ -202,23 +215,29 @@ static int execute_held(struct xctx *x, enum xfer_op op, struct side *src, struc
         return rc;
     if (rem->local)
         return local_copy(x, src, dst, len);
-    rc = engine_op(x, op, loc, rem, len, deadline_ms);
+    /* A notification goes with every attempt, tagged with one copy id: the
+     * target delivers it at most once, and drops a stale attempt's (the
+     * retry below follows it; docs/service.md "Notifications"). */
+    rc = engine_op(x, op, loc, rem, len, deadline_ms, NOTIFY_TAG_MAY_RETRY);
     /* A connection failure may mean the peer restarted and its "join" has
      * not reached our cache yet: Redis has a different incarnation. */
     if (rc == -XFER_ECONN && xfer_node_peer_restarted(x->d->node, &rem->ref)) {
+        xfer_info("%s restarted: retrying on its new incarnation", rem->n.node);
         side_release(x, rem);
         rc = side_remote(x, rem, true); /* re-adds it with the new incarnation */
         if (rc)
             return rc;
-        rc = engine_op(x, op, loc, rem, len, deadline_ms);
+        rc = engine_op(x, op, loc, rem, len, deadline_ms, NOTIFY_TAG_MAY_RETRY);
     }
     if (rc == -XFER_ESTALE) { /* re-read the descriptor once and retry */
+        xfer_info("%s/%s was registered again: retrying with its new descriptor", rem->n.node,
+                  rem->n.region);
         xfer_registry_cache_clear(x->d->reg);
         side_release(x, rem);
         rc = side_remote(x, rem, true);
         if (rc)
             return rc;
-        rc = engine_op(x, op, loc, rem, len, deadline_ms);
+        rc = engine_op(x, op, loc, rem, len, deadline_ms, 0);
     }
     return rc;
 }
@@ -317,6 +336,8 @@ void xferd_transfer_notify(struct xferd *d, const Xctl__Transfer *t, const uint8
                            struct arena *a)
 {
     struct xctx x = {.d = d, .notify = notify, .notify_len = notify_len};
+    if (notify)
+        x.notify_id = notify_tag_id();
     struct side src = {0}, dst = {0};
     const char *me = d->cfg.node;
     deadline_ms = xferd_clamp_deadline(d, deadline_ms); /* SIGTERM bounds everything */

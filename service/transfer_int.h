@@ -25,6 +25,7 @@ struct xctx {
     struct xferd *d;
     const uint8_t *notify; /* bound notification for the remote side, or NULL */
     size_t notify_len;
+    uint64_t notify_id; /* its copy id, the same for every attempt (notify_tag.c) */
     char why[400];
 };
 
@@ -46,5 +47,7 @@ int local_copy(struct xctx *x, struct side *src, struct side *dst, uint64_t len)
 void inflight_add(struct xferd *d, struct inflight *f);
 void inflight_del(struct xferd *d, struct inflight *f);
 uint64_t now_us(void);
+/* Binds x's notification, tagged (notify_tag.c), to b for peer p. */
+int bind_notify(struct xctx *x, xfer_batch *b, xfer_peer *p, unsigned flags);
 
 #endif

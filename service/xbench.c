@@ -12,11 +12,15 @@
  *   xfer_bench [--op write|read] [--size BYTES] [--batch N] [--depth N]
  *              [--sockets N] [--threads N] [--transport tcp|ipc]
  *              [--chunk BYTES] [--seconds S] [--warmup S] [--count N]
- *              [--verify] [--fresh] [--json]
+ *              [--slots N] [--verify] [--fresh] [--json]
  *
  * --fresh measures the first pass over freshly allocated regions: neither
  * side touches its memory before, and the run is one pass (each of the
  * depth x batch slots once; --size 1M --batch 16 --depth 64 = 1 GiB).
+ *
+ * --slots N makes the items reuse N item-sized slots of both regions (as
+ * `ucx_perftest` puts one buffer over and over: a working set that stays in
+ * the caches); by default every item in flight has its own slot.
  *
  * --count stops after N batches (or --seconds, whichever comes first): with
  * two counts under `valgrind --tool=callgrind`, the difference of the
@@ -51,14 +55,15 @@ struct opts {
     unsigned transport;
     uint64_t chunk;
     double seconds, warmup;
-    uint64_t count;
+    uint64_t count, slots;
     bool verify, json, fresh;
 };
 
 static uint64_t region_bytes(const struct opts *o)
 {
-    uint64_t want = o->size * (uint64_t)o->batch * (uint64_t)o->depth;
-    if (want / o->size != (uint64_t)o->batch * (uint64_t)o->depth || want > REGION_MAX)
+    uint64_t n = o->slots ? o->slots : (uint64_t)o->batch * (uint64_t)o->depth;
+    uint64_t want = o->size * n;
+    if (want / o->size != n || want > REGION_MAX)
         want = REGION_MAX;
     if (want < o->size)
         want = o->size; /* one item always fits */
@@ -115,6 +120,8 @@ static void fill(xfer_batch *b, const struct opts *o, enum xfer_op op, xfer_regi
                  const struct xfer_region_desc *rd, int d)
 {
     uint64_t slots = rd->len / o->size;
+    if (o->slots && o->slots < slots)
+        slots = o->slots;
     xfer_batch_reset(b);
     for (int k = 0; k < o->batch; k++) {
         uint64_t off = ((uint64_t)d * (uint64_t)o->batch + (uint64_t)k) % slots * o->size;
@@ -273,19 +280,21 @@ static int usage(void)
     fprintf(stderr,
             "usage: %s [--op write|read] [--size BYTES] [--batch N] [--depth N]\n"
             "  [--sockets N] [--threads N] [--transport tcp|ipc] [--chunk BYTES]\n"
-            "  [--seconds S] [--warmup S] [--count N] [--verify] [--fresh] [--json]\n",
+            "  [--seconds S] [--warmup S] [--count N] [--slots N] [--verify] [--fresh] [--json]\n",
             prog);
     return 2;
 }
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-    static const struct option lo[] = {
-        {"op", 1, 0, 'o'},        {"size", 1, 0, 's'},    {"batch", 1, 0, 'b'},
-        {"depth", 1, 0, 'd'},     {"sockets", 1, 0, 'k'}, {"threads", 1, 0, 'n'},
-        {"transport", 1, 0, 'T'}, {"chunk", 1, 0, 'c'},   {"seconds", 1, 0, 't'},
-        {"warmup", 1, 0, 'w'},    {"verify", 0, 0, 'v'},  {"json", 0, 0, 'j'},
-        {"count", 1, 0, 'N'},     {"fresh", 0, 0, 'F'},   {0, 0, 0, 0}};
+    static const struct option lo[] = {{"op", 1, 0, 'o'},        {"size", 1, 0, 's'},
+                                       {"batch", 1, 0, 'b'},     {"depth", 1, 0, 'd'},
+                                       {"sockets", 1, 0, 'k'},   {"threads", 1, 0, 'n'},
+                                       {"transport", 1, 0, 'T'}, {"chunk", 1, 0, 'c'},
+                                       {"seconds", 1, 0, 't'},   {"warmup", 1, 0, 'w'},
+                                       {"verify", 0, 0, 'v'},    {"json", 0, 0, 'j'},
+                                       {"count", 1, 0, 'N'},     {"fresh", 0, 0, 'F'},
+                                       {"slots", 1, 0, 'S'},     {0, 0, 0, 0}};
     *o = (struct opts){.op = XFER_OP_WRITE,
                        .size = 8,
                        .batch = 1,
@@ -333,6 +342,9 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'F':
             o->fresh = true;
             break;
+        case 'S':
+            o->slots = strtoull(optarg, NULL, 0);
+            break;
         case 'v':
             o->verify = true;
             break;
@@ -351,7 +363,7 @@ static int parse(int argc, char **argv, struct opts *o)
     if (optind != argc || o->size == 0 || o->size > (256ull << 20) || o->batch < 1 ||
         o->batch > 4096 || o->depth < 1 || o->depth > 1024 || o->sockets < 1 || o->sockets > 64 ||
         o->threads < 1 || o->threads > 64 || !(o->seconds > 0) || o->warmup < 0 ||
-        (o->fresh && o->verify))
+        (o->fresh && o->verify) || o->slots > (1u << 20) || (o->slots && o->fresh))
         return usage();
     if (o->fresh) { /* one pass, nothing touched before */
         o->warmup = 0;

@@ -54,6 +54,10 @@ int xctl_cmd_batch(const char *file)
         b.n_items = n;
         b.items = ptrs;
         b.deadline_ms = xctl_server_deadline();
+        if (xctl_opt.notify) {
+            b.notify.data = (uint8_t *)xctl_opt.notify;
+            b.notify.len = strlen(xctl_opt.notify);
+        }
         Xctl__Request req = XCTL__REQUEST__INIT;
         req.body_case = XCTL__REQUEST__BODY_BATCH;
         req.batch = &b;
@@ -64,6 +68,8 @@ int xctl_cmd_batch(const char *file)
             rc = xctl_die(EXIT_FAIL, "%s", why);
         else if (r->body_case == XCTL__RESPONSE__BODY_BATCH)
             print_batch(stdout, r->batch, xctl_opt.json);
+        if (!rc && !r->status && xctl_opt.notify && !xctl_opt.json)
+            printf("notification delivered to every remote node of the batch\n");
         if (!rc && r->status)
             rc = xctl_die(EXIT_FAIL, "%s (%s)", r->message, xfer_strerror(r->status));
         if (r)

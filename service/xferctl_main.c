@@ -54,6 +54,7 @@ static const char usage[] =
     "                              (--json: one object per line)\n"
     "  status BATCH_ID             state of an --async copy\n"
     "  batch FILE|-                lines 'SRC DST LEN' submitted as one batch [--op]\n"
+    "      [--notify TEXT]  each remote node gets TEXT after its lines landed\n"
     "  put FILE ADDR               file -> region, through the local xferd\n"
     "  get ADDR LEN FILE           region -> file, through the local xferd\n"
     "  probe SRC DST               short latency and bandwidth test [--size N]\n"
@@ -617,8 +618,8 @@ static int run(int argc, char **argv)
         return xctl_die(EXIT_USAGE, "unknown command '%s' (try --help)", cmd);
     if (nw < cmds[k].min || nw > cmds[k].max)
         return xctl_die(EXIT_USAGE, "%s: wrong number of arguments (try --help)", cmd);
-    if (xctl_opt.notify && (k != 8 || nw != 3))
-        return xctl_die(EXIT_USAGE, "--notify goes with copy SRC DST LEN");
+    if (xctl_opt.notify && (k != 8 || nw != 3) && k != 14)
+        return xctl_die(EXIT_USAGE, "--notify goes with copy SRC DST LEN or batch FILE");
     if ((rc = connect_xferd()) != 0)
         return rc;
     const char *a0 = nw > 0 ? words[0] : NULL, *a1 = nw > 1 ? words[1] : NULL;

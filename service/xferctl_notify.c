@@ -97,6 +97,26 @@ static void print_notif(FILE *f, const Xctl__Notification *n, bool json)
     fputc('\n', f);
 }
 
+/* true when xferd already closed this subscription (it cut a stalled
+ * listener): frames still buffered here were not acknowledged, xferd gives
+ * them to the next listener, so they are not printed (docs/service.md). */
+static bool server_hung_up(void)
+{
+    struct pollfd p = {.fd = ctl_fd(xctl_cli), .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP));
+}
+
+/* Tells xferd the first got notifications were printed. */
+static int ack(uint64_t got, char *why, size_t wl)
+{
+    Xctl__ListenAck m = XCTL__LISTEN_ACK__INIT;
+    m.count = got;
+    Xctl__Request req = XCTL__REQUEST__INIT;
+    req.body_case = XCTL__REQUEST__BODY_LISTEN_ACK;
+    req.listen_ack = &m;
+    return ctl_send(xctl_cli, &req, xctl_opt.timeout_ms, why, wl);
+}
+
 /* Waits for the next frame of the stream until deadline (-1: none). */
 static int next_frame(int64_t deadline, Xctl__Response **r, char *why, size_t wl)
 {
@@ -149,11 +169,22 @@ int xctl_cmd_listen(void)
             return rc;
         }
         if (r->id == id && r->body_case == XCTL__RESPONSE__BODY_NOTIF) {
+            if (server_hung_up()) {
+                xctl__response__free_unpacked(r, NULL);
+                return xctl_die(EXIT_FAIL,
+                                "listen: xferd closed this subscription after %" PRIu64
+                                " notification(s) (it cuts a listener that acknowledges "
+                                "nothing for io_timeout_ms); the rest go to the next listener",
+                                got);
+            }
             print_notif(stdout, r->notif, xctl_opt.json);
             fflush(stdout);
             got++;
+            rc = ack(got, why, sizeof(why));
         }
         xctl__response__free_unpacked(r, NULL);
+        if (rc)
+            return xctl_die(EXIT_FAIL, "listen: acknowledging: %s", why);
     }
     return 0;
 }

@@ -96,9 +96,12 @@ void xferd_transfer_notify(struct xferd *d, const Xctl__Transfer *t, const uint8
                            size_t notify_len, uint32_t hops, int deadline_ms, Xctl__ItemResult *res,
                            struct arena *a);
 /* Runs n transfers: those this node carries out against peers go out as
- * one engine batch; res[i] (allocated by the caller) gets item i. */
-void xferd_transfer_many(struct xferd *d, Xctl__Transfer *const *items, size_t n, uint32_t hops,
-                         int deadline_ms, Xctl__ItemResult **res, struct arena *a);
+ * one engine batch; res[i] (allocated by the caller) gets item i. With
+ * notify, every line must run here against a remote node (all or none) and
+ * each remote node gets one notification after its lines landed. */
+void xferd_transfer_many(struct xferd *d, Xctl__Transfer *const *items, size_t n,
+                         const uint8_t *notify, size_t notify_len, uint32_t hops, int deadline_ms,
+                         Xctl__ItemResult **res, struct arena *a);
 /* Writes/reads inline bytes at a named address (forwarded to the owner).
  * read: *out is malloc'd (caller frees). */
 int xferd_write_data(struct xferd *d, const char *dst, const uint8_t *data, size_t len,

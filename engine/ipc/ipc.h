@@ -284,7 +284,7 @@ struct ipc_direct {
 struct ipc_direct_table {
     struct ipc_ctl_slot *ctl; /* NULL: no direct copies on this connection */
     uint32_t nslots;
-    uint64_t max_item; /* larger items go through the owner (XFER_IPC_DIRECT_MAX) */
+    uint64_t max_item; /* larger items go through the owner (XFER_IPC_DIRECT_MAX, default none) */
     struct ipc_direct *head;
 };
 /* Maps the owner's control page (takes fd; -1 = none). */
@@ -293,9 +293,17 @@ void ipc_direct_fini(struct ipc_direct_table *t);
 /* With the lock: the entry for item it if it may be copied directly (a
  * user is counted: ipc_direct_copy drops it), else NULL. */
 struct ipc_direct *ipc_direct_get(struct ipc_direct_table *t, const struct xfer_item *it);
-/* Without the lock: copies item i; 0 done (reported unless the item was no
- * longer live), 1 the owner withdrew the loan (send it the slow way). */
+/* A copy holds its pin for one piece at a time, so a withdrawal (and hence
+ * a deregistration) waits for one piece at most, whatever the item size. */
+#define IPC_DIRECT_PIECE (256u << 10)
+/* Without the lock: copies item i piece by piece and drops d's user; 0
+ * done (reported unless the item was no longer live), 1 the owner withdrew
+ * the loan (send it the slow way). */
 int ipc_direct_copy(struct ipc_direct_table *t, struct ipc_direct *d, xfer_batch *b, size_t i);
+/* Copies [off, off+len) of item i under one pin and reports those bytes:
+ * 0 copied, 1 withdrawn, -1 the item has ended (nothing touched). */
+int ipc_direct_piece(struct ipc_direct_table *t, const struct ipc_direct *d, xfer_batch *b,
+                     size_t i, uint64_t off, uint64_t len);
 
 /* ---- owner side (ipc_serve.c) ------------------------------------------- */
 
@@ -308,9 +316,26 @@ void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r);
 
 /* ---- initiator side (ipc_conn.c) ---------------------------------------- */
 
+/* ---- copy threads for large direct copies (ipc_pool.c) -------------------- */
+
+struct ipc_pool;
+struct ipc_conn;
+/* Threads: XFER_IPC_COPY_THREADS, default ncpu / 4 (2..8); 0 = no pool.
+ * They start at the first post. NULL when there is no pool. */
+struct ipc_pool *ipc_pool_new(void);
+/* Joins the threads; no connection may have work queued any more. */
+void ipc_pool_free(struct ipc_pool *p);
+/* Queues items idx[0..n) of b, lent to c (entries d[k], each with a user
+ * counted), for the pool's threads, which split them into pieces. Takes
+ * its own holds on b. 0, or < 0 with nothing queued (the caller still owns
+ * the users). */
+int ipc_pool_post(struct ipc_pool *p, struct ipc_conn *c, xfer_batch *b, const size_t *idx,
+                  struct ipc_direct *const *d, size_t n);
+
 struct ipc_transport {
     struct xfer_transport base;
     struct ipc_server *server;
+    struct ipc_pool *pool; /* NULL: large direct items go to the connection's worker */
     char host_id[XFER_HOSTID_MAX];
     char node_id[XFER_NAME_MAX];
     uint64_t incarnation;

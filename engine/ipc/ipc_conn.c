@@ -485,8 +485,8 @@ static int send_msgs(struct ipc_conn *c, int rc)
                           c->io_timeout_ms);
         if (rc == 0)
             rc = ipc_recv(c->fd, &h, &ans, sizeof(ans), NULL, c->io_timeout_ms);
-        if (rc == 0 &&
-            (h.type != IPC_MSG_RESP || h.bytes != sizeof(ans) || ans > 0 || ans <= -XFER_ERR_MAX))
+        if (rc == 0 && (h.type != IPC_MSG_RESP || h.bytes != sizeof(ans) ||
+                        (ans > 0 && ans != XFER_MSG_DELIVERED) || ans <= -XFER_ERR_MAX))
             rc = -XFER_EPROTO;
         if (rc < 0)
             ans = -XFER_ECONN;

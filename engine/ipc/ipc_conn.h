@@ -39,4 +39,8 @@ struct ipc_conn {
     int64_t direct_check_ms;        /* last direct_check */
 };
 
+/* Queues items for the worker (which asks the owner); on failure reports
+ * them failed and returns < 0. */
+int ipc_conn_queue(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n);
+
 #endif

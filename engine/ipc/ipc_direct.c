@@ -28,8 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CTL_BYTES          (IPC_CTL_SLOTS * sizeof(struct ipc_ctl_slot))
-#define DIRECT_MAX_DEFAULT (256u << 10)
+#define CTL_BYTES (IPC_CTL_SLOTS * sizeof(struct ipc_ctl_slot))
 
 _Static_assert(sizeof(struct ipc_ctl_slot) == 64, "one cache line per control slot");
 
@@ -71,7 +70,7 @@ fail:
 }
 
 /* l->mu held: clears slot i's key, waits for the peer's copies in progress
- * (a running copy is one item of at most XFER_IPC_DIRECT_MAX bytes), and
+ * (each holds its pin for one piece of at most IPC_DIRECT_PIECE bytes), and
  * drops the loan's pin. A peer whose pin stays past timeout_ms is stopped or
  * hung: its connection is shut down, which revokes all its access. */
 static void withdraw(struct ipc_loans *l, uint32_t i)
@@ -176,8 +175,8 @@ void ipc_direct_init(struct ipc_direct_table *t, int fd, uint32_t nslots)
 {
     memset(t, 0, sizeof(*t));
     const char *env = getenv("XFER_IPC_DIRECT_MAX");
-    long long max = env ? atoll(env) : DIRECT_MAX_DEFAULT;
-    t->max_item = max > 0 ? (uint64_t)max : 0;
+    long long max = env ? atoll(env) : -1; /* default: no limit */
+    t->max_item = max >= 0 ? (uint64_t)max : UINT64_MAX;
     env = getenv("XFER_IPC_DIRECT");
     bool off = env && !strcmp(env, "0");
     if (fd >= 0 && !off && t->max_item > 0 && nslots == IPC_CTL_SLOTS) {
@@ -250,7 +249,7 @@ void ipc_direct_free(struct ipc_direct *list)
         struct ipc_direct *d = list;
         list = d->next;
         while (__atomic_load_n(&d->users, __ATOMIC_ACQUIRE) > 0)
-            sched_yield(); /* a copy of at most XFER_IPC_DIRECT_MAX bytes */
+            sched_yield(); /* copies and queued pieces (they fail fast once withdrawn) */
         free(d);
     }
 }
@@ -272,28 +271,41 @@ struct ipc_direct *ipc_direct_get(struct ipc_direct_table *t, const struct xfer_
     return NULL;
 }
 
-int ipc_direct_copy(struct ipc_direct_table *t, struct ipc_direct *d, xfer_batch *b, size_t i)
+int ipc_direct_piece(struct ipc_direct_table *t, const struct ipc_direct *d, xfer_batch *b,
+                     size_t i, uint64_t off, uint64_t len)
 {
     const struct xfer_item *it = xfer_batch_item(b, i);
     struct ipc_ctl_slot *s = &t->ctl[d->slot];
+    if (!xfer_batch_io_begin(b, i))
+        return -1; /* ended (cancelled, timed out): its memory is off limits */
     int rc = 0;
-    if (xfer_batch_io_begin(b, i)) {
-        __atomic_add_fetch(&s->pins, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&s->key, __ATOMIC_SEQ_CST) == ipc_ctl_key(d->id, d->gen)) {
-            char *local = (char *)xfer_region_ptr(it->local) + it->local_off;
-            char *remote = d->base + it->remote_off;
-            if (it->op == XFER_OP_READ)
-                memcpy(local, remote, it->len);
-            else
-                memcpy(remote, local, it->len);
-        } else {
-            rc = 1; /* withdrawn: the owner will say why */
-        }
-        __atomic_sub_fetch(&s->pins, 1, __ATOMIC_SEQ_CST);
-        xfer_batch_io_end(b, i);
-        if (rc == 0)
-            xfer_batch_chunk_done(b, i, it->len, 0, NULL);
+    __atomic_add_fetch(&s->pins, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&s->key, __ATOMIC_SEQ_CST) == ipc_ctl_key(d->id, d->gen)) {
+        char *local = (char *)xfer_region_ptr(it->local) + it->local_off + off;
+        char *remote = d->base + it->remote_off + off;
+        if (it->op == XFER_OP_READ)
+            memcpy(local, remote, len);
+        else
+            memcpy(remote, local, len);
+    } else {
+        rc = 1; /* withdrawn: the owner will say why */
     }
-    __atomic_sub_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
+    __atomic_sub_fetch(&s->pins, 1, __ATOMIC_SEQ_CST);
+    xfer_batch_io_end(b, i);
+    if (rc == 0)
+        xfer_batch_chunk_done(b, i, len, 0, NULL);
     return rc;
+}
+
+int ipc_direct_copy(struct ipc_direct_table *t, struct ipc_direct *d, xfer_batch *b, size_t i)
+{
+    uint64_t len = xfer_batch_item(b, i)->len, off = 0;
+    int rc = 0;
+    do { /* one pin per piece: a withdrawal waits for one piece at most */
+        uint64_t n = len - off < IPC_DIRECT_PIECE ? len - off : IPC_DIRECT_PIECE;
+        rc = ipc_direct_piece(t, d, b, i, off, n);
+        off += n;
+    } while (rc == 0 && off < len);
+    __atomic_sub_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
+    return rc == 1;
 }

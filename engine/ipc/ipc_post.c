@@ -36,11 +36,21 @@ static int queue_locked(struct ipc_conn *c, xfer_batch *b, const size_t *idx, si
     return 0;
 }
 
+int ipc_conn_queue(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = queue_locked(c, b, idx, n);
+    pthread_mutex_unlock(&c->mu);
+    for (size_t k = 0; rc < 0 && k < n; k++)
+        xfer_batch_chunk_done(b, idx[k], 0, rc, "ipc: cannot queue the item");
+    return rc;
+}
+
 /* Posts of up to this many items try direct copies (the latency path). */
 #define IPC_DIRECT_POST_MAX 64
-/* Bytes one post copies in the posting thread at most (or one item of
- * XFER_IPC_DIRECT_MAX if larger): submit stays quick, and the rest of a
- * large batch goes to the worker, which copies in parallel. */
+/* Bytes one post copies in the posting thread at most: submit stays quick;
+ * the rest of a large batch goes to the copy threads (ipc_pool.c), or to
+ * the worker without them, which copy in parallel with the caller. */
 #define IPC_DIRECT_POST_BYTES (1u << 20)
 
 /* Copies the items the owner lent (d[k] for idx[k]) in this thread; those it
@@ -52,30 +62,49 @@ static void post_direct(struct ipc_conn *c, xfer_batch *b, const size_t *idx, st
     for (size_t k = 0; k < n; k++)
         if (ipc_direct_copy(&c->direct, d[k], b, idx[k]) == 1)
             back[nb++] = idx[k];
-    if (nb == 0)
-        return;
-    pthread_mutex_lock(&c->mu);
-    int rc = queue_locked(c, b, back, nb);
-    pthread_mutex_unlock(&c->mu);
-    for (size_t k = 0; rc < 0 && k < nb; k++)
-        xfer_batch_chunk_done(b, back[k], 0, rc, "ipc: cannot queue the item");
+    if (nb)
+        ipc_conn_queue(c, b, back, nb);
+}
+
+static void direct_unget(struct ipc_direct **d, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        __atomic_sub_fetch(&d[k]->users, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Items lent beyond the post's budget: to the copy threads, or (none, or
+ * they cannot take them) to the worker. */
+static void post_pool(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struct ipc_direct **d,
+                      size_t n)
+{
+    if (n && ipc_pool_post(c->t->pool, c, b, idx, d, n) < 0) {
+        direct_unget(d, n);
+        ipc_conn_queue(c, b, idx, n);
+    }
 }
 
 /* Up to IPC_DIRECT_POST_MAX items: those lent go direct while *budget
- * (bytes) lasts, the rest queue. */
+ * (bytes) lasts, then to the copy threads; the rest queue. */
 static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n,
                        uint64_t *budget)
 {
-    size_t slow[IPC_DIRECT_POST_MAX], fast[IPC_DIRECT_POST_MAX], ns = 0, nf = 0;
-    struct ipc_direct *d[IPC_DIRECT_POST_MAX];
+    size_t slow[IPC_DIRECT_POST_MAX], fast[IPC_DIRECT_POST_MAX], pool[IPC_DIRECT_POST_MAX];
+    size_t ns = 0, nf = 0, np = 0;
+    struct ipc_direct *d[IPC_DIRECT_POST_MAX], *pd[IPC_DIRECT_POST_MAX];
     pthread_mutex_lock(&c->mu);
     int rc = c->broken || c->stop ? -XFER_ECONN : 0;
     for (size_t k = 0; rc == 0 && k < n; k++) {
         const struct xfer_item *it = xfer_batch_item(b, idx[k]);
-        d[nf] = c->direct.head && it->len <= *budget ? ipc_direct_get(&c->direct, it) : NULL;
-        if (d[nf]) {
+        bool room = it->len <= *budget;
+        struct ipc_direct *dk =
+            c->direct.head && (room || c->t->pool) ? ipc_direct_get(&c->direct, it) : NULL;
+        if (dk && room) {
             *budget -= it->len;
+            d[nf] = dk;
             fast[nf++] = idx[k];
+        } else if (dk) {
+            pd[np] = dk;
+            pool[np++] = idx[k];
         } else {
             slow[ns++] = idx[k];
         }
@@ -83,16 +112,17 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     /* A dead owner's memory stays mapped here: copying into it would be a
      * silent loss. One poll per post that copies directly (the worker
      * learns it otherwise only from its next round trip). */
-    if (rc == 0 && nf && ipc_sock_hung_up(c->fd))
+    if (rc == 0 && (nf || np) && ipc_sock_hung_up(c->fd))
         rc = -XFER_ECONN;
     if (rc == 0 && ns)
         rc = queue_locked(c, b, slow, ns);
     pthread_mutex_unlock(&c->mu);
     if (rc < 0) { /* none started: the direct ones are let go unstarted */
-        for (size_t k = 0; k < nf; k++)
-            __atomic_sub_fetch(&d[k]->users, 1, __ATOMIC_ACQ_REL);
+        direct_unget(d, nf);
+        direct_unget(pd, np);
         return rc;
     }
+    post_pool(c, b, pool, pd, np); /* the threads start while we copy */
     post_direct(c, b, fast, d, nf);
     return 0;
 }
@@ -106,8 +136,7 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
-    uint64_t budget =
-        c->direct.max_item > IPC_DIRECT_POST_BYTES ? c->direct.max_item : IPC_DIRECT_POST_BYTES;
+    uint64_t budget = IPC_DIRECT_POST_BYTES;
     for (size_t k = 0; k < n; k += IPC_DIRECT_POST_MAX) {
         size_t w = n - k < IPC_DIRECT_POST_MAX ? n - k : IPC_DIRECT_POST_MAX;
         int rc = post_window(c, b, idx + k, w, &budget);

@@ -42,6 +42,7 @@ static int ipc_open(xfer_engine *e, struct xfer_transport **out)
         free(t);
         return err;
     }
+    t->pool = ipc_pool_new(); /* NULL: none (large direct items go to the worker) */
     *out = &t->base;
     return 0;
 }
@@ -52,6 +53,7 @@ static void ipc_close(struct xfer_transport *xt)
         return;
     struct ipc_transport *t = container_of(xt, struct ipc_transport, base);
     ipc_server_stop(t->server);
+    ipc_pool_free(t->pool); /* the connections, and so their tasks, are gone */
     free(t);
 }
 

@@ -362,7 +362,7 @@ static void slot_answer(struct rdma_transport *t, const struct ibv_wc *wc, uint3
     pthread_mutex_unlock(&s->lock);
     if (rc == 0 && type != T_RESP)
         rc = -XFER_EPROTO;
-    if (rc == 0 && (status > 0 || status <= -XFER_ERR_MAX))
+    if (rc == 0 && ((status > 0 && status != XFER_MSG_DELIVERED) || status <= -XFER_ERR_MAX))
         rc = -XFER_EPROTO;
     struct xfer_msg *m = NULL;
     bool hello = false;
@@ -393,7 +393,7 @@ static void slot_answer(struct rdma_transport *t, const struct ibv_wc *wc, uint3
     else if (hello && status)
         xfer_warn("rdma: %s refused our hello: %s", peer, xfer_strerror(status));
     if (m)
-        xfer_msg_done(m, status, status ? "refused by the peer" : NULL);
+        xfer_msg_done(m, status, status < 0 ? "refused by the peer" : NULL);
 }
 
 /* ---- target ------------------------------------------------------------- */

@@ -130,10 +130,14 @@ struct tcp_sock {
     uint64_t rx_fgen; /* target: fence_gen when rx_seq was last checked */
     xfer_region *rx_region;
     int rx_status;
-    int rx_errno;                  /* why the last recv failed, 0 = EOF */
-    bool rx_short;                 /* the last recv returned less than asked: the socket is
-                                      drained, and new data brings a new edge (EPOLLET) */
-    uint8_t *rx_msg;               /* target: MSG_REQ payload being received (malloc'd) */
+    int rx_errno;    /* why the last recv failed, 0 = EOF */
+    bool rx_short;   /* the last recv returned less than asked: the socket is
+                        drained, and new data brings a new edge (EPOLLET) */
+    uint8_t *rx_msg; /* target: MSG_REQ payload being received (malloc'd) */
+    /* target: WRITE frames of batch landed_seq that this socket took in a
+     * row, and whether one of them did not land (tcp_msg.c, "behind") */
+    uint32_t landed_seq, landed_n;
+    bool landed_bad;
     char peer_node[XFER_NAME_MAX]; /* target: the initiator, as its handshake proved */
     uint64_t peer_inc;
     /* payload into GPU memory: received into a staging slot first */
@@ -271,6 +275,13 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m);
 int tcp_msg_header(struct tcp_sock *s);
 /* Target: the payload is in s->rx_msg: hand it to the engine, answer. */
 void tcp_msg_received(struct tcp_sock *s);
+/* Initiator, tcp_post: the n items idx of b went out as frames chunks, all
+ * on s: a notification bound to them goes right behind (docs/notify.md). */
+void tcp_msg_behind(struct tcp_conn *tc, xfer_batch *b, struct tcp_sock *s, const size_t *idx,
+                    size_t n, uint32_t frames);
+/* Target: a WRITE frame of batch seq ended here; landed: its bytes are in
+ * host memory. */
+void tcp_msg_landed(struct tcp_sock *s, uint32_t seq, bool landed);
 
 /* tcp_fence.c: per-batch fences (cancel vs. retry) */
 void tcp_fence_init(struct tcp_transport *tt);
@@ -279,6 +290,8 @@ void tcp_fence_fini(struct tcp_transport *tt);
 void tcp_fence(struct xfer_conn *c, xfer_batch *b);
 /* Initiator: queues the recent fences on new socket s (not yet adopted). */
 void tcp_fence_resend(struct tcp_transport *tt, struct tcp_sock *s);
+/* Appends t to s's queue (not a chunk: no load, no kick); false if s is dead. */
+bool tcp_sock_append(struct tcp_sock *s, struct tcp_tx *t);
 /* Target: a FENCE header is in s->rh. */
 void tcp_fence_frame_in(struct tcp_sock *s);
 /* Target: before WRITE payload of batch s->rx_seq goes into a region: true

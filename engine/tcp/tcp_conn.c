@@ -299,13 +299,14 @@ static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it)
            rd.kind == XFER_MEM_CUDA;
 }
 
-/* Splits item i into chunks spread over the sockets. */
-static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick)
+/* Splits item i into chunks spread over the sockets; returns how many. */
+static uint32_t post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick)
 {
     const struct xfer_item *it = xfer_batch_item(b, i);
+    uint32_t frames = 0;
     if (it->len > UINT64_MAX - it->remote_off) { /* would wrap into a valid range */
         xfer_batch_chunk_done(b, i, 0, -XFER_ERANGE, "remote offset + length overflows");
-        return;
+        return 0;
     }
     if (gpu_item(tc, it) && chunk > TCP_GPU_SLOT)
         chunk = TCP_GPU_SLOT;
@@ -315,16 +316,18 @@ static void post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chu
         struct tcp_tx *t = make_chunk(tc->tt, b, i, it, off, len);
         if (!t) {
             xfer_batch_chunk_done(b, i, 0, -XFER_ENOMEM, "out of memory for a chunk");
-            return;
+            return frames;
         }
         if (!tcp_enqueue(tc, t, kick, false)) {
             xfer_batch_chunk_done(b, i, 0, -XFER_ECONN, "every connection to the peer is lost");
             xfer_batch_put(b);
             tcp_tx_free(t);
-            return;
+            return frames;
         }
+        frames++;
         off += len;
     } while (off < it->len);
+    return frames;
 }
 
 int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
@@ -338,14 +341,18 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     uint64_t chunk = xfer_engine_config_get(tc->tt->engine)->chunk_bytes;
     chunk = chunk < 4096 ? 4096 : chunk > TCP_MAX_PAYLOAD ? TCP_MAX_PAYLOAD : chunk;
     bool kick[64] = {false};
+    uint32_t frames = 0;
     for (size_t k = 0; k < n; k++)
-        post_item(tc, b, idx[k], chunk, kick);
+        frames += post_item(tc, b, idx[k], chunk, kick);
     int used = 0, one = -1;
+    for (int k = 0; k < tc->n; k++)
+        if (kick[k])
+            used++, one = k;
+    if (used == 1) /* a notification bound to these items may follow them */
+        tcp_msg_behind(tc, b, tc->socks[one], idx, n, frames);
     for (int k = 0; k < tc->n; k++) {
         if (!kick[k])
             continue;
-        used++;
-        one = k;
         if (!(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
     }

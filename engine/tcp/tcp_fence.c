@@ -128,14 +128,8 @@ static struct tcp_tx *fence_tx(uint32_t seq)
     return t;
 }
 
-/* Appends a FENCE for seq to s's queue; false if s is dead (or no memory). */
-static bool queue_fence(struct tcp_sock *s, uint32_t seq)
+bool tcp_sock_append(struct tcp_sock *s, struct tcp_tx *t)
 {
-    struct tcp_tx *t = fence_tx(seq);
-    if (!t) {
-        xfer_warn("tcp: %s: no memory for a fence frame", s->name);
-        return false;
-    }
     pthread_mutex_lock(&s->qmu);
     bool ok = !s->dead;
     if (ok) {
@@ -144,8 +138,22 @@ static bool queue_fence(struct tcp_sock *s, uint32_t seq)
         else
             s->q_head = t;
         s->q_tail = t;
+        if (t->op != XFER_WIRE_FENCE) /* its completion takes it off again */
+            __atomic_add_fetch(&s->load, XFER_WIRE_HDR_LEN + t->len, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&s->qmu);
+    return ok;
+}
+
+/* Appends a FENCE for seq to s's queue; false if s is dead (or no memory). */
+static bool queue_fence(struct tcp_sock *s, uint32_t seq)
+{
+    struct tcp_tx *t = fence_tx(seq);
+    if (!t) {
+        xfer_warn("tcp: %s: no memory for a fence frame", s->name);
+        return false;
+    }
+    bool ok = tcp_sock_append(s, t);
     if (!ok)
         tcp_tx_free(t);
     return ok;

@@ -576,8 +576,8 @@ static int initiator_header(struct tcp_sock *s)
     inflight_pop(s);
     if (h->status < 0)
         remote_refused(s, t, h->status);
-    else
-        tcp_chunk_complete(s, t, 0, NULL);
+    else /* 0, or XFER_MSG_* answering a MSG_REQ (the decoder allows no other) */
+        tcp_chunk_complete(s, t, h->status, NULL);
     return 1;
 }
 
@@ -762,6 +762,7 @@ static int target_header(struct tcp_sock *s)
  * H2D must finish before the ack goes out; the region stays pinned till then. */
 static void target_write_done(struct tcp_sock *s)
 {
+    tcp_msg_landed(s, s->rx_seq, s->rx_status == 0 && !s->rx_gpu);
     xfer_region *r = s->rx_region;
     s->rx_region = NULL;
     s->rx_state = RX_HDR;

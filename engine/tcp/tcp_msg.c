@@ -10,14 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
+/* The MSG_REQ of m; behind a batch's frames: seq (else 0) and how many. */
+static struct tcp_tx *msg_tx(struct tcp_conn *tc, struct xfer_msg *m, uint32_t seq, uint32_t frames)
 {
-    struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
-    if (m->len > XFER_MSG_FRAME_MAX)
-        return -XFER_EINVAL;
     struct tcp_tx *t = calloc(1, sizeof(*t));
     if (!t)
-        return -XFER_ENOMEM;
+        return NULL;
     t->msg = m;
     t->op = XFER_WIRE_MSG_REQ;
     t->len = m->len;
@@ -25,20 +23,43 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
     t->payload_len = m->len;
     t->gslot = -1;
     t->req_id = __atomic_add_fetch(&tc->tt->next_req, 1, __ATOMIC_RELAXED);
+    if (seq)
+        t->req_id = (uint64_t)seq << 32 | (t->req_id & 0xffffffffu);
     struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION,
                               .op = XFER_WIRE_MSG_REQ,
+                              .flags = seq ? XFER_WIRE_F_SEQ : 0,
                               .req_id = t->req_id,
+                              .region_id = frames,
                               .length = m->len,
                               .payload = (uint32_t)m->len};
     xfer_wire_encode(&h, t->hdr);
+    return t;
+}
+
+int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
+{
+    struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
+    if (m->len > XFER_MSG_FRAME_MAX)
+        return -XFER_EINVAL;
+    xfer_batch *wait_b = m->wait_b; /* m may be gone once the frame is out */
+    struct tcp_tx *t = msg_tx(tc, m, 0, 0);
+    if (!t)
+        return -XFER_ENOMEM;
     bool kick[64] = {false};
     if (!tcp_enqueue(tc, t, kick, true)) {
         tcp_tx_free(t);
         return -XFER_ECONN;
     }
-    for (int k = 0; k < tc->n; k++)
-        if (kick[k])
+    /* The caller holds only conn_lock (msg.c): on an idle socket it sends
+     * the frame itself, as a submitter does with data chunks (tcp_post). */
+    for (int k = 0; k < tc->n; k++) {
+        if (!kick[k])
+            continue;
+        if (!(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
+        if (wait_b) /* its answer ends the SEND: the waiter may read it itself */
+            xfer_batch_wait_hint(wait_b, c, tc->socks[k]);
+    }
     return 0;
 }
 
@@ -59,10 +80,59 @@ int tcp_msg_header(struct tcp_sock *s)
     return 1;
 }
 
+/* ---- behind the data (docs/notify.md, "Behind the data") --------------------------
+ *
+ * A notification bound to items that all went out on one socket follows
+ * their frames on that socket at once, instead of leaving after their
+ * responses came back (a round trip and the message thread later). Its
+ * MSG_REQ names the batch (F_SEQ) and how many WRITE frames of it precede it
+ * on the socket (region_id). The target's progress thread takes a socket's
+ * frames in order, so when the MSG_REQ arrives those frames were handled;
+ * it delivers the notification only if exactly that many frames of the
+ * batch, each landed in host memory, came just before on this socket. Else
+ * (one refused or fenced, a frame never sent because the batch was
+ * cancelled, frames of another batch in between) it answers
+ * XFER_MSG_NOT_BEHIND without delivering, and the engine sends the
+ * notification the fenced way, naming the failed items. */
+
+void tcp_msg_behind(struct tcp_conn *tc, xfer_batch *b, struct tcp_sock *s, const size_t *idx,
+                    size_t n, uint32_t frames)
+{
+    struct xfer_msg *m = xfer_batch_note_behind(b, tc->base.peer, idx, n);
+    if (!m)
+        return;
+    struct tcp_tx *t =
+        m->len <= XFER_MSG_FRAME_MAX ? msg_tx(tc, m, xfer_batch_seq(b), frames) : NULL;
+    if (t && tcp_sock_append(s, t))
+        return; /* the caller sends or kicks s */
+    tcp_tx_free(t);
+    xfer_msg_done(m, XFER_MSG_NOT_BEHIND, NULL);
+}
+
+void tcp_msg_landed(struct tcp_sock *s, uint32_t seq, bool landed)
+{
+    if (seq != s->landed_seq) {
+        s->landed_seq = seq;
+        s->landed_n = 0;
+        s->landed_bad = false;
+    }
+    s->landed_n++;
+    s->landed_bad |= !landed;
+}
+
+/* Target: may the MSG_REQ in s->rh be delivered now? */
+static bool behind_ok(const struct tcp_sock *s)
+{
+    uint32_t seq = xfer_wire_seq(&s->rh);
+    return !seq || (seq == s->landed_seq && s->landed_n == s->rh.region_id && !s->landed_bad);
+}
+
 void tcp_msg_received(struct tcp_sock *s)
 {
     int status = -XFER_ENOMEM;
-    if (s->rx_msg)
+    if (!behind_ok(s))
+        status = XFER_MSG_NOT_BEHIND;
+    else if (s->rx_msg)
         status = xfer_engine_msg_recv(s->tt->engine, s->peer_node, s->peer_inc, s->rx_msg,
                                       (size_t)s->rh.length);
     free(s->rx_msg);

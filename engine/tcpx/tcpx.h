@@ -9,6 +9,8 @@
  *   tcpx_mem.c        registrations (regMr per comm, cached) and staging slots
  *   tcpx_io.c         the progress thread: control frames, plugin requests,
  *                     completions, stalls
+ *   tcpx_msg.c        engine messages (notifications, SEND/RECV frames) on
+ *                     the control socket
  *   tcpx_unpack.c     receives in UNPACK device mode: fragment lists, checks,
  *                     copy into place (XFER_TCPX_UNPACK=kernel|d2d|host)
  *
@@ -44,6 +46,7 @@
 
 struct tcpx_transport;
 struct tcpx_link;
+struct tcpx_msg;
 
 /* A registered staging buffer of TCPX_CHUNK_MAX bytes (host or one GPU). */
 struct tcpx_slot {
@@ -134,9 +137,17 @@ struct tcpx_link {
     struct tcpx_chunk *inflight; /* owner: started, not finished */
     int n_inflight;
     uint64_t load; /* atomic: chunks queued or in flight */
+    /* initiator: engine messages queued by users (qmu), then sent (owner) */
+    struct tcpx_msg *mq_head, *mq_tail;
+    struct tcpx_msg *msgs; /* owner: sent, waiting for MSG_RESP */
+    int n_msgs;
     /* target (owner) */
     struct tcpx_serve *serving;
     int n_serving;
+    uint64_t peer_inc; /* the initiator's incarnation, as its handshake proved it */
+    uint8_t *rx_msg;   /* frame of a MSG_REQ being read from the control socket */
+    size_t rx_msg_have;
+    struct xfer_wire_hdr rx_msg_h;
     /* plugin request queues (owner): posted in order */
     struct tcpx_req *sq_head, *sq_tail, *rq_head, *rq_tail;
     /* control socket (owner) */
@@ -222,6 +233,17 @@ void *tcpx_progress_main(void *arg);
 int tcpx_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
 /* Fails everything the link carries (status, why); idempotent. Owner. */
 void tcpx_link_fail(struct tcpx_link *l, int status, const char *why);
+/* Queues a control frame: header h, then len payload bytes (may be 0). */
+void tcpx_ctrl_queue(struct tcpx_link *l, const struct xfer_wire_hdr *h, const void *payload,
+                     size_t len);
+
+/* tcpx_msg.c (the owner's calls run on the progress thread) */
+int tcpx_send_msg(struct xfer_conn *c, struct xfer_msg *m);
+bool tcpx_msg_start(struct tcpx_link *l); /* initiator: queued messages go out */
+void tcpx_msg_response(struct tcpx_link *l, const struct xfer_wire_hdr *h);
+void tcpx_msg_request(struct tcpx_link *l, const struct xfer_wire_hdr *h); /* target */
+void tcpx_msg_received(struct tcpx_link *l); /* target: l->rx_msg is complete */
+void tcpx_msg_fail_all(struct tcpx_link *l, const char *why);
 
 /* tcpx_unpack.c */
 /* Receive req of link l finished in UNPACK mode: checks its fragments and

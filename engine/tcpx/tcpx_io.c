@@ -26,10 +26,14 @@
 
 /* ---- control socket ------------------------------------------------------------- */
 
-static void ctrl_queue(struct tcpx_link *l, const struct xfer_wire_hdr *h)
+void tcpx_ctrl_queue(struct tcpx_link *l, const struct xfer_wire_hdr *h, const void *payload,
+                     size_t len)
 {
-    if (l->tx_len + XFER_WIRE_HDR_LEN > l->tx_cap) {
+    size_t need = l->tx_len + XFER_WIRE_HDR_LEN + len;
+    if (need > l->tx_cap) {
         size_t cap = l->tx_cap ? 2 * l->tx_cap : 64 * XFER_WIRE_HDR_LEN;
+        while (cap < need)
+            cap *= 2;
         uint8_t *p = realloc(l->tx, cap);
         if (!p) {
             tcpx_link_fail(l, -XFER_ENOMEM, "out of memory for a control frame");
@@ -40,6 +44,9 @@ static void ctrl_queue(struct tcpx_link *l, const struct xfer_wire_hdr *h)
     }
     xfer_wire_encode(h, l->tx + l->tx_len);
     l->tx_len += XFER_WIRE_HDR_LEN;
+    if (len)
+        memcpy(l->tx + l->tx_len, payload, len);
+    l->tx_len += len;
 }
 
 static bool ctrl_flush(struct tcpx_link *l)
@@ -288,7 +295,7 @@ static bool start_chunks(struct tcpx_link *l)
                                   .offset = c->remote_off,
                                   .length = c->len,
                                   .payload = write ? (uint32_t)c->len : 0};
-        ctrl_queue(l, &h);
+        tcpx_ctrl_queue(l, &h, NULL, 0);
         c->next = l->inflight;
         l->inflight = c;
         l->n_inflight++;
@@ -298,6 +305,10 @@ static bool start_chunks(struct tcpx_link *l)
 
 static void on_response(struct tcpx_link *l, const struct xfer_wire_hdr *h)
 {
+    if (h->op == XFER_WIRE_MSG_RESP) {
+        tcpx_msg_response(l, h);
+        return;
+    }
     struct tcpx_chunk *c = l->inflight;
     while (c && c->req_id != h->req_id)
         c = c->next;
@@ -333,7 +344,7 @@ static void respond(struct tcpx_link *l, struct tcpx_serve *s, int status)
     h.op = s->h.op + 1;
     h.status = status;
     h.payload = h.op == XFER_WIRE_READ_RESP && status == 0 ? (uint32_t)s->h.length : 0;
-    ctrl_queue(l, &h);
+    tcpx_ctrl_queue(l, &h, NULL, 0);
     served(l, status == 0 ? s->h.length : 0, status);
 }
 
@@ -360,6 +371,10 @@ static int serve_buffer(struct tcpx_link *l, struct tcpx_serve *s, bool send, ch
 
 static void on_request(struct tcpx_link *l, const struct xfer_wire_hdr *h)
 {
+    if (h->op == XFER_WIRE_MSG_REQ) {
+        tcpx_msg_request(l, h); /* its frame follows on the control socket */
+        return;
+    }
     if (h->op != XFER_WIRE_WRITE_REQ && h->op != XFER_WIRE_READ_REQ) {
         tcpx_link_fail(l, -XFER_EPROTO, "unexpected frame type from an initiator");
         return;
@@ -461,20 +476,42 @@ static void owner_req_done(struct tcpx_link *l, struct tcpx_req *r)
 
 /* ---- control input ----------------------------------------------------------------- */
 
+/* Up to want bytes of the control socket into buf: > 0 read, 0 nothing
+ * now, < 0 the link failed. */
+static ssize_t ctrl_recv(struct tcpx_link *l, void *buf, size_t want)
+{
+    ssize_t n = recv(l->fd, buf, want, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        bool idle = !l->rx_have && !has_work(l); /* nothing lost */
+        tcpx_link_fail(l, idle ? 0 : -XFER_ECONN,
+                       n == 0 ? "peer closed the connection" : strerror(errno));
+        return -1;
+    }
+    return n < 0 ? 0 : n;
+}
+
 static bool ctrl_read(struct tcpx_link *l)
 {
     bool moved = false;
     while (l->fd >= 0 && (!l->target || l->n_serving < TCPX_WINDOW)) {
-        if (l->rx_have < XFER_WIRE_HDR_LEN) {
-            ssize_t n =
-                recv(l->fd, l->rx + l->rx_have, XFER_WIRE_HDR_LEN - l->rx_have, MSG_DONTWAIT);
-            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                bool idle = !l->rx_have && !has_work(l); /* nothing lost */
-                tcpx_link_fail(l, idle ? 0 : -XFER_ECONN,
-                               n == 0 ? "peer closed the connection" : strerror(errno));
-                return true;
-            }
+        if (l->rx_msg) { /* a message's frame */
+            size_t want = l->rx_msg_h.length - l->rx_msg_have;
+            ssize_t n = want ? ctrl_recv(l, l->rx_msg + l->rx_msg_have, want) : 0;
             if (n < 0)
+                return true;
+            l->rx_msg_have += (size_t)n;
+            if (l->rx_msg_have < l->rx_msg_h.length && n == 0)
+                break;
+            if (l->rx_msg_have == l->rx_msg_h.length)
+                tcpx_msg_received(l);
+            moved = true;
+            continue;
+        }
+        if (l->rx_have < XFER_WIRE_HDR_LEN) {
+            ssize_t n = ctrl_recv(l, l->rx + l->rx_have, XFER_WIRE_HDR_LEN - l->rx_have);
+            if (n < 0)
+                return true;
+            if (n == 0)
                 break;
             l->rx_have += (size_t)n;
             moved = true;
@@ -531,11 +568,12 @@ void tcpx_link_fail(struct tcpx_link *l, int status, const char *why)
     }
     while (l->serving)
         serve_free(l, l->serving);
+    tcpx_msg_fail_all(l, l->dead_why);
 }
 
 static bool has_work(const struct tcpx_link *l)
 {
-    return l->n_inflight || l->n_serving || l->q_head;
+    return l->n_inflight || l->n_serving || l->q_head || l->n_msgs || l->mq_head || l->rx_msg;
 }
 
 /* No completion, frame or byte for io_timeout_ms while work is pending:
@@ -555,8 +593,10 @@ static void check_stall(struct tcpx_link *l, int64_t now)
 static bool drive(struct tcpx_link *l)
 {
     bool moved = ctrl_read(l);
-    if (!l->target)
+    if (!l->target) {
         moved |= start_chunks(l);
+        moved |= tcpx_msg_start(l);
+    }
     moved |= post_queue(l, l->sq_head);
     moved |= post_queue(l, l->rq_head);
     moved |= test_queue(l, l->sq_head);

@@ -129,6 +129,7 @@ void tcpx_link_free(struct tcpx_link *l)
 {
     if (!l)
         return;
+    tcpx_msg_fail_all(l, "the link is closed");
     tcpx_mem_release(l);
     if (l->fd >= 0)
         close(l->fd);
@@ -394,8 +395,10 @@ int tcpx_link_accept(struct tcpx_transport *tt, int fd, const char *from, struct
     }
     snprintf(name, sizeof(name), "%.40s@%.50s", rc == 0 ? hp.node_id : "?", from);
     struct tcpx_link *l = rc == 0 ? link_new(tt, fd, true, name) : NULL;
-    if (l)
+    if (l) {
         snprintf(l->peer_node, sizeof(l->peer_node), "%s", hp.node_id);
+        l->peer_inc = hp.incarnation;
+    }
     if (rc == 0)
         rc = l ? accept_steps(l, deadline, why, sizeof(why)) : -XFER_ENOMEM;
     if (rc < 0) {

@@ -356,4 +356,5 @@ const struct xfer_transport_ops xfer_tcpx_transport_ops = {
     .dereg_mem = tcpx_dereg_mem,
     .describe = tcpx_describe,
     .post = tcpx_post,
+    .send_msg = tcpx_send_msg,
 };

@@ -32,10 +32,13 @@ XFER_BUSY_POLL_US=50 run --op write --size 4K --batch 8
 XFER_TCP_DIRECT=0 run --op write --size 8
 run --op write --size 64K --batch 4 --transport ipc
 run --op read --size 8 --transport ipc
+run --op read --size 4M --batch 4 --depth 2 --transport ipc # copy threads, pieces
+run --op write --size 1M --batch 16 --depth 2 --transport ipc --slots 1
 # bad input: a clear error and exit 2, no crash
 "$bin/xfer_bench" --size 0 2>/dev/null; [[ $? == 2 ]] || fail "--size 0 not refused"
 "$bin/xfer_bench" --op copy 2>/dev/null; [[ $? == 2 ]] || fail "--op copy not refused"
 "$bin/xfer_bench" --batch 5000 2>/dev/null; [[ $? == 2 ]] || fail "--batch 5000 not refused"
+"$bin/xfer_bench" --slots 1 --fresh 2>/dev/null; [[ $? == 2 ]] || fail "--slots with --fresh not refused"
 
 # xferctl bench runs the same code (bench/xbench.c), no xferd needed.
 prog=("$XFER_ROOT/$B/bin/xferctl" bench)

@@ -3,20 +3,26 @@
 # two xferd (n1, n2) and a real redis-server. notify -> listen roundtrip
 # (text and --json), a listener's --count leaves the rest queued for the
 # next one, copy --notify delivers after the data (the listener reads the
-# data the moment the notification arrives), a listener that goes away and
-# one that never reads (disconnected, xferd keeps serving), bad input.
+# data the moment the notification arrives), a listener that goes away, one
+# that never reads and one stopped with SIGSTOP (cut after io_timeout_ms,
+# what they did not acknowledge goes to the next listener exactly once),
+# bad input.
 set -u
 cd "${XFER_ROOT:-.}"
 B=${B:-build}
 source tests/lib/service.sh
+source tests/lib/freeze.sh
 trap 'for p in $(jobs -p); do kill "$p" 2>/dev/null; done; svc_cleanup; redis_stop' EXIT
 svc_init
 redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
 svc_start n1 0 --redis-url "$REDIS_URL" --transports tcp --region r1:4M:rw
 svc_start n2 0 --redis-url "$REDIS_URL" --transports tcp --region r2:4M:rw --io-timeout-ms 2000
+svc_start n3 0 --redis-url "$REDIS_URL" --transports tcp --region r3:1M:rw
 svc_wait_ready n1
 svc_wait_ready n2
+svc_wait_ready n3
 wait_for 10 ctl n1 regions n2 || fail "n1 does not see n2"
+wait_for 10 ctl n1 regions n3 || fail "n1 does not see n3"
 D=$SVC_DIR
 
 # 1. standalone: sent before anyone listens, it waits in n2's queue.
@@ -82,9 +88,10 @@ ctl n1 notify n2 'after the crash' || fail "notify after a listener died"
 out=$(ctl n2 --timeout 10000 listen --count 1) || fail "listen after a listener died: $out"
 [[ $out == *"after the crash" ]] || fail "got '$out'"
 
-# 4. a listener that never reads: n2 pauses taking from its queue (senders
-# keep their notifications queued there), then after io_timeout_ms (2 s
-# here) drops it with a warn line and keeps serving.
+# 4. a listener that never reads nor acknowledges: n2 sends it a window's
+# worth and takes no more from its queue (senders keep their notifications
+# queued there), then after io_timeout_ms (2 s here) cuts it with a warn
+# line, keeps serving, and the next listener gets all 40, none lost.
 python3 - "$D/n2.sock" >"$D/slow.out" 2>&1 <<'PY' &
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX)
@@ -99,13 +106,115 @@ big=$(head -c 60000 /dev/zero | tr '\0' x)
 for i in $(seq 1 40); do
     ctl n1 notify n2 "$big" >/dev/null || fail "notify big $i"
 done
-wait_for 20 grep -q "notification listener left .* unread .*disconnected" "$D/n2.log" ||
-    fail "slow listener not dropped: $(tail -5 "$D/n2.log")"
+wait_for 20 grep -q "notification listener acknowledged none .*disconnected" "$D/n2.log" ||
+    fail "slow listener not cut: $(tail -5 "$D/n2.log")"
 kill "$slow" 2>/dev/null; wait "$slow" 2>/dev/null
 ctl n2 health >/dev/null || fail "n2 stopped serving"
 n=$(ctl n2 --json --timeout 3000 listen | wc -l)
-((n > 0)) || fail "the notifications the slow listener did not take were lost"
-echo "after the slow listener: $n queued notifications delivered to the next listener"
+((n == 40)) || fail "after the slow listener was cut the next one got $n of 40 notifications"
+echo "after the slow listener: all $n notifications delivered to the next listener"
+
+# 4b. an xferctl listener stopped (SIGSTOP) with notifications in flight to
+# it: cut after io_timeout_ms; resumed, it prints none of those it had not
+# acknowledged and says so; a new listener gets every one exactly once.
+in_poll() { # PID blocked in poll(2): past its last acknowledgement
+    local nr
+    read -r nr _ <"/proc/$1/syscall" && [[ $nr == 7 || $nr == 271 ]]
+}
+"$XFERCTL" --socket "$D/n2.sock" --json listen >"$D/frozen.out" 2>"$D/frozen.err" &
+frozen=$!
+ctl n1 notify n2 'before the stop' || fail "notify before the stop"
+wait_for 10 grep -q 'before the stop' "$D/frozen.out" || fail "listener did not print: $(cat "$D/frozen.err")"
+wait_for 10 in_poll "$frozen" || fail "listener not back in poll"
+pid_freeze "$frozen" || fail "could not stop the listener"
+cuts=$(grep -c "notification listener acknowledged none" "$D/n2.log")
+for i in $(seq 1 50); do
+    ctl n1 notify n2 "frozen $i" >/dev/null || fail "notify frozen $i"
+done
+wait_for 20 bash -c "(( \$(grep -c 'notification listener acknowledged none' $D/n2.log) > $cuts ))" ||
+    fail "stopped listener not cut: $(tail -5 "$D/n2.log")"
+kill -CONT "$frozen"
+wait "$frozen"; rc=$?
+((rc == 1)) && grep -q "closed this subscription after 1 notification" "$D/frozen.err" ||
+    fail "resumed listener: rc=$rc $(cat "$D/frozen.err")"
+[[ $(wc -l <"$D/frozen.out") == 1 ]] || fail "the cut listener printed: $(cat "$D/frozen.out")"
+ctl n2 --json --timeout 10000 listen --count 50 >"$D/next.out" || fail "next listener"
+ctl n2 --json --timeout 500 listen >>"$D/next.out" || fail "listen for leftovers"
+python3 - "$D/next.out" <<'PY' || fail "exactly once: $(cut -c1-120 "$D/next.out")"
+import json, sys
+got = [json.loads(l) for l in open(sys.argv[1])]
+texts = [o["text"] for o in got]
+want = ["frozen %d" % i for i in range(1, 51)]
+assert sorted(texts) == sorted(want), (len(texts), sorted(set(want) - set(texts)))
+assert len({(o["incarnation"], o["seq"]) for o in got}) == 50
+PY
+echo "stopped listener cut: the next one got all 50 notifications exactly once"
+
+# 6. batch --notify: one batch of n1 writes two lines to n2 and one to n3;
+# each node gets one notification, after its lines landed, naming its
+# share of the batch. A notified batch runs whole or not at all.
+head -c 196608 /dev/urandom >"$D/bin"
+ctl n1 put "$D/bin" n1/r1+2M || fail "put batch data"
+printf 'n1/r1+2097152 n2/r2+1M 64K\nn1/r1+2162688 n3/r3 64K\nn1/r1+2228224 n2/r2+2M 64K\n' >"$D/batch1"
+out=$(ctl n1 batch "$D/batch1" --notify 'batch one') || fail "batch --notify: $out"
+[[ $out == *"notification delivered"* ]] || fail "batch --notify said '$out'"
+ctl n2 --json --timeout 10000 listen --count 1 >"$D/b2" || fail "listen n2 (batch)"
+ctl n3 --json --timeout 10000 listen --count 1 >"$D/b3" || fail "listen n3 (batch)"
+python3 - "$D/b2" "$D/b3" <<'PY' || fail "batch notifications: $(cat "$D/b2" "$D/b3")"
+import json, sys
+b2, b3 = (json.load(open(f)) for f in sys.argv[1:])
+assert b2["text"] == b3["text"] == "batch one", (b2, b3)
+assert b2["bound"] and b2["items"] == 2 and b2["status"] == 0 and b2["node"] == "n1", b2
+assert b3["bound"] and b3["items"] == 1 and b3["status"] == 0, b3
+PY
+ctl n2 get n2/r2+1M 64K "$D/g1" && ctl n3 get n3/r3 64K "$D/g2" && ctl n2 get n2/r2+2M 64K "$D/g3" ||
+    fail "get batch data"
+cat "$D/g1" "$D/g2" "$D/g3" | cmp -s - "$D/bin" || fail "batch data differs"
+n=$(ctl n2 --json --timeout 300 listen | wc -l)
+((n == 0)) || fail "n2 got $n more notification(s) after the batch"
+printf 'n1/r1 n2/r2 4K\nn1/r1 n3/r3+1M 4K\n' >"$D/batch2"
+out=$(ctl n1 batch "$D/batch2" --notify 'never' 2>&1) && fail "a notified batch with a bad line ran"
+[[ $out == *"not run: line 2"* ]] || fail "bad notified batch said '$out'"
+printf 'n1/r1 n2/r2 4K\nn2/r2 n3/r3 4K\n' >"$D/batch3"
+out=$(ctl n1 batch "$D/batch3" --notify 'never' 2>&1) && fail "a notified batch with a forwarded line ran"
+[[ $out == *"carried out by n2"* ]] || fail "forwarded line in a notified batch said '$out'"
+n=$(ctl n2 --json --timeout 300 listen | wc -l)
+((n == 0)) || fail "a refused notified batch notified n2 ($n)"
+echo "batch --notify: one notification per remote node, after its lines"
+
+# 7. a copy that xferd retries notifies once. A stale descriptor is forced
+# through Redis (no event: n1's cache keeps what it read): n2/rs's "gen" is
+# set to a wrong value, so each of n1's attempts fails -XFER_ESTALE at n2
+# and xferd retries once after re-reading Redis; then the right value is
+# put back while n1 still caches the wrong one, so the first attempt fails
+# and the retry succeeds. Each copy's notification arrives exactly once:
+# the failed retry's (marked failed), then the successful retry's; the
+# stale first attempts' are dropped by n2.
+ctl n2 register rs 64K >/dev/null || fail "register rs"
+key='xfer:region:{n2}:rs'
+wait_for 10 bash -c "[[ -n \$(redis-cli -p $REDIS_PORT hget '$key' gen) ]]" || fail "rs not published"
+gen=$(redis_cli hget "$key" gen)
+redis_cli hset "$key" gen $((gen + 1000)) >/dev/null
+out=$(ctl n1 copy n1/r1 n2/rs 4K --notify 'stale twice' 2>&1) && fail "copy with a wrong generation worked"
+[[ $out == *"stale"* || $out == *"generation"* || $out == *ESTALE* ]] || fail "stale copy said '$out'"
+redis_cli hset "$key" gen "$gen" >/dev/null
+ctl n1 write n1/r1+3M 'after the retry' || fail "write"
+out=$(ctl n1 copy n1/r1+3M n2/rs 15 --notify 'retried copy') || fail "copy that needs a retry: $out"
+[[ $(grep -c 'n2/rs was registered again: retrying' "$D/n1.log") == 2 ]] ||
+    fail "n1 did not retry both copies: $(grep retrying "$D/n1.log")"
+[[ $(ctl n2 read n2/rs 15) == 'after the retry' ]] || fail "retried copy's data"
+ctl n2 --json --timeout 10000 listen --count 2 >"$D/r1" || fail "listen (retried copies)"
+ctl n2 --json --timeout 500 listen >>"$D/r1"
+python3 - "$D/r1" <<'PY' || fail "retried copies: $(cat "$D/r1")"
+import json, sys
+got = [json.loads(l) for l in open(sys.argv[1])]
+assert [o["text"] for o in got] == ["stale twice", "retried copy"], got
+assert got[0]["status"] != 0 and got[0]["failed"][0]["index"] == 0, got[0]
+assert got[1]["status"] == 0 and got[1]["failed"] == [], got[1]
+PY
+[[ $(grep -c 'stale attempt, its retry is the one delivered' "$D/n2.log") == 2 ]] ||
+    fail "n2 did not drop both stale attempts: $(grep notification "$D/n2.log")"
+echo "retried copies: one notification each"
 
 # 5. bad input: a clear error and a nonzero exit, xferd unharmed.
 out=$(ctl n1 notify nosuch hi 2>&1); rc=$?
@@ -125,4 +234,5 @@ out=$(ctl n1 --timeout 300 listen 2>&1); rc=$?
 ctl n1 health >/dev/null && ctl n2 health >/dev/null || fail "health after bad input"
 svc_kill n1 TERM || fail "n1 exit status"
 svc_kill n2 TERM || fail "n2 exit status"
+svc_kill n3 TERM || fail "n3 exit status"
 echo "service notify: ok"

@@ -114,14 +114,18 @@ static int phase_stopped(xfer_engine *e, xfer_peer *p, xfer_region *l, struct ow
         kill(o->pid, SIGCONT);
         CHECK(false, "owner %d did not stop within 5 s", (int)o->pid);
     }
-    /* m is lent for direct copies (plain_op used it): small items need no
-     * owner at all; an item above XFER_IPC_DIRECT_MAX (256 KiB) asks it. */
+    /* m is lent for direct copies (plain_op used it): items of any size
+     * need no owner at all (large ones run on the copy threads, piece by
+     * piece); c (a plain pointer, CMA) is never lent and asks it. */
     int rc = xfer_read(e, l, 0, p, d->id, d->gen, 0, 4096, 20000);
+    if (rc == 0)
+        rc = xfer_read(e, l, 0, p, d->id, d->gen, 0, 3u << 20, 20000);
     if (rc != 0)
         kill(o->pid, SIGCONT);
     CHECK(rc == 0, "direct read of a lent region from a stopped owner: %s", xfer_strerror(rc));
+    const struct xfer_region_desc *c = owner_region(o, "c");
     double t0 = now_ms();
-    rc = xfer_read(e, l, 0, p, d->id, d->gen, 0, 1u << 20, 20000);
+    rc = xfer_read(e, l, 0, p, c->id, c->gen, 0, 4096, 20000);
     double took = now_ms() - t0;
     kill(o->pid, SIGCONT);
     CHECK(rc < 0, "read from a stopped owner succeeded");

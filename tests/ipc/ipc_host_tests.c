@@ -283,8 +283,9 @@ static int test_direct_guard(struct ctx *c)
 struct racer {
     struct ctx *c;
     struct xfer_region_desc d;
-    long n; /* writes done (atomic) */
-    int rc; /* the first failure */
+    uint64_t len; /* bytes per write */
+    long n;       /* writes done (atomic) */
+    int rc;       /* the first failure */
 };
 
 static void *race_main(void *arg)
@@ -292,9 +293,10 @@ static void *race_main(void *arg)
     struct racer *r = arg;
     uint64_t *lp = xfer_region_ptr(r->c->local[0]);
     for (uint64_t i = 1;; i++) {
-        *lp = i;
+        for (uint64_t k = 0; k < r->len / 8; k += 512)
+            lp[k] = i; /* every piece changes: a late one would show */
         int rc = xfer_write(r->c->e, r->c->local[0], 0, r->c->p, r->d.id, r->d.gen,
-                            (i % (r->d.len / 8)) * 8, 8, DEADLINE);
+                            (i % (r->d.len / r->len)) * r->len, r->len, DEADLINE);
         if (rc) {
             r->rc = rc;
             return NULL;
@@ -303,14 +305,15 @@ static void *race_main(void *arg)
     }
 }
 
-/* Deregistration while a thread writes 8 bytes after 8 bytes directly into
- * the region: it returns within the bound (the copy in progress, not
- * io_timeout), nothing lands in the memory after it returned (the owner
- * watches the client's memfd), and the writer then gets the owner's
+/* Deregistration while a thread writes directly into the region, 8 bytes
+ * after 8 bytes (in the posting thread) or 4 MiB after 4 MiB (16 pieces on
+ * the copy threads): it returns within the bound (one piece in progress,
+ * not io_timeout), nothing lands in the memory after it returned (the
+ * owner watches the client's memfd), and the writer then gets the owner's
  * refusal. */
-static int test_direct_race(struct ctx *c)
+static int test_direct_race(struct ctx *c, const char *rname, uint64_t len, long warm)
 {
-    struct racer r = {.c = c, .d = *owner_region(&c->o, "arace")};
+    struct racer r = {.c = c, .d = *owner_region(&c->o, rname), .len = len};
     pthread_t t;
     CHECK(pthread_create(&t, NULL, race_main, &r) == 0, "thread");
     struct timespec nap = {0, 1000000}, t0, now;
@@ -318,21 +321,21 @@ static int test_direct_race(struct ctx *c)
     do { /* poll with a deadline until the writer is going */
         nanosleep(&nap, NULL);
         clock_gettime(CLOCK_MONOTONIC, &now);
-    } while (__atomic_load_n(&r.n, __ATOMIC_RELAXED) < 2000 && !r.rc &&
+    } while (__atomic_load_n(&r.n, __ATOMIC_RELAXED) < warm && !r.rc &&
              now.tv_sec - t0.tv_sec < 20);
     char ans[128] = "";
     long before = __atomic_load_n(&r.n, __ATOMIC_RELAXED);
-    int rc = before >= 2000 ? owner_cmd(&c->o, ans, sizeof(ans), "DEREGWATCH arace 300") : -1;
+    int rc = before >= warm ? owner_cmd(&c->o, ans, sizeof(ans), "DEREGWATCH %s 300", rname) : -1;
     pthread_join(t, NULL);
-    CHECK(before >= 2000, "writer did only %ld writes in 20 s (%s)", before, xfer_strerror(r.rc));
+    CHECK(before >= warm, "writer did only %ld writes in 20 s (%s)", before, xfer_strerror(r.rc));
     CHECK(rc == 0 && !strncmp(ans, "OK ", 3), "deregistration under direct writes: %s", ans);
     double took = atof(ans + 3);
     CHECK(took < 1000, "deregistration took %.1f ms under direct writes", took);
     CHECK(r.rc == -XFER_ENOENT || r.rc == -XFER_ESTALE, "writer ended with %s",
           xfer_strerror(r.rc));
-    printf("ok deregistration under %ld direct 8 B writes: %.1f ms, memory untouched after, "
+    printf("ok deregistration under %ld direct writes of %llu B: %.1f ms, memory untouched after, "
            "writer then got %s\n",
-           r.n, took, xfer_strerror(r.rc));
+           r.n, (unsigned long long)len, took, xfer_strerror(r.rc));
     return 0;
 }
 
@@ -346,11 +349,12 @@ static int setup(struct ctx *c, bool nodump)
                           "cgen:cma:65536:rw",
                           "mrev:memfd:65536:rw",
                           "arace:adopt:65536:rw",
+                          "abig:adopt:16777216:rw",
                           "mguard:memfd:65536:rw",
                           NULL,
                           NULL};
     if (nodump) {
-        memmove(args + 1, args, 9 * sizeof(args[0]));
+        memmove(args + 1, args, 10 * sizeof(args[0]));
         args[0] = "--nodump";
     }
     CHECK(owner_start(&c->o, args) == 0, "owner did not start");
@@ -408,7 +412,8 @@ int run_host_tests(int argc, char **argv)
           test_bad_owner_checks(&c) || test_generation(&c, "mgen") || test_generation(&c, "cgen") ||
           (want == XFER_TRANSPORT_IPC && test_revocation(&c)) ||
           (want == XFER_TRANSPORT_IPC && direct && test_direct_readonly(&c)) ||
-          (want == XFER_TRANSPORT_IPC && direct && test_direct_race(&c)) ||
+          (want == XFER_TRANSPORT_IPC && direct && test_direct_race(&c, "arace", 8, 2000)) ||
+          (want == XFER_TRANSPORT_IPC && direct && test_direct_race(&c, "abig", RLEN, 20)) ||
           (want == XFER_TRANSPORT_IPC && test_direct_guard(&c));
     if (!bad && want == XFER_TRANSPORT_IPC) {
         struct xfer_stats st;

@@ -20,8 +20,6 @@
  *   xfer_notify storm --peer FILE --count N --ready FILE
  *       notifications racing a reconnect (see run_storm).
  *   xfer_notify cancel --peer FILE    cancel of a batch with a notification
- *   xfer_notify unsupported --peer FILE
- *       over a transport without messages (tcpx): -XFER_ENOTSUP, data lands.
  *   xfer_notify wire --peer FILE
  *       raw tcp frames after a real handshake: oversized, truncated and
  *       inconsistent message frames; the node answers or cuts, keeps serving.
@@ -533,37 +531,6 @@ static int run_storm(const struct opts *o)
     return other == 0 && acked > 0 && lost > 0 ? 0 : 1;
 }
 
-/* A transport without messages (tcpx): notifications and SENDs fail with
- * -XFER_ENOTSUP, clearly, and the data items of such a batch still land. */
-static int run_unsupported(const struct opts *o)
-{
-    struct node_file nf;
-    struct sender s = {0};
-    if (sender_open(o, &s, &nf) < 0)
-        FAIL("sender setup");
-    int rc = xfer_notify(s.e, s.p, "x", 1, 5000);
-    printf("unsupported: notify %s (%s)\n", xfer_strerror(rc), xfer_engine_last_error(s.e));
-    if (rc != -XFER_ENOTSUP)
-        FAIL("notify over a transport without messages: %s", xfer_strerror(rc));
-    xfer_batch *b = xfer_batch_new(s.e, &rc);
-    uint64_t x = 3;
-    char msg[128] = "B 0";
-    add_write(&s, b, 0, 4096, &x, msg, sizeof(msg));
-    xfer_batch_notify(b, s.p, msg, strlen(msg));
-    xfer_batch_add_send(b, s.src, 0, 64, s.p, 5);
-    xfer_batch_submit(b, 5000);
-    rc = xfer_batch_wait(b, -1);
-    printf("unsupported: batch %s, write %s, send %s, notification %s\n", xfer_strerror(rc),
-           xfer_strerror(xfer_batch_item_status(b, 0)), xfer_strerror(xfer_batch_item_status(b, 1)),
-           xfer_strerror(xfer_batch_notify_status(b, s.p)));
-    if (xfer_batch_item_status(b, 0) != 0 || xfer_batch_item_status(b, 1) != -XFER_ENOTSUP ||
-        xfer_batch_notify_status(b, s.p) != -XFER_ENOTSUP)
-        FAIL("expected the WRITE done, the SEND and the notification -XFER_ENOTSUP");
-    xfer_batch_free(b);
-    xfer_engine_free(s.e);
-    return 0;
-}
-
 /* ---- bad frames from the wire (tcp) ---------------------------------------------- */
 
 static int raw_connect(uint16_t port)
@@ -584,31 +551,39 @@ static int raw_connect(uint16_t port)
     return fd;
 }
 
-/* Sends MSG_REQ announcing `announce` bytes with len bytes of body; when
- * want_resp, reads the MSG_RESP and returns its status (1 = no answer). */
-static int raw_msg(int fd, const void *body, uint32_t len, uint32_t announce, bool want_resp)
+/* Sends h (op, region, offset, and for a batch's frames F_SEQ and seq)
+ * with len bytes of body, announcing `announce` bytes; when want_resp,
+ * reads the response and returns its status (-1000 = no answer). */
+static int raw_frame(int fd, struct xfer_wire_hdr h, uint32_t seq, const void *body, uint32_t len,
+                     uint32_t announce, bool want_resp)
 {
     static uint64_t req = 1;
-    struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION,
-                              .op = XFER_WIRE_MSG_REQ,
-                              .req_id = req++,
-                              .length = announce,
-                              .payload = announce};
+    h.version = XFER_PROTO_VERSION;
+    h.req_id = (uint64_t)seq << 32 | req++;
+    h.flags = seq ? XFER_WIRE_F_SEQ : 0;
+    h.length = h.payload = announce;
     uint8_t hdr[XFER_WIRE_HDR_LEN];
     xfer_wire_encode(&h, hdr);
     int64_t dl = xfer_now_ms() + 3000;
     if (xfer_io_write_all(fd, hdr, sizeof(hdr), dl) < 0 ||
         (len && xfer_io_write_all(fd, body, len, dl) < 0))
-        return 1;
+        return -1000;
     if (!want_resp)
         return 0;
     uint8_t in[XFER_WIRE_HDR_LEN];
     struct xfer_wire_hdr r;
     if (xfer_io_read_all(fd, in, sizeof(in), xfer_now_ms() + 3000) < 0 ||
-        xfer_wire_decode(in, 64u << 20, &r) < 0 || r.op != XFER_WIRE_MSG_RESP ||
-        r.req_id != h.req_id)
-        return 1;
+        xfer_wire_decode(in, 64u << 20, &r) < 0 || r.op != h.op + 1 || r.req_id != h.req_id)
+        return -1000;
     return r.status;
+}
+
+/* MSG_REQ (see raw_frame); 1 = no answer. */
+static int raw_msg(int fd, const void *body, uint32_t len, uint32_t announce, bool want_resp)
+{
+    struct xfer_wire_hdr h = {.op = XFER_WIRE_MSG_REQ};
+    int st = raw_frame(fd, h, 0, body, len, announce, want_resp);
+    return st == -1000 ? 1 : st;
 }
 
 static uint32_t frame_of(struct xfer_msg_hdr *h, const char *msg, uint8_t *out)
@@ -616,6 +591,54 @@ static uint32_t frame_of(struct xfer_msg_hdr *h, const char *msg, uint8_t *out)
     h->msg_len = (uint32_t)strlen(msg);
     xfer_msg_encode(h, NULL, msg, out);
     return (uint32_t)xfer_msg_frame_len(h);
+}
+
+/* Notifications behind their data (docs/notify.md): the target delivers a
+ * MSG_REQ naming batch seq and n frames only if exactly those n WRITE
+ * frames of seq came just before it on this socket and landed; else it
+ * answers XFER_MSG_NOT_BEHIND and delivers nothing (the receiver counts
+ * any "NOTBEHIND" notification as bad). */
+static int run_behind(int fd, const struct xfer_region_desc *rd)
+{
+    static uint8_t f[256], data[64];
+    struct xfer_msg_hdr no = {.kind = XFER_MSG_NOTIFY}, yes = {.kind = XFER_MSG_NOTIFY};
+    uint32_t nlen = frame_of(&no, "NOTBEHIND", f);
+    static uint8_t fy[256];
+    uint32_t ylen = frame_of(&yes, "PING", fy);
+    struct xfer_wire_hdr w = {.op = XFER_WIRE_WRITE_REQ, .region_id = rd->id, .gen = rd->gen};
+    w.offset = rd->len - sizeof(data); /* the end of the region: no test checks it */
+    struct xfer_wire_hdr m = {.op = XFER_WIRE_MSG_REQ};
+    struct {
+        const char *what;
+        uint32_t seqs[3]; /* WRITE frames sent first (0 = none) */
+        bool refuse;      /* the first one out of bounds */
+        uint32_t seq, frames;
+        int want;
+    } cases[] = {
+        {"1 of 2 frames", {70, 0, 0}, false, 70, 2, XFER_MSG_NOT_BEHIND},
+        {"a refused frame", {71, 0, 0}, true, 71, 1, XFER_MSG_NOT_BEHIND},
+        {"another batch between", {72, 73, 0}, false, 72, 1, XFER_MSG_NOT_BEHIND},
+        {"no frame at all", {0, 0, 0}, false, 74, 1, XFER_MSG_NOT_BEHIND},
+        {"2 of 2 frames", {75, 75, 0}, false, 75, 2, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (int k = 0; k < 3 && cases[i].seqs[k]; k++) {
+            struct xfer_wire_hdr wk = w;
+            if (k == 0 && cases[i].refuse)
+                wk.offset = rd->len; /* past the end */
+            int st = raw_frame(fd, wk, cases[i].seqs[k], data, sizeof(data), sizeof(data), true);
+            if (st != (k == 0 && cases[i].refuse ? -XFER_ERANGE : 0))
+                FAIL("behind, %s: WRITE answered %d", cases[i].what, st);
+        }
+        m.region_id = cases[i].frames;
+        bool good = cases[i].want == 0;
+        int st = raw_frame(fd, m, cases[i].seq, good ? fy : f, good ? ylen : nlen,
+                           good ? ylen : nlen, true);
+        printf("wire: behind, %-22s -> %d\n", cases[i].what, st);
+        if (st != cases[i].want)
+            FAIL("behind, %s: expected %d, got %d", cases[i].what, cases[i].want, st);
+    }
+    return 0;
 }
 
 static int run_wire(const struct opts *o)
@@ -677,6 +700,8 @@ static int run_wire(const struct opts *o)
     if (raw_msg(fd, f, rlen, rlen, true) != -XFER_EPROTO)
         FAIL("eager RTS with bytes other than its length not refused with EPROTO");
     printf("wire: FIN/RTS referring to nothing -> ENOENT, bad RTS/eager RTS -> EPROTO\n");
+    if (nf.n_regions < 1 || run_behind(fd, &nf.regions[0]) != 0)
+        FAIL("notifications behind their data");
     struct xfer_msg_hdr ok = {.kind = XFER_MSG_NOTIFY};
     uint32_t len = frame_of(&ok, "PING", f);
     if (raw_msg(fd, f, len, len, true) != 0)
@@ -770,8 +795,6 @@ int main(int argc, char **argv)
         return run_storm(&o);
     if (!strcmp(o.cmd, "cancel"))
         return run_cancel(&o);
-    if (!strcmp(o.cmd, "unsupported"))
-        return run_unsupported(&o);
     fprintf(stderr, "unknown command %s\n", o.cmd);
     return 2;
 }

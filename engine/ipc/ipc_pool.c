@@ -1,0 +1,222 @@
+/*
+ * Copy threads for large direct copies (issue 15, docs/ipc.md "Large items"):
+ * one memcpy thread does not reach what the host's memory can move, and a
+ * large batch copied in the posting thread would make submit as slow as the
+ * copy. Items of regions the owner lent (ipc_direct.c) beyond what a post
+ * copies itself come here; the transport's threads take them a piece
+ * (IPC_DIRECT_PIECE) at a time, so the pieces of one large item run on all
+ * threads at once, each under its own pin: a withdrawal waits for one piece.
+ *
+ * A task is one item. Its pieces are handed out under the pool's lock (one
+ * lock per piece of 256 KiB: nothing next to the copy); the thread that
+ * finishes a task's last piece ends it: an item whose loan was withdrawn
+ * meanwhile goes to the connection's worker, which gets the owner's answer.
+ * A task counts a user on its loan entry, so the connection (which waits
+ * for its entries' users before it goes) outlives its tasks.
+ */
+#include "ipc_conn.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define POOL_THREADS_MAX 8
+
+enum task_state {
+    T_OK,
+    T_WITHDRAWN, /* a piece found the loan withdrawn: ask the owner */
+    T_CLOSED,    /* the connection is closing or broke */
+    T_DEAD,      /* the owner hung up before the first piece */
+};
+
+struct ipc_task {
+    struct ipc_conn *c;
+    struct ipc_direct *d;
+    xfer_batch *b;
+    size_t i;
+    uint64_t len, next; /* next: the next piece to hand out (pool lock) */
+    int left;           /* pieces not finished (atomic) */
+    int state;          /* enum task_state: why pieces stopped (atomic) */
+    struct ipc_post *post;
+    struct ipc_task *next_task;
+};
+
+/* The tasks of one post, freed with the last of them. */
+struct ipc_post {
+    int live; /* tasks not ended (atomic) */
+    struct ipc_task t[];
+};
+
+struct ipc_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ipc_task *head, *tail; /* tasks with pieces left to hand out */
+    bool stop, started;
+    int nthreads;
+    pthread_t tid[POOL_THREADS_MAX];
+};
+
+static int pool_threads(void)
+{
+    const char *env = getenv("XFER_IPC_COPY_THREADS");
+    long n = env ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN) / 4;
+    if (!env && n < 2)
+        n = 2; /* with the posting thread: 2x one memcpy even on 2 cores */
+    return n < 0 ? 0 : n > POOL_THREADS_MAX ? POOL_THREADS_MAX : (int)n;
+}
+
+/* The task's last piece finished: report what the pieces could not. */
+static void task_end(struct ipc_task *t)
+{
+    struct ipc_conn *c = t->c;
+    int st = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
+    if (st == T_DEAD || st == T_CLOSED)
+        xfer_batch_chunk_done(t->b, t->i, 0, -XFER_ECONN,
+                              st == T_DEAD ? "ipc: the owner closed the connection"
+                                           : "ipc connection to the owner closed");
+    else if (st == T_WITHDRAWN && xfer_batch_item_live(t->b, t->i))
+        ipc_conn_queue(c, t->b, &t->i, 1); /* the owner says why (or copies it) */
+    /* c lives while its entry has users: this is the last touch of c. */
+    __atomic_sub_fetch(&t->d->users, 1, __ATOMIC_ACQ_REL);
+    xfer_batch_put(t->b);
+    struct ipc_post *p = t->post;
+    if (__atomic_sub_fetch(&p->live, 1, __ATOMIC_ACQ_REL) == 0)
+        free(p);
+}
+
+/* Marks t (the worse reason wins). */
+static void task_stop(struct ipc_task *t, int st)
+{
+    int cur = __atomic_load_n(&t->state, __ATOMIC_RELAXED);
+    while (cur < st && !__atomic_compare_exchange_n(&t->state, &cur, st, false, __ATOMIC_ACQ_REL,
+                                                    __ATOMIC_RELAXED))
+        ;
+}
+
+static void piece_run(struct ipc_task *t, uint64_t off, uint64_t len)
+{
+    struct ipc_conn *c = t->c;
+    if (off == 0 && ipc_sock_hung_up(c->fd)) /* a dead owner's memory: a silent loss */
+        task_stop(t, T_DEAD);
+    if (__atomic_load_n(&c->broken, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&c->stop, __ATOMIC_RELAXED))
+        task_stop(t, T_CLOSED);
+    if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != T_OK)
+        return;
+    if (ipc_direct_piece(&c->direct, t->d, t->b, t->i, off, len) == 1)
+        task_stop(t, T_WITHDRAWN);
+}
+
+static void *pool_main(void *arg)
+{
+    struct ipc_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop) {
+        struct ipc_task *t = p->head;
+        if (!t) {
+            pthread_cond_wait(&p->cv, &p->mu);
+            continue;
+        }
+        uint64_t off = t->next;
+        uint64_t len = t->len - off < IPC_DIRECT_PIECE ? t->len - off : IPC_DIRECT_PIECE;
+        t->next += len;
+        if (t->next >= t->len && !(p->head = t->next_task))
+            p->tail = NULL;
+        pthread_mutex_unlock(&p->mu);
+        piece_run(t, off, len);
+        if (__atomic_sub_fetch(&t->left, 1, __ATOMIC_ACQ_REL) == 0)
+            task_end(t);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+struct ipc_pool *ipc_pool_new(void)
+{
+    int n = pool_threads();
+    if (n == 0)
+        return NULL;
+    struct ipc_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->nthreads = n;
+    return p;
+}
+
+void ipc_pool_free(struct ipc_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int k = 0; p->started && k < p->nthreads; k++)
+        pthread_join(p->tid[k], NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* p->mu held: the threads start with the first post (most engines never
+ * copy a large item). Fewer threads if some cannot start. */
+static int pool_start_locked(struct ipc_pool *p)
+{
+    if (p->started)
+        return 0;
+    int k = 0;
+    while (k < p->nthreads && pthread_create(&p->tid[k], NULL, pool_main, p) == 0)
+        k++;
+    if (k == 0)
+        return -XFER_ENOMEM;
+    p->nthreads = k;
+    p->started = true;
+    return 0;
+}
+
+int ipc_pool_post(struct ipc_pool *p, struct ipc_conn *c, xfer_batch *b, const size_t *idx,
+                  struct ipc_direct *const *d, size_t n)
+{
+    if (n == 0)
+        return 0;
+    struct ipc_post *post = malloc(sizeof(*post) + n * sizeof(post->t[0]));
+    if (!post)
+        return -XFER_ENOMEM;
+    post->live = (int)n;
+    uint64_t pieces = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t len = xfer_batch_item(b, idx[k])->len;
+        int left = len ? (int)((len + IPC_DIRECT_PIECE - 1) / IPC_DIRECT_PIECE) : 1;
+        post->t[k] = (struct ipc_task){.c = c,
+                                       .d = d[k],
+                                       .b = b,
+                                       .i = idx[k],
+                                       .len = len,
+                                       .left = left,
+                                       .post = post,
+                                       .next_task = k + 1 < n ? &post->t[k + 1] : NULL};
+        pieces += (uint64_t)left;
+    }
+    pthread_mutex_lock(&p->mu);
+    int rc = p->stop ? -XFER_ECONN : pool_start_locked(p);
+    if (rc == 0) {
+        for (size_t k = 0; k < n; k++)
+            xfer_batch_hold(b); /* put by task_end */
+        if (p->tail)
+            p->tail->next_task = &post->t[0];
+        else
+            p->head = &post->t[0];
+        p->tail = &post->t[n - 1];
+        if (pieces > 1)
+            pthread_cond_broadcast(&p->cv);
+        else
+            pthread_cond_signal(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (rc < 0)
+        free(post);
+    return rc;
+}
