@@ -68,6 +68,9 @@ void region_withdraw_direct(xfer_engine *e, xfer_region *r);
 void region_cuda_close(xfer_region *r);
 /* Initiator-side pin of a local region for a running batch. */
 bool region_pin(xfer_region *r);
+/* n pins at once (one lock for a run of items on the same region). */
+bool region_pin_n(xfer_region *r, int n);
+void region_unpin_n(xfer_region *r, int n);
 void region_unpin(xfer_region *r);
 void region_table_init(struct region_table *t);
 /* memfd of len bytes, mapped and pre-faulted, on huge pages where the host

@@ -392,24 +392,35 @@ void region_table_destroy(xfer_engine *e)
     t->cap = t->cap_names = t->n_names = 0;
 }
 
-bool region_pin(xfer_region *r)
+bool region_pin_n(xfer_region *r, int n)
 {
     struct region_table *t = &r->engine->regions;
     pthread_mutex_lock(&t->mu);
     bool ok = !r->dead;
     if (ok)
-        r->pins++;
+        r->pins += n;
     pthread_mutex_unlock(&t->mu);
     return ok;
 }
 
-void region_unpin(xfer_region *r)
+void region_unpin_n(xfer_region *r, int n)
 {
     struct region_table *t = &r->engine->regions;
     pthread_mutex_lock(&t->mu);
-    if (--r->pins == 0 && r->dead)
+    r->pins -= n;
+    if (r->pins == 0 && r->dead)
         pthread_cond_broadcast(&t->unpinned);
     pthread_mutex_unlock(&t->mu);
+}
+
+bool region_pin(xfer_region *r)
+{
+    return region_pin_n(r, 1);
+}
+
+void region_unpin(xfer_region *r)
+{
+    region_unpin_n(r, 1);
 }
 
 xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum xfer_op op,

@@ -223,6 +223,8 @@ void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, 
  * every hold is put back, so a late completion can never land in a newer run.
  * Every hold is paired with one put; both are safe from any thread. */
 void xfer_batch_hold(xfer_batch *b);
+/* n holds at once (each dropped by its own xfer_batch_put). */
+void xfer_batch_hold_n(xfer_batch *b, int n);
 void xfer_batch_put(xfer_batch *b);
 /* From post(): b's items just posted wait only for chan of c (one socket,
  * say). If nothing else of this run is hinted, xfer_batch_wait() lets the

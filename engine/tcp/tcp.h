@@ -76,8 +76,22 @@ struct tcp_tx {
     int gdev;    /* CUDA ordinal of the GPU memory */
     int gslot;   /* -1 = none taken yet */
     struct xfer_gpu_stage *gst;
-    const uint8_t *gsrc; /* device memory to send */
+    const uint8_t *gsrc;   /* device memory to send */
+    struct tcp_slab *slab; /* allocated with the other chunks of one post, or NULL */
 };
+
+/* The chunks of one post, allocated at once and freed with the last one:
+ * a block list of 32k items costs one allocation, not 32k (tcp_post). */
+struct tcp_slab {
+    struct tcp_transport *tt;
+    int refs;   /* chunks not freed yet; atomic */
+    size_t cap; /* chunks it has room for */
+    struct tcp_tx tx[];
+};
+/* A slab for n chunks (contents undefined): the transport's spare if large
+ * enough, else a new one. NULL: out of memory. */
+struct tcp_slab *tcp_slab_get(struct tcp_transport *tt, size_t n);
+void tcp_slab_free(struct tcp_slab *s);
 
 enum tcp_rx_state { RX_HDR, RX_PAYLOAD };
 
@@ -185,10 +199,11 @@ struct tcp_transport {
     volatile bool stop;
     int n_threads;
     struct tcp_thread *threads;
-    unsigned next_thread; /* atomic round robin */
-    uint64_t next_req;    /* atomic */
-    int sockbuf;          /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
-    bool direct;          /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
+    unsigned next_thread;   /* atomic round robin */
+    uint64_t next_req;      /* atomic */
+    int sockbuf;            /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
+    bool direct;            /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
+    struct tcp_slab *spare; /* the last slab freed, reused by the next post; atomic */
     /* fences (tcp_fence.c). Target: write side = record one, read side =
      * WRITE payload going into a region. */
     pthread_rwlock_t fence_lk;

@@ -66,11 +66,64 @@ void tcp_reap(struct tcp_thread *th)
     }
 }
 
+/* Slab chunks are not malloc'd one by one, so AddressSanitizer cannot see
+ * a chunk used after its free on its own: a freed chunk (and so a whole
+ * spare slab) is poisoned, the chunks of a slab handed out again are not. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define TX_POISON(p, n)   ASAN_POISON_MEMORY_REGION(p, n)
+#define TX_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define TX_POISON(p, n)   ((void)(p), (void)(n))
+#define TX_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+void tcp_slab_free(struct tcp_slab *s)
+{
+    if (s)
+        TX_UNPOISON(s->tx, s->cap * sizeof(s->tx[0]));
+    free(s);
+}
+
+/* A freed slab is kept as the transport's spare: the next post of a like
+ * size reuses its (warm) memory instead of faulting fresh pages in. Once
+ * it is published as the spare, s belongs to whoever takes it (a post too
+ * large for it frees it at once): tt and cap are read before. */
 void tcp_tx_free(struct tcp_tx *t)
 {
-    if (t)
-        free(t->own);
-    free(t);
+    if (!t)
+        return;
+    free(t->own); /* a detached WRITE payload (tcp_fence.c) */
+    struct tcp_slab *s = t->slab;
+    if (!s) {
+        free(t);
+        return;
+    }
+    TX_POISON(t, sizeof(*t));
+    if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
+    struct tcp_transport *tt = s->tt;
+    size_t cap = s->cap;
+    struct tcp_slab *old = __atomic_exchange_n(&tt->spare, s, __ATOMIC_ACQ_REL);
+    if (old && old->cap > cap) /* keep the larger one: put it back, free what is there */
+        old = __atomic_exchange_n(&tt->spare, old, __ATOMIC_ACQ_REL);
+    tcp_slab_free(old);
+}
+
+struct tcp_slab *tcp_slab_get(struct tcp_transport *tt, size_t n)
+{
+    struct tcp_slab *s = __atomic_exchange_n(&tt->spare, NULL, __ATOMIC_ACQ_REL);
+    if (s && s->cap >= n) {
+        TX_UNPOISON(s->tx, n * sizeof(s->tx[0]));
+        return s;
+    }
+    tcp_slab_free(s);
+    s = malloc(sizeof(*s) + n * sizeof(s->tx[0]));
+    if (s) {
+        s->tt = tt;
+        s->cap = n;
+    }
+    return s;
 }
 
 static uint64_t chunk_load(const struct tcp_tx *t)

@@ -424,6 +424,7 @@ static void tcp_close(struct xfer_transport *t)
     if (tt->accept_wakefd >= 0)
         close(tt->accept_wakefd);
     free(tt->threads);
+    tcp_slab_free(tt->spare); /* every chunk was freed with its socket above */
     pthread_cond_destroy(&tt->hs_cv);
     pthread_mutex_destroy(&tt->hs_mu);
     tcp_fence_fini(tt);
