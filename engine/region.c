@@ -161,7 +161,7 @@ static xfer_region *region_new(xfer_engine *e, const char *name, size_t len, uns
 {
     *rc = -XFER_EINVAL;
     if (!e || !name || !*name || strlen(name) >= XFER_NAME_MAX || len == 0 ||
-        !(access & XFER_ACCESS_RW) || (access & ~XFER_ACCESS_RW)) {
+        !(access & XFER_ACCESS_RW) || (access & ~(XFER_ACCESS_RW | XFER_ACCESS_LEASED))) {
         if (e)
             xfer_engine_set_error(e, "region: bad name, length or access");
         return NULL;
@@ -498,6 +498,10 @@ size_t xfer_region_len(const xfer_region *r)
 {
     return r ? r->len : 0;
 }
+bool xfer_region_leased(const xfer_region *r)
+{
+    return r && (r->access & XFER_ACCESS_LEASED);
+}
 int xfer_region_memfd(const xfer_region *r)
 {
     return r ? r->memfd : -1;
@@ -542,7 +546,7 @@ static void describe_locked(const xfer_region *r, struct xfer_region_desc *out)
     out->device = r->device;
     out->addr = (uint64_t)(uintptr_t)r->ptr;
     out->len = r->len;
-    out->access = r->access;
+    out->access = r->access & XFER_ACCESS_RW; /* LEASED is not published */
     out->layout = r->layout;
     /* Transport-published fields (ipc handle text, rkeys). */
     for (size_t i = 0; i < r->engine->n_transports; i++) {
