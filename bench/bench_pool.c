@@ -5,11 +5,14 @@
  *
  *   bench_pool [--transports tcp|ipc] [--layout sglang|vllm_fa|...]
  *              [--blocks 512] [--pool-blocks 1024] [--layers 32]
- *              [--block-bytes 1024] [--reps 20]
+ *              [--block-bytes 1024] [--reps 20] [--reuse]
  *
  * Prints, per run, the thread CPU time of xfer_node_batch_add_blocks and of
  * xfer_node_batch_submit (median and best), the number of items the request
  * became, and the wall time until it completed (GB/s of the bytes moved).
+ * By default every request is a new batch (its item arrays are fresh
+ * memory: page faults count); --reuse resets one batch between requests,
+ * as a connector that keeps a batch per worker would.
  */
 #include "bench_node.h"
 
@@ -66,13 +69,15 @@ int main(int argc, char **argv)
 {
     const char *transports = "tcp", *layout = "sglang";
     size_t nb = 512, reps = 20;
+    bool reuse = false;
+    xfer_node_batch *kept = NULL;
     struct xfer_kv_geom g = {
         .block_bytes = 1024, .num_blocks = 1024, .layers = 32, .kv = 2, .shard_count = 1};
     snprintf(g.dtype, sizeof(g.dtype), "bf16");
     static const struct option lo[] = {
         {"transports", 1, 0, 't'},  {"layout", 1, 0, 'l'}, {"blocks", 1, 0, 'b'},
         {"pool-blocks", 1, 0, 'n'}, {"layers", 1, 0, 'L'}, {"block-bytes", 1, 0, 'B'},
-        {"reps", 1, 0, 'r'},        {0, 0, 0, 0},
+        {"reps", 1, 0, 'r'},        {"reuse", 0, 0, 'u'},  {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -90,6 +95,8 @@ int main(int argc, char **argv)
             g.block_bytes = strtoull(optarg, NULL, 0);
         else if (c == 'r')
             reps = strtoul(optarg, NULL, 0);
+        else if (c == 'u')
+            reuse = true;
         else
             return 2;
     }
@@ -116,7 +123,9 @@ int main(int argc, char **argv)
             rb[i] = (x / 3 + i * 104729) % g.num_blocks;
         }
         int err;
-        xfer_node_batch *bt = xfer_node_batch_new(a, &err);
+        xfer_node_batch *bt = kept ? kept : xfer_node_batch_new(a, &err);
+        if (kept)
+            xfer_node_batch_reset(bt);
         double w0 = wall_s(), c0 = cpu_us();
         items = xfer_node_batch_add_blocks(bt, XFER_OP_WRITE, pa, lb, "bench-b/kv", rb, nb, 0, 0);
         double c1 = cpu_us();
@@ -130,7 +139,10 @@ int main(int argc, char **argv)
             return 1;
         }
         tbit = xfer_node_batch_item_transport(bt, 0);
-        xfer_node_batch_free(bt);
+        if (reuse)
+            kept = bt;
+        else
+            xfer_node_batch_free(bt);
         if (r) {
             t_add[r - 1] = c1 - c0;
             t_sub[r - 1] = c2 - c1;
@@ -152,6 +164,7 @@ int main(int argc, char **argv)
     printf("  CPU build+submit:       median %.0f us\n", t_add[reps / 2] + t_sub[reps / 2]);
     printf("  wall to completion:     median %.2f ms (%.2f GB/s), best %.2f ms\n",
            t_wall[reps / 2] * 1e3, bytes / t_wall[reps / 2] / 1e9, t_wall[0] * 1e3);
+    xfer_node_batch_free(kept);
     xfer_node_free(a);
     xfer_node_free(b);
     return 0;

@@ -193,23 +193,42 @@ void xfer_batch_hold(xfer_batch *b)
     __atomic_add_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
 }
 
-void xfer_batch_put(xfer_batch *b)
+void xfer_batch_hold_n(xfer_batch *b, int n)
 {
-    /* Under mu, so that whoever drops the last reference frees b only
-     * after every other put has left the lock. */
-    pthread_mutex_lock(&b->mu);
-    int left = __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&b->refs, n, __ATOMIC_ACQ_REL);
+}
+
+static void batch_destroy(xfer_batch *b);
+
+/* b->mu held: drops n references; true if they were the last (the caller
+ * destroys b after letting go of the lock). Under mu, so that whoever drops
+ * the last reference frees b only after every other put has left it. */
+static bool drop_holds_locked(xfer_batch *b, int n)
+{
+    int left = __atomic_sub_fetch(&b->refs, n, __ATOMIC_ACQ_REL);
     if (left == 1) /* a resubmit or reset may wait for this */
         pthread_cond_broadcast(&b->cv);
+    return left == 0;
+}
+
+void xfer_batch_put(xfer_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    bool last = drop_holds_locked(b, 1);
     pthread_mutex_unlock(&b->mu);
-    if (left > 0)
-        return;
+    if (last)
+        batch_destroy(b);
+}
+
+static void batch_destroy(xfer_batch *b)
+{
     if (b->efd >= 0)
         close(b->efd);
     notes_free(&b->notes);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b->items);
+    free(b->whys);
     free(b);
 }
 
@@ -325,10 +344,21 @@ int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
 {
     if (!b || (!items && n) || n > INT_MAX)
         return -XFER_EINVAL;
+    const xfer_region *ok_local = NULL; /* item_check passed for this pair */
+    const xfer_peer *ok_peer = NULL;
     for (size_t i = 0; i < n; i++) {
-        int rc = item_check(b->engine, &items[i], BK_RMA);
+        const struct xfer_item *it = &items[i];
+        /* Block lists come in runs on one region and peer: the full check
+         * once per run, then op and bounds. */
+        if (it->local == ok_local && it->peer == ok_peer &&
+            (it->op == XFER_OP_READ || it->op == XFER_OP_WRITE) &&
+            xfer_range_ok(it->local_off, it->len, it->local->len))
+            continue;
+        int rc = item_check(b->engine, it, BK_RMA);
         if (rc)
             return rc;
+        ok_local = it->local;
+        ok_peer = it->peer;
     }
     return append_items(b, items, n, BK_RMA, 0);
 }
@@ -358,18 +388,24 @@ void batch_item_end(xfer_batch *b, size_t i, int status, const char *why)
         return;
     bi->open = false;
     bi->status = status;
-    if (status < 0)
-        snprintf(bi->why, sizeof(bi->why), "%s", why && *why ? why : xfer_strerror(status));
+    if (status < 0 && !b->whys) {
+        b->whys = calloc(b->n, sizeof(*b->whys)); /* NULL: the code's text stands in */
+        b->nwhys = b->whys ? b->n : 0;
+    }
+    if (status < 0 && i < b->nwhys)
+        snprintf(b->whys[i], sizeof(b->whys[i]), "%s", why && *why ? why : xfer_strerror(status));
     b->n_open--;
     xfer_engine *e = b->engine;
     uint64_t lat_us = (uint64_t)(engine_now_ns() - b->t_submit_ns) / 1000;
     uint64_t bytes = status == 0 ? bi->it.len : 0;
-    stats_count_item(&e->stats, bi->it.op, bytes, status, lat_us);
+    struct stats_set *sets[3] = {&e->stats};
+    size_t nsets = 1;
     if (bi->it.peer) /* NULL: a RECV from any peer that matched nothing */
-        stats_count_item(&bi->it.peer->stats, bi->it.op, bytes, status, lat_us);
+        sets[nsets++] = &bi->it.peer->stats;
     int ti = transport_index(bi->tbit);
     if (ti >= 0)
-        stats_count_item(&e->tstats[ti], bi->it.op, bytes, status, lat_us);
+        sets[nsets++] = &e->tstats[ti];
+    stats_count_item(sets, nsets, bi->it.op, bytes, status, lat_us);
     batch_msg_item_end(b, i, status);
 }
 
@@ -387,10 +423,14 @@ static bool finish_quiet(xfer_batch *b)
         return false;
     b->state = B_DONE;
     b->result = 0;
-    for (size_t i = 0; i < b->n; i++) {
-        if (b->items[i].status < 0 && b->result == 0)
+    for (size_t i = 0; i < b->n && b->result == 0; i++)
+        if (b->items[i].status < 0)
             b->result = b->items[i].status;
-        region_unpin(b->items[i].it.local);
+    for (size_t i = 0, j; i < b->n; i = j) { /* one lock per run on a region */
+        xfer_region *r = b->items[i].it.local;
+        for (j = i + 1; j < b->n && b->items[j].it.local == r; j++)
+            ;
+        region_unpin_n(r, (int)(j - i));
     }
     if (b->result == 0)
         b->result = notes_result(&b->notes);
@@ -436,17 +476,35 @@ void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, 
     pthread_mutex_unlock(&b->mu);
 }
 
-/* The waiter is woken after b->mu is let go (our hold keeps b alive), so it
- * does not wake into a held lock: that cost two more futex calls and a
- * context switch per small batch. */
+/* One lock round per run of chunks of the same batch, the holds dropped in
+ * it too. The waiter is woken after b->mu is let go (one hold kept until
+ * then keeps b alive), so it does not wake into a held lock: that cost two
+ * more futex calls and a context switch per small batch. */
+void xfer_batch_chunks_done_put(const struct xfer_chunk_end *v, size_t n)
+{
+    for (size_t s = 0, e; s < n; s = e) {
+        xfer_batch *b = v[s].b;
+        for (e = s + 1; e < n && v[e].b == b; e++)
+            ;
+        pthread_mutex_lock(&b->mu);
+        bool done = false;
+        for (size_t k = s; k < e; k++)
+            done |= chunk_done_locked(b, v[k].i, v[k].bytes, v[k].status, v[k].why);
+        bool last = drop_holds_locked(b, (int)(e - s) - done);
+        pthread_mutex_unlock(&b->mu);
+        if (done) {
+            pthread_cond_broadcast(&b->cv);
+            xfer_batch_put(b);
+        } else if (last) {
+            batch_destroy(b);
+        }
+    }
+}
+
 void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
 {
-    pthread_mutex_lock(&b->mu);
-    bool done = chunk_done_locked(b, i, bytes, status, why);
-    pthread_mutex_unlock(&b->mu);
-    if (done)
-        pthread_cond_broadcast(&b->cv);
-    xfer_batch_put(b);
+    struct xfer_chunk_end one = {b, i, bytes, status, why};
+    xfer_batch_chunks_done_put(&one, 1);
 }
 
 bool xfer_batch_io_begin(xfer_batch *b, size_t i)
@@ -494,13 +552,27 @@ static int item_peer_cmp(const void *a, const void *b, void *arg)
     return pa < pb ? -1 : pa > pb;
 }
 
+/* The remote half of caps_fit for the last remote region id seen: items of
+ * a block list come in runs on one region, so one lookup per run. */
+struct caps_memo {
+    bool valid;
+    uint32_t id;
+    unsigned need;
+};
+
 /* Can the peer's transport move the memory of item i? */
-static bool caps_fit(xfer_peer *p, unsigned caps, const struct xfer_item *it)
+static bool caps_fit(xfer_peer *p, unsigned caps, const struct xfer_item *it, struct caps_memo *m)
 {
     unsigned need = it->local->kind == XFER_MEM_CUDA ? XFER_CAP_CUDA_MEM : XFER_CAP_HOST_MEM;
-    struct xfer_region_brief rd;
-    if (xfer_peer_region_brief(p, it->remote_id, &rd) == 0)
-        need |= rd.kind == XFER_MEM_CUDA ? XFER_CAP_CUDA_MEM : XFER_CAP_HOST_MEM;
+    if (!m->valid || m->id != it->remote_id) {
+        struct xfer_region_brief rd;
+        m->need = xfer_peer_region_brief(p, it->remote_id, &rd) < 0 ? 0
+                  : rd.kind == XFER_MEM_CUDA                        ? XFER_CAP_CUDA_MEM
+                                                                    : XFER_CAP_HOST_MEM;
+        m->id = it->remote_id;
+        m->valid = true;
+    }
+    need |= m->need;
     return (caps & need) == need;
 }
 
@@ -522,8 +594,9 @@ void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n)
     }
     const struct xfer_transport_ops *ops = c->transport->ops;
     size_t m = 0;
+    struct caps_memo memo = {0};
     for (size_t k = 0; k < n; k++) {
-        if (!caps_fit(p, ops->caps, &b->items[idx[k]].it)) {
+        if (!caps_fit(p, ops->caps, &b->items[idx[k]].it, &memo)) {
             snprintf(why, sizeof(why), "transport %s cannot move this memory kind", ops->name);
             xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOTSUP, why);
             continue;
@@ -551,17 +624,24 @@ static int start_run(xfer_batch *b, int deadline_ms)
     int rc = wait_unheld(b);
     if (rc < 0)
         return rc;
-    for (size_t i = 0; i < b->n; i++) {
-        if (!region_pin(b->items[i].it.local)) {
+    for (size_t i = 0, j; i < b->n; i = j) { /* one lock per run on a region */
+        xfer_region *r = b->items[i].it.local;
+        for (j = i + 1; j < b->n && b->items[j].it.local == r; j++)
+            ;
+        if (!region_pin_n(r, (int)(j - i))) {
             while (i-- > 0)
                 region_unpin(b->items[i].it.local);
-            xfer_engine_set_error(b->engine, "batch item %zu: local region deregistered", i);
+            xfer_engine_set_error(b->engine, "batch item %zu: local region deregistered", j - 1);
             return -XFER_ENOENT;
         }
     }
     uint64_t drain;
     if ((b->fd_used || b->efd_dirty) && read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
         xfer_debug("batch eventfd drain failed");
+    free(b->whys); /* sized for this run's items at the first failure */
+    b->whys = NULL;
+    b->nwhys = 0;
+    b->all_rma = true;
     b->efd_dirty = false;
     for (size_t i = 0; i < b->n; i++) {
         struct batch_item *bi = &b->items[i];
@@ -569,7 +649,7 @@ static int start_run(xfer_batch *b, int deadline_ms)
         bi->open = true;
         bi->done = 0;
         bi->tbit = 0;
-        bi->why[0] = '\0';
+        b->all_rma &= bi->kind == BK_RMA;
     }
     b->deadline_ms = deadline_ms > 0 ? deadline_ms : b->engine->cfg.default_deadline_ms;
     b->t_submit_ns = engine_now_ns();
@@ -610,11 +690,15 @@ static int submit_run(xfer_batch *b, int deadline_ms)
     xfer_batch_hold(b); /* the batch may finish while we still post */
     monitor_link(b->engine, b);
     size_t n_rma = 0; /* READ/WRITE items; SEND/RECV go through batch_msg.c */
+    bool one_peer = true;
     for (size_t i = 0; i < n; i++)
-        if (b->items[i].kind == BK_RMA)
+        if (b->items[i].kind == BK_RMA) {
+            one_peer &= !n_rma || b->items[i].it.peer == b->items[idx[0]].it.peer;
             idx[n_rma++] = i;
+        }
     n = n_rma;
-    qsort_r(idx, n, sizeof(*idx), item_peer_cmp, b->items);
+    if (!one_peer) /* group by peer; a batch to one peer (the usual) needs no sort */
+        qsort_r(idx, n, sizeof(*idx), item_peer_cmp, b->items);
     for (size_t s = 0, e; s < n; s = e) {
         xfer_peer *p = b->items[idx[s]].it.peer;
         for (e = s + 1; e < n && b->items[idx[e]].it.peer == p; e++)
@@ -622,7 +706,8 @@ static int submit_run(xfer_batch *b, int deadline_ms)
         batch_post_to_peer(b, p, idx + s, e - s);
     }
     free(idx);
-    batch_msg_submit(b);
+    if (!b->all_rma)
+        batch_msg_submit(b);
     pthread_mutex_lock(&b->mu);
     if (b->state != B_RUNNING) /* finished already: make sure it is unlinked */
         monitor_unlink(b->engine, b);
@@ -893,7 +978,13 @@ const char *xfer_batch_item_error(const xfer_batch *b, size_t i)
         return "";
     if (bi->status == -XFER_EINPROGRESS)
         return xfer_strerror(bi->status);
-    return bi->why;
+    const char *why = batch_item_why(b, i);
+    return *why ? why : xfer_strerror(bi->status);
+}
+
+const char *batch_item_why(const xfer_batch *b, size_t i)
+{
+    return i < b->nwhys && i < b->n ? b->whys[i] : "";
 }
 
 /* ---- convenience ------------------------------------------------------------ */
@@ -912,8 +1003,8 @@ static int one_item(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_
         rc = xfer_batch_submit(b, deadline_ms);
     if (rc >= 0)
         rc = xfer_batch_wait(b, -1);
-    if (rc < 0 && b->n > 0 && b->items[0].why[0])
-        xfer_engine_set_error(e, "%s", b->items[0].why);
+    if (rc < 0 && b->n > 0 && batch_item_why(b, 0)[0])
+        xfer_engine_set_error(e, "%s", batch_item_why(b, 0));
     xfer_batch_free(b);
     return rc;
 }

@@ -12,13 +12,14 @@ enum batch_state { B_IDLE, B_RUNNING, B_DONE };
 
 enum batch_kind { BK_RMA = 0, BK_SEND, BK_RECV };
 
+#define BATCH_WHY_MAX 96
+
 struct batch_item {
     struct xfer_item it; /* a matched RECV becomes a READ of the sender's region */
     int status;
     bool open;
     unsigned tbit;
     uint64_t done;
-    char why[96];
     /* two-sided (batch_msg.c) */
     uint8_t kind;     /* enum batch_kind */
     bool matched;     /* RECV: a message was assigned to it */
@@ -49,6 +50,11 @@ struct xfer_batch {
     xfer_batch *mon_prev, *mon_next;
     bool on_monitor;
     struct batch_notes notes; /* bound notifications (notify_bind.c) */
+    /* Reasons of failed items, allocated at the first failure of a run (the
+     * item array stays small: submit walks it several times). */
+    char (*whys)[BATCH_WHY_MAX];
+    size_t nwhys;
+    bool all_rma; /* this run has READ/WRITE items only (set by submit) */
     /* Waiter-driven receive (xfer_batch_wait_hint), mu: the one channel this
      * run waits on, or wait_many once a second one was hinted. */
     xfer_peer *wait_peer; /* wait_conn is valid only while it is this peer's conn */
@@ -58,6 +64,10 @@ struct xfer_batch {
     bool wait_polling; /* a waiter polls efd too: finishing writes it */
     bool efd_dirty;    /* written for such a waiter: drain at the next run */
 };
+
+/* The reason of item i's failure ("" if none recorded). b->mu held or the
+ * batch not running. */
+const char *batch_item_why(const xfer_batch *b, size_t i);
 
 /* batch.c, b->mu held: end item i (hooks batch_msg_item_end), finish. */
 void batch_item_end(xfer_batch *b, size_t i, int status, const char *why);

@@ -163,7 +163,8 @@ void batch_msg_item_end(xfer_batch *b, size_t i, int status)
 void batch_msg_start(xfer_batch *b)
 {
     notes_start(&b->notes);
-    for (size_t i = 0; i < b->n; i++) {
+    /* READ/WRITE only and no bindings: nothing to count or register */
+    for (size_t i = 0; i < b->n && !(b->all_rma && b->notes.n == 0); i++) {
         struct batch_item *bi = &b->items[i];
         if (bi->kind == BK_RMA) {
             notes_count(&b->notes, bi->it.peer);
@@ -340,8 +341,8 @@ static int one_msg(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_t
         rc = xfer_batch_wait(b, -1);
     if (got)
         *got = rc == 0 ? xfer_batch_item_bytes(b, 0) : 0;
-    if (rc < 0 && b->n > 0 && b->items[0].why[0])
-        xfer_engine_set_error(e, "%s", b->items[0].why);
+    if (rc < 0 && b->n > 0 && batch_item_why(b, 0)[0])
+        xfer_engine_set_error(e, "%s", batch_item_why(b, 0));
     xfer_batch_free(b);
     return rc;
 }

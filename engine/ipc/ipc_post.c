@@ -26,11 +26,13 @@ static int queue_locked(struct ipc_conn *c, xfer_batch *b, const size_t *idx, si
         c->qhead = 0;
         c->qcap = cap;
     }
-    for (size_t k = 0; k < n; k++) {
-        xfer_batch_hold(b); /* b must outlive our queue entry; put after the report */
-        c->q[(c->qhead + c->qlen) % c->qcap] = (struct ipc_work){b, idx[k]};
-        c->qlen++;
+    xfer_batch_hold_n(b, (int)n); /* b must outlive our queue entries; put after the report */
+    size_t tail = (c->qhead + c->qlen) % c->qcap;
+    for (size_t k = 0; k < n; k++) { /* one hold and no division per item */
+        c->q[tail] = (struct ipc_work){b, idx[k]};
+        tail = tail + 1 == c->qcap ? 0 : tail + 1;
     }
+    c->qlen += n;
     if (n)
         pthread_cond_signal(&c->cv);
     return 0;
@@ -139,6 +141,17 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
     uint64_t budget = IPC_DIRECT_POST_BYTES;
     for (size_t k = 0; k < n; k += IPC_DIRECT_POST_MAX) {
         size_t w = n - k < IPC_DIRECT_POST_MAX ? n - k : IPC_DIRECT_POST_MAX;
+        /* spent, and no copy threads to take the rest: it queues in one go */
+        if (!c->t->pool && budget < xfer_batch_item(b, idx[k])->len) {
+            pthread_mutex_lock(&c->mu);
+            int rc = queue_locked(c, b, idx + k, n - k);
+            pthread_mutex_unlock(&c->mu);
+            if (rc < 0 && k == 0)
+                return rc; /* nothing started */
+            for (size_t j = k; rc < 0 && j < n; j++)
+                xfer_batch_chunk_done(b, idx[j], 0, rc, "ipc: cannot queue the item");
+            break;
+        }
         int rc = post_window(c, b, idx + k, w, &budget);
         if (rc < 0 && k == 0)
             return rc; /* nothing started */

@@ -243,17 +243,17 @@ bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_l
     return false;
 }
 
-static struct tcp_tx *make_chunk(struct tcp_transport *tt, xfer_batch *b, size_t i,
-                                 const struct xfer_item *it, uint64_t off, uint64_t len)
+/* Fills chunk t of item i (all of it: slab memory is reused unzeroed):
+ * [off, off+len) of it, request id req. */
+static void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const struct xfer_item *it,
+                       uint64_t off, uint64_t len, uint64_t req)
 {
-    struct tcp_tx *t = calloc(1, sizeof(*t));
-    if (!t)
-        return NULL;
     uint8_t *local = (uint8_t *)xfer_region_ptr(it->local) + it->local_off + off;
+    *t = (struct tcp_tx){0};
     t->b = b;
     t->idx = i;
     t->len = len;
-    t->req_id = __atomic_add_fetch(&tt->next_req, 1, __ATOMIC_RELAXED);
+    t->req_id = req;
     t->op = it->op == XFER_OP_WRITE ? XFER_WIRE_WRITE_REQ : XFER_WIRE_READ_REQ;
     uint16_t flags = 0;
     if (it->op == XFER_OP_WRITE) { /* the batch's number, for the target's fence */
@@ -285,81 +285,193 @@ static struct tcp_tx *make_chunk(struct tcp_transport *tt, xfer_batch *b, size_t
                               .length = len,
                               .payload = (uint32_t)t->payload_len};
     xfer_wire_encode(&h, t->hdr);
-    xfer_batch_hold(b);
-    return t;
 }
 
+/* Is the peer's region id GPU memory? Remembered for the last id asked
+ * (items of a block list come in runs on one region). */
+struct gpu_memo {
+    bool valid, gpu;
+    uint32_t id;
+};
+
 /* GPU memory on either side moves through staging slots of TCP_GPU_SLOT. */
-static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it)
+static bool gpu_item(struct tcp_conn *tc, const struct xfer_item *it, struct gpu_memo *m)
 {
     struct xfer_region_brief rd;
     if (xfer_region_kind(it->local) == XFER_MEM_CUDA)
         return true;
-    return xfer_peer_region_brief(tc->base.peer, it->remote_id, &rd) == 0 &&
-           rd.kind == XFER_MEM_CUDA;
-}
-
-/* Splits item i into chunks spread over the sockets; returns how many. */
-static uint32_t post_item(struct tcp_conn *tc, xfer_batch *b, size_t i, uint64_t chunk, bool *kick)
-{
-    const struct xfer_item *it = xfer_batch_item(b, i);
-    uint32_t frames = 0;
-    if (it->len > UINT64_MAX - it->remote_off) { /* would wrap into a valid range */
-        xfer_batch_chunk_done(b, i, 0, -XFER_ERANGE, "remote offset + length overflows");
-        return 0;
+    if (!m->valid || m->id != it->remote_id) {
+        m->gpu = xfer_peer_region_brief(tc->base.peer, it->remote_id, &rd) == 0 &&
+                 rd.kind == XFER_MEM_CUDA;
+        m->id = it->remote_id;
+        m->valid = true;
     }
-    if (gpu_item(tc, it) && chunk > TCP_GPU_SLOT)
-        chunk = TCP_GPU_SLOT;
-    uint64_t off = 0;
-    do {
-        uint64_t len = it->len - off < chunk ? it->len - off : chunk;
-        struct tcp_tx *t = make_chunk(tc->tt, b, i, it, off, len);
-        if (!t) {
-            xfer_batch_chunk_done(b, i, 0, -XFER_ENOMEM, "out of memory for a chunk");
-            return frames;
-        }
-        if (!tcp_enqueue(tc, t, kick, false)) {
-            xfer_batch_chunk_done(b, i, 0, -XFER_ECONN, "every connection to the peer is lost");
-            xfer_batch_put(b);
-            tcp_tx_free(t);
-            return frames;
-        }
-        frames++;
-        off += len;
-    } while (off < it->len);
-    return frames;
+    return m->gpu;
 }
 
+/* Chunk size of item it (GPU memory goes through staging slots), 0 when
+ * the item cannot be sent. */
+static uint64_t item_chunk(struct tcp_conn *tc, const struct xfer_item *it, uint64_t chunk,
+                           struct gpu_memo *memo)
+{
+    if (it->len > UINT64_MAX - it->remote_off) /* would wrap into a valid range */
+        return 0;
+    return gpu_item(tc, it, memo) && chunk > TCP_GPU_SLOT ? TCP_GPU_SLOT : chunk;
+}
+
+static size_t n_chunks(uint64_t len, uint64_t chunk)
+{
+    return len ? (size_t)((len - 1) / chunk + 1) : 1;
+}
+
+/* Chunks bound for one socket, queued under its qmu once. */
+struct sock_list {
+    struct tcp_tx *head, *tail;
+    uint32_t n;    /* chunks */
+    uint64_t load; /* socket's load plus what this post adds; UINT64_MAX: dead */
+    uint64_t added;
+    bool gpu;
+};
+
+/* Hands each socket its list (one qmu lock per socket). Chunks of a socket
+ * that died meanwhile go to another live one, or fail. Returns how many
+ * were queued. */
+static uint32_t splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kick)
+{
+    uint32_t queued = 0;
+    for (int k = 0; k < tc->n; k++) {
+        if (!q[k].head)
+            continue;
+        struct tcp_sock *s = tc->socks[k];
+        pthread_mutex_lock(&s->qmu);
+        bool ok = !s->dead;
+        if (ok) {
+            if (s->q_tail)
+                s->q_tail->next = q[k].head;
+            else
+                s->q_head = q[k].head;
+            s->q_tail = q[k].tail;
+            s->gpu_seen |= q[k].gpu;
+            __atomic_add_fetch(&s->load, q[k].added, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_unlock(&s->qmu);
+        if (ok) {
+            kick[k] = true;
+            queued += q[k].n;
+            continue;
+        }
+        for (struct tcp_tx *t = q[k].head, *next; t; t = next) {
+            next = t->next;
+            t->next = NULL;
+            if (tcp_enqueue(tc, t, kick, false) && ++queued)
+                continue;
+            xfer_batch_chunk_done(t->b, t->idx, 0, -XFER_ECONN,
+                                  "every connection to the peer is lost");
+            xfer_batch_put(t->b);
+            tcp_tx_free(t);
+        }
+    }
+    return queued;
+}
+
+/* A post of more chunks than this is left to the progress threads: the
+ * submitting thread sends itself only small posts (latency), not bulk. */
+#define TCP_DIRECT_MAX_CHUNKS 64
+
+/* Splits the items into chunks spread over the sockets by least load. All
+ * chunks come from one allocation, take their request ids and batch holds
+ * at once, and each socket's queue lock is taken once per post. */
 int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
 {
     struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
+    struct sock_list q[64];
     bool any = false;
-    for (int k = 0; k < tc->n && !any; k++)
-        any = !__atomic_load_n(&tc->socks[k]->dead, __ATOMIC_RELAXED);
+    unsigned start = __atomic_fetch_add(&tc->next, 1, __ATOMIC_RELAXED);
+    for (int k = 0; k < tc->n; k++) {
+        struct tcp_sock *s = tc->socks[(start + (unsigned)k) % (unsigned)tc->n];
+        bool dead = __atomic_load_n(&s->dead, __ATOMIC_RELAXED);
+        q[k] = (struct sock_list){0};
+        q[k].load = dead ? UINT64_MAX : __atomic_load_n(&s->load, __ATOMIC_RELAXED);
+        any |= !dead;
+    }
     if (!any)
         return -XFER_ECONN;
     uint64_t chunk = xfer_engine_config_get(tc->tt->engine)->chunk_bytes;
     chunk = chunk < 4096 ? 4096 : chunk > TCP_MAX_PAYLOAD ? TCP_MAX_PAYLOAD : chunk;
+    struct gpu_memo memo = {0};
+    size_t total = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
+        uint64_t ch = item_chunk(tc, it, chunk, &memo);
+        total += ch ? n_chunks(it->len, ch) : 0;
+    }
+    struct tcp_slab *slab = total ? tcp_slab_get(tc->tt, total) : NULL;
+    if (total && !slab)
+        return -XFER_ENOMEM;
+    uint64_t req = __atomic_fetch_add(&tc->tt->next_req, total, __ATOMIC_RELAXED) + 1;
+    size_t used = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
+        uint64_t ch = item_chunk(tc, it, chunk, &memo), off = 0;
+        if (!ch) {
+            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ERANGE, "remote offset + length overflows");
+            continue;
+        }
+        if (n_chunks(it->len, ch) > total - used) { /* the peer's region kind changed meanwhile */
+            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ESTALE, "peer region changed while posting");
+            continue;
+        }
+        do {
+            uint64_t len = it->len - off < ch ? it->len - off : ch;
+            struct tcp_tx *t = &slab->tx[used++];
+            fill_chunk(t, b, idx[k], it, off, len, req++);
+            t->slab = slab;
+            int best = 0; /* least loaded live socket (q is rotated by start) */
+            for (int j = 1; j < tc->n; j++)
+                if (q[j].load < q[best].load)
+                    best = j;
+            struct sock_list *l = &q[best];
+            if (l->tail)
+                l->tail->next = t;
+            else
+                l->head = t;
+            l->tail = t;
+            l->n++;
+            l->gpu |= t->gpu;
+            l->load += XFER_WIRE_HDR_LEN + len;
+            l->added += XFER_WIRE_HDR_LEN + len;
+            off += len;
+        } while (off < it->len);
+    }
+    /* Nothing is queued yet: one batch hold and one slab reference per chunk. */
+    if (slab && used == 0)
+        tcp_slab_free(slab);
+    else if (slab)
+        slab->refs = (int)used;
+    xfer_batch_hold_n(b, (int)used);
+    /* q[k] is socket (start + k) % n: put it back in socket order */
+    struct sock_list byk[64];
+    for (int k = 0; k < tc->n; k++)
+        byk[(start + (unsigned)k) % (unsigned)tc->n] = q[k];
     bool kick[64] = {false};
-    uint32_t frames = 0;
-    for (size_t k = 0; k < n; k++)
-        frames += post_item(tc, b, idx[k], chunk, kick);
-    int used = 0, one = -1;
+    uint32_t frames = splice_lists(tc, byk, kick);
+    int nsock = 0, one = -1;
     for (int k = 0; k < tc->n; k++)
         if (kick[k])
-            used++, one = k;
-    if (used == 1) /* a notification bound to these items may follow them */
+            nsock++, one = k;
+    if (nsock == 1) /* a notification bound to these items may follow them */
         tcp_msg_behind(tc, b, tc->socks[one], idx, n, frames);
+    bool direct = tc->tt->direct && used <= TCP_DIRECT_MAX_CHUNKS;
     for (int k = 0; k < tc->n; k++) {
         if (!kick[k])
             continue;
-        if (!(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
+        if (!(direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
     }
     /* All of it on one socket: the waiter may read the answer itself. */
-    if (used == 1)
+    if (nsock == 1)
         xfer_batch_wait_hint(b, c, tc->socks[one]);
-    else if (used > 1)
+    else if (nsock > 1)
         xfer_batch_wait_hint(b, c, NULL);
     return 0;
 }
