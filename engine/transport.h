@@ -279,6 +279,17 @@ bool xfer_batch_running(const xfer_batch *b);
 /* xfer_batch_chunk_done() then xfer_batch_put(), in one lock round. */
 void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status,
                                const char *why);
+/* The same for n chunks, each holding one reference on its batch: one lock
+ * round per run of entries of the same batch (a progress thread ending the
+ * chunks whose responses one recv brought). */
+struct xfer_chunk_end {
+    xfer_batch *b;
+    size_t i;
+    uint64_t bytes;
+    int status;
+    const char *why;
+};
+void xfer_batch_chunks_done_put(const struct xfer_chunk_end *v, size_t n);
 
 /* Completion of a send_msg: status is the target's answer (0, -XFER_ENOSPC,
  * -XFER_EPROTO, ...) or the transport's failure (-XFER_ECONN: may or may not
