@@ -193,6 +193,17 @@ def rows():
             lambda n=n: xb(op="write", size="1M", batch=16, depth=max(2, n), sockets=n,
                           threads=n)["gbps"],
             "iperf3 -P %d" % n, lambda n=n: iperf(n), "higher", ">= 0.9")
+    # Diagnosis for the most streams (no target): the rows above walk
+    # 16 x depth MiB (128 MiB at 8 streams, past most L3 caches) while
+    # iperf3 reuses one 128 KiB buffer per stream; with 2 MiB per stream
+    # (--slots) both sides work from the caches. A gap that closes here is
+    # memory traffic, one that stays is the engine.
+    n = max(STREAMS)
+    if n > 2:
+        add("1 MiB WRITE, %d sockets + %d threads, tcp, %d slots" % (n, n, 2 * n), "GB/s",
+            lambda n=n: xb(op="write", size="1M", batch=16, depth=n, sockets=n, threads=n,
+                          slots=2 * n)["gbps"],
+            "iperf3 -P %d" % n, lambda n=n: iperf(n), "higher", "")
     fresh = dict(op="write", size="1M", batch=16, depth=max(1, FRESH_MIB // 16), sockets=2)
     add("first pass, fresh %d MiB, 1 MiB items, tcp" % FRESH_MIB, "GB/s",
         lambda: xb(fresh=True, **fresh)["gbps"], "xfer, same over touched memory",

@@ -198,17 +198,30 @@ void xfer_batch_hold_n(xfer_batch *b, int n)
     __atomic_add_fetch(&b->refs, n, __ATOMIC_ACQ_REL);
 }
 
-void xfer_batch_put(xfer_batch *b)
+static void batch_destroy(xfer_batch *b);
+
+/* b->mu held: drops n references; true if they were the last (the caller
+ * destroys b after letting go of the lock). Under mu, so that whoever drops
+ * the last reference frees b only after every other put has left it. */
+static bool drop_holds_locked(xfer_batch *b, int n)
 {
-    /* Under mu, so that whoever drops the last reference frees b only
-     * after every other put has left the lock. */
-    pthread_mutex_lock(&b->mu);
-    int left = __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
+    int left = __atomic_sub_fetch(&b->refs, n, __ATOMIC_ACQ_REL);
     if (left == 1) /* a resubmit or reset may wait for this */
         pthread_cond_broadcast(&b->cv);
+    return left == 0;
+}
+
+void xfer_batch_put(xfer_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    bool last = drop_holds_locked(b, 1);
     pthread_mutex_unlock(&b->mu);
-    if (left > 0)
-        return;
+    if (last)
+        batch_destroy(b);
+}
+
+static void batch_destroy(xfer_batch *b)
+{
     if (b->efd >= 0)
         close(b->efd);
     notes_free(&b->notes);
@@ -385,12 +398,14 @@ void batch_item_end(xfer_batch *b, size_t i, int status, const char *why)
     xfer_engine *e = b->engine;
     uint64_t lat_us = (uint64_t)(engine_now_ns() - b->t_submit_ns) / 1000;
     uint64_t bytes = status == 0 ? bi->it.len : 0;
-    stats_count_item(&e->stats, bi->it.op, bytes, status, lat_us);
+    struct stats_set *sets[3] = {&e->stats};
+    size_t nsets = 1;
     if (bi->it.peer) /* NULL: a RECV from any peer that matched nothing */
-        stats_count_item(&bi->it.peer->stats, bi->it.op, bytes, status, lat_us);
+        sets[nsets++] = &bi->it.peer->stats;
     int ti = transport_index(bi->tbit);
     if (ti >= 0)
-        stats_count_item(&e->tstats[ti], bi->it.op, bytes, status, lat_us);
+        sets[nsets++] = &e->tstats[ti];
+    stats_count_item(sets, nsets, bi->it.op, bytes, status, lat_us);
     batch_msg_item_end(b, i, status);
 }
 
@@ -461,17 +476,35 @@ void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, 
     pthread_mutex_unlock(&b->mu);
 }
 
-/* The waiter is woken after b->mu is let go (our hold keeps b alive), so it
- * does not wake into a held lock: that cost two more futex calls and a
- * context switch per small batch. */
+/* One lock round per run of chunks of the same batch, the holds dropped in
+ * it too. The waiter is woken after b->mu is let go (one hold kept until
+ * then keeps b alive), so it does not wake into a held lock: that cost two
+ * more futex calls and a context switch per small batch. */
+void xfer_batch_chunks_done_put(const struct xfer_chunk_end *v, size_t n)
+{
+    for (size_t s = 0, e; s < n; s = e) {
+        xfer_batch *b = v[s].b;
+        for (e = s + 1; e < n && v[e].b == b; e++)
+            ;
+        pthread_mutex_lock(&b->mu);
+        bool done = false;
+        for (size_t k = s; k < e; k++)
+            done |= chunk_done_locked(b, v[k].i, v[k].bytes, v[k].status, v[k].why);
+        bool last = drop_holds_locked(b, (int)(e - s) - done);
+        pthread_mutex_unlock(&b->mu);
+        if (done) {
+            pthread_cond_broadcast(&b->cv);
+            xfer_batch_put(b);
+        } else if (last) {
+            batch_destroy(b);
+        }
+    }
+}
+
 void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
 {
-    pthread_mutex_lock(&b->mu);
-    bool done = chunk_done_locked(b, i, bytes, status, why);
-    pthread_mutex_unlock(&b->mu);
-    if (done)
-        pthread_cond_broadcast(&b->cv);
-    xfer_batch_put(b);
+    struct xfer_chunk_end one = {b, i, bytes, status, why};
+    xfer_batch_chunks_done_put(&one, 1);
 }
 
 bool xfer_batch_io_begin(xfer_batch *b, size_t i)

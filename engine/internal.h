@@ -17,6 +17,8 @@
 #define XFER_MAX_TRANSPORTS 8 /* transport bit positions */
 
 /* ---- regions ------------------------------------------------------------ */
+#define REGION_PINS_DEAD (1 << 30)
+
 struct xfer_region {
     xfer_engine *engine;
     char name[XFER_NAME_MAX];
@@ -32,9 +34,10 @@ struct xfer_region {
     void *cuda_ipc_base; /* xfer_region_adopt_cuda: opened mapping, closed on free */
     uint8_t cuda_ipc_handle[64];
     bool has_cuda_ipc_handle;
-    int pins;                   /* target accesses + running batches; table mu */
-    bool dead;                  /* deregistration started; table mu */
-    bool detached;              /* dead by xfer_region_detach, not yet deregistered; table mu */
+    int pins;      /* target accesses + running batches (atomic): added under the table mu while
+                      alive, dropped without it; REGION_PINS_DEAD set once deregistration waits */
+    bool dead;     /* deregistration started; table mu */
+    bool detached; /* dead by xfer_region_detach, not yet deregistered; table mu */
     struct guard_table *guards; /* lease rules (lease.c), NULL = none; table mu */
     void *tdata[XFER_MAX_TRANSPORTS];
 };
@@ -79,6 +82,18 @@ int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, 
 void region_table_destroy(xfer_engine *e);
 
 /* ---- peers -------------------------------------------------------------- */
+/* Counters that many threads add to (issue 15, docs/perf.md "shared
+ * counters"): each thread adds to its own shard, chosen once per thread,
+ * so progress threads completing items at once do not pass one cache line
+ * around; readers sum the shards (stats.c). */
+#define STATS_SHARDS 8
+struct stats_shard {
+    struct xfer_stats s;
+} __attribute__((aligned(64)));
+struct stats_set {
+    struct stats_shard sh[STATS_SHARDS];
+};
+
 struct xfer_peer {
     xfer_engine *engine;
     pthread_rwlock_t conn_lock; /* write: connect/disconnect; read: post */
@@ -92,7 +107,7 @@ struct xfer_peer {
     struct xfer_peer_desc desc;
     struct xfer_region_desc *regions;
     size_t n_regions, cap_regions;
-    struct xfer_stats stats;
+    struct stats_set stats;
 };
 
 struct peer_table {
@@ -326,8 +341,8 @@ struct xfer_engine {
     struct msg_thread msgs;
     struct notify_queue notifs;
     struct msg_match match;
-    struct xfer_stats stats;
-    struct xfer_stats tstats[XFER_MAX_TRANSPORTS];
+    struct stats_set stats;
+    struct stats_set tstats[XFER_MAX_TRANSPORTS];
     pthread_mutex_t err_mu;
     char last_err[256];
 };
@@ -335,10 +350,12 @@ struct xfer_engine {
 /* ---- statistics (stats.c) ------------------------------------------------ */
 /* Bit position of a single-bit mask, or -1. */
 int transport_index(unsigned bit);
-void stats_count_item(struct xfer_stats *s, enum xfer_op op, uint64_t bytes, int status,
-                      uint64_t lat_us);
-void stats_count_served(struct xfer_stats *s, uint64_t bytes, int status);
-void stats_read(const struct xfer_stats *s, struct xfer_stats *out);
+/* One item ended: counted in each of sets[0..n) (node, peer, transport). */
+void stats_count_item(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t bytes,
+                      int status, uint64_t lat_us);
+void stats_count_served(struct stats_set *s, uint64_t bytes, int status);
+/* The sum of the shards (each counter read atomically, the set not). */
+void stats_read(const struct stats_set *s, struct xfer_stats *out);
 
 int64_t engine_now_ns(void);
 

@@ -11,10 +11,18 @@
  * overlap the access. Tables change under the region table lock (the lock
  * acquire already holds); a change rebuilds the table (sort), which is the
  * owner's rare path (grant, release), never the data path.
+ *
+ * Transports whose peers reach memory without the owner's CPU (rdma) check
+ * that they can enforce rules before a region gets any (lease_check) and
+ * are told after every change that may revoke access (leases_changed), which
+ * returns once their hardware refuses what was revoked. The rdma owner sizes
+ * its memory windows with xfer_region_lease_window and re-checks them with
+ * xfer_region_lease_admits (deadlines: its CM thread).
  */
 #include "internal.h"
 #include "xfer_io.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +45,28 @@ struct guard_table {
     size_t n, cap;
     uint64_t max_len; /* longest rule: how far back an overlap may start */
 };
+
+/* Rules changed or a lease ended: transports that enforce leases outside
+ * acquire revoke what is no longer granted (no lock held). */
+static void leases_changed(xfer_engine *e)
+{
+    for (size_t i = 0; i < e->n_transports; i++) {
+        struct xfer_transport *t = e->transports[i];
+        if (t->ops->leases_changed)
+            t->ops->leases_changed(t);
+    }
+}
+
+static int lease_check(xfer_engine *e, xfer_region *r)
+{
+    for (size_t i = 0; i < e->n_transports; i++) {
+        struct xfer_transport *t = e->transports[i];
+        int rc = t->ops->lease_check ? t->ops->lease_check(t, r) : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
 
 static void lease_put(struct xfer_lease *l)
 {
@@ -98,8 +128,10 @@ int xfer_lease_renew(xfer_lease *l, int ttl_ms)
 
 void xfer_lease_end(xfer_lease *l)
 {
-    if (l)
-        __atomic_store_n(&l->ended, true, __ATOMIC_RELEASE);
+    if (!l)
+        return;
+    __atomic_store_n(&l->ended, true, __ATOMIC_RELEASE);
+    leases_changed(l->e);
 }
 
 void xfer_lease_free(xfer_lease *l)
@@ -162,6 +194,8 @@ int xfer_lease_add(xfer_lease *l, xfer_region *r, const struct xfer_range *v, si
         return -XFER_EINVAL;
     if (check_ranges(r, v, n))
         return -XFER_ERANGE;
+    if (n && lease_check(l->e, r))
+        return -XFER_ENOTSUP;
     struct region_table *t = &l->e->regions;
     pthread_mutex_lock(&t->mu);
     int rc = __atomic_load_n(&l->ended, __ATOMIC_ACQUIRE) ? -XFER_ESTALE : 0;
@@ -193,8 +227,10 @@ int xfer_lease_add(xfer_lease *l, xfer_region *r, const struct xfer_range *v, si
     pthread_mutex_unlock(&t->mu);
     /* Guarded bytes need the owner's check on every access: no peer may
      * keep copying r without asking (ipc direct copies, docs/ipc.md). */
-    if (!rc && n)
+    if (!rc && n) {
         region_withdraw_direct(l->e, r);
+        leases_changed(l->e); /* an rdma window over bytes now guarded goes */
+    }
     return rc;
 }
 
@@ -264,6 +300,7 @@ int xfer_lease_drop(xfer_lease *l, xfer_region *r, const struct xfer_range *v, s
         table_finish(g);
     }
     pthread_mutex_unlock(&t->mu);
+    leases_changed(l->e);
     return rc;
 }
 
@@ -349,4 +386,69 @@ int guard_check(const xfer_region *r, const char *peer, uint64_t off, uint64_t l
             return -XFER_ESTALE;
     }
     return 0;
+}
+
+/* The earliest deadline of peer's live rules overlapping [off, end). */
+static int64_t rules_until(const struct guard_table *g, const char *peer, int64_t now, uint64_t off,
+                           uint64_t end)
+{
+    int64_t until = INT64_MAX;
+    for (size_t i = g ? first_candidate(g, off) : 0; g && i < g->n && g->v[i].off < end; i++) {
+        const struct guard_rule *u = &g->v[i];
+        if (u->end > off && lease_grants(u->l, peer, now)) {
+            int64_t d = __atomic_load_n(&u->l->deadline, __ATOMIC_ACQUIRE);
+            until = d < until ? d : until;
+        }
+    }
+    return until;
+}
+
+/* Widens [*a, *b) over peer's live rules that overlap or touch it. */
+static void widen(const struct guard_table *g, const char *peer, int64_t now, uint64_t *a,
+                  uint64_t *b)
+{
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (size_t i = 0; i < g->n; i++) {
+            const struct guard_rule *u = &g->v[i];
+            if (u->end < *a || u->off > *b || !lease_grants(u->l, peer, now))
+                continue;
+            grew |= u->off < *a || u->end > *b;
+            *a = u->off < *a ? u->off : *a;
+            *b = u->end > *b ? u->end : *b;
+        }
+    }
+}
+
+int xfer_region_lease_window(xfer_region *r, const char *peer, uint64_t off, uint64_t len,
+                             uint64_t *woff, uint64_t *wlen, int64_t *until)
+{
+    struct region_table *t = &r->engine->regions;
+    pthread_mutex_lock(&t->mu);
+    int64_t now = xfer_now_ms();
+    int rc = r->dead ? -XFER_ESTALE : guard_check(r, peer, off, len);
+    if (!rc) {
+        uint64_t a = off, b = off + len;
+        if (!r->guards || !guard_check(r, peer, 0, r->len))
+            a = 0, b = r->len;
+        else
+            widen(r->guards, peer, now, &a, &b);
+        *woff = a;
+        *wlen = b - a;
+        *until = rules_until(r->guards, peer, now, a, b);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int xfer_region_lease_admits(xfer_region *r, const char *peer, uint64_t off, uint64_t len,
+                             int64_t *until)
+{
+    struct region_table *t = &r->engine->regions;
+    pthread_mutex_lock(&t->mu);
+    int rc = r->dead ? -XFER_ESTALE : guard_check(r, peer, off, len);
+    if (!rc)
+        *until = rules_until(r->guards, peer, xfer_now_ms(), off, off + len);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
 }

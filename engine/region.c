@@ -161,7 +161,7 @@ static xfer_region *region_new(xfer_engine *e, const char *name, size_t len, uns
 {
     *rc = -XFER_EINVAL;
     if (!e || !name || !*name || strlen(name) >= XFER_NAME_MAX || len == 0 ||
-        !(access & XFER_ACCESS_RW) || (access & ~XFER_ACCESS_RW)) {
+        !(access & XFER_ACCESS_RW) || (access & ~(XFER_ACCESS_RW | XFER_ACCESS_LEASED))) {
         if (e)
             xfer_engine_set_error(e, "region: bad name, length or access");
         return NULL;
@@ -367,10 +367,13 @@ int xfer_region_deregister(xfer_engine *e, xfer_region *r)
      * a dying region are revoked after it (ipc_serve.c); local batches end
      * by their deadline. Say so if it takes longer. */
     __atomic_add_fetch(&t->dying, 1, __ATOMIC_RELAXED);
-    while (r->pins > 0) {
+    __atomic_or_fetch(&r->pins, REGION_PINS_DEAD, __ATOMIC_SEQ_CST); /* unpins wake us now */
+    int left;
+    while ((left = __atomic_load_n(&r->pins, __ATOMIC_SEQ_CST) & ~REGION_PINS_DEAD) > 0) {
         struct timespec ts = xfer_mono_after_ms(1000 + e->cfg.io_timeout_ms);
-        if (pthread_cond_timedwait(&t->unpinned, &t->mu, &ts) == ETIMEDOUT && r->pins > 0)
-            xfer_warn("region %s: deregistration waits for %d accesses", r->name, r->pins);
+        if (pthread_cond_timedwait(&t->unpinned, &t->mu, &ts) == ETIMEDOUT)
+            xfer_warn("region %s: deregistration waits for %d accesses", r->name,
+                      __atomic_load_n(&r->pins, __ATOMIC_SEQ_CST) & ~REGION_PINS_DEAD);
     }
     __atomic_sub_fetch(&t->dying, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&t->mu);
@@ -398,19 +401,23 @@ bool region_pin_n(xfer_region *r, int n)
     pthread_mutex_lock(&t->mu);
     bool ok = !r->dead;
     if (ok)
-        r->pins += n;
+        __atomic_add_fetch(&r->pins, n, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&t->mu);
     return ok;
 }
 
+/* Without the table lock (a target serving requests on several threads
+ * took it twice per request): only the last unpin of a dying region takes
+ * it, to wake the deregistration. r may be freed once the count is 0, so
+ * only the engine's table is touched after it. */
 void region_unpin_n(xfer_region *r, int n)
 {
     struct region_table *t = &r->engine->regions;
-    pthread_mutex_lock(&t->mu);
-    r->pins -= n;
-    if (r->pins == 0 && r->dead)
+    if (__atomic_sub_fetch(&r->pins, n, __ATOMIC_SEQ_CST) == REGION_PINS_DEAD) {
+        pthread_mutex_lock(&t->mu);
         pthread_cond_broadcast(&t->unpinned);
-    pthread_mutex_unlock(&t->mu);
+        pthread_mutex_unlock(&t->mu);
+    }
 }
 
 bool region_pin(xfer_region *r)
@@ -450,7 +457,7 @@ xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t i
                    "not granted to it)",
                    r->name, (unsigned long long)off, (unsigned long long)len, peer ? peer : "?");
     else
-        r->pins++;
+        __atomic_add_fetch(&r->pins, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&t->mu);
     if (err)
         *err = rc;
@@ -490,6 +497,10 @@ void *xfer_region_ptr(const xfer_region *r)
 size_t xfer_region_len(const xfer_region *r)
 {
     return r ? r->len : 0;
+}
+bool xfer_region_leased(const xfer_region *r)
+{
+    return r && (r->access & XFER_ACCESS_LEASED);
 }
 int xfer_region_memfd(const xfer_region *r)
 {
@@ -535,7 +546,7 @@ static void describe_locked(const xfer_region *r, struct xfer_region_desc *out)
     out->device = r->device;
     out->addr = (uint64_t)(uintptr_t)r->ptr;
     out->len = r->len;
-    out->access = r->access;
+    out->access = r->access & XFER_ACCESS_RW; /* LEASED is not published */
     out->layout = r->layout;
     /* Transport-published fields (ipc handle text, rkeys). */
     for (size_t i = 0; i < r->engine->n_transports; i++) {

@@ -1,4 +1,7 @@
-/* Counters of the node, per peer and per transport; updated atomically. */
+/* Counters of the node, per peer and per transport. Each thread adds to its
+ * own shard of a set (relaxed atomics: two threads may share a shard), and
+ * readers sum the shards, so the progress threads do not bounce one cache
+ * line per completed item between them. */
 #include "internal.h"
 
 #include <string.h>
@@ -20,26 +23,44 @@ static int lat_bucket(uint64_t us)
     return i < XFER_LAT_BUCKETS - 1 ? i : XFER_LAT_BUCKETS - 1;
 }
 
-void stats_count_item(struct xfer_stats *s, enum xfer_op op, uint64_t bytes, int status,
-                      uint64_t lat_us)
+/* This thread's shard, chosen round robin at its first count. */
+static unsigned my_shard(void)
 {
-    if (status < 0) {
-        ADD(s->errors, 1);
-        return;
-    }
-    if (op == XFER_OP_READ) {
-        ADD(s->ops_read, 1);
-        ADD(s->bytes_read, bytes);
-    } else {
-        ADD(s->ops_write, 1);
-        ADD(s->bytes_written, bytes);
-    }
-    ADD(s->lat_us_sum, lat_us);
-    ADD(s->lat_hist[lat_bucket(lat_us)], 1);
+    static unsigned next;
+    /* (not initial-exec: libxfer.so is dlopened by Python, and its static
+     * TLS reserve is spent) */
+    static _Thread_local unsigned mine = UINT32_MAX;
+    if (mine == UINT32_MAX)
+        mine = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % STATS_SHARDS;
+    return mine;
 }
 
-void stats_count_served(struct xfer_stats *s, uint64_t bytes, int status)
+void stats_count_item(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t bytes,
+                      int status, uint64_t lat_us)
 {
+    unsigned k = my_shard();
+    int bucket = lat_bucket(lat_us);
+    for (size_t j = 0; j < n; j++) {
+        struct xfer_stats *s = &sets[j]->sh[k].s;
+        if (status < 0) {
+            ADD(s->errors, 1);
+            continue;
+        }
+        if (op == XFER_OP_READ) {
+            ADD(s->ops_read, 1);
+            ADD(s->bytes_read, bytes);
+        } else {
+            ADD(s->ops_write, 1);
+            ADD(s->bytes_written, bytes);
+        }
+        ADD(s->lat_us_sum, lat_us);
+        ADD(s->lat_hist[bucket], 1);
+    }
+}
+
+void stats_count_served(struct stats_set *set, uint64_t bytes, int status)
+{
+    struct xfer_stats *s = &set->sh[my_shard()].s;
     if (status < 0) {
         ADD(s->served_errors, 1);
         return;
@@ -48,20 +69,24 @@ void stats_count_served(struct xfer_stats *s, uint64_t bytes, int status)
     ADD(s->served_bytes, bytes);
 }
 
-#define LOAD(f) out->f = __atomic_load_n(&s->f, __ATOMIC_RELAXED)
-void stats_read(const struct xfer_stats *s, struct xfer_stats *out)
+#define LOAD(f) out->f += __atomic_load_n(&s->f, __ATOMIC_RELAXED)
+void stats_read(const struct stats_set *set, struct xfer_stats *out)
 {
-    LOAD(ops_read);
-    LOAD(ops_write);
-    LOAD(bytes_read);
-    LOAD(bytes_written);
-    LOAD(errors);
-    LOAD(served_ops);
-    LOAD(served_bytes);
-    LOAD(served_errors);
-    LOAD(lat_us_sum);
-    for (int i = 0; i < XFER_LAT_BUCKETS; i++)
-        LOAD(lat_hist[i]);
+    memset(out, 0, sizeof(*out));
+    for (int k = 0; k < STATS_SHARDS; k++) {
+        const struct xfer_stats *s = &set->sh[k].s;
+        LOAD(ops_read);
+        LOAD(ops_write);
+        LOAD(bytes_read);
+        LOAD(bytes_written);
+        LOAD(errors);
+        LOAD(served_ops);
+        LOAD(served_bytes);
+        LOAD(served_errors);
+        LOAD(lat_us_sum);
+        for (int i = 0; i < XFER_LAT_BUCKETS; i++)
+            LOAD(lat_hist[i]);
+    }
 }
 #undef LOAD
 

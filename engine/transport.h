@@ -117,6 +117,14 @@ struct xfer_transport_ops {
      * that lent peers direct access to r (ipc's direct copies) withdraws it
      * here and returns once no peer copy runs (bounded by io_timeout_ms). */
     void (*region_withdraw)(struct xfer_transport *t, xfer_region *r);
+    /* Optional, for transports whose peers reach memory without the owner's
+     * CPU (rdma): lease_check says whether lease rules on r can be enforced
+     * (0, or -XFER_ENOTSUP with the reason in the engine's last error);
+     * leases_changed is called after rules changed or a lease ended (no lock
+     * held): the transport revokes what the rules no longer grant and
+     * returns once its hardware refuses it (bounded by io_timeout_ms). */
+    int (*lease_check)(struct xfer_transport *t, xfer_region *r);
+    void (*leases_changed)(struct xfer_transport *t);
     /* Optional waiter-driven receive: the thread in xfer_batch_wait(b) waits
      * for chan of c itself (at most timeout_ms) and reads what arrived on it,
      * completing chunks without a hand-off through the progress thread.
@@ -161,6 +169,19 @@ xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum
 xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t id, uint32_t gen,
                                     enum xfer_op op, uint64_t off, uint64_t len, int *err);
 void xfer_region_release(xfer_region *r);
+/* rdma memory windows (lease.c). For an access by peer to [off, off+len)
+ * of r (pinned by the caller) that the lease rules admit now: the window
+ * [*woff, *woff + *wlen) to bind — all of r when peer may reach all of it,
+ * else the access widened over peer's live rules that touch it — and
+ * *until, the earliest deadline of a lease it relies on (CLOCK_MONOTONIC
+ * ms, INT64_MAX: none). -XFER_ESTALE when the rules refuse the access. */
+int xfer_region_lease_window(xfer_region *r, const char *peer, uint64_t off, uint64_t len,
+                             uint64_t *woff, uint64_t *wlen, int64_t *until);
+/* 0 (with *until as above) while the rules still admit peer to [off,
+ * off+len) of r, -XFER_ESTALE once they do not (or r is being
+ * deregistered). */
+int xfer_region_lease_admits(xfer_region *r, const char *peer, uint64_t off, uint64_t len,
+                             int64_t *until);
 /* 0 when memfd fd is sealed against shrinking (with add: sealing it where
  * the memfd allows), else -XFER_EINVAL and why (region.c). */
 int xfer_memfd_seal_shrink(int fd, bool add, char *why, size_t why_len);
@@ -170,6 +191,8 @@ int xfer_memfd_seal_shrink(int fd, bool add, char *why, size_t why_len);
 bool xfer_region_dying(xfer_region *r);
 int xfer_engine_regions_dying(const xfer_engine *e);
 uint32_t xfer_region_id(const xfer_region *r);
+/* Registered with XFER_ACCESS_LEASED (rdma: memory windows only). */
+bool xfer_region_leased(const xfer_region *r);
 uint32_t xfer_region_gen(const xfer_region *r);
 enum xfer_mem_kind xfer_region_kind(const xfer_region *r);
 int xfer_region_device(const xfer_region *r);
@@ -239,6 +262,17 @@ bool xfer_batch_running(const xfer_batch *b);
 /* xfer_batch_chunk_done() then xfer_batch_put(), in one lock round. */
 void xfer_batch_chunk_done_put(xfer_batch *b, size_t i, uint64_t bytes, int status,
                                const char *why);
+/* The same for n chunks, each holding one reference on its batch: one lock
+ * round per run of entries of the same batch (a progress thread ending the
+ * chunks whose responses one recv brought). */
+struct xfer_chunk_end {
+    xfer_batch *b;
+    size_t i;
+    uint64_t bytes;
+    int status;
+    const char *why;
+};
+void xfer_batch_chunks_done_put(const struct xfer_chunk_end *v, size_t n);
 
 /* Completion of a send_msg: status is the target's answer (0, -XFER_ENOSPC,
  * -XFER_EPROTO, ...) or the transport's failure (-XFER_ECONN: may or may not

@@ -83,6 +83,13 @@ enum xfer_access {
     XFER_ACCESS_R = 1u << 0, /* peers may READ */
     XFER_ACCESS_W = 1u << 1, /* peers may WRITE */
     XFER_ACCESS_RW = XFER_ACCESS_R | XFER_ACCESS_W,
+    /* Registration only (never published): the region may carry leases
+     * over rdma. Its rdma rkey is not published; rdma peers reach it only
+     * through memory windows the owner binds on their queue pairs over what
+     * the lease rules grant them, invalidated when a lease ends or its
+     * ranges are released (docs/rdma.md "Leases"). Costs a round trip and
+     * a window bind per queue pair and range on first access. */
+    XFER_ACCESS_LEASED = 1u << 2,
 };
 /* "r", "w", "rw" <-> mask. */
 int xfer_access_parse(const char *s, unsigned *mask);
@@ -243,8 +250,12 @@ void xfer_region_foreach(xfer_engine *e, void (*fn)(const struct xfer_region_des
  * ended, was dropped or freed (it then refuses everyone without another live
  * lease on it) until xfer_region_unguard() or deregistration. Accesses
  * already admitted finish (one tcp chunk, one ipc group: docs/node.md).
- * rdma is one-sided and NOT covered (docs/node.md, "Leases"). All calls are
- * thread-safe; none blocks on I/O. */
+ * rdma is one-sided: its owner enforces rules only on regions registered
+ * with XFER_ACCESS_LEASED (memory windows; xfer_lease_add refuses other
+ * regions the rdma transport serves, -XFER_ENOTSUP). xfer_lease_drop,
+ * _end and _free return once the rdma NIC refuses what they revoked (the
+ * windows' invalidations completed, at most io_timeout_ms). All calls are
+ * thread-safe; none blocks on I/O but that. */
 typedef struct xfer_lease xfer_lease;
 struct xfer_range {
     uint64_t off, len;

@@ -278,3 +278,17 @@ int reg_read_replies(xfer_registry *r, size_t n, redisReply **out)
     }
     return 0;
 }
+
+int reg_read_pexpire_replies(xfer_registry *r, size_t n, bool *gone)
+{
+    for (size_t i = 0; i < n; i++) {
+        redisReply *rep;
+        int rc = reg_read_replies(r, 1, &rep);
+        if (rc)
+            return rc;
+        if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 0)
+            *gone = true; /* PEXPIRE answers 0 for a key that does not exist */
+        freeReplyObject(rep);
+    }
+    return 0;
+}

@@ -175,16 +175,7 @@ static int beat_regions(xfer_registry *r, const char *ttl, bool *gone)
     struct hb_walk w = {r, ttl};
     size_t n = r->own_regions.count;
     strmap_foreach(&r->own_regions, append_region_pexpire, &w);
-    for (size_t i = 0; i < n; i++) {
-        redisReply *rep;
-        int rc = reg_read_replies(r, 1, &rep);
-        if (rc)
-            return rc;
-        if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 0)
-            *gone = true;
-        freeReplyObject(rep);
-    }
-    return 0;
+    return reg_read_pexpire_replies(r, n, gone);
 }
 
 int reg_heartbeat_locked(xfer_registry *r)

@@ -148,16 +148,7 @@ int reg_pools_beat_locked(xfer_registry *r, const char *ttl, bool *gone)
     strmap_foreach(&r->own_pools, append_pexpire, &w);
     const char *pes[] = {"PEXPIRE", set, ttl};
     append_v(r, 3, pes);
-    for (size_t i = 0; i <= w.n; i++) {
-        redisReply *rep;
-        int rc = reg_read_replies(r, 1, &rep);
-        if (rc)
-            return rc;
-        if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 0)
-            *gone = true;
-        freeReplyObject(rep);
-    }
-    return 0;
+    return reg_read_pexpire_replies(r, w.n + 1, gone);
 }
 
 static void append_del(const char *name, void *v, void *arg)

@@ -155,6 +155,9 @@ int reg_cmd(xfer_registry *r, redisReply **out, int argc, const char **argv, con
 /* Reads n pipelined replies into out[0..n) (caller frees them), or frees
  * them when out is NULL. 0 or -XFER_EUNAVAIL (nothing left to free). */
 int reg_read_replies(xfer_registry *r, size_t n, redisReply **out);
+/* Reads n pipelined PEXPIRE replies; sets *gone when one key was missing
+ * (the heartbeat then republishes). */
+int reg_read_pexpire_replies(xfer_registry *r, size_t n, bool *gone);
 /* Notes a -READONLY reply in sentinel mode (r->demoted: reconnect soon). */
 void reg_reply_note(xfer_registry *r, const redisReply *rep);
 /* "ERR ..." reply -> -XFER_EPROTO with its text recorded; else 0. */

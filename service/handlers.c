@@ -389,7 +389,7 @@ static int start_async(struct xferd *d, const Xctl__SubmitBatch *b, uint32_t hop
     if (q)
         atomic_fetch_add(&q->refs, 1);
     aj->id = *id = batch_table_add(d->batches, b->n_items);
-    if (jobq_push(d->jobs, &aj->job)) {
+    if (jobq_push(d->async_jobs, &aj->job)) {
         aj->job.done(&aj->job);
         return -XFER_EBUSY;
     }

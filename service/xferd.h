@@ -35,7 +35,10 @@ struct xferd {
     xfer_registry *reg; /* borrowed from node */
     struct event_base *base;
     struct ctl_server *srv;
-    struct jobq *jobs;
+    struct jobq *jobs;       /* control requests (a copy request runs its transfer here) */
+    struct jobq *async_jobs; /* --async batches: their own workers, so that transfers
+                              * stalled on a dead or stopped peer never hold control
+                              * requests queued behind them (health, status, ...) */
     struct batch_table *batches;
     struct xfer_metrics *metrics; /* NULL unless metrics_port is set */
     uint64_t incarnation;

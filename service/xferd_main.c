@@ -301,7 +301,7 @@ static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct drain *dr = arg;
-    int pending = jobq_pending(dr->d->jobs);
+    int pending = jobq_pending(dr->d->jobs) + jobq_pending(dr->d->async_jobs);
     if (pending == 0 || xfer_now_ms() > dr->deadline + 2000) {
         if (pending)
             xfer_warn("drain: %d requests still running after the deadline", pending);
@@ -340,7 +340,10 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 static void shutdown_all(struct xferd *d)
 {
     xfer_metrics_stop(d->metrics);
-    jobq_free(d->jobs); /* drained by now: no transfer uses the node any more */
+    /* drained by now: no transfer uses the node any more. Requests first: one
+     * still running may queue an async batch, which the second free runs. */
+    jobq_free(d->jobs);
+    jobq_free(d->async_jobs);
     xferd_forward_close_all(d);
     ctl_server_free(d->srv);
     batch_table_free(d->batches);
@@ -381,8 +384,9 @@ int main(int argc, char **argv)
     struct event *sigs[2] = {0};
     d->base = event_base_new();
     d->jobs = d->base ? jobq_new(d->base, d->cfg.workers) : NULL;
+    d->async_jobs = d->base ? jobq_new(d->base, d->cfg.workers) : NULL;
     d->batches = batch_table_new();
-    if (!d->jobs || !d->batches) {
+    if (!d->jobs || !d->async_jobs || !d->batches) {
         fprintf(stderr, "xferd: out of memory at start\n");
         goto fail;
     }

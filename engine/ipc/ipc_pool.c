@@ -203,8 +203,7 @@ int ipc_pool_post(struct ipc_pool *p, struct ipc_conn *c, xfer_batch *b, const s
     pthread_mutex_lock(&p->mu);
     int rc = p->stop ? -XFER_ECONN : pool_start_locked(p);
     if (rc == 0) {
-        for (size_t k = 0; k < n; k++)
-            xfer_batch_hold(b); /* put by task_end */
+        xfer_batch_hold_n(b, (int)n); /* one put per task (task_end) */
         if (p->tail)
             p->tail->next_task = &post->t[0];
         else

@@ -7,6 +7,8 @@
  *   rdma_post.c       chunking, striping, posting WRs (the data path)
  *   rdma_progress.c   progress threads: one CQ per thread and NIC
  *   rdma_msg.c        engine messages: SEND/RECV, credits, the HELLO
+ *   rdma_lease.c      leases, owner side: memory windows bound per peer QP
+ *   rdma_win.c        leases, initiator side: window requests and cache
  *   rdma_transport.c  the ops table, open/close, connect/disconnect
  *   rdma_plan.c       pure arithmetic and formats;  rdma_auth.c  CM private data
  *
@@ -49,10 +51,13 @@
 #define RDMA_MSG_BUF      (RDMA_MSG_HDR + XFER_MSG_FRAME_MAX) /* a request and its receive */
 #define RDMA_MSG_SMALL    64                                  /* a response and its receive */
 #define RDMA_MAX_ACCEPTED 4096                                /* accepted QPs per transport */
+/* Memory-window binds and invalidations in flight per accepted QP. */
+#define RDMA_WIN_INFLIGHT 16
 /* Per NIC: every slot's response receives, every accepted QP's request
- * receives and (2 x credits) response sends. */
+ * receives, (2 x credits) response sends and its window operations. */
 #define RDMA_MSG_CQ_DEPTH                                                                          \
-    (RDMA_MAX_SLOTS * RDMA_MSG_CREDITS + RDMA_MAX_ACCEPTED * 3 * RDMA_MSG_CREDITS)
+    (RDMA_MAX_SLOTS * RDMA_MSG_CREDITS +                                                           \
+     RDMA_MAX_ACCEPTED * (3 * RDMA_MSG_CREDITS + RDMA_WIN_INFLIGHT))
 #define RDMA_MSG_RNR_TIMER 12 /* min_rnr_timer code: 0.64 ms */
 
 enum rdma_tag { TAG_LISTENER = 1, TAG_SLOT, TAG_ACCEPTED };
@@ -68,6 +73,7 @@ struct rdma_nic {
     uint32_t max_qp_wr;
     uint8_t rd_atom; /* RDMA READs in flight per QP */
     uint32_t max_msg;
+    bool mw2; /* type-2 memory windows (leases, rdma_lease.c) */
     struct ibv_pd *pd;
     struct ibv_comp_channel *msg_ch; /* engine messages: polled by progress thread 0 */
     struct ibv_cq *msg_cq;           /* slots' receives; accepted QPs' receives and sends */
@@ -129,7 +135,8 @@ struct rdma_msg_out {
     uint32_t slot; /* t->slots index and incarnation it was posted on */
     uint16_t uid;
     uint64_t req_id;
-    struct xfer_msg *m; /* NULL: the HELLO */
+    struct xfer_msg *m;     /* NULL: the HELLO or a window request */
+    struct rdma_want *want; /* a window request (rdma_win.c) */
 };
 
 struct rdma_msg_wait {
@@ -140,6 +147,30 @@ struct rdma_msg_wait {
 struct rdma_pending {
     struct rdma_pending *next;
     struct xfer_rdma_chunk c;
+    uint64_t want; /* parked in conn->wwait: the window request it waits for */
+};
+
+/* Initiator (rdma_win.c): the memory windows an owner bound for one of our
+ * QPs (valid while the QP keeps incarnation uid), in remote addresses. */
+struct rdma_win_entry {
+    uint32_t rid, rgen, key;
+    uint64_t start, end;
+};
+struct rdma_win_cache {
+    uint16_t uid;
+    uint32_t n, cap;
+    struct rdma_win_entry *v;
+};
+/* A window request to send (or sent) on the QP at conn->slots[pos]. */
+struct rdma_want {
+    struct rdma_want *next;
+    uint64_t id;
+    int pos;
+    uint16_t uid;
+    bool sent;
+    uint32_t rid, rgen;
+    uint64_t rbase, addr, len; /* remote region base; the range asked for */
+    enum xfer_op op;
 };
 
 struct rdma_conn {
@@ -166,6 +197,11 @@ struct rdma_conn {
     struct rdma_msg_wait *mq_head, *mq_tail; /* waiting for a QP and a credit */
     int msg_slot;                            /* index in slots[] carrying them, -1 none */
     uint64_t next_req;
+    /* lease windows (rdma_win.c), under lock */
+    struct rdma_win_cache wcache[XFER_RDMA_MAX_NICS * 16]; /* per slots[] position */
+    struct rdma_want *wants;
+    struct rdma_pending *wwait; /* chunks parked until their window arrives */
+    uint64_t next_want;
     struct rdma_conn *next; /* t->conns */
 };
 
@@ -186,6 +222,25 @@ struct rdma_accepted {
     bool closing, hello_ok;
     char peer[XFER_NAME_MAX]; /* from the HELLO */
     uint64_t peer_inc;
+    /* lease windows bound on this QP (rdma_lease.c), under t->win_lock */
+    int win_inflight; /* binds and invalidations posted, not completed */
+    bool win_closed;  /* the QP is being destroyed: post nothing more */
+};
+
+/* Owner (rdma_lease.c): a type-2 memory window bound on accepted QP a over
+ * [off, off+len) of region r, for a's peer, while the lease rules admit it. */
+struct rdma_window {
+    uint32_t index;
+    uint16_t gen;
+    struct rdma_accepted *a;
+    xfer_region *r;
+    const struct rdma_region *rr;
+    struct ibv_mw *mw;
+    uint32_t key;
+    uint64_t off, len;
+    int64_t until;  /* re-check by then (a lease deadline), INT64_MAX never */
+    uint64_t round; /* the revocation that invalidates it, 0 none */
+    int inflight;   /* its bind / invalidation posted, not completed */
 };
 
 struct rdma_transport {
@@ -218,6 +273,14 @@ struct rdma_transport {
     struct rdma_accepted *acc[RDMA_MAX_ACCEPTED];
     uint16_t acc_gen[RDMA_MAX_ACCEPTED];
     struct xfer_rdma_replay replay; /* CM thread only */
+    /* lease windows bound by this owner (rdma_lease.c) */
+    pthread_mutex_t win_lock; /* after acc_lock; before the region table */
+    pthread_cond_t win_cond;  /* a window went away */
+    struct rdma_window **wins;
+    uint16_t *win_gen;
+    uint32_t win_cap, win_hint;
+    int64_t win_next; /* earliest until: the CM thread re-checks then */
+    uint64_t win_round;
 };
 
 /* Per-region registration: one MR per local NIC. */
@@ -226,6 +289,8 @@ struct rdma_region {
     struct ibv_mr *mr[XFER_RDMA_MAX_NICS];
     int device; /* CUDA ordinal or -1: picks the nearest NICs */
     uint32_t near_mask;
+    bool windowed;          /* XFER_ACCESS_LEASED: no remote access on the MRs, windows only */
+    unsigned remote_access; /* IBV_ACCESS_REMOTE_* of the region (windows get it) */
     xfer_region *owner;
     struct rdma_region *prev, *next; /* t->regions: released by close */
 };
@@ -310,5 +375,55 @@ void xrdma_msg_accepted_close(struct rdma_transport *t, struct rdma_accepted *a)
 void xrdma_msg_accepted_free(struct rdma_accepted *a);
 /* A completion of a NIC's message CQ (progress thread 0). */
 void xrdma_msg_cqe(struct rdma_transport *t, const struct ibv_wc *wc);
+/* Posts a window request of w on s, the HELLO first where s sent none
+ * (c->lock and s->lock held, s READY): 1 posted, 0 no room now, -1 the
+ * post failed (the caller breaks the QP). */
+int xrdma_msg_send_win_locked(struct rdma_conn *c, struct rdma_slot *s, struct rdma_want *w);
+
+/* rdma_lease.c (owner) */
+void xrdma_lease_init(struct rdma_transport *t);
+void xrdma_lease_fini(struct rdma_transport *t);
+int xrdma_lease_check(struct xfer_transport *t, xfer_region *r);
+void xrdma_leases_changed(struct xfer_transport *t);
+/* A window request from a's peer (progress thread 0): binds a window and
+ * fills the answer's payload (out, *out_len); 0 or the refusal. */
+int xrdma_lease_serve(struct rdma_transport *t, struct rdma_accepted *a, const uint8_t *p, size_t n,
+                      uint8_t *out, size_t *out_len);
+/* A completion of a window bind or invalidation (wr_id kind 0). */
+void xrdma_lease_cqe(struct rdma_transport *t, const struct ibv_wc *wc);
+/* Before / after a's QP is destroyed (CM thread). */
+void xrdma_lease_accepted_closing(struct rdma_transport *t, struct rdma_accepted *a);
+void xrdma_lease_accepted_gone(struct rdma_transport *t, struct rdma_accepted *a);
+/* Region rr goes: its windows are invalidated and freed (before its MRs). */
+void xrdma_lease_region_gone(struct rdma_transport *t, const struct rdma_region *rr);
+/* Deadlines (CM thread): re-checks windows whose lease may have run out;
+ * returns how long the thread may sleep (at most max_ms). */
+int xrdma_lease_expire(struct rdma_transport *t, int max_ms);
+
+/* rdma_win.c (initiator) */
+/* Window request payload: remote region id, gen, off, len, op. */
+#define RDMA_WIN_REQ_LEN  25
+#define RDMA_WIN_RESP_LEN 20 /* key, window off, len */
+/* Chunk ch (windowed) was assigned the QP at slots[pos] of incarnation
+ * uid: true with ch->wkey set when a window covers it, else false. */
+bool xrdma_win_lookup_locked(struct rdma_conn *c, int pos, uint16_t uid,
+                             struct xfer_rdma_chunk *ch);
+/* Parks p until a window for it arrives on that QP, asking for one. */
+void xrdma_win_park_locked(struct rdma_conn *c, int pos, uint16_t uid, struct rdma_pending *p);
+/* Sends the window requests that can go now (conn->lock held). */
+void xrdma_win_pump_locked(struct rdma_conn *c);
+/* The answer to want w (conn->lock held): its parked chunks go back to the
+ * queue, or are returned (refused: the caller fails them, unlocked). */
+struct rdma_pending *xrdma_win_answer_locked(struct rdma_conn *c, struct rdma_want *w, int status,
+                                             const uint8_t *p, size_t n);
+/* The QP at slots[pos] of incarnation uid is gone: its windows and
+ * requests are forgotten, the parked chunks go back to the queue. */
+void xrdma_win_slot_down_locked(struct rdma_conn *c, int pos, uint16_t uid);
+/* The owner's NIC refused ch's window: windows cached for its range (on
+ * every QP) are forgotten, so that it asks the owner again. */
+void xrdma_win_forget_locked(struct rdma_conn *c, const struct xfer_rdma_chunk *ch);
+/* Connection teardown: the parked chunks (to fail) and no more requests. */
+struct rdma_pending *xrdma_win_take_locked(struct rdma_conn *c);
+void xrdma_win_conn_free(struct rdma_conn *c);
 
 #endif

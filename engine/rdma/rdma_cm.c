@@ -348,7 +348,9 @@ static void accepted_close(struct rdma_transport *t, struct rdma_accepted *a)
             break;
         }
     xrdma_msg_accepted_close(t, a); /* the progress thread lets go of it first */
+    xrdma_lease_accepted_closing(t, a);
     rdma_destroy_qp(a->id);
+    xrdma_lease_accepted_gone(t, a); /* its type-2 windows died with it */
     rdma_destroy_id(a->id);
     xrdma_msg_accepted_free(a); /* the QP is gone: the NIC no longer writes there */
     free(a);
@@ -462,7 +464,7 @@ static void *cm_main(void *arg)
     struct pollfd fds[2] = {{.fd = t->channel->fd, .events = POLLIN},
                             {.fd = t->cm_wake_fd, .events = POLLIN}};
     while (!__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE)) {
-        int r = poll(fds, 2, 100);
+        int r = poll(fds, 2, xrdma_lease_expire(t, 100)); /* lease deadlines, too */
         if (r < 0 && errno != EINTR)
             break;
         if (fds[1].revents & POLLIN) {

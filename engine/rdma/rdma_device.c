@@ -194,6 +194,8 @@ static bool nic_init(struct rdma_transport *t, struct rdma_nic *n, struct ibv_co
     n->gid_index = gi;
     n->mtu = pa.active_mtu;
     n->max_qp_wr = (uint32_t)da->max_qp_wr;
+    n->mw2 = da->max_mw > 0 && (da->device_cap_flags &
+                                (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B));
     n->rd_atom = (uint8_t)(da->max_qp_rd_atom < 16 ? da->max_qp_rd_atom : 16);
     n->max_msg = pa.max_msg_sz;
     read_topology(n, c->device);

@@ -3,10 +3,14 @@
  * ibv_reg_dmabuf_mr, else ibv_reg_mr on the device pointer (works where the
  * nvidia-peermem module is loaded). One MR per local NIC; the rkeys are
  * published in NIC-list order. Read-only regions get no remote write access,
- * so the NIC itself refuses a WRITE. */
+ * so the NIC itself refuses a WRITE. A region registered with
+ * XFER_ACCESS_LEASED gets no remote access at all (IBV_ACCESS_MW_BIND
+ * instead) and publishes "mw" for rkeys: peers reach it only through the
+ * memory windows of its leases (rdma_lease.c). */
 #include "rdma.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -73,11 +77,21 @@ int xrdma_reg_mem(struct xfer_transport *tr, xfer_region *r)
     struct rdma_region *rr = calloc(1, sizeof(*rr));
     if (!rr)
         return -XFER_ENOMEM;
-    int access = IBV_ACCESS_LOCAL_WRITE;
+    int remote = 0;
     if (d.access & XFER_ACCESS_R)
-        access |= IBV_ACCESS_REMOTE_READ;
+        remote |= IBV_ACCESS_REMOTE_READ;
     if (d.access & XFER_ACCESS_W)
-        access |= IBV_ACCESS_REMOTE_WRITE;
+        remote |= IBV_ACCESS_REMOTE_WRITE;
+    bool windowed = xfer_region_leased(r);
+    int access = IBV_ACCESS_LOCAL_WRITE | (windowed ? IBV_ACCESS_MW_BIND : remote);
+    for (int i = 0; windowed && i < t->n_nics; i++)
+        if (!t->nics[i].mw2) { /* the other transports still serve it, with its leases */
+            xfer_warn("rdma: region %s not registered: it carries leases and %s has no type-2 "
+                      "memory windows",
+                      d.name, t->nics[i].desc.name);
+            free(rr);
+            return 0;
+        }
     void *ptr = xfer_region_ptr(r);
     size_t len = xfer_region_len(r);
     for (int i = 0; i < t->n_nics; i++) {
@@ -104,6 +118,8 @@ int xrdma_reg_mem(struct xfer_transport *tr, xfer_region *r)
                    rr->mr[i]->lkey, rr->mr[i]->rkey);
     }
     rr->n = t->n_nics;
+    rr->windowed = windowed;
+    rr->remote_access = (unsigned)remote;
     rr->device = cuda ? xfer_region_device(r) : -1;
     rr->near_mask = xrdma_nics_near(t, rr->device);
     rr->owner = r;
@@ -155,6 +171,7 @@ void xrdma_dereg_mem(struct xfer_transport *tr, xfer_region *r)
     if (rr->next)
         rr->next->prev = rr->prev;
     pthread_mutex_unlock(&t->lock);
+    xrdma_lease_region_gone(t, rr); /* an MR with bound windows cannot go */
     region_release(rr);
 }
 
@@ -165,6 +182,10 @@ void xrdma_describe_region(struct xfer_transport *tr, const xfer_region *r,
     const struct rdma_region *rr = xfer_region_transport_data(r, XFER_TRANSPORT_RDMA);
     if (!rr)
         return;
+    if (rr->windowed) { /* no rkey: windows are asked for per QP */
+        snprintf(out->rkeys, sizeof(out->rkeys), "%s", XFER_RDMA_RKEYS_WINDOWED);
+        return;
+    }
     uint32_t keys[XFER_RDMA_MAX_NICS];
     for (int i = 0; i < rr->n; i++)
         keys[i] = rr->mr[i]->rkey;

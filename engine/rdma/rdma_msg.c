@@ -16,6 +16,9 @@
  * before it accepts, hands each request to xfer_engine_msg_recv() with the
  * HELLO's node id (never the frame's), reposts the receive, then answers.
  *
+ * Window requests (leases, rdma_win.c / rdma_lease.c) are requests of type
+ * T_WIN on the QP the window is wanted for; the answer carries the window.
+ *
  * Frames (little-endian): 0 magic "XRMS" 4 type 5..7 0 8 request id(8)
  * 16 status(4, answers) 20 payload length(4), then the payload.
  */
@@ -27,7 +30,7 @@
 #include <string.h>
 
 #define MSG_MAGIC 0x534d5258u /* "XRMS" */
-enum msg_type { T_HELLO = 1, T_REQ = 2, T_RESP = 3 };
+enum msg_type { T_HELLO = 1, T_REQ = 2, T_RESP = 3, T_WIN = 4 };
 enum cqe_kind { K_SLOT_RECV = 1, K_ACC_RECV = 2, K_ACC_SEND = 3 };
 
 /* wr_id of the message CQ: kind(2) | index(16) at 32 | generation(16) at 16 | buffer(16). */
@@ -65,7 +68,7 @@ static int hdr_decode(const uint8_t *p, size_t n, enum msg_type *type, uint64_t 
 {
     if (n >= RDMA_MSG_HDR)
         *req_id = get32(p + 8) | (uint64_t)get32(p + 12) << 32;
-    if (n < RDMA_MSG_HDR || get32(p) != MSG_MAGIC || p[4] < T_HELLO || p[4] > T_RESP ||
+    if (n < RDMA_MSG_HDR || get32(p) != MSG_MAGIC || p[4] < T_HELLO || p[4] > T_WIN ||
         get32(p + 20) != n - RDMA_MSG_HDR)
         return -XFER_EPROTO;
     *type = (enum msg_type)p[4];
@@ -111,6 +114,7 @@ void xrdma_msg_conn_free(struct rdma_conn *c)
         }
     free(c->msg_mem);
     c->msg_mem = NULL;
+    xrdma_win_conn_free(c);
 }
 
 void xrdma_msg_slot_up(struct rdma_slot *s)
@@ -175,6 +179,35 @@ static int post_send(struct rdma_conn *c, struct rdma_slot *s, int e, enum msg_t
     c->out[e] = (struct rdma_msg_out){
         .used = true, .slot = s->index, .uid = s->uid, .req_id = req_id, .m = m};
     return 0;
+}
+
+int xrdma_msg_send_win_locked(struct rdma_conn *c, struct rdma_slot *s, struct rdma_want *w)
+{
+    for (;;) {
+        int e = free_entry(c);
+        if (e < 0 || s->credits == 0 || s->ring.n >= s->depth)
+            return 0;
+        if (!s->hello_sent) { /* the owner binds for the node this QP proved */
+            uint8_t hello[XFER_RDMA_HELLO_MAX];
+            size_t n = xfer_rdma_hello_encode(&c->t->self, c->peer.node_id, &s->nonce, hello);
+            if (post_send(c, s, e, T_HELLO, hello, n, NULL))
+                return -1;
+            s->hello_sent = true;
+            continue;
+        }
+        uint8_t p[RDMA_WIN_REQ_LEN];
+        put32(p, w->rid);
+        put32(p + 4, w->rgen);
+        put32(p + 8, (uint32_t)(w->addr - w->rbase));
+        put32(p + 12, (uint32_t)((w->addr - w->rbase) >> 32));
+        put32(p + 16, (uint32_t)w->len);
+        put32(p + 20, (uint32_t)(w->len >> 32));
+        p[24] = (uint8_t)w->op;
+        if (post_send(c, s, e, T_WIN, p, sizeof(p), NULL))
+            return -1;
+        c->out[e].want = w;
+        return 1;
+    }
 }
 
 /* The message QP: the one in use while it is READY, else the first READY. */
@@ -308,6 +341,7 @@ void xrdma_msg_slot_down(struct rdma_conn *c, struct rdma_slot *s, uint16_t uid,
         if (!o->used || o->slot != s->index || o->uid != uid)
             continue;
         o->sent = true; /* the QP is destroyed: the NIC let go of the buffer */
+        o->want = NULL; /* its window request: forgotten below (slot down) */
         if (!o->answered && o->m)
             fail[n++] = o->m;
         o->answered = true;
@@ -315,6 +349,7 @@ void xrdma_msg_slot_down(struct rdma_conn *c, struct rdma_slot *s, uint16_t uid,
     }
     if (c->msg_slot >= 0 && c->slots[c->msg_slot] == s->index)
         c->msg_slot = -1;
+    xrdma_win_slot_down_locked(c, s->conn_pos, uid);
     pthread_mutex_unlock(&c->lock);
     for (int i = 0; i < n; i++)
         xfer_msg_done(fail[i], -XFER_ECONN, why);
@@ -353,6 +388,9 @@ static void slot_answer(struct rdma_transport *t, const struct ibv_wc *wc, uint3
     int status = 0;
     uint8_t *buf = resp_buf(c, s, j);
     int rc = hdr_decode(buf, wc->byte_len, &type, &req_id, &status);
+    uint8_t pay[RDMA_MSG_SMALL]; /* the buffer is posted again below */
+    size_t plen = rc == 0 ? wc->byte_len - RDMA_MSG_HDR : 0;
+    memcpy(pay, buf + RDMA_MSG_HDR, plen);
     struct ibv_sge sge = {
         .addr = (uintptr_t)buf, .length = RDMA_MSG_SMALL, .lkey = c->msg_mr[s->lnic]->lkey};
     struct ibv_recv_wr wr = {.wr_id = wc->wr_id, .sg_list = &sge, .num_sge = 1}, *bad;
@@ -365,6 +403,7 @@ static void slot_answer(struct rdma_transport *t, const struct ibv_wc *wc, uint3
     if (rc == 0 && ((status > 0 && status != XFER_MSG_DELIVERED) || status <= -XFER_ERR_MAX))
         rc = -XFER_EPROTO;
     struct xfer_msg *m = NULL;
+    struct rdma_pending *refused = NULL;
     bool hello = false;
     pthread_mutex_lock(&c->lock);
     for (int e = 0; rc == 0 && e < RDMA_MSG_CREDITS; e++) {
@@ -374,7 +413,10 @@ static void slot_answer(struct rdma_transport *t, const struct ibv_wc *wc, uint3
             continue;
         o->answered = true;
         m = o->m;
-        hello = !o->m;
+        hello = !o->m && !o->want;
+        if (o->want)
+            refused = xrdma_win_answer_locked(c, o->want, status, pay, plen);
+        o->want = NULL;
         entry_settle(c, e);
         pthread_mutex_lock(&s->lock);
         if ((s->uid & 0xfff) == uid)
@@ -388,6 +430,12 @@ static void slot_answer(struct rdma_transport *t, const struct ibv_wc *wc, uint3
         pthread_cond_broadcast(&c->cond);
     const char *peer = c->peer.node_id;
     pthread_mutex_unlock(&c->lock);
+    if (refused)
+        xrdma_fail_pending(refused, status < 0 ? status : -XFER_EPROTO,
+                           status == -XFER_ESTALE
+                               ? "refused by the owner: no live lease (ended, released or not "
+                                 "granted to this node), or the region was re-registered"
+                               : "the owner refused a memory window for it");
     if (rc)
         xfer_warn("rdma: malformed answer from %s on QP %u (ignored)", peer, idx);
     else if (hello && status)
@@ -441,7 +489,7 @@ int xrdma_msg_accept_qp(struct rdma_transport *t, struct rdma_nic *nic, struct r
     struct ibv_qp_init_attr qa = {.send_cq = nic->msg_cq,
                                   .recv_cq = nic->msg_cq,
                                   .qp_type = IBV_QPT_RC,
-                                  .cap = {.max_send_wr = 2 * RDMA_MSG_CREDITS,
+                                  .cap = {.max_send_wr = 2 * RDMA_MSG_CREDITS + RDMA_WIN_INFLIGHT,
                                           .max_recv_wr = RDMA_MSG_CREDITS,
                                           .max_send_sge = 1,
                                           .max_recv_sge = 1}};
@@ -490,7 +538,7 @@ static struct rdma_accepted *acc_get(struct rdma_transport *t, uint32_t idx, uin
 
 /* What the target answers to one request. */
 static int serve_request(struct rdma_transport *t, struct rdma_accepted *a, const uint8_t *buf,
-                         size_t n, uint64_t *req_id)
+                         size_t n, uint64_t *req_id, uint8_t *out, size_t *out_len)
 {
     enum msg_type type;
     int status;
@@ -511,6 +559,8 @@ static int serve_request(struct rdma_transport *t, struct rdma_accepted *a, cons
     }
     if (!a->hello_ok)
         return -XFER_EAUTH; /* no proven sender: nothing reaches the engine */
+    if (type == T_WIN)
+        return xrdma_lease_serve(t, a, p, len, out, out_len);
     return xfer_engine_msg_recv(t->base.engine, a->peer, a->peer_inc, p, len);
 }
 
@@ -531,7 +581,10 @@ static void acc_request(struct rdma_transport *t, const struct ibv_wc *wc, uint3
         goto out;
     }
     uint64_t req_id = 0;
-    int status = serve_request(t, a, a->mem + (size_t)j * RDMA_MSG_BUF, wc->byte_len, &req_id);
+    uint8_t pay[RDMA_MSG_SMALL - RDMA_MSG_HDR];
+    size_t plen = 0;
+    int status =
+        serve_request(t, a, a->mem + (size_t)j * RDMA_MSG_BUF, wc->byte_len, &req_id, pay, &plen);
     pthread_mutex_lock(&t->acc_lock);
     if (acc_post_recv(a, j)) /* the frame was copied: the buffer is free again */
         xfer_warn("rdma: reposting a message receive for %s failed", a->node);
@@ -542,8 +595,10 @@ static void acc_request(struct rdma_transport *t, const struct ibv_wc *wc, uint3
         a->send_next = (a->send_next + 1) % (2 * RDMA_MSG_CREDITS);
         a->send_free--;
         uint8_t *b = acc_send_buf(a, k);
-        hdr_encode(b, T_RESP, req_id, status, 0);
-        struct ibv_sge sge = {.addr = (uintptr_t)b, .length = RDMA_MSG_HDR, .lkey = a->mr->lkey};
+        hdr_encode(b, T_RESP, req_id, status, (uint32_t)plen);
+        memcpy(b + RDMA_MSG_HDR, pay, plen);
+        struct ibv_sge sge = {
+            .addr = (uintptr_t)b, .length = (uint32_t)(RDMA_MSG_HDR + plen), .lkey = a->mr->lkey};
         struct ibv_send_wr wr = {.wr_id = msg_wr_id(K_ACC_SEND, idx, gen, k),
                                  .sg_list = &sge,
                                  .num_sge = 1,
@@ -571,7 +626,9 @@ void xrdma_msg_cqe(struct rdma_transport *t, const struct ibv_wc *wc)
     uint32_t idx = (uint32_t)(wc->wr_id >> 32) & 0xffff;
     uint16_t gen = (uint16_t)(wc->wr_id >> 16);
     uint32_t buf = (uint32_t)wc->wr_id & 0xffff;
-    if (k == K_SLOT_RECV) {
+    if (k == 0) { /* a window bind or invalidation (rdma_lease.c) */
+        xrdma_lease_cqe(t, wc);
+    } else if (k == K_SLOT_RECV) {
         slot_answer(t, wc, idx, gen, buf);
     } else if (k == K_ACC_RECV) {
         acc_request(t, wc, idx, gen, buf);

@@ -47,7 +47,13 @@ struct xfer_rdma_chunk {
     const void *lmr;                   /* struct rdma_region of the local region */
     uint32_t rkey[XFER_RDMA_MAX_NICS]; /* the remote region's rkey per remote NIC */
     uint32_t nic_mask;                 /* local NICs allowed (near the region's GPU) */
-    uint64_t seq;                      /* set when posted */
+    /* A leased remote region (XFER_ACCESS_LEASED, rkeys "mw"): reached only
+     * through a memory window its owner bound on our QP (rdma_win.c). */
+    bool win;
+    bool win_refused; /* the owner's NIC refused our window once already */
+    uint32_t rid, rgen, wkey;
+    uint64_t rbase; /* the remote region's address */
+    uint64_t seq;   /* set when posted */
     uint8_t retries;
     bool signaled;
     int status;     /* set by completion accounting */
@@ -90,6 +96,20 @@ static inline bool xfer_rdma_wc_retryable(enum ibv_wc_status st)
     return st == IBV_WC_WR_FLUSH_ERR;
 }
 
+/* Little-endian 64-bit fields of the window request and answer (leases). */
+static inline uint64_t xfer_rdma_get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+static inline void xfer_rdma_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
 /* ---- published NIC list ----
  * "name,port,gid,ll,gbps,pci,numa,cmport;..." e.g.
  * "mlx5_0,1,::ffff:10.0.0.1,eth,200,0000:3b:00.0,0,43711". ll is eth or ib,
@@ -115,6 +135,12 @@ bool xfer_rdma_gid_ipv4(const union ibv_gid *gid, uint32_t *addr_be);
 /* ---- rkeys: "hex,hex,..." one per NIC in NIC-list order ---- */
 int xfer_rdma_rkeys_format(const uint32_t *rkeys, int n, char *buf, size_t len);
 int xfer_rdma_rkeys_parse(const char *s, uint32_t *out, int max);
+/* The rkeys field of a region reached through memory windows only (leases). */
+#define XFER_RDMA_RKEYS_WINDOWED "mw"
+static inline bool xfer_rdma_rkeys_windowed(const char *s)
+{
+    return s[0] == 'm' && s[1] == 'w' && s[2] == '\0';
+}
 
 /* ---- PCI topology ----
  * Hops between two devices through their closest common ancestor in the

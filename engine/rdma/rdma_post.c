@@ -64,6 +64,8 @@ void xrdma_chunk_retry_or_fail(struct rdma_conn *c, struct xfer_rdma_chunk *ch)
         free(p);
         return;
     }
+    if (p->c.win_refused) /* every QP's cached window for it may be revoked */
+        xrdma_win_forget_locked(c, &p->c);
     append_locked(c, p);
     xrdma_pump_locked(c);
     pthread_mutex_unlock(&c->lock);
@@ -71,8 +73,14 @@ void xrdma_chunk_retry_or_fail(struct rdma_conn *c, struct xfer_rdma_chunk *ch)
 
 struct rdma_pending *xrdma_take_pending_locked(struct rdma_conn *c)
 {
-    struct rdma_pending *l = c->head;
+    struct rdma_pending *l = c->head, *parked = xrdma_win_take_locked(c);
     c->head = c->tail = NULL;
+    while (parked) { /* chunks waiting for a lease window, too */
+        struct rdma_pending *n = parked->next;
+        parked->next = l;
+        l = parked;
+        parked = n;
+    }
     return l;
 }
 
@@ -108,7 +116,7 @@ static int post_chunk(struct rdma_transport *t, struct rdma_slot *s, struct xfer
     if (ch->signaled)
         wr.send_flags = IBV_SEND_SIGNALED;
     wr.wr.rdma.remote_addr = ch->raddr;
-    wr.wr.rdma.rkey = ch->rkey[s->rnic];
+    wr.wr.rdma.rkey = ch->win ? ch->wkey : ch->rkey[s->rnic];
     ch->seq = s->next_seq;
     wr.wr_id = xrdma_wr_id(s, ch->seq);
     struct ibv_send_wr *bad = NULL;
@@ -127,6 +135,7 @@ static int post_chunk(struct rdma_transport *t, struct rdma_slot *s, struct xfer
  * then each QP's share is posted under its lock. */
 struct share {
     struct rdma_pending *head, *tail;
+    uint16_t uid; /* the QP's incarnation when the chunks were assigned */
 };
 
 static int pick_slot(struct rdma_conn *c, const uint32_t *room, uint32_t mask)
@@ -143,6 +152,7 @@ static int pick_slot(struct rdma_conn *c, const uint32_t *room, uint32_t mask)
 
 static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
 {
+    bool parked = false;
     uint32_t all = (1u << c->t->n_nics) - 1;
     struct rdma_pending **pp = &c->head, *prev = NULL;
     while (*pp) {
@@ -165,6 +175,11 @@ static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
             free(p);
             continue;
         }
+        if (p->c.win && !xrdma_win_lookup_locked(c, i, sh[i].uid, &p->c)) {
+            xrdma_win_park_locked(c, i, sh[i].uid, p); /* no window of that QP yet */
+            parked = true;
+            continue;
+        }
         room[i]--;
         if (sh[i].tail)
             sh[i].tail->next = p;
@@ -172,6 +187,8 @@ static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
             sh[i].head = p;
         sh[i].tail = p;
     }
+    if (parked)
+        xrdma_win_pump_locked(c);
 }
 
 /* A post failed after unsignaled WRs went out: no completion would ever
@@ -195,7 +212,7 @@ bool xrdma_break_qp_locked(struct rdma_slot *s)
 static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *sh)
 {
     pthread_mutex_lock(&s->lock);
-    if (s->state != SLOT_READY) { /* went to error meanwhile */
+    if (s->state != SLOT_READY || s->uid != sh->uid) { /* went to error meanwhile */
         pthread_mutex_unlock(&s->lock);
         sh->tail->next = c->head;
         if (!c->head)
@@ -240,6 +257,7 @@ static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *s
 void xrdma_pump_locked(struct rdma_conn *c)
 {
     xrdma_msg_pump_locked(c); /* messages first: they are small and wait on a round trip */
+    xrdma_win_pump_locked(c); /* window requests waiting for a credit */
     if (!c->head)
         return;
     struct rdma_transport *t = c->t;
@@ -250,6 +268,7 @@ void xrdma_pump_locked(struct rdma_conn *c)
         struct rdma_slot *s = &t->slots[c->slots[i]];
         pthread_mutex_lock(&s->lock);
         room[i] = s->state == SLOT_READY ? s->depth - s->ring.n : 0;
+        sh[i].uid = s->uid;
         pthread_mutex_unlock(&s->lock);
         any |= room[i] > 0;
         sh[i].head = sh[i].tail = NULL;
@@ -280,8 +299,9 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
         return *why = it->op == XFER_OP_READ ? "remote region is not readable"
                                              : "remote region is not writable",
                -XFER_EACCES;
-    uint32_t rkeys[XFER_RDMA_MAX_NICS];
-    int nk = xfer_rdma_rkeys_parse(rd.rkeys, rkeys, XFER_RDMA_MAX_NICS);
+    uint32_t rkeys[XFER_RDMA_MAX_NICS] = {0};
+    bool win = xfer_rdma_rkeys_windowed(rd.rkeys); /* leases: a window per QP (rdma_win.c) */
+    int nk = win ? c->n_rnics : xfer_rdma_rkeys_parse(rd.rkeys, rkeys, XFER_RDMA_MAX_NICS);
     if (nk == 0)
         return *why = "remote region is not registered for RDMA (GPU memory without "
                       "GPUDirect RDMA on the peer?)",
@@ -308,7 +328,11 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
                                         .raddr = rd.addr + it->remote_off + off,
                                         .len = len,
                                         .lmr = lr,
-                                        .nic_mask = lr->near_mask};
+                                        .nic_mask = lr->near_mask,
+                                        .win = win,
+                                        .rid = it->remote_id,
+                                        .rgen = it->remote_gen,
+                                        .rbase = rd.addr};
         memcpy(p->c.rkey, rkeys, sizeof(rkeys));
         p->next = *list;
         *list = p;

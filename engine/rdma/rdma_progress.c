@@ -21,10 +21,31 @@ static uint64_t full_seq(const struct rdma_slot *s, uint64_t s40)
     return base + ((s40 - (base & RDMA_SEQ_MASK)) & RDMA_SEQ_MASK);
 }
 
+/* A chunk through a lease window the owner's NIC refused: the window was
+ * invalidated (lease ended, blocks released) or belonged to a QP since
+ * re-established. It asks for a new window once (the owner's rules decide);
+ * refused again by the NIC, the item fails as the owner's refusal. */
+static void window_refused(struct xfer_rdma_chunk *ch)
+{
+    if (!ch->win || ch->status != -XFER_EACCES)
+        return;
+    if (!ch->win_refused) {
+        xfer_info("rdma: the owner's NIC refused a lease window (lease ended, blocks released or "
+                  "QP re-established): asking for a new one");
+        ch->win_refused = true;
+        ch->retryable = true;
+        return;
+    }
+    ch->status = -XFER_ESTALE;
+    ch->why = "refused by the owner's NIC: the lease window was invalidated (lease ended or "
+              "blocks released)";
+}
+
 static void finish_all(struct rdma_conn *c, struct xfer_rdma_chunk *done, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         struct xfer_rdma_chunk *ch = &done[i];
+        window_refused(ch);
         if (ch->msg) {
             xrdma_msg_sent(ch);
         } else if (ch->retryable) {

@@ -63,6 +63,7 @@ static void xrdma_close(struct xfer_transport *tr)
             pthread_mutex_destroy(&t->slots[i].lock);
         free(t->slots);
     }
+    xrdma_lease_fini(t); /* windows died with their QPs; before the PDs go */
     xrdma_devices_close(t);
     xfer_rdma_replay_free(&t->replay);
     pthread_cond_destroy(&t->acc_cond);
@@ -84,6 +85,7 @@ static int xrdma_open(xfer_engine *e, struct xfer_transport **out)
     pthread_mutex_init(&t->lock, NULL);
     pthread_mutex_init(&t->acc_lock, NULL);
     pthread_cond_init(&t->acc_cond, NULL);
+    xrdma_lease_init(t);
     struct xfer_peer_desc self;
     xfer_engine_describe(e, &self);
     t->self = (struct xfer_rdma_self){.node_id = t->cfg->node_id,
@@ -343,4 +345,6 @@ const struct xfer_transport_ops xfer_rdma_transport_ops = {
     .describe = xrdma_describe,
     .describe_region = xrdma_describe_region,
     .send_msg = xrdma_send_msg,
+    .lease_check = xrdma_lease_check,
+    .leases_changed = xrdma_leases_changed,
 };

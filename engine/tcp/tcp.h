@@ -22,11 +22,21 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#define TCP_MAX_PAYLOAD    (64u << 20) /* largest frame payload we accept */
-#define TCP_RXBUF          8192        /* header read-ahead buffer */
-#define TCP_IOV_MAX        64          /* frames gathered into one sendmsg */
-#define TCP_TXQ_HIGH       4096        /* target stops reading above this backlog */
-#define TCP_HANDSHAKES_MAX 64          /* concurrent inbound handshakes */
+#define TCP_MAX_PAYLOAD (64u << 20) /* largest frame payload we accept */
+#define TCP_RXBUF       8192        /* header read-ahead buffer */
+/* A socket that keeps receiving small payloads grows its read-ahead, so one
+ * recv brings many frames (one recv per 4 KiB frame was the largest
+ * per-item cost of small batches); payloads of TCP_RX_DIRECT or more are
+ * received straight into their memory, and the header after one is read
+ * alone. */
+#define TCP_RXBUF_BIG      (128u << 10)
+#define TCP_RX_SMALL       (16u << 10) /* a payload this small counts as small */
+#define TCP_RX_GROW_AFTER  64u         /* small payloads in a row before growing */
+#define TCP_RX_DIRECT      (32u << 10)
+#define TCP_IOV_MAX        64   /* frames gathered into one sendmsg */
+#define TCP_DONE_MAX       64   /* chunk ends reported together */
+#define TCP_TXQ_HIGH       4096 /* target stops reading above this backlog */
+#define TCP_HANDSHAKES_MAX 64   /* concurrent inbound handshakes */
 /* GPU memory goes through pinned staging slots (engine/gpu_stage, tcp_gpu.c):
  * chunks touching GPU memory are at most one slot long. Chunks of at most
  * TCP_GPU_SMALL_SLOT use a second ring of many small slots, so thousands of
@@ -133,8 +143,17 @@ struct tcp_sock {
     struct tcp_tx *tx_head, *tx_tail;
     size_t tx_count;
     struct tcp_tx *inf_head, *inf_tail; /* initiator: awaiting responses */
+    /* initiator, iomu: chunks whose responses this read brought, ended
+     * together when it stops (one batch lock per batch, not per chunk) */
+    struct xfer_chunk_end done[TCP_DONE_MAX];
+    size_t ndone;
+    uint64_t done_load;
     int64_t last_progress_ms;
-    uint8_t rxbuf[TCP_RXBUF];
+    uint8_t rxsmall[TCP_RXBUF];
+    uint8_t *rxbuf; /* rxsmall, or TCP_RXBUF_BIG bytes once small frames stream in */
+    size_t rxcap;
+    uint32_t rx_small_run; /* small payloads in a row */
+    bool rx_big;           /* the last payload was received directly: read headers alone */
     size_t rx_lo, rx_hi;
     enum tcp_rx_state rx_state;
     struct xfer_wire_hdr rh;
@@ -178,6 +197,10 @@ struct tcp_thread {
     uint8_t scratch[65536];                            /* discarded payload lands here */
     struct xfer_gpu_stage *gst[TCP_GPU_MAX_DEV][2][2]; /* [gpu][send, recv][big, small] */
     struct tcp_sock *gpu_head; /* sockets waiting for a staging copy or slot */
+    /* The read side of the fences for this thread's payload receives
+     * (tcp_fence.c): a FENCE takes every thread's, a receive only its own,
+     * so receives on different threads share no lock. */
+    pthread_mutex_t fence_mu;
 };
 
 /* Target: one cancelled batch of one initiator (tcp_fence.c). */
@@ -204,9 +227,8 @@ struct tcp_transport {
     int sockbuf;            /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
     bool direct;            /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
     struct tcp_slab *spare; /* the last slab freed, reused by the next post; atomic */
-    /* fences (tcp_fence.c). Target: write side = record one, read side =
-     * WRITE payload going into a region. */
-    pthread_rwlock_t fence_lk;
+    /* fences (tcp_fence.c). Target: written with every thread's fence_mu
+     * held (record one), read with one (WRITE payload going into a region). */
     struct tcp_fence fences[TCP_FENCES]; /* ring, oldest replaced */
     int fence_head[TCP_FENCES];          /* hash buckets */
     uint64_t fence_n, fence_gen;         /* recorded so far; bumped per record */

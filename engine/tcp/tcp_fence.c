@@ -15,11 +15,14 @@
  *    everything of b still to be sent there. Recent fences are sent again
  *    first on every new connection (a thawed target may still hold frames
  *    of b on sockets that died before the fence could follow them).
- *  - target: a FENCE records (initiator incarnation, sequence) under the
- *    write side of fence_lk; every recv of WRITE payload into a region holds
- *    the read side and first checks its batch against the fences (only when
- *    one was added since it last looked). A fenced batch's payload is
- *    discarded from then on and its frames are answered -XFER_ECANCELED.
+ *  - target: a FENCE records (initiator incarnation, sequence) holding the
+ *    fence_mu of every progress thread; every recv of WRITE payload into a
+ *    region holds its own thread's fence_mu and first checks its batch
+ *    against the fences (only when one was added since it last looked). A
+ *    fenced batch's payload is discarded from then on and its frames are
+ *    answered -XFER_ECANCELED. (One rwlock for all threads was shared by
+ *    every payload recv of every thread: a cache line passed between them
+ *    per recv call; fences are rare, receives are not.)
  *
  * So once a socket's FENCE has been processed, no byte of b is written into
  * a region any more, on any socket: anything the initiator sends on that
@@ -37,12 +40,6 @@ static unsigned bucket_of(uint64_t inc, uint32_t seq)
 
 void tcp_fence_init(struct tcp_transport *tt)
 {
-    pthread_rwlockattr_t a;
-    pthread_rwlockattr_init(&a);
-    /* A fence must not wait behind a stream of payload receives. */
-    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&tt->fence_lk, &a);
-    pthread_rwlockattr_destroy(&a);
     for (unsigned i = 0; i < TCP_FENCES; i++)
         tt->fence_head[i] = -1;
     pthread_mutex_init(&tt->sent_mu, NULL);
@@ -50,11 +47,10 @@ void tcp_fence_init(struct tcp_transport *tt)
 
 void tcp_fence_fini(struct tcp_transport *tt)
 {
-    pthread_rwlock_destroy(&tt->fence_lk);
     pthread_mutex_destroy(&tt->sent_mu);
 }
 
-/* fence_lk held (either side). */
+/* One thread's fence_mu held (read) or all of them (write). */
 static bool fenced_locked(struct tcp_transport *tt, uint64_t inc, uint32_t seq)
 {
     for (int i = tt->fence_head[bucket_of(inc, seq)]; i >= 0; i = tt->fences[i].next)
@@ -63,11 +59,13 @@ static bool fenced_locked(struct tcp_transport *tt, uint64_t inc, uint32_t seq)
     return false;
 }
 
-/* Target: a FENCE arrived. Waits (write side) for payload receives in
- * progress on other threads, so none of b lands after this returns. */
+/* Target: a FENCE arrived. Waits (every thread's fence_mu, in order) for
+ * payload receives in progress on other threads, so none of b lands after
+ * this returns. */
 static void fence_record(struct tcp_transport *tt, uint64_t inc, uint32_t seq)
 {
-    pthread_rwlock_wrlock(&tt->fence_lk);
+    for (int i = 0; i < tt->n_threads; i++)
+        pthread_mutex_lock(&tt->threads[i].fence_mu);
     if (!fenced_locked(tt, inc, seq)) { /* one per socket arrives: keep one */
         int slot = (int)(tt->fence_n % TCP_FENCES);
         struct tcp_fence *f = &tt->fences[slot];
@@ -85,7 +83,8 @@ static void fence_record(struct tcp_transport *tt, uint64_t inc, uint32_t seq)
         tt->fence_n++;
         tt->fence_gen++;
     }
-    pthread_rwlock_unlock(&tt->fence_lk);
+    for (int i = tt->n_threads - 1; i >= 0; i--)
+        pthread_mutex_unlock(&tt->threads[i].fence_mu);
 }
 
 void tcp_fence_frame_in(struct tcp_sock *s)
@@ -96,19 +95,19 @@ void tcp_fence_frame_in(struct tcp_sock *s)
 bool tcp_fence_enter(struct tcp_sock *s)
 {
     struct tcp_transport *tt = s->tt;
-    pthread_rwlock_rdlock(&tt->fence_lk);
+    pthread_mutex_lock(&s->th->fence_mu);
     if (tt->fence_gen == s->rx_fgen)
         return true;
     s->rx_fgen = tt->fence_gen;
     if (!fenced_locked(tt, s->peer_inc, s->rx_seq))
         return true;
-    pthread_rwlock_unlock(&tt->fence_lk);
+    pthread_mutex_unlock(&s->th->fence_mu);
     return false;
 }
 
 void tcp_fence_leave(struct tcp_sock *s)
 {
-    pthread_rwlock_unlock(&s->tt->fence_lk);
+    pthread_mutex_unlock(&s->th->fence_mu);
 }
 
 /* ---- initiator ------------------------------------------------------------------ */

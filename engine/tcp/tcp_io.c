@@ -37,6 +37,8 @@ struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, con
     s->last_progress_ms = xfer_now_ms();
     s->rx_state = RX_HDR;
     s->rx_gslot = -1;
+    s->rxbuf = s->rxsmall;
+    s->rxcap = sizeof(s->rxsmall);
     return s;
 }
 
@@ -50,6 +52,8 @@ void tcp_sock_destroy(struct tcp_sock *s)
     pthread_mutex_unlock(&s->iomu);
     pthread_mutex_destroy(&s->iomu);
     pthread_mutex_destroy(&s->qmu);
+    if (s->rxbuf != s->rxsmall)
+        free(s->rxbuf);
     free(s);
 }
 
@@ -147,6 +151,33 @@ void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const 
     }
     xfer_batch_chunk_done_put(t->b, t->idx, status == 0 ? t->len : 0, status, why);
     tcp_tx_free(t);
+}
+
+/* Reports the chunk ends collected by chunk_done_later. */
+static void done_flush(struct tcp_sock *s)
+{
+    if (!s->ndone)
+        return;
+    __atomic_sub_fetch(&s->load, s->done_load, __ATOMIC_RELAXED);
+    xfer_batch_chunks_done_put(s->done, s->ndone);
+    s->ndone = 0;
+    s->done_load = 0;
+}
+
+/* A host chunk's response arrived whole (status 0): its end is reported
+ * with the others this read brings (done_flush when the read stops), so a
+ * recv full of small responses takes each batch's lock once. */
+static void chunk_done_later(struct tcp_sock *s, struct tcp_tx *t)
+{
+    if (t->op == XFER_WIRE_FENCE || t->msg || t->gpu) {
+        tcp_chunk_complete(s, t, 0, NULL);
+        return;
+    }
+    if (s->ndone == TCP_DONE_MAX)
+        done_flush(s);
+    s->done[s->ndone++] = (struct xfer_chunk_end){t->b, t->idx, t->len, 0, NULL};
+    s->done_load += chunk_load(t);
+    tcp_tx_free(t); /* its hold on t->b passes to the entry */
 }
 
 static void response_done(struct tcp_tx *t)
@@ -338,13 +369,23 @@ static void rx_failed(struct tcp_sock *s)
  * should go straight to its memory rather than through rxbuf). */
 static int fill_header(struct tcp_sock *s, bool exact)
 {
+    exact |= s->rx_big;
     while (s->rx_hi - s->rx_lo < XFER_WIRE_HDR_LEN) {
+        if (s->rx_small_run >= TCP_RX_GROW_AFTER && s->rxbuf == s->rxsmall) {
+            uint8_t *big = malloc(TCP_RXBUF_BIG); /* NULL: stay small */
+            if (big) {
+                memcpy(big, s->rxbuf, s->rx_hi);
+                s->rxbuf = big;
+                s->rxcap = TCP_RXBUF_BIG;
+            }
+            s->rx_small_run = 0;
+        }
         if (s->rx_lo > 0) {
             memmove(s->rxbuf, s->rxbuf + s->rx_lo, s->rx_hi - s->rx_lo);
             s->rx_hi -= s->rx_lo;
             s->rx_lo = 0;
         }
-        size_t want = exact ? XFER_WIRE_HDR_LEN - s->rx_hi : TCP_RXBUF - s->rx_hi;
+        size_t want = exact ? XFER_WIRE_HDR_LEN - s->rx_hi : s->rxcap - s->rx_hi;
         ssize_t n = sock_recv(s, s->rxbuf + s->rx_hi, want);
         if (n < 0)
             rx_failed(s);
@@ -353,6 +394,17 @@ static int fill_header(struct tcp_sock *s, bool exact)
         s->rx_hi += (size_t)n;
     }
     return 1;
+}
+
+/* A header announced `payload` bytes: counts small ones in a row (the
+ * read-ahead grows after TCP_RX_GROW_AFTER) and notes a large one. */
+static void rx_note(struct tcp_sock *s, uint64_t payload)
+{
+    s->rx_big = payload >= TCP_RX_DIRECT;
+    if (payload > 0 && payload <= TCP_RX_SMALL)
+        s->rx_small_run++;
+    else if (payload)
+        s->rx_small_run = 0;
 }
 
 /* Moves up to `left` payload bytes into dst (NULL = discard) from the
@@ -621,6 +673,7 @@ static int initiator_header(struct tcp_sock *s)
         tcp_sock_fail(s, -XFER_EPROTO, "response does not match the oldest request");
         return -1;
     }
+    rx_note(s, h->op == XFER_WIRE_READ_RESP && h->status == 0 ? t->len : 0);
     if (h->op == XFER_WIRE_READ_RESP && h->status == 0 && t->len > 0) {
         s->rx_state = RX_PAYLOAD;
         s->rx_got = 0;
@@ -629,7 +682,9 @@ static int initiator_header(struct tcp_sock *s)
     inflight_pop(s);
     if (h->status < 0)
         remote_refused(s, t, h->status);
-    else /* 0, or XFER_MSG_* answering a MSG_REQ (the decoder allows no other) */
+    else if (h->status == 0)
+        chunk_done_later(s, t);
+    else /* XFER_MSG_* answering a MSG_REQ (the decoder allows no other) */
         tcp_chunk_complete(s, t, h->status, NULL);
     return 1;
 }
@@ -680,12 +735,20 @@ static ssize_t initiator_payload(struct tcp_sock *s)
     s->rx_got += (uint64_t)n;
     if (s->rx_got == t->len) {
         s->rx_state = RX_HDR;
-        tcp_chunk_complete(s, inflight_pop(s), 0, NULL);
+        chunk_done_later(s, inflight_pop(s));
     }
     return n;
 }
 
+static void initiator_read(struct tcp_sock *s);
+
 static void initiator_readable(struct tcp_sock *s)
+{
+    initiator_read(s);
+    done_flush(s);
+}
+
+static void initiator_read(struct tcp_sock *s)
 {
     size_t budget = RX_BUDGET;
     while (s->fd >= 0) {
@@ -777,6 +840,7 @@ static int target_header(struct tcp_sock *s)
         return -1;
     }
     s->rx_lo += XFER_WIRE_HDR_LEN;
+    rx_note(s, h->op == XFER_WIRE_READ_REQ ? 0 : h->length);
     int err = 0;
     if (h->op == XFER_WIRE_READ_REQ) {
         xfer_region *r = xfer_region_acquire_by(s->tt->engine, s->peer_node, h->region_id, h->gen,

@@ -418,6 +418,7 @@ static void tcp_close(struct xfer_transport *t)
             close(th->wakefd);
         pthread_cond_destroy(&th->cv);
         pthread_mutex_destroy(&th->mu);
+        pthread_mutex_destroy(&th->fence_mu);
     }
     if (tt->listen_fd >= 0)
         close(tt->listen_fd);
@@ -454,8 +455,10 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     int rc = -XFER_ENOMEM;
     if (!tt->threads || tt->accept_wakefd < 0)
         goto fail;
-    for (int i = 0; i < tt->n_threads; i++)
+    for (int i = 0; i < tt->n_threads; i++) {
         tt->threads[i].epfd = tt->threads[i].wakefd = -1;
+        pthread_mutex_init(&tt->threads[i].fence_mu, NULL);
+    }
     rc = listen_on(tt, cfg->listen_addr, cfg->data_port);
     if (rc < 0)
         goto fail;

@@ -136,6 +136,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *d)
     c->ctx.ops.req_notify_cq = fv_notify_op;
     c->ctx.ops.post_send = fv_post_send_op;
     c->ctx.ops.post_recv = fv_post_recv_op;
+    c->ctx.ops.alloc_mw = fv_alloc_mw;
+    c->ctx.ops.dealloc_mw = fv_dealloc_mw;
+    c->ctx.ops.bind_mw = fv_bind_mw;
     pthread_mutex_init(&c->ctx.mutex, NULL);
     pthread_rwlock_init(&c->mr_lock, NULL);
     c->key_variant = (uint8_t)(0x11 + 0x22 * c->dev->index);
@@ -150,6 +153,7 @@ int ibv_close_device(struct ibv_context *ctx)
     pthread_rwlock_destroy(&c->mr_lock);
     pthread_mutex_destroy(&c->ctx.mutex);
     free(c->mrs);
+    free(c->mws);
     free(c);
     return 0;
 }
@@ -193,6 +197,8 @@ int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
     a->max_pd = 1 << 16;
     a->max_qp_rd_atom = 16;
     a->max_qp_init_rd_atom = 16;
+    a->max_mw = 1 << 20;
+    a->device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a->phys_port_cnt = 1;
     (void)c;
     return 0;
@@ -284,7 +290,7 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 
 static const int known_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                                IBV_ACCESS_RELAXED_ORDERING;
+                                IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
 
 /* The stand-in moves bytes with the CPU: it can register host memory only.
  * A GPU pointer (or any unmapped range) is refused like an unpinnable one. */
@@ -383,6 +389,10 @@ int ibv_dereg_mr(struct ibv_mr *mr)
     struct fv_context *c = fv_context_of(mr->context);
     /* The write lock waits for remote accesses in progress, as a NIC does. */
     pthread_rwlock_wrlock(&c->mr_lock);
+    if (container_of(mr, struct fv_mr, mr)->windows > 0) {
+        pthread_rwlock_unlock(&c->mr_lock);
+        return EBUSY; /* memory windows are bound to it: invalidate them first */
+    }
     uint32_t slot = mr->lkey >> 8;
     if (slot < c->n_mrs && c->mrs[slot] == container_of(mr, struct fv_mr, mr))
         c->mrs[slot] = NULL;

@@ -44,6 +44,20 @@ struct fv_device {
 struct fv_mr {
     struct ibv_mr mr;
     int access;
+    int windows; /* memory windows bound to it: deregistration fails (EBUSY) */
+};
+
+/* A type-2 memory window (fv_mw.c). Its key is FV_MW_KEY_BIT | index << 8 |
+ * tag; a bind changes the tag (the application picks it, ibv_inc_rkey). */
+#define FV_MW_KEY_BIT (1u << 31)
+struct fv_mw {
+    struct ibv_mw mw;
+    bool bound;
+    uint32_t key;     /* valid while bound */
+    struct fv_qp *qp; /* the QP it is bound to: only that QP may use it */
+    struct fv_mr *mr; /* the MR it lies in */
+    uint64_t addr, len;
+    int access; /* IBV_ACCESS_REMOTE_* of the bind */
 };
 
 struct fv_context {
@@ -53,6 +67,8 @@ struct fv_context {
     struct fv_mr **mrs;       /* index = key >> 8 */
     uint32_t n_mrs;
     uint8_t key_variant;
+    struct fv_mw **mws; /* index = (key & ~FV_MW_KEY_BIT) >> 8; under mr_lock */
+    uint32_t n_mws;
 };
 
 struct fv_comp_channel {
@@ -87,6 +103,12 @@ struct fv_wr {
     uint32_t len;
     uint32_t imm;      /* SEND_WITH_IMM, network order as posted */
     uint8_t rnr_tries; /* RNR NAKs this SEND got so far */
+    /* BIND_MW / LOCAL_INV: run by the sender in send-queue order, no
+     * network; their CQE waits behind older requests (local, local_st). */
+    struct ibv_mw *mw;
+    struct ibv_mw_bind_info bind;
+    bool local;
+    enum ibv_wc_status local_st;
     int num_sge;
     struct ibv_sge sge[];
 };
@@ -208,9 +230,23 @@ int64_t fv_now_ns(void);
 void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first);
 void fv_cm_post_disconnected(struct fv_id *id);
 
+/* Memory windows (fv_mw.c). Remote check of a window key: NAK_* (mr_lock
+ * held for reading). Bind / local invalidate: the WC status (no lock held). */
+bool fv_is_mw_key(uint32_t key);
+int fv_mw_check(struct fv_qp *qp, uint32_t key, uint64_t addr, uint64_t len, int need);
+enum ibv_wc_status fv_mw_bind(struct fv_qp *qp, const struct fv_wr *w);
+enum ibv_wc_status fv_mw_invalidate(struct fv_qp *qp, uint32_t key);
+/* A destroyed QP's type-2 windows are no longer bound. */
+void fv_mw_forget_qp(struct fv_qp *qp);
+struct ibv_mw *fv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int fv_dealloc_mw(struct ibv_mw *mw);
+int fv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b);
+
 void fv_push_send_cqe(struct fv_qp *qp, const struct fv_wr *wr, enum ibv_wc_status st);
 enum ibv_wc_status fv_nak_status(int nak);
 void fv_free_out(struct fv_out *o);
+/* Completes, in order, the local operations at the head of the wait list. */
+void fv_complete_locals_locked(struct fv_qp *qp);
 void fv_qp_stop_link(struct fv_qp *qp);
 
 /* Blocking full I/O on sockets (MSG_NOSIGNAL); 0 or -1. */

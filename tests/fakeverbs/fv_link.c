@@ -61,6 +61,8 @@ static int check_remote(struct fv_qp *qp, const struct fv_msg *h, int need)
         return NAK_INVALID; /* no responder resources for RDMA READ */
     if (!(qp_access & need))
         return NAK_ACCESS;
+    if (fv_is_mw_key(h->rkey)) /* a memory window: its QP, range and access */
+        return fv_mw_check(qp, h->rkey, h->addr, h->len, need);
     struct fv_mr *m = fv_mr_lookup(fv_context_of(qp->qp.context), h->rkey);
     if (!m || m->mr.pd != qp->qp.pd || !(m->access & need) ||
         !range_inside(h->addr, h->len, (uintptr_t)m->mr.addr, m->mr.length))
@@ -331,6 +333,7 @@ static int complete_own(struct fv_qp *qp, const struct fv_msg *h)
     enum ibv_wc_status st = fv_nak_status(h->status);
     fv_push_send_cqe(qp, w, st);
     free(w);
+    fv_complete_locals_locked(qp);
     pthread_mutex_unlock(&qp->lock);
     if (st != IBV_WC_SUCCESS)
         fv_qp_to_error(qp, IBV_WC_WR_FLUSH_ERR); /* the failed WR is done; flush the rest */
@@ -420,6 +423,30 @@ static int send_request(struct fv_qp *qp, struct fv_out *o)
     return rc;
 }
 
+/* BIND_MW / LOCAL_INV: done by this QP's own NIC in send-queue order (the
+ * requests before it have left); its CQE comes after theirs, so it waits on
+ * the wait list while they do. True: it failed, the QP goes to error.
+ * qp->lock held (released meanwhile). */
+static bool run_local(struct fv_qp *qp, struct fv_out *o)
+{
+    struct fv_wr *w = o->wr;
+    o->wr = NULL;
+    pthread_mutex_unlock(&qp->lock);
+    enum ibv_wc_status st =
+        w->opcode == IBV_WR_BIND_MW ? fv_mw_bind(qp, w) : fv_mw_invalidate(qp, w->rkey);
+    pthread_mutex_lock(&qp->lock);
+    w->local = true;
+    w->local_st = st;
+    w->next = NULL;
+    if (qp->wait_tail)
+        qp->wait_tail->next = w;
+    else
+        qp->wait_head = w;
+    qp->wait_tail = w;
+    fv_complete_locals_locked(qp);
+    return st != IBV_WC_SUCCESS;
+}
+
 /* The next thing to send: the head, or while requests wait out an RNR
  * timer, the first response behind them (the responder side of a QP does
  * not wait for its requester side). Unlinks it. qp->lock held. */
@@ -467,7 +494,9 @@ static void *sender_main(void *arg)
         if (!o)
             break; /* stopping or in error: fv_qp_to_error flushes what is queued */
         bool then_error = o->then_error;
-        if (o->wr) {
+        if (o->wr && (o->wr->opcode == IBV_WR_BIND_MW || o->wr->opcode == IBV_WR_LOCAL_INV)) {
+            then_error = run_local(qp, o);
+        } else if (o->wr) {
             send_request(qp, o); /* a failure shows up in the receiver */
         } else {
             pthread_mutex_unlock(&qp->lock);
@@ -528,6 +557,7 @@ int ibv_destroy_qp(struct ibv_qp *q)
         return EINVAL;
     struct fv_qp *qp = container_of(q, struct fv_qp, qp);
     fv_qp_stop_link(qp);
+    fv_mw_forget_qp(qp);
     fv_cq_forget_qp(q->send_cq, qp);
     if (q->recv_cq != q->send_cq)
         fv_cq_forget_qp(q->recv_cq, qp);

@@ -240,6 +240,8 @@ void fv_push_send_cqe(struct fv_qp *qp, const struct fv_wr *wr, enum ibv_wc_stat
 {
     enum ibv_wc_opcode op = wr->opcode == IBV_WR_RDMA_READ    ? IBV_WC_RDMA_READ
                             : wr->opcode == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE
+                            : wr->opcode == IBV_WR_BIND_MW    ? IBV_WC_BIND_MW
+                            : wr->opcode == IBV_WR_LOCAL_INV  ? IBV_WC_LOCAL_INV
                                                               : IBV_WC_SEND;
     struct ibv_wc wc = {.wr_id = wr->wr_id,
                         .status = st,
@@ -270,6 +272,18 @@ enum ibv_wc_status fv_nak_status(int nak)
     }
 }
 
+void fv_complete_locals_locked(struct fv_qp *qp)
+{
+    while (qp->wait_head && qp->wait_head->local) {
+        struct fv_wr *w = qp->wait_head;
+        qp->wait_head = w->next;
+        if (!qp->wait_head)
+            qp->wait_tail = NULL;
+        fv_push_send_cqe(qp, w, w->local_st);
+        free(w);
+    }
+}
+
 void fv_free_out(struct fv_out *o)
 {
     free(o->payload);
@@ -297,7 +311,8 @@ void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first)
     qp->out_head = qp->out_tail = NULL;
     for (; w; first = IBV_WC_WR_FLUSH_ERR) {
         struct fv_wr *next = w->next;
-        fv_push_send_cqe(qp, w, first);
+        /* a local operation that failed reports its own error */
+        fv_push_send_cqe(qp, w, w->local && w->local_st ? w->local_st : first);
         free(w);
         w = next;
     }
@@ -343,6 +358,13 @@ static struct fv_wr *copy_wr(const struct ibv_send_wr *wr, bool sig_all)
     }
     if (wr->opcode == IBV_WR_SEND_WITH_IMM)
         w->imm = wr->imm_data;
+    if (wr->opcode == IBV_WR_BIND_MW) {
+        w->mw = wr->bind_mw.mw;
+        w->rkey = wr->bind_mw.rkey;
+        w->bind = wr->bind_mw.bind_info;
+    }
+    if (wr->opcode == IBV_WR_LOCAL_INV)
+        w->rkey = wr->invalidate_rkey;
     w->num_sge = wr->num_sge;
     uint64_t len = 0;
     for (int i = 0; i < wr->num_sge; i++) {
@@ -356,8 +378,11 @@ static struct fv_wr *copy_wr(const struct ibv_send_wr *wr, bool sig_all)
 static int post_one(struct fv_qp *qp, struct ibv_send_wr *wr)
 {
     if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_READ &&
-        wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)
+        wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM &&
+        wr->opcode != IBV_WR_BIND_MW && wr->opcode != IBV_WR_LOCAL_INV)
         return EINVAL; /* RDMA_WRITE_WITH_IMM, atomics, ...: not modelled */
+    if (wr->opcode == IBV_WR_BIND_MW && (!wr->bind_mw.mw || wr->bind_mw.mw->type != IBV_MW_TYPE_2))
+        return EINVAL; /* type 1 windows are bound with ibv_bind_mw */
     if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_sge || (wr->num_sge && !wr->sg_list))
         return EINVAL;
     uint64_t len = 0;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Leases on KV pool blocks (tests/prog/node_lease.c): an owner process and a
 # reader process embedding the node library, through a real redis-server,
-# over tcp and over ipc. Blocks whose lease ended are refused at the owner
+# over tcp, over ipc and over rdma on the verbs stand-in (memory windows:
+# the owner's NIC refuses a window invalidated when its lease ended or its
+# blocks were released). Blocks whose lease ended are refused at the owner
 # with -XFER_ESTALE naming them while leased blocks are served; renewal
 # extends; release refuses at once; another node's lease grants nothing.
 set -u
@@ -15,4 +17,14 @@ redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not 
 export REDIS_URL
 "$PROG" check --node lease-tcp --transports tcp --expect tcp || fail "leases over tcp"
 "$PROG" check --node lease-ipc --transports tcp,ipc --expect ipc || fail "leases over ipc"
+FAKE=$B/tests/fake/node_lease
+[[ -x $FAKE ]] || fail "$FAKE not built"
+log=$(mktemp)
+trap 'redis_stop; rm -f "$log"' EXIT
+XFER_LOG_LEVEL=info "$FAKE" check --node lease-rdma --transports rdma --expect rdma 2>"$log" ||
+    { cat "$log"; fail "leases over rdma"; }
+# Cached windows of ended leases were refused by the owner's (stand-in) NIC,
+# not only window requests by the owner's CPU.
+grep -q "the owner's NIC refused a lease window" "$log" ||
+    { cat "$log"; fail "no window refused by the NIC over rdma"; }
 echo "PASS"

@@ -2,7 +2,7 @@
  * Test helper: leases on KV pool blocks between two processes embedding the
  * node library, through a real redis-server (test_node_lease.sh).
  *
- *   node_lease check --node C --transports T --expect tcp|ipc
+ *   node_lease check --node C --transports T --expect tcp|ipc|rdma
  *       starts the owner (this program, "own" mode) as a child process,
  *       drives its leases through a pipe and reads its pool: blocks whose
  *       lease ended are refused with -XFER_ESTALE naming them while blocks
@@ -14,7 +14,9 @@
  *       are open; blocks granted again after a release are served.
  *   node_lease own --node N --transports T
  *       registers pool "kv" (vLLM FlashAttention layout, 4 layers, 64
- *       blocks of 512 bytes, K and V) filled with a pattern, prints "ready",
+ *       blocks of 512 bytes, K and V; regions registered with
+ *       XFER_ACCESS_LEASED, so rdma peers reach them through memory windows
+ *       only) filled with a pattern, prints "ready",
  *       then answers one line per command on stdin:
  *         grant SLOT PEER TTL_MS B,B,..   renew SLOT TTL_MS
  *         release SLOT [B,B,..]           free SLOT
@@ -102,7 +104,8 @@ static xfer_kv_pool *make_pool(xfer_node *n, xfer_region **r, bool fill)
     for (size_t i = 0; i < LAY; i++) {
         char name[32];
         snprintf(name, sizeof(name), "kv.%zu", i);
-        if (xfer_node_region_alloc(n, name, 2 * NB * BB, XFER_ACCESS_RW, &r[i])) {
+        if (xfer_node_region_alloc(n, name, 2 * NB * BB, XFER_ACCESS_RW | XFER_ACCESS_LEASED,
+                                   &r[i])) {
             fprintf(stderr, "%s: %s\n", name, xfer_node_last_error(n));
             return NULL;
         }
@@ -361,7 +364,9 @@ static void write_refused(uint64_t b)
 
 static int check(const char *self, const char *node, const char *transports, const char *expect)
 {
-    expect_t = !strcmp(expect, "ipc") ? XFER_TRANSPORT_IPC : XFER_TRANSPORT_TCP;
+    expect_t = !strcmp(expect, "ipc")    ? XFER_TRANSPORT_IPC
+               : !strcmp(expect, "rdma") ? XFER_TRANSPORT_RDMA
+                                         : XFER_TRANSPORT_TCP;
     snprintf(owner_id, sizeof(owner_id), "%s-own", node);
     snprintf(pool_name, sizeof(pool_name), "%s/kv", owner_id);
     signal(SIGPIPE, SIG_IGN);

@@ -133,11 +133,77 @@ static void test_expiry_and_renewal(void **state)
     assert_int_equal(xfer_region_deregister(e, r), 0); /* frees the rules */
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* What the rdma owner binds memory windows over (xfer_region_lease_window)
+ * and re-checks them with (xfer_region_lease_admits). */
+static void test_rdma_windows(void **state)
+{
+    xfer_engine *e = *state;
+    xfer_region *r;
+    assert_int_equal(xfer_region_alloc(e, "w", 8192, XFER_ACCESS_RW | XFER_ACCESS_LEASED, &r), 0);
+    struct xfer_region_desc d;
+    xfer_region_describe(r, &d);
+    assert_int_equal(d.access, XFER_ACCESS_RW); /* LEASED is never published */
+    uint64_t wo = 0, wl = 0;
+    int64_t until = 0, now = mono_ms();
+    /* nothing guarded: the whole region, relying on no lease */
+    assert_int_equal(xfer_region_lease_window(r, "a", 100, 10, &wo, &wl, &until), 0);
+    assert_true(wo == 0 && wl == 8192 && until == INT64_MAX);
+    int err;
+    xfer_lease *la = xfer_lease_new(e, "a", 60000, &err), *lb = xfer_lease_new(e, "b", 60000, &err);
+    struct xfer_range ra[] = {{1000, 100}, {1100, 100}, {3000, 100}};
+    assert_int_equal(xfer_lease_add(la, r, ra, 3), 0);
+    /* only a's rules guarded: a may reach all of it */
+    assert_int_equal(xfer_region_lease_window(r, "a", 7000, 10, &wo, &wl, &until), 0);
+    assert_true(wo == 0 && wl == 8192 && until >= now + 60000 && until < now + 61000);
+    assert_int_equal(xfer_lease_add(lb, r, (struct xfer_range[]){{5000, 100}}, 1), 0);
+    /* b's rule: a's window is widened over a's adjacent rules only */
+    assert_int_equal(xfer_region_lease_window(r, "a", 1050, 10, &wo, &wl, &until), 0);
+    assert_true(wo == 1000 && wl == 200 && until < INT64_MAX);
+    assert_int_equal(xfer_region_lease_window(r, "a", 1150, 150, &wo, &wl, &until), 0);
+    assert_true(wo == 1000 && wl == 300); /* [1200, 1300) is unguarded */
+    assert_int_equal(xfer_region_lease_window(r, "a", 7000, 10, &wo, &wl, &until), 0);
+    assert_true(wo == 7000 && wl == 10 && until == INT64_MAX); /* unguarded: just the access */
+    assert_int_equal(xfer_region_lease_window(r, "a", 5000, 10, &wo, &wl, &until), -XFER_ESTALE);
+    assert_int_equal(xfer_region_lease_window(r, "b", 5050, 10, &wo, &wl, &until), 0);
+    assert_true(wo == 5000 && wl == 100);
+    /* re-checks: a drop in the middle, then the end of the lease */
+    assert_int_equal(xfer_region_lease_admits(r, "a", 1000, 200, &until), 0);
+    assert_int_equal(xfer_lease_drop(la, r, (struct xfer_range[]){{1100, 100}}, 1), 0);
+    assert_int_equal(xfer_region_lease_admits(r, "a", 1000, 200, &until), -XFER_ESTALE);
+    assert_int_equal(xfer_region_lease_admits(r, "a", 1000, 100, &until), 0);
+    xfer_lease_end(la);
+    assert_int_equal(xfer_region_lease_admits(r, "a", 1000, 100, &until), -XFER_ESTALE);
+    assert_int_equal(xfer_region_lease_admits(r, "b", 5000, 100, &until), 0);
+    /* a deadline: until says when to look again, and then it is refused */
+    xfer_lease *lc = xfer_lease_new(e, "c", 300, &err);
+    assert_int_equal(xfer_lease_add(lc, r, (struct xfer_range[]){{6000, 100}}, 1), 0);
+    now = mono_ms();
+    assert_int_equal(xfer_region_lease_admits(r, "c", 6000, 100, &until), 0);
+    assert_true(until > now && until <= now + 300);
+    int rc = 0;
+    while (rc == 0 && mono_ms() < now + 5000)
+        rc = xfer_region_lease_admits(r, "c", 6000, 100, &until);
+    assert_int_equal(rc, -XFER_ESTALE);
+    assert_true(mono_ms() >= now + 299);
+    xfer_lease_free(la);
+    xfer_lease_free(lb);
+    xfer_lease_free(lc);
+    assert_int_equal(xfer_region_deregister(e, r), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_guarded_ranges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expiry_and_renewal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rdma_windows, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

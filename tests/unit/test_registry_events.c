@@ -302,14 +302,21 @@ static void test_heartbeat_restores_flushed_keys(void **state)
     assert_int_equal(xfer_registry_publish_node(p, &n), 0);
     tr_region(&d, "kv", 1);
     assert_int_equal(xfer_registry_publish_region(p, &d), 0);
+    const struct xfer_registry_field pf[] = {{"layout", "vllm"}, {"blocks", "16"}};
+    assert_int_equal(xfer_registry_publish_pool(p, "kv", pf, 2), 0);
     freeReplyObject(tr_cmd(&R, "FLUSHALL"));
     assert_int_equal(xfer_registry_heartbeat(p), 0);
     assert_int_equal(tr_int(&R, "HLEN xfer:node:{n1}"), 13);
+    assert_int_equal(tr_int(&R, "HLEN xfer:pool:{n1}:kv"), 2);
+    assert_int_equal(tr_int(&R, "SISMEMBER xfer:pools:{n1} kv"), 1);
     assert_int_equal(tr_int(&R, "HLEN xfer:region:{n1}:kv"), 15);
     assert_int_equal(tr_int(&R, "SISMEMBER xfer:regions:{n1} kv"), 1);
     freeReplyObject(tr_cmd(&R, "DEL xfer:region:{n1}:kv"));
     assert_int_equal(xfer_registry_heartbeat(p), 0);
     assert_int_equal(tr_int(&R, "HLEN xfer:region:{n1}:kv"), 15);
+    freeReplyObject(tr_cmd(&R, "DEL xfer:pool:{n1}:kv")); /* one pool key expired alone */
+    assert_int_equal(xfer_registry_heartbeat(p), 0);
+    assert_int_equal(tr_int(&R, "HLEN xfer:pool:{n1}:kv"), 2);
     xfer_registry_free(p);
 }
 
