@@ -135,6 +135,7 @@ void mm_forget(xfer_engine *e, xfer_batch *b, size_t i)
         if ((*pp)->b == b && (*pp)->i == i) {
             gone = *pp;
             *pp = (*pp)->next;
+            break; /* pp may point at a NULL link now: no step past it */
         }
     }
     pthread_mutex_unlock(&m->mu);

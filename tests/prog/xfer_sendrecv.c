@@ -20,7 +20,12 @@
  *      buffer fail on both sides, the next message is received;
  *   4. deadline and cancel of RECVs of other tags while a message waits:
  *      it is not consumed by them and goes to the next RECV of its tag;
- *   5. (a, with --ready) a SEND and a RECV pending towards b, then FILE is
+ *   5. churn: for 2 s b removes a and adds it again in a loop while a sends
+ *      eager messages and a thread of b receives them from any peer (each
+ *      RTS looks its sender up and is matched on arrival while the peer may
+ *      be going: under SAN=1 a use after free fails the test); every send
+ *      ends (delivered, refused or timed out), and one after it gets through;
+ *   6. (a, with --ready) a SEND and a RECV pending towards b, then FILE is
  *      created and the test kills b: both must fail with -XFER_ECONN.
  */
 #include "node_common.h"
@@ -302,6 +307,78 @@ static int kill_phase(struct ctx *c)
     return 0;
 }
 
+/* ---- phase 5: a peer removed and added again while its messages arrive ---------- */
+
+struct churn {
+    struct ctx *c;
+    volatile int stop;
+    int got;
+};
+
+/* b: any-peer RECVs all along, so that RTS are matched on arrival. */
+static void *churn_recv(void *arg)
+{
+    struct churn *h = arg;
+    while (!h->stop) {
+        uint64_t got;
+        if (xfer_recv(h->c->e, h->c->buf, 33u << 20, 128, NULL, 1300, &got, 50) == 0)
+            h->got++;
+    }
+    return NULL;
+}
+
+static int churn_phase(struct ctx *c, bool sender)
+{
+    if (sender) {
+        int ok = 0, tries = 0, rc;
+        /* the start: b churns only once our last phase's SEND has its FIN
+         * (its own may be lost to the churn: any outcome) */
+        fill_msg(c, 0, 0, 1299, 64);
+        one(c, XFER_OP_SEND, 0, 64, 1299, 2000, NULL);
+        fill_msg(c, 0, 1, 1300, 64);
+        for (double until = now_s() + 2.5; now_s() < until; tries++) /* any outcome */
+            ok += one(c, XFER_OP_SEND, 0, 64, 1300, 300, NULL) == 0;
+        fill_msg(c, 0, 2, 1301, 64);
+        double until = now_s() + 30;
+        while ((rc = one(c, XFER_OP_SEND, 0, 64, 1301, 2000, NULL)) != 0 && now_s() < until)
+            poll(NULL, 0, 20);
+        printf("churn: %d of %d sends delivered while b removed and added us; then %s\n", ok, tries,
+               xfer_strerror(rc));
+        CHECK(rc == 0, "send after the churn: %s", xfer_strerror(rc));
+        return 0;
+    }
+    uint64_t got = 0;
+    CHECK(one(c, XFER_OP_RECV, 33u << 20, 128, 1299, 30000, &got) == 0, "churn: start");
+    struct xfer_peer_desc d;
+    xfer_peer_describe(c->p, &d);
+    struct churn h = {c, 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, churn_recv, &h);
+    int rounds = 0, add_rc = 0;
+    for (double until = now_s() + 2; now_s() < until && add_rc == 0; rounds++) {
+        xfer_peer_remove(c->e, c->p);
+        c->p = NULL;
+        /* a connect may fail while a still tears down the last ones: the
+         * peer is added all the same, and reconnects */
+        add_rc = xfer_peer_add(c->e, &d, &c->p);
+        for (int k = 0; k < 50 && add_rc < 0 && c->p; k++) {
+            poll(NULL, 0, 20);
+            add_rc = xfer_peer_connect(c->p);
+        }
+        poll(NULL, 0, 2);
+    }
+    h.stop = 1;
+    pthread_join(th, NULL);
+    CHECK(add_rc == 0 && c->p, "churn: add: %s", xfer_engine_last_error(c->e));
+    got = 0;
+    int rc = one(c, XFER_OP_RECV, 33u << 20, 128, 1301, 30000, &got);
+    printf("churn: %d removals, %d messages received meanwhile; then %s\n", rounds, h.got,
+           xfer_strerror(rc));
+    CHECK(rc == 0 && got == 64 && check_msg(c, 33u << 20, 64, 1301, other_seed(c)) == 2,
+          "recv after the churn: %s", xfer_strerror(rc));
+    return 0;
+}
+
 static int run_role(struct ctx *c)
 {
     bool a = !strcmp(c->role, "a");
@@ -315,6 +392,7 @@ static int run_role(struct ctx *c)
     CHECK(trunc_phase(c, a) == 0, "truncation");
     CHECK(deadline_phase(c, a) == 0, "deadline/cancel");
     printf("%s: tags, truncation, deadline, cancel ok\n", c->role);
+    CHECK(churn_phase(c, a) == 0, "peer churn");
     if (a && c->ready)
         return kill_phase(c);
     if (!a && c->ready) /* b waits to be killed */

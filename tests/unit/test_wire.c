@@ -6,6 +6,7 @@
 #include <cmocka.h>
 #include <string.h>
 
+#include "transport.h"
 #include "wire.h"
 #include "xfer.h"
 
@@ -137,6 +138,28 @@ static void test_payload_must_match_op(void **state)
     assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
 }
 
+/* Positive statuses: only a MSG_RESP's XFER_MSG_DELIVERED (1, an eager
+ * message consumed on arrival) and XFER_MSG_NOT_BEHIND (2, a notification
+ * whose data had not all landed before it) decode. */
+static void test_msg_resp_answers(void **state)
+{
+    (void)state;
+    struct xfer_wire_hdr h = sample(), d;
+    uint8_t buf[XFER_WIRE_HDR_LEN];
+    h.op = XFER_WIRE_MSG_RESP;
+    h.payload = 0;
+    for (int st = 0; st <= 3; st++) {
+        h.status = st;
+        xfer_wire_encode(&h, buf);
+        assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d),
+                         st <= XFER_MSG_NOT_BEHIND ? 0 : -XFER_EPROTO);
+    }
+    h.op = XFER_WIRE_WRITE_RESP; /* a data answer is 0 or an error code */
+    h.status = XFER_MSG_DELIVERED;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+}
+
 static void test_payload_limit(void **state)
 {
     (void)state;
@@ -188,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_rejects_bad_magic_version_op),
         cmocka_unit_test(test_payload_must_match_op),
         cmocka_unit_test(test_fence_frame),
+        cmocka_unit_test(test_msg_resp_answers),
         cmocka_unit_test(test_payload_limit),
         cmocka_unit_test(test_range_edges),
         cmocka_unit_test(test_parsers),
