@@ -584,13 +584,18 @@ bool xfer_batch_io_begin(xfer_batch *b, size_t i)
     return live;
 }
 
+void xfer_batch_io_end_n(xfer_batch *b, int n)
+{
+    pthread_mutex_lock(&b->mu);
+    b->io_active -= n;
+    batch_maybe_finish(b);
+    pthread_mutex_unlock(&b->mu);
+}
+
 void xfer_batch_io_end(xfer_batch *b, size_t i)
 {
     (void)i;
-    pthread_mutex_lock(&b->mu);
-    b->io_active--;
-    batch_maybe_finish(b);
-    pthread_mutex_unlock(&b->mu);
+    xfer_batch_io_end_n(b, 1);
 }
 
 bool xfer_batch_item_live(const xfer_batch *b, size_t i)

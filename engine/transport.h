@@ -246,6 +246,8 @@ struct xfer_conn *xfer_peer_conn(xfer_peer *p);
  * paired with xfer_batch_io_end(). Cancellation waits for these pairs. */
 bool xfer_batch_io_begin(xfer_batch *b, size_t i);
 void xfer_batch_io_end(xfer_batch *b, size_t i);
+/* n io_end() of b's items at once (one lock round). */
+void xfer_batch_io_end_n(xfer_batch *b, int n);
 /* True while item i may still complete and new chunks of it may start
  * (cheap check, no pinning): false once it ended, and from the moment a
  * cancel or deadline of its batch begins (then only chunks already begun go

@@ -611,8 +611,11 @@ static bool send_queued(struct tcp_sock *s, bool direct)
         struct msghdr msg = {.msg_iov = g.iov, .msg_iovlen = (size_t)g.niov};
         ssize_t n = sendmsg(s->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
         int err = errno;
-        for (int i = 0; i < g.npinned; i++)
-            xfer_batch_io_end(g.pinned[i]->b, g.pinned[i]->idx);
+        for (int i = 0, j; i < g.npinned; i = j) { /* one lock round per run of a batch */
+            for (j = i + 1; j < g.npinned && g.pinned[j]->b == g.pinned[i]->b; j++)
+                ;
+            xfer_batch_io_end_n(g.pinned[i]->b, j - i);
+        }
         if (n < 0) {
             if (err == EINTR)
                 continue;
