@@ -7,7 +7,9 @@
 #      layers x K/V, 16 KiB blocks, 512 random blocks) between two processes
 #      through the node library, GPU pools over ipc and tcp, against the
 #      one-copy D2D ceiling and one cudaMemcpyAsync per block; host pools
-#      over tcp and ipc as the comparison row
+#      over tcp and ipc as the comparison row; each also over ipc with
+#      XFER_POOL_VECTORED=0 (one item per block run, the path before
+#      vectored items) as the before/after of the same build
 # Output to stdout and $XFER_BENCH_GPU_OUT (default $B/bench-gpu.txt).
 # Without a CUDA device every part says so and the run exits 77.
 set -u
@@ -32,6 +34,10 @@ pool() { # pool MEMFLAG: a server with both transports, then a run per transport
     for t in ipc tcp; do
         timeout 300 "$B/bench/bench_pool_gpu" run bp-cli-$t bp-srv --transports $t $1 || rc=1
     done
+    # the path before vectored items (one plain item per block run), same build
+    echo "-- ipc, XFER_POOL_VECTORED=0 (one item per block run: the earlier path)"
+    XFER_POOL_VECTORED=0 timeout 300 "$B/bench/bench_pool_gpu" run bp-cli-ipc0 bp-srv \
+        --transports ipc $1 || rc=1
     kill $srv
     wait $srv 2>/dev/null
 }

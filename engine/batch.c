@@ -228,6 +228,7 @@ static void batch_destroy(xfer_batch *b)
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b->items);
+    free(b->segs);
     free(b->whys);
     free(b);
 }
@@ -260,6 +261,7 @@ int xfer_batch_reset(xfer_batch *b)
     int rc = b->state == B_RUNNING ? -XFER_EBUSY : wait_unheld(b);
     if (rc == 0) {
         b->n = 0;
+        b->nsegs = 0;
         b->state = B_IDLE;
         notes_free(&b->notes);
     }
@@ -267,11 +269,28 @@ int xfer_batch_reset(xfer_batch *b)
     return rc;
 }
 
+int xfer_batch_truncate(xfer_batch *b, size_t n)
+{
+    if (!b)
+        return -XFER_EINVAL;
+    pthread_mutex_lock(&b->mu);
+    bool running = b->state == B_RUNNING;
+    pthread_mutex_unlock(&b->mu);
+    if (running)
+        return -XFER_EBUSY;
+    batch_truncate(b, n);
+    return 0;
+}
+
 void batch_truncate(xfer_batch *b, size_t n)
 {
     pthread_mutex_lock(&b->mu);
-    if (b->state != B_RUNNING && n < b->n)
+    if (b->state != B_RUNNING && n < b->n) {
+        for (size_t i = n; i < b->n; i++) /* segments go with their items */
+            if (b->items[i].nseg && b->items[i].seg0 < b->nsegs)
+                b->nsegs = b->items[i].seg0;
         b->n = n;
+    }
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -282,7 +301,7 @@ xfer_engine *batch_engine(const xfer_batch *b)
 
 /* READ/WRITE items need an op and a peer; SEND/RECV items (batch_msg.c)
  * were checked by their adder (a RECV may name no peer). */
-static int item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind)
+int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind)
 {
     bool rma_ok = (it->op == XFER_OP_READ || it->op == XFER_OP_WRITE) && it->peer;
     if ((kind == BK_RMA && !rma_ok) || !it->local || it->local->engine != e ||
@@ -299,9 +318,26 @@ static int item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind)
     return 0;
 }
 
-/* Appends n checked items of one kind; returns the first index. */
+/* Room for nseg more segments. b->mu held. */
+static int segs_reserve(xfer_batch *b, size_t nseg)
+{
+    if (b->nsegs + nseg <= b->capsegs)
+        return 0;
+    size_t cap = b->capsegs ? 2 * b->capsegs : 256;
+    while (cap < b->nsegs + nseg)
+        cap *= 2;
+    struct xfer_seg *v = realloc(b->segs, cap * sizeof(*v));
+    if (!v)
+        return -XFER_ENOMEM;
+    b->segs = v;
+    b->capsegs = cap;
+    return 0;
+}
+
+/* Appends n checked items of one kind; returns the first index. With segs
+ * (n is 1 then), the item is vectored over segs[0..nseg). */
 static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, uint8_t kind,
-                        uint64_t tag)
+                        uint64_t tag, const struct xfer_seg *segs, size_t nseg)
 {
     pthread_mutex_lock(&b->mu);
     int rc = 0;
@@ -309,6 +345,8 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
         rc = -XFER_EBUSY;
     } else if (b->n > (size_t)INT_MAX - n) {
         rc = -XFER_ENOSPC;
+    } else if (segs && (rc = segs_reserve(b, nseg)) < 0) {
+        /* rc says why */
     } else if (b->n + n > b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 16;
         while (cap < b->n + n)
@@ -333,6 +371,12 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
             bi->cap = items[i].len;
             bi->want = items[i].peer;
         }
+        if (segs) {
+            memcpy(b->segs + b->nsegs, segs, nseg * sizeof(*segs));
+            b->items[b->n].seg0 = b->nsegs;
+            b->items[b->n].nseg = (uint32_t)nseg;
+            b->nsegs += nseg;
+        }
         rc = (int)b->n;
         b->n += n;
     }
@@ -354,13 +398,13 @@ int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
             (it->op == XFER_OP_READ || it->op == XFER_OP_WRITE) &&
             xfer_range_ok(it->local_off, it->len, it->local->len))
             continue;
-        int rc = item_check(b->engine, it, BK_RMA);
+        int rc = batch_item_check(b->engine, it, BK_RMA);
         if (rc)
             return rc;
         ok_local = it->local;
         ok_peer = it->peer;
     }
-    return append_items(b, items, n, BK_RMA, 0);
+    return append_items(b, items, n, BK_RMA, 0, NULL, 0);
 }
 
 int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
@@ -370,8 +414,14 @@ int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
 
 int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag)
 {
-    int rc = item_check(b->engine, it, kind);
-    return rc ? rc : append_items(b, it, 1, kind, tag);
+    int rc = batch_item_check(b->engine, it, kind);
+    return rc ? rc : append_items(b, it, 1, kind, tag, NULL, 0);
+}
+
+int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
+                      size_t n)
+{
+    return append_items(b, it, 1, BK_RMA, 0, segs, n);
 }
 
 size_t xfer_batch_count(const xfer_batch *b)
@@ -466,6 +516,23 @@ static bool chunk_done_locked(xfer_batch *b, size_t i, uint64_t bytes, int statu
         done = finish_quiet(b);
     }
     return done;
+}
+
+/* Long enough for "segment N: " and a transport's reason. */
+#define BATCH_SEG_WHY 256
+
+void xfer_batch_seg_fail(xfer_batch *b, size_t i, size_t k, int status, const char *why)
+{
+    char named[BATCH_SEG_WHY];
+    snprintf(named, sizeof(named), "segment %zu: %s", k, why && *why ? why : xfer_strerror(status));
+    pthread_mutex_lock(&b->mu);
+    bool seg = b->state == B_RUNNING && i < b->n && b->items[i].open && k < b->items[i].nseg;
+    if (seg)
+        b->items[i].bad_seg = (int32_t)k;
+    bool done = chunk_done_locked(b, i, 0, status, seg ? named : why);
+    pthread_mutex_unlock(&b->mu);
+    if (done)
+        pthread_cond_broadcast(&b->cv);
 }
 
 void xfer_batch_chunk_done(xfer_batch *b, size_t i, uint64_t bytes, int status, const char *why)
@@ -654,6 +721,7 @@ static int start_run(xfer_batch *b, int deadline_ms)
         bi->open = true;
         bi->done = 0;
         bi->tbit = 0;
+        bi->bad_seg = -1;
         b->all_rma &= bi->kind == BK_RMA;
     }
     b->deadline_ms = deadline_ms > 0 ? deadline_ms : b->engine->cfg.default_deadline_ms;

@@ -20,6 +20,11 @@ struct batch_item {
     bool open;
     unsigned tbit;
     uint64_t done;
+    /* vectored items (batch_seg.c): segments b->segs[seg0, seg0 + nseg);
+     * nseg 0 = a plain item */
+    size_t seg0;
+    uint32_t nseg;
+    int32_t bad_seg; /* the segment that failed it, -1 = none */
     /* two-sided (batch_msg.c) */
     uint8_t kind;     /* enum batch_kind */
     bool matched;     /* RECV: a message was assigned to it */
@@ -50,6 +55,8 @@ struct xfer_batch {
     xfer_batch *mon_prev, *mon_next;
     bool on_monitor;
     struct batch_notes notes; /* bound notifications (notify_bind.c) */
+    struct xfer_seg *segs;    /* segments of the vectored items, in item order */
+    size_t nsegs, capsegs;
     /* Reasons of failed items, allocated at the first failure of a run (the
      * item array stays small: submit walks it several times). */
     char (*whys)[BATCH_WHY_MAX];
@@ -74,8 +81,14 @@ void batch_item_end(xfer_batch *b, size_t i, int status, const char *why);
 void batch_maybe_finish(xfer_batch *b);
 /* batch.c, no lock held: posts items idx[0..n) of peer p to its transport. */
 void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n);
+/* batch.c: an item's op, regions and peer, and its local range. */
+int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind);
 /* batch.c: appends an item of that kind (local range checked). */
 int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag);
+/* batch.c: appends vectored item it with segs[0..n) (checked by the caller,
+ * batch_seg.c); it->len is their total. */
+int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
+                      size_t n);
 
 /* batch_msg.c, b->mu held: item i ended (the notification fence, FIN of a
  * RECV, unregistering a waiting SEND/RECV); a run starts (bindings reset and

@@ -436,6 +436,44 @@ xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum
     return xfer_region_acquire_by(e, NULL, id, gen, op, off, len, err);
 }
 
+/* Table mu held: the 0 or -XFER_E* of an access to region r (NULL: not
+ * registered) of generation gen by op, before its ranges are looked at. */
+static int acquire_check(const xfer_region *r, uint32_t gen, enum xfer_op op)
+{
+    if (!r)
+        return -XFER_ENOENT;
+    if (r->gen != gen)
+        return -XFER_ESTALE;
+    if (!(r->access & (op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W)) ||
+        (op != XFER_OP_READ && op != XFER_OP_WRITE))
+        return -XFER_EACCES;
+    return 0;
+}
+
+xfer_region *xfer_region_acquire_segs_by(xfer_engine *e, const char *peer, uint32_t id,
+                                         uint32_t gen, enum xfer_op op, const struct xfer_range *v,
+                                         size_t n, size_t *bad, int *err)
+{
+    struct region_table *t = &e->regions;
+    *bad = SIZE_MAX;
+    pthread_mutex_lock(&t->mu);
+    xfer_region *r = table_get(t, id);
+    int rc = acquire_check(r, gen, op);
+    for (size_t k = 0; rc == 0 && k < n; k++) { /* one lock for the whole list */
+        if (!xfer_range_ok(v[k].off, v[k].len, r->len))
+            rc = -XFER_ERANGE;
+        else if (r->guards)
+            rc = guard_check(r, peer, v[k].off, v[k].len);
+        if (rc)
+            *bad = k;
+    }
+    if (rc == 0)
+        r->pins++;
+    pthread_mutex_unlock(&t->mu);
+    *err = rc;
+    return rc ? NULL : r;
+}
+
 xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t id, uint32_t gen,
                                     enum xfer_op op, uint64_t off, uint64_t len, int *err)
 {
@@ -443,13 +481,8 @@ xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t i
     int rc = 0;
     pthread_mutex_lock(&t->mu);
     xfer_region *r = table_get(t, id);
-    if (!r)
-        rc = -XFER_ENOENT;
-    else if (r->gen != gen)
-        rc = -XFER_ESTALE;
-    else if (!(r->access & (op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W)) ||
-             (op != XFER_OP_READ && op != XFER_OP_WRITE))
-        rc = -XFER_EACCES;
+    if ((rc = acquire_check(r, gen, op)) != 0)
+        ; /* rc says why */
     else if (!xfer_range_ok(off, len, r->len))
         rc = -XFER_ERANGE;
     else if ((rc = guard_check(r, peer, off, len)) != 0)

@@ -168,6 +168,13 @@ xfer_region *xfer_region_acquire(xfer_engine *e, uint32_t id, uint32_t gen, enum
  * are refused. */
 xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t id, uint32_t gen,
                                     enum xfer_op op, uint64_t off, uint64_t len, int *err);
+/* The same for a list of ranges v[0..n) of one region (a vectored item's
+ * segments): the checks once, bounds and lease rules per range, one pin for
+ * all. On failure *bad = the index of the range refused (SIZE_MAX when the
+ * region itself was: unknown, stale, access). */
+xfer_region *xfer_region_acquire_segs_by(xfer_engine *e, const char *peer, uint32_t id,
+                                         uint32_t gen, enum xfer_op op, const struct xfer_range *v,
+                                         size_t n, size_t *bad, int *err);
 void xfer_region_release(xfer_region *r);
 /* rdma memory windows (lease.c). For an access by peer to [off, off+len)
  * of r (pinned by the caller) that the lease rules admit now: the window
@@ -207,8 +214,18 @@ void xfer_region_set_transport_data(xfer_region *r, unsigned bit, void *data);
 /* Target-side accounting. */
 void xfer_engine_count_served(xfer_engine *e, unsigned transport_bit, uint64_t bytes, int status);
 
-/* Initiator side: the item and the peer's cached remote region. */
+/* Initiator side: the item and the peer's cached remote region. A
+ * vectored item (xfer_batch_add_segments) has local_off = remote_off = 0
+ * and len = its segments' total: transports walk its segments instead. */
 const struct xfer_item *xfer_batch_item(const xfer_batch *b, size_t i);
+/* Segments of item i: the array and *n, or NULL and *n = 1 for a plain
+ * item (its one segment is the item). Valid while b runs. */
+const struct xfer_seg *xfer_batch_item_segs(const xfer_batch *b, size_t i, size_t *n);
+/* Item i narrowed to its segment k (a plain item: k = 0, the item). */
+void xfer_batch_item_seg(const xfer_batch *b, size_t i, size_t k, struct xfer_item *out);
+/* Ends item i with status (< 0) like xfer_batch_chunk_done, naming its
+ * segment k as the one that failed (xfer_batch_item_failed_segment). */
+void xfer_batch_seg_fail(xfer_batch *b, size_t i, size_t k, int status, const char *why);
 const struct xfer_peer_desc *xfer_peer_desc_get(const xfer_peer *p);
 /* Copies the cached descriptor of remote region id; -XFER_ENOENT if unknown. */
 int xfer_peer_region_get(xfer_peer *p, uint32_t id, struct xfer_region_desc *out);

@@ -341,6 +341,38 @@ int xfer_batch_add(xfer_batch *b, const struct xfer_item *it);
  * the index of the first, or a negative code with nothing appended. */
 int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n);
 size_t xfer_batch_count(const xfer_batch *b);
+/* Drops the items past the first n (undoes a partial fill; bindings stay).
+ * -XFER_EBUSY while running. */
+int xfer_batch_truncate(xfer_batch *b, size_t n);
+
+/* A vectored item moves many pieces between one local and one remote region
+ * (a KV pool's blocks of one layer, say) as ONE item: one status, one
+ * reason, one completion, and transports that can move the whole list at
+ * once do (ipc GPU<->GPU: one owner round trip and a few batched-copy
+ * kernel launches; docs/engine.md, "Vectored items"). */
+struct xfer_seg {
+    uint64_t local_off;  /* in the item's local region */
+    uint64_t remote_off; /* in the item's remote region */
+    uint64_t len;        /* > 0 */
+};
+#define XFER_SEGS_MAX (1u << 20) /* segments of one vectored item */
+
+/* Appends one vectored item: it->op, local, peer, remote_id and remote_gen
+ * name the regions (it->local_off, remote_off and len must be 0);
+ * segs[0..n) are copied. Every segment is checked against the local region
+ * here; the remote side is checked where the item runs (the owner refuses
+ * a segment outside its region or under lease rules the initiator lacks,
+ * and the item's reason and xfer_batch_item_failed_segment() name it).
+ * Returns the item's index, or -XFER_EINVAL (n == 0 or > XFER_SEGS_MAX, a
+ * zero-length segment, offsets set in it, a bad op, region or peer),
+ * -XFER_ERANGE (a segment outside the local region or past 2^64: the last
+ * error names it), -XFER_EBUSY (batch running), -XFER_ENOMEM. */
+int xfer_batch_add_segments(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
+                            size_t n);
+/* Index of the segment whose failure ended vectored item i, or -1 (plain
+ * item, no failure, or a failure of the whole item: deadline, cancel, a
+ * lost connection). */
+int64_t xfer_batch_item_failed_segment(const xfer_batch *b, size_t i);
 /* Starts the batch. deadline_ms > 0: cancelled and reported -XFER_ETIMEDOUT
  * past it; 0: the engine's default deadline. */
 int xfer_batch_submit(xfer_batch *b, int deadline_ms);

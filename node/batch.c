@@ -59,6 +59,7 @@ int xfer_node_batch_reset(xfer_node_batch *b)
     free(b->retry_idx); /* sized for the old capacity */
     b->retry_idx = NULL;
     b->nitems = 0;
+    b->nsegs = 0;
     b->submitted = b->retried = false;
     b->first_other = 0;
     return 0;
@@ -76,6 +77,9 @@ void xfer_node_batch_free(xfer_node_batch *b)
     release_refs(b);
     free(b->items);
     free(b->item_ref);
+    free(b->seg0);
+    free(b->nseg);
+    free(b->segs);
     free(b->retry_idx);
     free(b->refs);
     free(b);
@@ -120,32 +124,68 @@ int nb_ref(xfer_node_batch *b, const char *node, const char *region)
     return (int)b->nrefs++;
 }
 
-int nb_reserve(xfer_node_batch *b, size_t more)
+/* Grows *v (of *cap elements of size each) to hold want; false: no memory. */
+static bool grow(void **v, size_t *cap, size_t want, size_t each)
 {
-    if (b->nitems + more <= b->capitems)
-        return 0;
-    size_t cap = b->capitems ? b->capitems : 64;
-    while (cap < b->nitems + more)
-        cap *= 2;
-    struct xfer_item *v = realloc(b->items, cap * sizeof(*v));
-    if (v)
-        b->items = v;
-    uint32_t *w = v ? realloc(b->item_ref, cap * sizeof(*w)) : NULL;
-    if (w)
-        b->item_ref = w;
-    if (!v || !w)
-        return node_err(-XFER_ENOMEM, "out of memory for %zu items", b->nitems + more);
-    b->capitems = cap;
+    if (want <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 64;
+    while (n < want)
+        n *= 2;
+    void *w = realloc(*v, n * each);
+    if (w) {
+        *v = w;
+        *cap = n;
+    }
+    return w != NULL;
+}
+
+int nb_reserve(xfer_node_batch *b, size_t more, size_t more_segs)
+{
+    size_t want = b->nitems + more, cap = b->capitems;
+    bool ok = grow((void **)&b->items, &cap, want, sizeof(*b->items));
+    cap = b->capitems;
+    ok = ok && grow((void **)&b->item_ref, &cap, want, sizeof(*b->item_ref));
+    cap = b->capitems;
+    ok = ok && grow((void **)&b->seg0, &cap, want, sizeof(*b->seg0));
+    cap = b->capitems;
+    ok = ok && grow((void **)&b->nseg, &cap, want, sizeof(*b->nseg));
+    if (ok)
+        b->capitems = cap;
+    ok = ok && grow((void **)&b->segs, &b->capsegs, b->nsegs + more_segs, sizeof(*b->segs));
+    if (!ok)
+        return node_err(-XFER_ENOMEM, "out of memory for %zu items", want);
+    return 0;
+}
+
+int nb_engine_add(const xfer_node_batch *b, xfer_batch *eb, size_t first, size_t end)
+{
+    for (size_t i = first, j; i < end; i = j) {
+        int rc;
+        if (b->nseg[i]) {
+            j = i + 1;
+            rc = xfer_batch_add_segments(eb, &b->items[i], b->segs + b->seg0[i], b->nseg[i]);
+        } else {
+            for (j = i + 1; j < end && !b->nseg[j]; j++)
+                ;
+            rc = xfer_batch_add_many(eb, b->items + i, j - i);
+        }
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
 /* Posts items [first, nitems) to the engine batch (all or none). */
 int nb_commit(xfer_node_batch *b, size_t first)
 {
-    size_t k = b->nitems - first;
-    int rc = k ? xfer_batch_add_many(b->eb, b->items + first, k) : 0;
+    size_t had = xfer_batch_count(b->eb);
+    int rc = nb_engine_add(b, b->eb, first, b->nitems);
     if (rc < 0) {
+        if (first < b->nitems && b->nseg[first])
+            b->nsegs = b->seg0[first];
         b->nitems = first;
+        xfer_batch_truncate(b->eb, had); /* the items this call did append */
         return node_err(rc, "%s", xfer_engine_last_error(b->n->eng));
     }
     return 0;
@@ -199,9 +239,10 @@ int xfer_node_batch_add(xfer_node_batch *b, enum xfer_op op, xfer_region *local,
         return node_err(-XFER_ERANGE, "%s/%s: offset %llu + length %llu is past its end (%llu)",
                         a.node, a.region, (unsigned long long)off, (unsigned long long)len,
                         (unsigned long long)rd->len);
-    if ((rc = nb_reserve(b, 1)))
+    if ((rc = nb_reserve(b, 1, 0)))
         return rc;
     size_t i = b->nitems++;
+    b->nseg[i] = 0;
     b->items[i] = (struct xfer_item){.op = op,
                                      .local = local,
                                      .local_off = local_off,
@@ -264,8 +305,8 @@ static int refresh_stale(xfer_node_batch *b)
         }
     }
     int rc = xfer_batch_reset(b->eb); /* drops notification bindings too */
-    if (!rc && b->nitems)
-        rc = xfer_batch_add_many(b->eb, b->items, b->nitems);
+    if (!rc)
+        rc = nb_engine_add(b, b->eb, 0, b->nitems);
     if (rc < 0)
         return node_err(rc, "re-targeting items: %s", xfer_engine_last_error(b->n->eng));
     return nb_notifs_rebind(b);
@@ -369,7 +410,8 @@ static void retry(xfer_node_batch *b)
         it.peer = r->ref.peer;
         it.remote_id = r->ref.rd.id;
         it.remote_gen = r->ref.rd.gen;
-        if (xfer_batch_add(b->eb2, &it) < 0)
+        if ((b->nseg[i] ? xfer_batch_add_segments(b->eb2, &it, b->segs + b->seg0[i], b->nseg[i])
+                        : xfer_batch_add(b->eb2, &it)) < 0)
             goto drop;
     }
     xfer_info("batch: retrying %zu items after a restarted peer or re-registered region", nre);
@@ -453,8 +495,16 @@ const char *xfer_node_batch_item_error(const xfer_node_batch *b, size_t i)
     size_t k = i;
     const xfer_batch *eb = where(b, &k);
     const char *why = xfer_batch_item_error(eb, k);
-    const char *pw = nb_pool_item_why(b, i, xfer_batch_item_status(eb, k), why);
+    const char *pw = nb_pool_item_why(b, i, xfer_batch_item_status(eb, k),
+                                      xfer_batch_item_failed_segment(eb, k), why);
     return pw ? pw : why;
+}
+
+size_t xfer_node_batch_item_segments(const xfer_node_batch *b, size_t i)
+{
+    if (!b || i >= b->nitems)
+        return 0;
+    return b->nseg[i] ? b->nseg[i] : 1;
 }
 
 unsigned xfer_node_batch_item_transport(const xfer_node_batch *b, size_t i)

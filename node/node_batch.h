@@ -35,7 +35,13 @@ struct xfer_node_batch {
     xfer_batch *eb2;         /* retry run (wait), or NULL */
     struct xfer_item *items; /* copies of what eb holds (for the retry) */
     uint32_t *item_ref;      /* ref index per item, or NB_NO_REF */
-    int32_t *retry_idx;      /* item -> index in eb2, -1 = not retried */
+    /* vectored items (pool block lists): item i's segments are
+     * segs[seg0[i], seg0[i] + nseg[i]); nseg 0 = a plain item */
+    size_t *seg0;
+    uint32_t *nseg;
+    struct xfer_seg *segs;
+    size_t nsegs, capsegs;
+    int32_t *retry_idx; /* item -> index in eb2, -1 = not retried */
     size_t nitems, capitems;
     struct nb_ref *refs;
     size_t nrefs, caprefs;
@@ -50,15 +56,21 @@ struct xfer_node_batch {
 
 /* Ref index of node[/region] (resolved and held on first use), or a code. */
 int nb_ref(xfer_node_batch *b, const char *node, const char *region);
-/* Room for more items (items and item_ref). */
-int nb_reserve(xfer_node_batch *b, size_t more);
-/* Appends items [first, nitems) to the engine batch; on failure drops them. */
+/* Room for more items (items, item_ref, seg0, nseg) and more_segs segments. */
+int nb_reserve(xfer_node_batch *b, size_t more, size_t more_segs);
+/* Appends items [first, nitems) to the engine batch; on failure drops them
+ * (and their segments). */
 int nb_commit(xfer_node_batch *b, size_t first);
+/* Adds items [first, end) of b to engine batch eb, plain runs at once and
+ * each vectored item with its segments; the first failure's code. */
+int nb_engine_add(const xfer_node_batch *b, xfer_batch *eb, size_t first, size_t end);
 
 /* pool_xfer.c: forgets the spans; the reason a failed pool item failed,
- * naming its remote blocks (thread-local buffer), or NULL for other items. */
+ * naming its remote blocks (those of segment seg of a vectored item, when
+ * one failed it: seg >= 0) (thread-local buffer), or NULL for other items. */
 void nb_spans_clear(xfer_node_batch *b);
-const char *nb_pool_item_why(const xfer_node_batch *b, size_t i, int st, const char *engine_why);
+const char *nb_pool_item_why(const xfer_node_batch *b, size_t i, int st, int64_t seg,
+                             const char *engine_why);
 
 /* notify.c: binds the notifications again (after the engine batch was
  * reset); frees them. */

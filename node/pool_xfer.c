@@ -2,9 +2,12 @@
  * Block-list transfers between KV pools: "my blocks 7, 19, 3 -> blocks 40,
  * 2, 11 of decode-3/kv" over all layers or a layer range. Remote pools are
  * resolved once (pool fields, member region descriptors, a held peer) and
- * cached until an event says they changed. Items are built straight into
- * the batch's item array (one growth per call, nothing per block) and
- * runs of blocks consecutive on both sides become one item per stream.
+ * cached until an event says they changed. Each pair of regions (a layer's
+ * tensor here and there, or its K and V buffers) becomes ONE vectored item
+ * (xfer_batch_add_segments) whose segments are the blocks, built straight
+ * into the batch's arrays (one growth per call, nothing per block); runs of
+ * blocks consecutive on both sides become one segment. ipc moves such an
+ * item with one owner round trip and batched GPU copies (docs/engine.md).
  */
 #include "node_batch.h"
 #include "node_pool.h"
@@ -166,37 +169,78 @@ static int check_access(const struct plan *pl)
     return 0;
 }
 
-/* Appends the items of one stream: block i of the list at lbase + lb[i] *
+/* Appends the segments of one stream: block i of the list at lbase + lb[i] *
  * lstride locally and rbase + rb[i] * rstride remotely, seg bytes each;
- * neighbours adjacent on both sides merge. */
+ * neighbours adjacent on both sides merge. The stream joins the last item
+ * of this call (from `first` on) when that one moves between the same two
+ * regions (the K and V halves of one layer tensor), else starts one. */
 static void emit_stream(xfer_node_batch *b, const struct plan *pl, xfer_region *local,
                         const struct xfer_region_desc *rd, const struct kv_stream *ls,
-                        const struct kv_stream *rs, uint64_t seg)
+                        const struct kv_stream *rs, uint64_t seg, size_t first)
 {
-    struct xfer_item *it = NULL;
+    size_t k = b->nitems - 1;
+    struct xfer_seg *s = NULL;
+    if (b->nitems > first && b->items[k].local == local && b->items[k].remote_id == rd->id)
+        s = &b->segs[b->nsegs - 1];
     for (size_t i = 0; i < pl->nb; i++) {
         uint64_t lo = ls->base + pl->lb[i] * ls->stride, ro = rs->base + pl->rb[i] * rs->stride;
-        if (it && it->local_off + it->len == lo && it->remote_off + it->len == ro) {
-            it->len += seg;
+        if (s && s->local_off + s->len == lo && s->remote_off + s->len == ro) {
+            s->len += seg;
             continue;
         }
-        size_t k = b->nitems++;
-        b->item_ref[k] = pl->ref;
-        it = &b->items[k];
-        *it = (struct xfer_item){.op = pl->op,
-                                 .local = local,
-                                 .local_off = lo,
-                                 .peer = pl->rp->ref.peer,
-                                 .remote_id = rd->id,
-                                 .remote_gen = rd->gen,
-                                 .remote_off = ro,
-                                 .len = seg};
+        if (!s || b->nseg[k] == XFER_SEGS_MAX) { /* a new vectored item */
+            k = b->nitems++;
+            b->item_ref[k] = pl->ref;
+            b->seg0[k] = b->nsegs;
+            b->nseg[k] = 0;
+            b->items[k] = (struct xfer_item){.op = pl->op,
+                                             .local = local,
+                                             .peer = pl->rp->ref.peer,
+                                             .remote_id = rd->id,
+                                             .remote_gen = rd->gen};
+        }
+        s = &b->segs[b->nsegs++];
+        *s = (struct xfer_seg){lo, ro, seg};
+        b->nseg[k]++;
     }
+}
+
+/* XFER_POOL_VECTORED=0: one plain item per block run (the path before
+ * vectored items; kept to compare against and as a fallback). */
+static bool vectored_off(void)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("XFER_POOL_VECTORED");
+        __atomic_store_n(&off, e && !strcmp(e, "0"), __ATOMIC_RELAXED);
+    }
+    return off;
+}
+
+/* Turns the vectored items [first, nitems) into one plain item per segment
+ * (room reserved by the caller), in place from the back. */
+static void unvector(xfer_node_batch *b, size_t first, size_t first_seg)
+{
+    size_t n = first + (b->nsegs - first_seg), dst = n;
+    for (size_t i = b->nitems; i-- > first;)
+        for (uint32_t k = b->nseg[i]; k-- > 0;) {
+            const struct xfer_seg *s = &b->segs[b->seg0[i] + k];
+            struct xfer_item it = b->items[i];
+            it.local_off = s->local_off;
+            it.remote_off = s->remote_off;
+            it.len = s->len;
+            dst--;
+            b->item_ref[dst] = b->item_ref[i];
+            b->items[dst] = it;
+            b->nseg[dst] = 0;
+        }
+    b->nitems = n;
+    b->nsegs = first_seg;
 }
 
 /* Streams: per layer and half, or per layer (halves adjacent on both
  * sides), or one for the whole layer range (both block-major). */
-static void emit_all(xfer_node_batch *b, const struct plan *pl)
+static void emit_all(xfer_node_batch *b, const struct plan *pl, size_t first)
 {
     const struct xfer_kv_geom *lg = &pl->lp->geom, *rg = &pl->rp->geom;
     uint64_t B = lg->block_bytes;
@@ -209,7 +253,8 @@ static void emit_all(xfer_node_batch *b, const struct plan *pl)
             struct kv_stream ls, rs;
             kv_stream_of(lg, l, h, &ls);
             kv_stream_of(rg, l, h, &rs);
-            emit_stream(b, pl, pl->lp->regions[ls.region], &pl->rp->rd[rs.region], &ls, &rs, seg);
+            emit_stream(b, pl, pl->lp->regions[ls.region], &pl->rp->rd[rs.region], &ls, &rs, seg,
+                        first);
         }
 }
 
@@ -246,7 +291,8 @@ static int span_add(xfer_node_batch *b, const struct rpool *rp, size_t first)
     return 0;
 }
 
-const char *nb_pool_item_why(const xfer_node_batch *b, size_t i, int st, const char *engine_why)
+const char *nb_pool_item_why(const xfer_node_batch *b, size_t i, int st, int64_t seg,
+                             const char *engine_why)
 {
     static __thread char buf[400];
     size_t lo = 0, hi = b->nspans;
@@ -264,18 +310,22 @@ const char *nb_pool_item_why(const xfer_node_batch *b, size_t i, int st, const c
     size_t reg = 0;
     while (reg < sp->nregions && sp->ids[reg] != it->remote_id)
         reg++;
-    if (reg == sp->nregions)
+    if (reg == sp->nregions || !b->nseg[i])
         return NULL;
+    /* the segment that failed the item, else the item's first (its layer) */
+    const struct xfer_seg *sg = &b->segs[b->seg0[i] + (seg >= 0 && seg < b->nseg[i] ? seg : 0)];
     struct kv_loc loc;
-    kv_locate(&sp->geom, reg, it->remote_off, &loc);
-    uint64_t n = (it->len + loc.stride - 1) / loc.stride;
+    kv_locate(&sp->geom, reg, sg->remote_off, &loc);
+    uint64_t n = (sg->len + loc.stride - 1) / loc.stride;
     char blocks[48], half[8] = "";
-    if (n > 1)
+    if (seg < 0)
+        snprintf(blocks, sizeof(blocks), "%u block runs", b->nseg[i]);
+    else if (n > 1)
         snprintf(blocks, sizeof(blocks), "blocks %llu-%llu", (unsigned long long)loc.block,
                  (unsigned long long)(loc.block + n - 1));
     else
         snprintf(blocks, sizeof(blocks), "block %llu", (unsigned long long)loc.block);
-    if (sp->geom.kv == 2 && !kv_halves_adjacent(&sp->geom))
+    if (seg >= 0 && sp->geom.kv == 2 && !kv_halves_adjacent(&sp->geom))
         snprintf(half, sizeof(half), ", %s", loc.half ? "V" : "K");
     const char *what =
         st == -XFER_ESTALE
@@ -330,13 +380,17 @@ int xfer_node_batch_add_blocks(xfer_node_batch *b, enum xfer_op op, xfer_kv_pool
         node_rpools_forget(b->n, node, name);
     uint32_t halves =
         kv_halves_adjacent(&p->geom) && kv_halves_adjacent(&rp->geom) ? 1 : p->geom.kv;
-    size_t first = b->nitems;
-    if (!rc && (rc = nb_reserve(b, (size_t)nlayers * halves * (nb ? nb : 1))) == 0) {
+    size_t first = b->nitems, first_seg = b->nsegs, segs = (size_t)nlayers * halves * nb;
+    size_t want = vectored_off() ? segs : segs / XFER_SEGS_MAX + nlayers * halves;
+    if (!rc && nb && (rc = nb_reserve(b, want, segs)) == 0) {
         pl.ref = (uint32_t)ri;
-        emit_all(b, &pl);
-        if ((rc = span_add(b, rp, first)) != 0)
+        emit_all(b, &pl, first);
+        if (vectored_off())
+            unvector(b, first, first_seg);
+        if ((rc = span_add(b, rp, first)) != 0) {
             b->nitems = first;
-        else if ((rc = nb_commit(b, first)) != 0)
+            b->nsegs = first_seg;
+        } else if ((rc = nb_commit(b, first)) != 0)
             free(b->spans[--b->nspans].ids);
     }
     rpool_put(b->n, rp);

@@ -237,6 +237,10 @@ XFER_API const char *xfer_node_batch_item_error(const xfer_node_batch *b, size_t
 /* The XFER_TRANSPORT_* bit the item's bytes moved over (0 for a local copy
  * or an item that never started). */
 XFER_API unsigned xfer_node_batch_item_transport(const xfer_node_batch *b, size_t i);
+/* Segments of item i: 1 for an item added by address, the number of block
+ * runs for a pool item (a vectored item, xfer_batch_add_segments); 0 for
+ * no such item. */
+XFER_API size_t xfer_node_batch_item_segments(const xfer_node_batch *b, size_t i);
 /* Clears items and releases their peers so b can be filled again. */
 XFER_API int xfer_node_batch_reset(xfer_node_batch *b);
 
@@ -361,9 +365,12 @@ XFER_API int xfer_node_pool_list(xfer_node *n, const char *node, struct xfer_kv_
  * local; WRITE: local -> remote. Checks before anything is appended:
  * geometry (-XFER_EMISMATCH naming the field), block ids against both
  * num_blocks and layer range (-XFER_ERANGE naming the block), access,
- * transport requirement. Runs of blocks consecutive on both sides become one
- * item per region and half (one per region for halves adjacent on both
- * sides); no allocation per block. The remote pool's members are resolved on
+ * transport requirement. Each pair of member regions (a layer's tensor, or
+ * its K or V buffer, here and there) becomes ONE vectored item whose
+ * segments are the blocks, runs consecutive on both sides merged into one
+ * segment (xfer_node_batch_item_segments); no allocation per block. One
+ * status per item: a block the owner refuses fails its item, and the
+ * item's reason names that block. The remote pool's members are resolved on
  * first use and cached until an event invalidates them. Returns the number
  * of items appended or a negative code with nothing appended. */
 XFER_API int xfer_node_batch_add_blocks(xfer_node_batch *b, enum xfer_op op, xfer_kv_pool *p,

@@ -1,6 +1,7 @@
 # Helper programs the integration tests start (build/tests/<name>).
 TEST_PROGS += xfer_node:tests/prog/xfer_node.c
 TEST_PROGS += xfer_random:tests/prog/xfer_random.c
+TEST_PROGS += xfer_vec:tests/prog/xfer_vec.c
 TEST_PROGS += xfer_raw:tests/prog/xfer_raw.c
 TEST_PROGS += xfer_retry:tests/prog/xfer_retry.c
 TEST_PROGS += xfer_notify:tests/prog/xfer_notify.c

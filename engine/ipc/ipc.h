@@ -43,6 +43,8 @@ enum ipc_msg_type {
     IPC_REL = 6,      /* unpin slots, no answer */
     IPC_MSG_REQ = 7,  /* an engine message frame (docs/notify.md) */
     IPC_MSG_RESP = 8, /* int32 status: the owner engine's answer */
+    IPC_ACQV_REQ = 9, /* validate + pin count segment lists (vectored items) */
+    IPC_ACQV_RESP = 10,
 };
 
 enum ipc_mech { IPC_MECH_NONE = 0, IPC_MECH_MEMFD, IPC_MECH_CMA, IPC_MECH_CUDA, IPC_MECH_CUMEM };
@@ -98,7 +100,28 @@ struct ipc_acq_resp {
     uint32_t slot; /* pin to hand back in IPC_REL */
 };
 
-/* Appended to an IPC_ACQ_RESP after its count records: regions this peer
+/* A vectored item's segments on the owner's side: count records, each an
+ * ipc_acqv_req followed by its nseg ranges (struct xfer_range: off, len in
+ * the region); the owner checks them all under one lock (bounds and lease
+ * rules per segment) and pins the region once per record. */
+#define IPC_VEC_SEGS_MAX  8192u  /* segments of one record */
+#define IPC_ACQV_SEGS_MAX 32768u /* segments of one IPC_ACQV_REQ */
+#define IPC_ACQV_BYTES_MAX                                                                         \
+    (IPC_BATCH_MAX * sizeof(struct ipc_acqv_req) + IPC_ACQV_SEGS_MAX * sizeof(struct xfer_range))
+struct ipc_acqv_req {
+    uint32_t id, gen;
+    uint32_t op;
+    uint32_t nseg; /* 1..IPC_VEC_SEGS_MAX ranges follow */
+};
+
+struct ipc_acqv_resp {
+    int32_t status;
+    uint32_t slot; /* pin to hand back in IPC_REL */
+    uint32_t bad;  /* refused segment (index in its record), UINT32_MAX = none */
+    uint32_t pad;
+};
+
+/* Appended to an IPC_ACQ_RESP or IPC_ACQV_RESP after its count records: regions this peer
  * mapped that are no longer registered, so it can drop the mappings (and the
  * owner's memory can really go). */
 struct ipc_revoked {
@@ -216,7 +239,8 @@ struct ipc_kcopy {
     int ticket;      /* launch that took it, -1 = copy it otherwise */
     int status;      /* after ipc_kbatch_finish */
     bool ran;
-    size_t job; /* caller's index */
+    size_t job;   /* caller's index */
+    uint32_t seg; /* the job's segment (vectored items), UINT32_MAX = the whole job */
 };
 /* Groups of >= XFER_KBATCH_MIN_ITEMS copies with the same GPU pair go into
  * one kernel launch each (*kb created on first use; XFER_IPC_NO_KBATCH=1

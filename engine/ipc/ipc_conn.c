@@ -25,21 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-struct ipc_job {
-    xfer_batch *b;
-    size_t i;
-    struct xfer_item it;
-    const struct ipc_map *map;
-    uint32_t slot;
-    int status;
-    bool pinned, begun, skip;
-    int ticket; /* CUDA copy in flight, else -1 */
-    char why[200];
-};
-
-static void job_fail(struct ipc_job *j, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void job_fail(struct ipc_job *j, int status, const char *fmt, ...)
+void ipc_job_fail(struct ipc_job *j, int status, const char *fmt, ...)
 {
     if (j->status)
         return;
@@ -57,16 +43,25 @@ static void job_refuse(struct ipc_conn *c, struct ipc_job *j, unsigned need)
     const struct xfer_item *it = &j->it;
     struct xfer_region_desc d;
     if (xfer_peer_region_get(c->base.peer, it->remote_id, &d) < 0)
-        return job_fail(j, -XFER_ENOENT, "remote region %u unknown", it->remote_id);
+        return ipc_job_fail(j, -XFER_ENOENT, "remote region %u unknown", it->remote_id);
     if (d.gen != it->remote_gen)
-        return job_fail(j, -XFER_ESTALE, "remote region %s: generation %u, item has %u", d.name,
-                        d.gen, it->remote_gen);
+        return ipc_job_fail(j, -XFER_ESTALE, "remote region %s: generation %u, item has %u", d.name,
+                            d.gen, it->remote_gen);
     if (!(d.access & need))
-        return job_fail(j, -XFER_EACCES, "remote region %s is '%s'", d.name,
-                        xfer_access_str(d.access));
-    return job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
-                    (unsigned long long)it->remote_off, (unsigned long long)it->len, d.name,
-                    (unsigned long long)d.len);
+        return ipc_job_fail(j, -XFER_EACCES, "remote region %s is '%s'", d.name,
+                            xfer_access_str(d.access));
+    for (uint32_t k = j->s0; j->segs && k < j->s1; k++) { /* name the segment */
+        const struct xfer_seg *s = &j->segs[k];
+        if (xfer_range_ok(s->remote_off, s->len, d.len))
+            continue;
+        j->bad = k;
+        return ipc_job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
+                            (unsigned long long)s->remote_off, (unsigned long long)s->len, d.name,
+                            (unsigned long long)d.len);
+    }
+    return ipc_job_fail(j, -XFER_ERANGE, "remote range %llu+%llu outside %s (%llu bytes)",
+                        (unsigned long long)it->remote_off, (unsigned long long)it->len, d.name,
+                        (unsigned long long)d.len);
 }
 
 /* Checks the item against the peer's descriptor and the owner's answer. */
@@ -76,7 +71,7 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
     struct xfer_region_brief d;
     unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
     if (xfer_peer_region_brief(c->base.peer, it->remote_id, &d) < 0)
-        return job_fail(j, -XFER_ENOENT, "remote region %u unknown", it->remote_id);
+        return ipc_job_fail(j, -XFER_ENOENT, "remote region %u unknown", it->remote_id);
     if (d.gen != it->remote_gen || !(d.access & need) ||
         !xfer_range_ok(it->remote_off, it->len, d.len))
         return job_refuse(c, j, need);
@@ -84,7 +79,7 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
     int rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op, c->io_timeout_ms,
                          &j->map, why, sizeof(why));
     if (rc < 0)
-        return job_fail(j, rc, "%s", why);
+        return ipc_job_fail(j, rc, "%s", why);
     const struct ipc_map *m = j->map;
     if (m->ctl_slot != IPC_SLOT_NONE && c->direct.ctl) { /* lent: later items go direct */
         pthread_mutex_lock(&c->mu);
@@ -92,82 +87,16 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
         pthread_mutex_unlock(&c->mu);
     }
     if (!(m->access & need) || !xfer_range_ok(it->remote_off, it->len, m->len))
-        return job_fail(j, -XFER_ERANGE, "owner's view of region %u differs (len %llu, '%s')",
-                        it->remote_id, (unsigned long long)m->len, xfer_access_str(m->access));
+        return ipc_job_fail(j, -XFER_ERANGE, "owner's view of region %u differs (len %llu, '%s')",
+                            it->remote_id, (unsigned long long)m->len, xfer_access_str(m->access));
     bool cuda = m->mech == IPC_MECH_CUDA || m->mech == IPC_MECH_CUMEM ||
                 xfer_region_kind(it->local) == XFER_MEM_CUDA;
     if (cuda && c->t->cuda_devices <= 0)
-        return job_fail(j, -XFER_ENODEV, "no CUDA device in this process");
+        return ipc_job_fail(j, -XFER_ENODEV, "no CUDA device in this process");
     if (cuda && m->mech == IPC_MECH_CMA)
-        return job_fail(j, -XFER_ENOTSUP,
-                        "GPU memory to a peer's plain host pointer is not supported by ipc; "
-                        "register the host region with xfer_region_alloc (memfd)");
-}
-
-/* Pins every checked job at the owner in one round trip. */
-static int jobs_acquire(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
-{
-    struct ipc_acq_req req[IPC_BATCH_MAX];
-    size_t map_of[IPC_BATCH_MAX], k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (jobs[i].status || jobs[i].skip)
-            continue;
-        const struct xfer_item *it = &jobs[i].it;
-        req[k] = (struct ipc_acq_req){.id = it->remote_id,
-                                      .gen = it->remote_gen,
-                                      .op = it->op,
-                                      .off = it->remote_off,
-                                      .len = it->len};
-        map_of[k++] = i;
-    }
-    if (k == 0)
-        return 0;
-    int rc = ipc_send(c->fd, IPC_ACQ_REQ, (uint32_t)k, req, (uint32_t)(k * sizeof(req[0])), -1,
-                      c->io_timeout_ms);
-    struct ipc_hdr h;
-    struct {
-        struct ipc_acq_resp r[IPC_BATCH_MAX];
-        struct ipc_revoked gone[IPC_REVOKED_MAX];
-    } reply;
-    struct ipc_acq_resp *resp = reply.r;
-    if (rc == 0)
-        rc = ipc_recv(c->fd, &h, &reply, sizeof(reply), NULL, c->io_timeout_ms);
-    if (rc == 0)
-        rc = ipc_msg_check(&h, &reply, IPC_ACQ_RESP, (uint32_t)k);
-    size_t extra = rc == 0 ? h.bytes - (size_t)k * sizeof(resp[0]) : 0;
-    if (rc < 0)
-        return rc;
-    /* Regions the owner deregistered: retire our mappings of them. */
-    const struct ipc_revoked *gone = (const void *)((char *)resp + k * sizeof(resp[0]));
-    for (size_t x = 0; x < extra / sizeof(*gone); x++)
-        ipc_map_forget_gen(&c->maps, gone[x].id, gone[x].gen);
-    for (size_t x = 0; x < k; x++) {
-        struct ipc_job *j = &jobs[map_of[x]];
-        if (resp[x].status == 0) {
-            j->pinned = true;
-            j->slot = resp[x].slot;
-        } else {
-            job_fail(j, resp[x].status, "owner refused region %u gen %u [%llu+%llu]: %s",
-                     j->it.remote_id, j->it.remote_gen, (unsigned long long)j->it.remote_off,
-                     (unsigned long long)j->it.len, xfer_strerror(resp[x].status));
-            if (resp[x].status == -XFER_ESTALE || resp[x].status == -XFER_ENOENT)
-                ipc_map_forget(&c->maps, j->it.remote_id);
-        }
-    }
-    return 0;
-}
-
-static int jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
-{
-    uint32_t slot[IPC_BATCH_MAX];
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (jobs[i].pinned)
-            slot[k++] = jobs[i].slot;
-    if (k == 0)
-        return 0;
-    return ipc_send(c->fd, IPC_REL, (uint32_t)k, slot, (uint32_t)(k * sizeof(slot[0])), -1,
-                    c->io_timeout_ms);
+        return ipc_job_fail(j, -XFER_ENOTSUP,
+                            "GPU memory to a peer's plain host pointer is not supported by ipc; "
+                            "register the host region with xfer_region_alloc (memfd)");
 }
 
 /* True once the owner closed the connection: it revokes a peer that held a
@@ -186,59 +115,103 @@ unsigned ipc_conn_state(struct xfer_conn *xc)
     return broken || owner_hung_up(c) ? XFER_CONN_ALL_DEAD : 0;
 }
 
-static void job_copy_host(struct ipc_conn *c, struct ipc_job *j, char *local)
+/* Copies len bytes between local and remote_off of j's mapped region:
+ * 0 or -XFER_E* with the reason in j->why. */
+static int copy_host(struct ipc_conn *c, struct ipc_job *j, char *local, uint64_t remote_off,
+                     uint64_t len)
 {
-    const struct xfer_item *it = &j->it;
     const struct ipc_map *m = j->map;
-    int rc = 0;
     if (owner_hung_up(c)) {
         snprintf(j->why, sizeof(j->why), "the owner closed the connection (access revoked?)");
-        j->status = -XFER_ECONN;
-        return;
+        return -XFER_ECONN;
     }
     if (m->mech == IPC_MECH_MEMFD) {
-        char *remote = (char *)m->base + it->remote_off;
-        if (it->op == XFER_OP_READ)
-            memcpy(local, remote, it->len);
+        char *remote = (char *)m->base + remote_off;
+        if (j->it.op == XFER_OP_READ)
+            memcpy(local, remote, len);
         else
-            memcpy(remote, local, it->len);
-    } else if (it->op == XFER_OP_READ) {
-        rc = ipc_cma_read(c->pid, m->addr + it->remote_off, local, it->len, j->why, sizeof(j->why));
-    } else {
-        rc =
-            ipc_cma_write(c->pid, m->addr + it->remote_off, local, it->len, j->why, sizeof(j->why));
+            memcpy(remote, local, len);
+        return 0;
     }
-    j->status = rc;
+    if (j->it.op == XFER_OP_READ)
+        return ipc_cma_read(c->pid, m->addr + remote_off, local, len, j->why, sizeof(j->why));
+    return ipc_cma_write(c->pid, m->addr + remote_off, local, len, j->why, sizeof(j->why));
 }
 
-/* Local and remote GPU (-1 = host memory) and the remote address of j. */
+/* A plain item, or each segment of a vectored one (the first failing one
+ * named). */
+static void job_copy_host(struct ipc_conn *c, struct ipc_job *j)
+{
+    char *base = (char *)xfer_region_ptr(j->it.local);
+    if (!j->segs) {
+        j->status = copy_host(c, j, base + j->it.local_off, j->it.remote_off, j->it.len);
+        return;
+    }
+    for (uint32_t k = j->s0; k < j->s1 && !j->status; k++) {
+        const struct xfer_seg *s = &j->segs[k];
+        if ((j->status = copy_host(c, j, base + s->local_off, s->remote_off, s->len)) < 0)
+            j->bad = k;
+    }
+}
+
+/* Local and remote GPU (-1 = host memory) and the remote region's start. */
 static char *job_cuda_sides(const struct ipc_job *j, int *ldev, int *rdev)
 {
     const struct xfer_item *it = &j->it;
     const struct ipc_map *m = j->map;
     *ldev = xfer_region_kind(it->local) == XFER_MEM_CUDA ? xfer_region_device(it->local) : -1;
     *rdev = m->cuda ? ipc_cuda_import_device(m->cuda) : -1;
-    return (char *)(m->cuda ? ipc_cuda_import_ptr(m->cuda) : m->base) + it->remote_off;
+    return (char *)(m->cuda ? ipc_cuda_import_ptr(m->cuda) : m->base);
+}
+
+/* Starts one CUDA copy of len bytes between local and remote_off: a ticket
+ * or -XFER_E* with the reason in j->why. */
+static int cuda_start(struct ipc_conn *c, struct ipc_job *j, char *local, uint64_t remote_off,
+                      uint64_t len)
+{
+    int ldev, rdev;
+    char *remote = job_cuda_sides(j, &ldev, &rdev) + remote_off;
+    int rc = 0;
+    if (!c->copier)
+        c->copier = ipc_cuda_copier_new(&rc, &c->mu, &c->cv);
+    if (rc == 0 && j->it.op == XFER_OP_READ)
+        rc = ipc_cuda_copy_start(c->copier, local, ldev, remote, rdev, rdev, len, j->why,
+                                 sizeof(j->why));
+    else if (rc == 0)
+        rc = ipc_cuda_copy_start(c->copier, remote, rdev, local, ldev, rdev, len, j->why,
+                                 sizeof(j->why));
+    return rc;
 }
 
 static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
 {
-    const struct xfer_item *it = &j->it;
-    int ldev, rdev;
-    char *remote = job_cuda_sides(j, &ldev, &rdev);
-    int rc = 0;
-    if (!c->copier)
-        c->copier = ipc_cuda_copier_new(&rc, &c->mu, &c->cv);
-    if (rc == 0 && it->op == XFER_OP_READ)
-        rc = ipc_cuda_copy_start(c->copier, local, ldev, remote, rdev, rdev, it->len, j->why,
-                                 sizeof(j->why));
-    else if (rc == 0)
-        rc = ipc_cuda_copy_start(c->copier, remote, rdev, local, ldev, rdev, it->len, j->why,
-                                 sizeof(j->why));
+    int rc = cuda_start(c, j, local, j->it.remote_off, j->it.len);
     if (rc < 0)
         j->status = rc;
     else
         j->ticket = rc;
+}
+
+/* Segment k of vectored job j as its own CUDA copy (its ticket kept in
+ * j->tickets, room for every segment of the job); true if started. */
+static bool seg_copy_cuda(struct ipc_conn *c, struct ipc_job *j, uint32_t k)
+{
+    if (j->status)
+        return false;
+    if (!j->tickets && !(j->tickets = malloc((j->s1 - j->s0) * sizeof(*j->tickets)))) {
+        ipc_job_fail(j, -XFER_ENOMEM, "out of memory for copy tickets");
+        return false;
+    }
+    const struct xfer_seg *s = &j->segs[k];
+    int rc = cuda_start(c, j, (char *)xfer_region_ptr(j->it.local) + s->local_off, s->remote_off,
+                        s->len);
+    if (rc < 0) {
+        j->status = rc;
+        j->bad = k;
+        return false;
+    }
+    j->tickets[j->ntickets++] = rc;
+    return true;
 }
 
 /* A group of up to IPC_BATCH_MAX items, pinned at the owner together. */
@@ -250,7 +223,15 @@ struct ipc_group {
     struct ipc_kcopy *kc;       /* GPU<->GPU items, batched when many */
     size_t nkc;
     bool kc_running; /* some launched as batched kernels */
+    int64_t t_us[3]; /* taken, pinned, copies started (for the debug line) */
 };
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static char *job_local(const struct ipc_job *j)
 {
@@ -263,23 +244,48 @@ static char *job_local(const struct ipc_job *j)
  * it the kernel was ahead (1.0-4.3x at 4 KiB..4 MiB, docs/gpu.md). */
 #define IPC_KBATCH_MAX_ITEM (16ull << 20)
 
+/* Queues a GPU<->GPU copy of len bytes between local and remote (device
+ * pointers of ldev and rdev) of job i (segment seg, or UINT32_MAX for the
+ * whole job) for a batched launch; false if it must be copied otherwise. */
+static bool kc_push(struct ipc_group *g, const struct ipc_job *j, size_t i, uint32_t seg,
+                    char *local, char *remote, uint64_t len, int ldev, int rdev)
+{
+    if (!g->kc || ldev < 0 || rdev < 0 || len >= IPC_KBATCH_MAX_ITEM)
+        return false;
+    bool rd = j->it.op == XFER_OP_READ;
+    g->kc[g->nkc++] = (struct ipc_kcopy){.dst = rd ? local : remote,
+                                         .src = rd ? remote : local,
+                                         .len = len,
+                                         .exec = rdev,
+                                         .other = ldev,
+                                         .ticket = -1,
+                                         .job = i,
+                                         .seg = seg};
+    return true;
+}
+
 /* GPU<->GPU items wait in g->kc for a batched launch; true if j went there. */
 static bool kc_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
 {
     int ldev, rdev;
-    char *remote = job_cuda_sides(j, &ldev, &rdev);
-    if (!g->kc || ldev < 0 || rdev < 0 || j->it.len >= IPC_KBATCH_MAX_ITEM)
-        return false;
-    char *local = job_local(j);
-    bool rd = j->it.op == XFER_OP_READ;
-    g->kc[g->nkc++] = (struct ipc_kcopy){.dst = rd ? local : remote,
-                                         .src = rd ? remote : local,
-                                         .len = j->it.len,
-                                         .exec = rdev,
-                                         .other = ldev,
-                                         .ticket = -1,
-                                         .job = i};
-    return true;
+    char *remote = job_cuda_sides(j, &ldev, &rdev) + j->it.remote_off;
+    return kc_push(g, j, i, UINT32_MAX, job_local(j), remote, j->it.len, ldev, rdev);
+}
+
+/* A vectored job's CUDA segments: batched where they can be (the sides
+ * looked up once for the list), the rest one copy each; true if a copy
+ * outside the batch started. */
+static bool vjob_copy_cuda(struct ipc_conn *c, struct ipc_group *g, struct ipc_job *j, size_t i)
+{
+    int ldev, rdev;
+    char *remote = job_cuda_sides(j, &ldev, &rdev), *local = xfer_region_ptr(j->it.local);
+    bool any = false;
+    for (uint32_t k = j->s0; k < j->s1 && !j->status; k++) {
+        const struct xfer_seg *s = &j->segs[k];
+        if (!kc_push(g, j, i, k, local + s->local_off, remote + s->remote_off, s->len, ldev, rdev))
+            any |= seg_copy_cuda(c, j, k);
+    }
+    return any;
 }
 
 /* Launches the batched GPU<->GPU copies; the rest become per-item copies. */
@@ -293,6 +299,10 @@ static bool kc_start(struct ipc_conn *c, struct ipc_group *g)
             continue;
         }
         struct ipc_job *j = &g->jobs[g->kc[k].job];
+        if (g->kc[k].seg != UINT32_MAX) {
+            any_item |= seg_copy_cuda(c, j, g->kc[k].seg);
+            continue;
+        }
         job_copy_cuda(c, j, job_local(j));
         any_item |= j->ticket >= 0;
     }
@@ -320,13 +330,15 @@ static void jobs_copy_start(struct ipc_conn *c, struct ipc_group *g)
         char *local = (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
         bool cuda = j->map->mech == IPC_MECH_CUDA || j->map->mech == IPC_MECH_CUMEM ||
                     xfer_region_kind(j->it.local) == XFER_MEM_CUDA;
-        if (cuda && kc_defer(g, j, i)) {
+        if (cuda && j->segs) {
+            any_cuda |= vjob_copy_cuda(c, g, j, i);
+        } else if (cuda && kc_defer(g, j, i)) {
             continue;
         } else if (cuda) {
             job_copy_cuda(c, j, local);
             any_cuda |= j->ticket >= 0;
         } else {
-            job_copy_host(c, j, local);
+            job_copy_host(c, j);
             xfer_batch_io_end(j->b, j->i);
             j->begun = false;
         }
@@ -349,8 +361,8 @@ static void jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g)
         ipc_kbatch_finish(c->kb, g->kc, g->nkc, c->io_timeout_ms);
         for (size_t k = 0; k < g->nkc; k++)
             if (g->kc[k].ran && g->kc[k].status < 0)
-                job_fail(&jobs[g->kc[k].job], g->kc[k].status, "batched GPU copy: %s",
-                         xfer_kbatch_last_error(c->kb));
+                ipc_job_fail(&jobs[g->kc[k].job], g->kc[k].status, "batched GPU copy: %s",
+                             xfer_kbatch_last_error(c->kb));
         g->kc_running = false;
     }
     for (size_t i = 0; i < n; i++) {
@@ -358,6 +370,12 @@ static void jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g)
         if (j->ticket >= 0)
             j->status =
                 ipc_cuda_copy_wait(c->copier, j->ticket, c->io_timeout_ms, j->why, sizeof(j->why));
+        for (size_t t = 0; t < j->ntickets; t++) { /* every ticket is waited for (and freed) */
+            char tw[sizeof(j->why)];
+            int st = ipc_cuda_copy_wait(c->copier, j->tickets[t], c->io_timeout_ms, tw, sizeof(tw));
+            if (st < 0 && !j->status)
+                ipc_job_fail(j, st, "%s", tw);
+        }
         if (j->begun)
             xfer_batch_io_end(j->b, j->i);
     }
@@ -367,9 +385,12 @@ static void jobs_report(struct ipc_job *jobs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         struct ipc_job *j = &jobs[i];
-        if (!j->skip)
-            xfer_batch_chunk_done(j->b, j->i, j->status ? 0 : j->it.len, j->status,
+        if (!j->skip && j->status && j->bad >= 0)
+            xfer_batch_seg_fail(j->b, j->i, (size_t)j->bad, j->status, j->why);
+        else if (!j->skip)
+            xfer_batch_chunk_done(j->b, j->i, j->status ? 0 : j->bytes, j->status,
                                   j->status ? j->why : NULL);
+        free(j->tickets);
         xfer_batch_put(j->b);
     }
 }
@@ -388,17 +409,46 @@ static void maps_gc(struct ipc_conn *c)
 static void group_start(struct ipc_conn *c, struct ipc_group *g)
 {
     g->mark = NULL;
+    g->t_us[0] = now_us();
     for (size_t i = 0; i < g->n; i++) {
         struct ipc_job *j = &g->jobs[i];
         j->it = *xfer_batch_item(j->b, j->i);
+        if (j->segs) { /* checked as the span of its segments, then each by the owner */
+            uint64_t lo = UINT64_MAX, hi = 0;
+            for (uint32_t k = j->s0; k < j->s1; k++) {
+                const struct xfer_seg *sg = &j->segs[k];
+                lo = sg->remote_off < lo ? sg->remote_off : lo;
+                hi = sg->remote_off + sg->len > hi ? sg->remote_off + sg->len : hi;
+            }
+            j->it.remote_off = lo;
+            j->it.len = hi - lo;
+        }
         if (!xfer_batch_item_live(j->b, j->i))
             j->skip = true;
         else
             job_check(c, j);
     }
-    g->rc = jobs_acquire(c, g->jobs, g->n);
+    g->rc = ipc_jobs_acquire(c, g->jobs, g->n);
+    g->t_us[1] = now_us();
     if (g->rc == 0)
         jobs_copy_start(c, g);
+    g->t_us[2] = now_us();
+}
+
+/* XFER_LOG_LEVEL=debug: where a group's time went. */
+static void group_debug(const struct ipc_group *g)
+{
+    size_t segs = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        segs += g->jobs[i].segs ? g->jobs[i].s1 - g->jobs[i].s0 : 1;
+        bytes += g->jobs[i].bytes;
+    }
+    int64_t end = now_us();
+    xfer_debug("ipc: group of %zu jobs, %zu segments, %llu bytes: check+pin %lld us, copies "
+               "started %lld us, then waited+released+reported %lld us",
+               g->n, segs, (unsigned long long)bytes, (long long)(g->t_us[1] - g->t_us[0]),
+               (long long)(g->t_us[2] - g->t_us[1]), (long long)(end - g->t_us[2]));
 }
 
 /* Waits for g's copies, unpins and reports; < 0 if the connection broke. */
@@ -406,13 +456,15 @@ static int group_finish(struct ipc_conn *c, struct ipc_group *g)
 {
     jobs_copy_finish(c, g);
     g->mark = NULL;
-    int rc = g->rc, rel = jobs_release(c, g->jobs, g->n);
+    int rc = g->rc, rel = ipc_jobs_release(c, g->jobs, g->n);
     if (rc == 0)
         rc = rel;
     for (size_t i = 0; rc < 0 && i < g->n; i++)
-        job_fail(&g->jobs[i], -XFER_ECONN, "ipc connection to the owner lost: %s",
-                 xfer_strerror(rc));
+        ipc_job_fail(&g->jobs[i], -XFER_ECONN, "ipc connection to the owner lost: %s",
+                     xfer_strerror(rc));
     jobs_report(g->jobs, g->n);
+    if (xfer_log_get_level() >= XFER_LOG_DEBUG)
+        group_debug(g);
     return rc;
 }
 
@@ -422,14 +474,43 @@ static int group_finish(struct ipc_conn *c, struct ipc_group *g)
  * while a finished group is released and the next one pinned. */
 #define IPC_GROUP_MIB_DEFAULT 256
 
+/* Vectored items become jobs of up to IPC_VEC_SEGS_MAX segments; a group
+ * holds at most IPC_ACQV_SEGS_MAX segments (one IPC_ACQV_REQ). */
 static size_t take_work(struct ipc_conn *c, struct ipc_job *jobs)
 {
-    size_t n = 0;
+    size_t n = 0, segs = 0;
     uint64_t bytes = 0, cap = c->group_bytes;
     while (c->qlen && n < IPC_BATCH_MAX && bytes < cap) {
         struct ipc_work *w = &c->q[c->qhead];
-        jobs[n] = (struct ipc_job){.b = w->b, .i = w->i, .ticket = -1};
-        bytes += xfer_batch_item(w->b, w->i)->len;
+        struct ipc_job *j = &jobs[n];
+        size_t nseg;
+        const struct xfer_seg *sv = xfer_batch_item_segs(w->b, w->i, &nseg);
+        *j = (struct ipc_job){.b = w->b, .i = w->i, .ticket = -1, .bad = -1};
+        if (!sv) {
+            j->bytes = xfer_batch_item(w->b, w->i)->len;
+        } else {
+            size_t s0 = c->qseg, s1 = nseg - s0 > IPC_VEC_SEGS_MAX ? s0 + IPC_VEC_SEGS_MAX : nseg;
+            if (segs + (s1 - s0) > IPC_ACQV_SEGS_MAX)
+                break; /* the next group's */
+            segs += s1 - s0;
+            *j = (struct ipc_job){.b = w->b,
+                                  .i = w->i,
+                                  .ticket = -1,
+                                  .bad = -1,
+                                  .segs = sv,
+                                  .s0 = (uint32_t)s0,
+                                  .s1 = (uint32_t)s1};
+            for (size_t k = s0; k < s1; k++)
+                j->bytes += sv[k].len;
+            c->qseg = s1 < nseg ? s1 : 0;
+            if (s1 < nseg) { /* the entry stays for the rest; this job holds b itself */
+                xfer_batch_hold(w->b);
+                bytes += j->bytes;
+                n++;
+                continue;
+            }
+        }
+        bytes += j->bytes;
         n++;
         c->qhead = (c->qhead + 1) % c->qcap;
         c->qlen--;
@@ -539,8 +620,9 @@ static void *worker_main(void *arg)
     struct ipc_group g[2] = {{.jobs = calloc(IPC_BATCH_MAX, sizeof(struct ipc_job))},
                              {.jobs = calloc(IPC_BATCH_MAX, sizeof(struct ipc_job))}};
     /* without room for batched copies, items are copied one by one */
-    g[0].kc = c->t->cuda_devices > 0 ? calloc(IPC_BATCH_MAX, sizeof(struct ipc_kcopy)) : NULL;
-    g[1].kc = c->t->cuda_devices > 0 ? calloc(IPC_BATCH_MAX, sizeof(struct ipc_kcopy)) : NULL;
+    size_t nkc = IPC_BATCH_MAX + IPC_ACQV_SEGS_MAX; /* a copy per item or segment */
+    g[0].kc = c->t->cuda_devices > 0 ? calloc(nkc, sizeof(struct ipc_kcopy)) : NULL;
+    g[1].kc = c->t->cuda_devices > 0 ? calloc(nkc, sizeof(struct ipc_kcopy)) : NULL;
     struct ipc_group *pending = NULL;
     int cur = 0, rc = 0;
     pthread_mutex_lock(&c->mu);

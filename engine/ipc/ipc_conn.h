@@ -13,6 +13,29 @@ struct ipc_work {
     size_t i;
 };
 
+/* One item (or a run of a vectored item's segments) in the worker. */
+struct ipc_job {
+    xfer_batch *b;
+    size_t i;
+    struct xfer_item it; /* vectored: remote_off/len span its segments */
+    /* vectored items: the item's segments, this job's are [s0, s1) */
+    const struct xfer_seg *segs;
+    uint32_t s0, s1;
+    uint64_t bytes; /* what this job moves */
+    int64_t bad;    /* the item's segment that failed it, -1 = none */
+    int *tickets;   /* vectored: CUDA copies outside batched launches */
+    size_t ntickets;
+    const struct ipc_map *map;
+    uint32_t slot;
+    int status;
+    bool pinned, begun, skip;
+    int ticket; /* CUDA copy in flight, else -1 */
+    char why[200];
+};
+
+void ipc_job_fail(struct ipc_job *j, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 struct ipc_msgq { /* engine messages waiting for the worker */
     struct xfer_msg *m;
     struct ipc_msgq *next;
@@ -29,6 +52,7 @@ struct ipc_conn {
     pthread_cond_t cv;
     struct ipc_work *q; /* ring of queued items */
     size_t qhead, qlen, qcap;
+    size_t qseg; /* segments of the head entry's vectored item already taken */
     bool stop, broken;
     struct ipc_map_cache maps;
     struct ipc_cuda_copier *copier; /* created on the first CUDA item */
@@ -38,6 +62,12 @@ struct ipc_conn {
     struct ipc_direct_table direct; /* entries: mu */
     int64_t direct_check_ms;        /* last direct_check */
 };
+
+/* ipc_pin.c: pins every checked job at the owner (IPC_ACQ_REQ for plain
+ * jobs, IPC_ACQV_REQ for vectored ones: one round trip each kind) and
+ * unpins them (IPC_REL); < 0 when the connection broke. */
+int ipc_jobs_acquire(struct ipc_conn *c, struct ipc_job *jobs, size_t n);
+int ipc_jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n);
 
 /* Queues items for the worker (which asks the owner); on failure reports
  * them failed and returns < 0. */

@@ -14,6 +14,41 @@ static bool status_ok(int32_t st)
     return st <= 0 && st > -XFER_ERR_MAX;
 }
 
+/* count records of an ipc_acqv_req and its ranges, exactly filling bytes. */
+static bool acqv_ok(const struct ipc_hdr *h, const void *payload)
+{
+    if (h->count == 0 || h->count > IPC_BATCH_MAX || h->bytes > IPC_ACQV_BYTES_MAX)
+        return false;
+    size_t at = 0, segs = 0;
+    for (uint32_t i = 0; i < h->count; i++) {
+        if (h->bytes - at < sizeof(struct ipc_acqv_req))
+            return false;
+        const struct ipc_acqv_req *q = (const void *)((const char *)payload + at);
+        at += sizeof(*q);
+        if (q->nseg == 0 || q->nseg > IPC_VEC_SEGS_MAX ||
+            (h->bytes - at) / sizeof(struct xfer_range) < q->nseg)
+            return false;
+        at += q->nseg * sizeof(struct xfer_range);
+        segs += q->nseg;
+    }
+    return at == h->bytes && segs <= IPC_ACQV_SEGS_MAX;
+}
+
+/* count answers of each bytes, each starting with its int32 status, then up
+ * to IPC_REVOKED_MAX revocations. */
+static bool answers_ok(const struct ipc_hdr *h, const void *payload, size_t each)
+{
+    size_t answers = (size_t)h->count * each;
+    if (h->count == 0 || h->count > IPC_BATCH_MAX || h->bytes < answers ||
+        (h->bytes - answers) % sizeof(struct ipc_revoked) ||
+        (h->bytes - answers) / sizeof(struct ipc_revoked) > IPC_REVOKED_MAX)
+        return false;
+    for (uint32_t i = 0; i < h->count; i++)
+        if (!status_ok(*(const int32_t *)((const char *)payload + i * each)))
+            return false;
+    return true;
+}
+
 int ipc_msg_check(const struct ipc_hdr *h, const void *payload, uint32_t want_type,
                   uint32_t want_count)
 {
@@ -37,19 +72,12 @@ int ipc_msg_check(const struct ipc_hdr *h, const void *payload, uint32_t want_ty
     }
     case IPC_ACQ_REQ:
         return records(h, 1, IPC_BATCH_MAX, sizeof(struct ipc_acq_req)) ? 0 : -XFER_EPROTO;
-    case IPC_ACQ_RESP: {
-        /* count answers, then up to IPC_REVOKED_MAX revocations */
-        size_t answers = (size_t)h->count * sizeof(struct ipc_acq_resp);
-        if (h->count == 0 || h->count > IPC_BATCH_MAX || h->bytes < answers ||
-            (h->bytes - answers) % sizeof(struct ipc_revoked) ||
-            (h->bytes - answers) / sizeof(struct ipc_revoked) > IPC_REVOKED_MAX)
-            return -XFER_EPROTO;
-        const struct ipc_acq_resp *r = payload;
-        for (uint32_t i = 0; i < h->count; i++)
-            if (!status_ok(r[i].status))
-                return -XFER_EPROTO;
-        return 0;
-    }
+    case IPC_ACQ_RESP:
+        return answers_ok(h, payload, sizeof(struct ipc_acq_resp)) ? 0 : -XFER_EPROTO;
+    case IPC_ACQV_REQ:
+        return acqv_ok(h, payload) ? 0 : -XFER_EPROTO;
+    case IPC_ACQV_RESP:
+        return answers_ok(h, payload, sizeof(struct ipc_acqv_resp)) ? 0 : -XFER_EPROTO;
     case IPC_REL:
         return records(h, 0, IPC_BATCH_MAX, sizeof(uint32_t)) ? 0 : -XFER_EPROTO;
     default:

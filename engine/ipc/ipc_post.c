@@ -97,9 +97,11 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     int rc = c->broken || c->stop ? -XFER_ECONN : 0;
     for (size_t k = 0; rc == 0 && k < n; k++) {
         const struct xfer_item *it = xfer_batch_item(b, idx[k]);
+        size_t nseg; /* vectored items go to the worker: one owner check for the list */
+        bool plain = !xfer_batch_item_segs(b, idx[k], &nseg);
         bool room = it->len <= *budget;
         struct ipc_direct *dk =
-            c->direct.head && (room || c->t->pool) ? ipc_direct_get(&c->direct, it) : NULL;
+            plain && c->direct.head && (room || c->t->pool) ? ipc_direct_get(&c->direct, it) : NULL;
         if (dk && room) {
             *budget -= it->len;
             d[nf] = dk;

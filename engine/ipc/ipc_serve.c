@@ -230,6 +230,53 @@ static uint32_t find_revoked(struct serve_conn *c, struct ipc_revoked *gone)
     return n;
 }
 
+/* Sends count answers of each bytes in out (room behind them for
+ * IPC_REVOKED_MAX records): revocations ride on the answer. */
+static int send_answers(struct serve_conn *c, uint16_t type, uint32_t count, void *out, size_t each)
+{
+    struct ipc_revoked gone[IPC_REVOKED_MAX];
+    uint32_t ngone = find_revoked(c, gone);
+    memcpy((char *)out + count * each, gone, ngone * sizeof(gone[0]));
+    return ipc_send(c->fd, type, count, out, (uint32_t)(count * each + ngone * sizeof(gone[0])), -1,
+                    serve_timeout(c->srv));
+}
+
+/* Segment lists of vectored items: each record's checks under one lock
+ * (xfer_region_acquire_segs_by) and one pin; a refusal names the segment. */
+static int handle_acquire_vec(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
+{
+    struct ipc_server *s = c->srv;
+    if (ipc_msg_check(h, buf, IPC_ACQV_REQ, 0))
+        return -XFER_EPROTO;
+    struct {
+        struct ipc_acqv_resp r[IPC_BATCH_MAX];
+        struct ipc_revoked gone[IPC_REVOKED_MAX];
+    } reply;
+    const char *at = buf;
+    for (uint32_t i = 0; i < h->count; i++) {
+        const struct ipc_acqv_req *q = (const void *)at;
+        const struct xfer_range *v = (const void *)(at + sizeof(*q));
+        at += sizeof(*q) + q->nseg * sizeof(*v);
+        struct ipc_acqv_resp *o = &reply.r[i];
+        *o = (struct ipc_acqv_resp){.slot = SLOT_NONE, .bad = UINT32_MAX};
+        size_t bad = SIZE_MAX;
+        int err = -XFER_EINVAL;
+        xfer_region *r = q->op == XFER_OP_READ || q->op == XFER_OP_WRITE
+                             ? xfer_region_acquire_segs_by(s->engine, c->peer_node, q->id, q->gen,
+                                                           q->op, v, q->nseg, &bad, &err)
+                             : NULL;
+        if (r && (err = slot_alloc(c, r, &o->slot)) < 0)
+            xfer_region_release(r);
+        o->status = err;
+        o->bad = bad < q->nseg ? (uint32_t)bad : UINT32_MAX;
+        uint64_t bytes = 0;
+        for (uint32_t k = 0; !err && k < q->nseg; k++)
+            bytes += v[k].len;
+        xfer_engine_count_served(s->engine, XFER_TRANSPORT_IPC, bytes, err);
+    }
+    return send_answers(c, IPC_ACQV_RESP, h->count, reply.r, sizeof(reply.r[0]));
+}
+
 static int handle_acquire(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
 {
     struct ipc_server *s = c->srv;
@@ -255,12 +302,7 @@ static int handle_acquire(struct serve_conn *c, const struct ipc_hdr *h, const v
         out[i].status = err;
         xfer_engine_count_served(s->engine, XFER_TRANSPORT_IPC, err ? 0 : q[i].len, err);
     }
-    /* Revocations ride on the answer: records follow the count responses. */
-    uint32_t ngone = find_revoked(c, reply.gone);
-    memmove((char *)out + h->count * sizeof(out[0]), reply.gone, ngone * sizeof(reply.gone[0]));
-    return ipc_send(c->fd, IPC_ACQ_RESP, h->count, out,
-                    h->count * sizeof(out[0]) + ngone * sizeof(reply.gone[0]), -1,
-                    serve_timeout(s));
+    return send_answers(c, IPC_ACQ_RESP, h->count, out, sizeof(out[0]));
 }
 
 static int handle_release(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
@@ -334,11 +376,13 @@ static void *conn_main(void *arg)
 {
     struct serve_conn *c = arg;
     struct ipc_server *s = c->srv;
-    /* Big enough for the largest request: an ACQ of IPC_BATCH_MAX records or
-     * an engine message frame. */
+    /* Big enough for the largest request: an ACQ of IPC_BATCH_MAX records,
+     * an ACQV of IPC_ACQV_SEGS_MAX segments or an engine message frame. */
     size_t max = IPC_BATCH_MAX * sizeof(struct ipc_acq_req);
     if (max < XFER_MSG_FRAME_MAX)
         max = XFER_MSG_FRAME_MAX;
+    if (max < IPC_ACQV_BYTES_MAX)
+        max = IPC_ACQV_BYTES_MAX;
     void *buf = malloc(max);
     int rc = buf ? conn_handshake(c) : -XFER_ENOMEM;
     while (rc == 0) {
@@ -367,6 +411,9 @@ static void *conn_main(void *arg)
             break;
         case IPC_ACQ_REQ:
             rc = handle_acquire(c, &h, buf);
+            break;
+        case IPC_ACQV_REQ:
+            rc = handle_acquire_vec(c, &h, buf);
             break;
         case IPC_REL:
             rc = handle_release(c, &h, buf);

@@ -42,6 +42,7 @@ static inline bool xfer_rdma_should_signal(uint32_t unsignaled_before, uint32_t 
 struct xfer_rdma_chunk {
     xfer_batch *b;
     size_t item;
+    uint32_t seg; /* the item's segment when vectored (named if it fails) */
     enum xfer_op op;
     uint64_t laddr, raddr, len;
     const void *lmr;                   /* struct rdma_region of the local region */

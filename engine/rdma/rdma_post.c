@@ -25,7 +25,10 @@ void xrdma_chunk_finish(struct xfer_rdma_chunk *ch, bool io_begun)
     }
     if (io_begun)
         xfer_batch_io_end(ch->b, ch->item);
-    xfer_batch_chunk_done(ch->b, ch->item, ch->status ? 0 : ch->len, ch->status, ch->why);
+    if (ch->status < 0) /* a plain item: as chunk_done */
+        xfer_batch_seg_fail(ch->b, ch->item, ch->seg, ch->status, ch->why);
+    else
+        xfer_batch_chunk_done(ch->b, ch->item, ch->len, 0, NULL);
     xfer_batch_put(ch->b);
 }
 
@@ -281,10 +284,54 @@ void xrdma_pump_locked(struct rdma_conn *c)
             post_share(c, &t->slots[c->slots[i]], &sh[i]);
 }
 
+/* The per-item part of a plan, shared by the item's segments. */
+struct plan_ctx {
+    const struct xfer_region_desc *rd;
+    const uint32_t *rkeys;
+    const struct rdma_region *lr;
+    bool win;
+};
+
+/* Queues the chunks of segment sg (or the plain item) it of item i. */
+static int plan_seg(struct rdma_conn *c, xfer_batch *b, size_t i, size_t sg,
+                    const struct xfer_item *it, const struct plan_ctx *x,
+                    struct rdma_pending **list, const char **why)
+{
+    if (!xfer_range_ok(it->remote_off, it->len, x->rd->len))
+        return *why = "range outside the remote region", -XFER_ERANGE;
+    uint8_t *lbase = (uint8_t *)xfer_region_ptr(it->local) + it->local_off;
+    size_t n = xfer_rdma_chunk_count(it->len, c->t->chunk);
+    for (size_t k = 0; k < n; k++) {
+        struct rdma_pending *p = calloc(1, sizeof(*p));
+        if (!p)
+            return *why = "out of memory", -XFER_ENOMEM;
+        uint64_t off, len;
+        xfer_rdma_chunk_at(it->len, c->t->chunk, k, &off, &len);
+        p->c = (struct xfer_rdma_chunk){.b = b,
+                                        .item = i,
+                                        .seg = (uint32_t)sg,
+                                        .op = it->op,
+                                        .laddr = (uintptr_t)(lbase + off),
+                                        .raddr = x->rd->addr + it->remote_off + off,
+                                        .len = len,
+                                        .lmr = x->lr,
+                                        .nic_mask = x->lr->near_mask,
+                                        .win = x->win,
+                                        .rid = it->remote_id,
+                                        .rgen = it->remote_gen,
+                                        .rbase = x->rd->addr};
+        memcpy(p->c.rkey, x->rkeys, sizeof(p->c.rkey));
+        p->next = *list;
+        *list = p;
+    }
+    return 0;
+}
+
 /* Checks item i against what this node knows of the remote region and
- * queues its chunks on list; 0 or the item's error (reported by caller). */
+ * queues its chunks (those of each segment of a vectored item) on list; 0
+ * or the item's error (reported by caller; *bad = the failing segment). */
 static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_pending **list,
-                     const char **why)
+                     const char **why, size_t *bad)
 {
     const struct xfer_item *it = xfer_batch_item(b, i);
     struct xfer_region_desc rd;
@@ -292,8 +339,6 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
         return *why = "remote region unknown to this node", -XFER_ENOENT;
     if (rd.gen != it->remote_gen)
         return *why = "remote region was registered again (stale generation)", -XFER_ESTALE;
-    if (!xfer_range_ok(it->remote_off, it->len, rd.len))
-        return *why = "range outside the remote region", -XFER_ERANGE;
     unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
     if (!(rd.access & need))
         return *why = it->op == XFER_OP_READ ? "remote region is not readable"
@@ -313,29 +358,16 @@ static int plan_item(struct rdma_conn *c, xfer_batch *b, size_t i, struct rdma_p
         return *why = "local region is not registered for RDMA (GPU memory without "
                       "GPUDirect RDMA here?)",
                -XFER_ENOTSUP;
-    uint8_t *lbase = (uint8_t *)xfer_region_ptr(it->local) + it->local_off;
-    size_t n = xfer_rdma_chunk_count(it->len, c->t->chunk);
-    for (size_t k = 0; k < n; k++) {
-        struct rdma_pending *p = calloc(1, sizeof(*p));
-        if (!p)
-            return *why = "out of memory", -XFER_ENOMEM;
-        uint64_t off, len;
-        xfer_rdma_chunk_at(it->len, c->t->chunk, k, &off, &len);
-        p->c = (struct xfer_rdma_chunk){.b = b,
-                                        .item = i,
-                                        .op = it->op,
-                                        .laddr = (uintptr_t)(lbase + off),
-                                        .raddr = rd.addr + it->remote_off + off,
-                                        .len = len,
-                                        .lmr = lr,
-                                        .nic_mask = lr->near_mask,
-                                        .win = win,
-                                        .rid = it->remote_id,
-                                        .rgen = it->remote_gen,
-                                        .rbase = rd.addr};
-        memcpy(p->c.rkey, rkeys, sizeof(rkeys));
-        p->next = *list;
-        *list = p;
+    struct plan_ctx x = {&rd, rkeys, lr, win};
+    size_t nseg;
+    xfer_batch_item_segs(b, i, &nseg);
+    for (size_t sg = 0; sg < nseg; sg++) {
+        struct xfer_item seg;
+        xfer_batch_item_seg(b, i, sg, &seg);
+        *bad = sg;
+        int rc = plan_seg(c, b, i, sg, &seg, &x, list, why);
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -346,7 +378,8 @@ int xrdma_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
     for (size_t k = 0; k < n; k++) {
         struct rdma_pending *list = NULL, *rev = NULL;
         const char *why = NULL;
-        int rc = plan_item(c, b, idx[k], &list, &why);
+        size_t bad = SIZE_MAX; /* no segment to blame */
+        int rc = plan_item(c, b, idx[k], &list, &why, &bad);
         while (list) { /* back into chunk order */
             struct rdma_pending *p = list;
             list = p->next;
@@ -358,7 +391,7 @@ int xrdma_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
                 nx = p->next;
                 free(p);
             }
-            xfer_batch_chunk_done(b, idx[k], 0, rc, why);
+            xfer_batch_seg_fail(b, idx[k], bad, rc, why);
             continue;
         }
         pthread_mutex_lock(&c->lock);

@@ -57,8 +57,12 @@ void xrdma_win_park_locked(struct rdma_conn *c, int pos, uint16_t uid, struct rd
             w->addr <= ch->raddr && ch->raddr + ch->len <= w->addr + w->len)
             break;
     if (!w && (w = calloc(1, sizeof(*w))) != NULL) {
-        /* Ask for the whole item: its other chunks need the same window. */
+        /* Ask for the whole item: its other chunks need the same window.
+         * A vectored item's segments lie apart (a window over their span
+         * would cover blocks not leased): the chunk's own range then. */
         const struct xfer_item *it = xfer_batch_item(ch->b, ch->item);
+        size_t nseg;
+        bool vec = xfer_batch_item_segs(ch->b, ch->item, &nseg) != NULL;
         *w = (struct rdma_want){.next = c->wants,
                                 .id = ++c->next_want,
                                 .pos = pos,
@@ -66,8 +70,8 @@ void xrdma_win_park_locked(struct rdma_conn *c, int pos, uint16_t uid, struct rd
                                 .rid = ch->rid,
                                 .rgen = ch->rgen,
                                 .rbase = ch->rbase,
-                                .addr = ch->rbase + it->remote_off,
-                                .len = it->len,
+                                .addr = vec ? ch->raddr : ch->rbase + it->remote_off,
+                                .len = vec ? ch->len : it->len,
                                 .op = ch->op};
         c->wants = w;
     }

@@ -69,7 +69,8 @@ struct tcp_tx {
     /* initiator chunk */
     xfer_batch *b; /* held */
     size_t idx;
-    uint8_t op; /* XFER_WIRE_WRITE_REQ / READ_REQ */
+    uint32_t seg; /* segment of a vectored item (named if it fails), UINT32_MAX = plain */
+    uint8_t op;   /* XFER_WIRE_WRITE_REQ / READ_REQ */
     uint64_t req_id;
     uint64_t len;   /* chunk bytes */
     uint8_t *local; /* READ: where the response payload goes */

@@ -400,10 +400,15 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     chunk = chunk < 4096 ? 4096 : chunk > TCP_MAX_PAYLOAD ? TCP_MAX_PAYLOAD : chunk;
     struct gpu_memo memo = {0};
     size_t total = 0;
-    for (size_t k = 0; k < n; k++) {
-        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
-        uint64_t ch = item_chunk(tc, it, chunk, &memo);
-        total += ch ? n_chunks(it->len, ch) : 0;
+    for (size_t k = 0; k < n; k++) { /* each segment of a vectored item */
+        size_t nseg;
+        xfer_batch_item_segs(b, idx[k], &nseg);
+        for (size_t sg = 0; sg < nseg; sg++) {
+            struct xfer_item it;
+            xfer_batch_item_seg(b, idx[k], sg, &it);
+            uint64_t ch = item_chunk(tc, &it, chunk, &memo);
+            total += ch ? n_chunks(it.len, ch) : 0;
+        }
     }
     struct tcp_slab *slab = total ? tcp_slab_get(tc->tt, total) : NULL;
     if (total && !slab)
@@ -411,37 +416,45 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     uint64_t req = __atomic_fetch_add(&tc->tt->next_req, total, __ATOMIC_RELAXED) + 1;
     size_t used = 0;
     for (size_t k = 0; k < n; k++) {
-        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
-        uint64_t ch = item_chunk(tc, it, chunk, &memo), off = 0;
-        if (!ch) {
-            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ERANGE, "remote offset + length overflows");
-            continue;
+        size_t nseg;
+        bool vec = xfer_batch_item_segs(b, idx[k], &nseg) != NULL;
+        for (size_t sg = 0; sg < nseg; sg++) { /* a plain item is its own one segment */
+            struct xfer_item seg, *it = &seg;
+            xfer_batch_item_seg(b, idx[k], sg, &seg);
+            uint64_t ch = item_chunk(tc, it, chunk, &memo), off = 0;
+            if (!ch) {
+                xfer_batch_chunk_done(b, idx[k], 0, -XFER_ERANGE,
+                                      "remote offset + length overflows");
+                break;
+            }
+            if (n_chunks(it->len, ch) > total - used) { /* the peer's region kind changed */
+                xfer_batch_chunk_done(b, idx[k], 0, -XFER_ESTALE,
+                                      "peer region changed while posting");
+                break;
+            }
+            do {
+                uint64_t len = it->len - off < ch ? it->len - off : ch;
+                struct tcp_tx *t = &slab->tx[used++];
+                fill_chunk(t, b, idx[k], it, off, len, req++);
+                t->seg = vec ? (uint32_t)sg : UINT32_MAX;
+                t->slab = slab;
+                int best = 0; /* least loaded live socket (q is rotated by start) */
+                for (int j = 1; j < tc->n; j++)
+                    if (q[j].load < q[best].load)
+                        best = j;
+                struct sock_list *l = &q[best];
+                if (l->tail)
+                    l->tail->next = t;
+                else
+                    l->head = t;
+                l->tail = t;
+                l->n++;
+                l->gpu |= t->gpu;
+                l->load += XFER_WIRE_HDR_LEN + len;
+                l->added += XFER_WIRE_HDR_LEN + len;
+                off += len;
+            } while (off < it->len);
         }
-        if (n_chunks(it->len, ch) > total - used) { /* the peer's region kind changed meanwhile */
-            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ESTALE, "peer region changed while posting");
-            continue;
-        }
-        do {
-            uint64_t len = it->len - off < ch ? it->len - off : ch;
-            struct tcp_tx *t = &slab->tx[used++];
-            fill_chunk(t, b, idx[k], it, off, len, req++);
-            t->slab = slab;
-            int best = 0; /* least loaded live socket (q is rotated by start) */
-            for (int j = 1; j < tc->n; j++)
-                if (q[j].load < q[best].load)
-                    best = j;
-            struct sock_list *l = &q[best];
-            if (l->tail)
-                l->tail->next = t;
-            else
-                l->head = t;
-            l->tail = t;
-            l->n++;
-            l->gpu |= t->gpu;
-            l->load += XFER_WIRE_HDR_LEN + len;
-            l->added += XFER_WIRE_HDR_LEN + len;
-            off += len;
-        } while (off < it->len);
     }
     /* Nothing is queued yet: one batch hold and one slab reference per chunk. */
     if (slab && used == 0)

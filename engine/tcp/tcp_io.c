@@ -149,7 +149,12 @@ void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const 
         tcp_tx_free(t);
         return;
     }
-    xfer_batch_chunk_done_put(t->b, t->idx, status == 0 ? t->len : 0, status, why);
+    if (status < 0 && t->seg != UINT32_MAX) {
+        xfer_batch_seg_fail(t->b, t->idx, t->seg, status, why);
+        xfer_batch_put(t->b);
+    } else {
+        xfer_batch_chunk_done_put(t->b, t->idx, status == 0 ? t->len : 0, status, why);
+    }
     tcp_tx_free(t);
 }
 

@@ -91,7 +91,8 @@ struct tcpx_chunk {
     struct tcpx_chunk *next;
     xfer_batch *b; /* held */
     size_t idx;
-    uint8_t op; /* XFER_WIRE_WRITE_REQ / READ_REQ */
+    uint32_t seg; /* segment of a vectored item (named if it fails), UINT32_MAX = plain */
+    uint8_t op;   /* XFER_WIRE_WRITE_REQ / READ_REQ */
     uint64_t req_id;
     uint32_t region_id, gen;
     uint64_t remote_off, len;

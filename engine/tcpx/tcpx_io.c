@@ -181,7 +181,10 @@ static void chunk_free(struct tcpx_link *l, struct tcpx_chunk *c, int status, co
 {
     tcpx_mem_slot_put(c->slot);
     __atomic_sub_fetch(&l->load, 1, __ATOMIC_RELAXED);
-    xfer_batch_chunk_done(c->b, c->idx, status == 0 ? c->len : 0, status, why);
+    if (status < 0 && c->seg != UINT32_MAX)
+        xfer_batch_seg_fail(c->b, c->idx, c->seg, status, why);
+    else
+        xfer_batch_chunk_done(c->b, c->idx, status == 0 ? c->len : 0, status, why);
     xfer_batch_put(c->b);
     free(c);
 }
@@ -719,24 +722,32 @@ int tcpx_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t n)
     struct tcpx_chunk *head = NULL, **tail = &head;
     size_t count = 0;
     for (size_t k = 0; k < n; k++) {
-        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
-        if (it->len > UINT64_MAX - it->remote_off) {
-            xfer_batch_chunk_done(b, idx[k], 0, -XFER_ERANGE, "remote offset + length overflows");
-            continue;
-        }
-        uint64_t off = 0;
-        do {
-            uint64_t len = it->len - off < chunk ? it->len - off : chunk;
-            struct tcpx_chunk *c = make_chunk(l, b, idx[k], it, off, len);
-            if (!c) {
-                xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOMEM, "out of memory for a chunk");
+        size_t nseg, s = 0;
+        bool vec = xfer_batch_item_segs(b, idx[k], &nseg) != NULL;
+        for (bool ok = true; ok && s < nseg; s++) { /* each segment of a vectored item */
+            struct xfer_item seg, *it = &seg;
+            xfer_batch_item_seg(b, idx[k], s, &seg);
+            if (it->len > UINT64_MAX - it->remote_off) {
+                xfer_batch_chunk_done(b, idx[k], 0, -XFER_ERANGE,
+                                      "remote offset + length overflows");
                 break;
             }
-            *tail = c;
-            tail = &c->next;
-            count++;
-            off += len;
-        } while (off < it->len);
+            uint64_t off = 0;
+            do {
+                uint64_t len = it->len - off < chunk ? it->len - off : chunk;
+                struct tcpx_chunk *c = make_chunk(l, b, idx[k], it, off, len);
+                if (!c) {
+                    xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOMEM, "out of memory for a chunk");
+                    ok = false;
+                    break;
+                }
+                c->seg = vec ? (uint32_t)s : UINT32_MAX;
+                *tail = c;
+                tail = &c->next;
+                count++;
+                off += len;
+            } while (off < it->len);
+        }
     }
     if (!head)
         return 0;

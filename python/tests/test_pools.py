@@ -41,7 +41,9 @@ def test_pool_blocks(pair):
 
     t = me.transfer_blocks(pool, [0, 1, 2, 5], f"{s}/kv", [10, 11, 12, 20], op="read")
     assert t.wait(10)
-    assert len(t) == L * 2 * 2  # per layer: two runs (0-2 -> 10-12, 5 -> 20), K and V apart
+    # one vectored item per layer tensor pair; its segments: two runs
+    # (0-2 -> 10-12, 5 -> 20) for K and two for V
+    assert len(t) == L and [t.item_segments(i) for i in range(L)] == [4] * L
     for l in range(L):
         got, want = kv[l][:, [0, 1, 2, 5]], layer_blocks(40, l, 32, [10, 11, 12, 20])
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16))  # bits: random fp16 has NaNs

@@ -118,6 +118,7 @@ batch_cancel = _fn("xfer_node_batch_cancel", c_int, P)
 batch_item_status = _fn("xfer_node_batch_item_status", c_int, P, c_size_t)
 batch_item_error = _fn("xfer_node_batch_item_error", c_char_p, P, c_size_t)
 batch_item_transport = _fn("xfer_node_batch_item_transport", c_uint, P, c_size_t)
+batch_item_segments = _fn("xfer_node_batch_item_segments", c_size_t, P, c_size_t)
 batch_reset = _fn("xfer_node_batch_reset", c_int, P)
 
 resolve = _fn("xfer_node_resolve", c_int, P, c_char_p, c_char_p, c_uint, POINTER(NodeRef))

@@ -113,6 +113,11 @@ class NodeTransfer(Transfer):
         st = N.batch_notify_status(self.handle, node.encode())
         return Code(-st) if -st in Code._value2member_map_ else Code.EIO
 
+    def item_segments(self, i: int) -> int:
+        """Segments of item i: the block runs of a pool item (one vectored
+        item per pair of member regions), 1 for an item added by address."""
+        return N.batch_item_segments(self.handle, i)
+
     def item_transport(self, i: int) -> Optional[str]:
         """The transport item i's bytes moved over (None: local copy or not started)."""
         names = transports_names(N.batch_item_transport(self.handle, i))

@@ -30,7 +30,7 @@ all: $(FAKEVERBS)
 FAKE_TEST_PROGS := xfer_node:tests/prog/xfer_node.c xfer_rdma_check:tests/prog/xfer_rdma_check.c \
                    xfer_random:tests/prog/xfer_random.c xferd:service/xferd_main.c \
                    xfer_notify:tests/prog/xfer_notify.c xfer_sendrecv:tests/prog/xfer_sendrecv.c \
-                   node_lease:tests/prog/node_lease.c
+                   node_lease:tests/prog/node_lease.c xfer_vec:tests/prog/xfer_vec.c
 # Also built with the real libraries, for runs on real NICs (docs/rdma.md).
 TEST_PROGS += xfer_rdma_check:tests/prog/xfer_rdma_check.c
 FAKE_TEST_BINS := $(foreach p,$(FAKE_TEST_PROGS),$(B)/tests/fake/$(word 1,$(subst :, ,$(p))))

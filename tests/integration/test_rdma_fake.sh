@@ -3,7 +3,8 @@
 # processes, random sizes/offsets/directions checked byte by byte, with the
 # cluster secret; two fake NICs per node (striping over NICs and QPs); the
 # engine's bad-input suite (with and without a secret: a stale incarnation
-# or another node is refused with -XFER_ESTALE); authentication failures; what the NIC itself
+# or another node is refused with -XFER_ESTALE); vectored items (segment
+# lists); authentication failures; what the NIC itself
 # refuses (bad rkey, read-only registration, out of bounds) and recovery.
 set -u
 source "$XFER_ROOT/tests/lib/rdma.sh"
@@ -28,6 +29,9 @@ step "NIC-enforced access and recovery" "$FAKE/xfer_rdma_check" nic --peer "$N" 
 rdma_serve nosec --region rw:rw:1048576:1 --region ro:r:65536:2 --region wo:w:65536:3 \
     --region regen:rw:65536:4 --regen regen || exit 1
 step "bad input (engine suite), no secret" "$FAKE/xfer_node" bad --peer "$WORK/nosec.node" --phase setup
+rdma_serve vec --region vw:rw:4194304:7 || exit 1
+step "vectored items (segment lists)" "$FAKE/xfer_vec" --peer "$WORK/vec.node" --region vw \
+    --pattern-seed 7 --rounds 10 --seed 5 --expect rdma
 
 # Two NICs on each side (127.0.0.1 and 127.0.0.2): QPs on both, chunks striped.
 # Every NIC serves only with a wildcard listen address (issue 18 item 6).

@@ -81,6 +81,15 @@ static int cell(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg
     return 0;
 }
 
+/* Fresh random bytes on the side a whole-region transfer reads from. */
+static int fill_source(struct owner *o, const struct lreg *l, const char *rname, enum xfer_op op)
+{
+    char buf[128];
+    if (op == XFER_OP_WRITE)
+        return lfill(l, 0, GLEN, rnd());
+    return owner_cmd(o, buf, sizeof(buf), "FILL %s %llu", rname, (unsigned long long)(rnd() >> 1));
+}
+
 /* 1024 items in one batch: more than one group, so the worker pins and
  * starts the second group while the first is still being copied. */
 static int big_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l,
@@ -89,13 +98,7 @@ static int big_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
     enum { N = 1024 };
     const struct xfer_region_desc *d = owner_region(o, rname);
     size_t s = GLEN / N;
-    char buf[128];
-    if (op == XFER_OP_WRITE)
-        CHECK(lfill(l, 0, GLEN, rnd()) == 0, "fill");
-    else
-        CHECK(owner_cmd(o, buf, sizeof(buf), "FILL %s %llu", rname,
-                        (unsigned long long)(rnd() >> 1)) == 0,
-              "remote fill");
+    CHECK(fill_source(o, l, rname, op) == 0, "fill");
     xfer_batch *b = xfer_batch_new(e, NULL);
     CHECK(b, "batch");
     for (int i = 0; i < N; i++) {
@@ -124,6 +127,44 @@ static int big_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
     }
     printf("ok %-5s batch of %d items local %s remote %s (pipelined groups)\n",
            op == XFER_OP_READ ? "READ" : "WRITE", N, l->name, rname);
+    return 0;
+}
+
+/* Two vectored items (xfer_batch_add_segments) of n/4 and 3n/4 segments
+ * over the whole region, remote slots reversed: GPU<->GPU they go through
+ * one owner round trip per group and batched kernels (an item of more than
+ * 8192 segments: several ipc jobs), GPU<->CPU one CUDA copy per segment. */
+static int vec_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l,
+                     const char *rname, enum xfer_op op, size_t n)
+{
+    const struct xfer_region_desc *d = owner_region(o, rname);
+    size_t s = GLEN / n;
+    CHECK(fill_source(o, l, rname, op) == 0, "fill");
+    struct xfer_seg *v = malloc(n * sizeof(*v));
+    xfer_batch *b = xfer_batch_new(e, NULL);
+    CHECK(b && v, "batch");
+    for (size_t i = 0; i < n; i++)
+        v[i] = (struct xfer_seg){i * s, (n - 1 - i) * s, s};
+    struct xfer_item it = {
+        .op = op, .local = l->r, .peer = p, .remote_id = d->id, .remote_gen = d->gen};
+    CHECK(xfer_batch_add_segments(b, &it, v, n / 4) == 0 &&
+              xfer_batch_add_segments(b, &it, v + n / 4, n - n / 4) == 1,
+          "add_segments: %s", xfer_engine_last_error(e));
+    int rc = xfer_batch_submit(b, DEADLINE);
+    if (rc == 0)
+        rc = xfer_batch_wait(b, -1);
+    CHECK(rc == 0, "vectored batch: %s (%s)", xfer_strerror(rc), xfer_batch_item_error(b, 0));
+    xfer_batch_free(b);
+    free(v);
+    for (size_t i = 0; i < n; i += n / 61 + 1) {
+        uint64_t rs, ls;
+        CHECK(owner_sum(o, rname, (uint64_t)(n - 1 - i) * s, s, &rs) == 0 &&
+                  lsum(l, (uint64_t)i * s, s, &ls) == 0,
+              "sums");
+        CHECK(rs == ls, "vectored segment %zu checksum mismatch", i);
+    }
+    printf("ok %-5s vectored items of %zu + %zu segments of %zu B, local %s remote %s\n",
+           op == XFER_OP_READ ? "READ" : "WRITE", n / 4, n - n / 4, s, l->name, rname);
     return 0;
 }
 
@@ -205,6 +246,11 @@ int run_gpu_tests(int argc, char **argv)
     const char *far = owner_region(&o, "g1") ? "g1" : "g0";
     bad = bad || big_batch(&o, e, p, &l[0], far, XFER_OP_WRITE) ||
           big_batch(&o, e, p, &l[0], far, XFER_OP_READ);
+    bad = bad || vec_batch(&o, e, p, &l[0], far, XFER_OP_WRITE, 16384) ||
+          vec_batch(&o, e, p, &l[0], far, XFER_OP_READ, 16384) ||
+          vec_batch(&o, e, p, &l[0], "g0", XFER_OP_READ, 4096) ||
+          vec_batch(&o, e, p, &l[0], "h", XFER_OP_WRITE, 256) ||
+          vec_batch(&o, e, p, &l[0], "h", XFER_OP_READ, 256);
     if (!bad) {
         char buf[128];
         const struct xfer_region_desc *d = owner_region(&o, "gf");

@@ -13,5 +13,6 @@ export XFER_TCPX_PLUGIN=$TCPX_PLUGIN XFER_TRANSPORTS=tcpx
 tcpx_suite() {
     export XFER_RANDOM_ITEMS=${XFER_RANDOM_ITEMS:-2000}
     source "$XFER_ROOT/tests/lib/core.sh"
-    core_scripts "over tcpx ($1)" test_tcp_random test_tcp_auth_kill test_tcp_deadline
+    core_scripts "over tcpx ($1)" test_tcp_random test_tcp_auth_kill test_tcp_deadline \
+        test_vec_items
 }

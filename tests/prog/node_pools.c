@@ -256,6 +256,9 @@ static void pick(uint64_t *v, size_t n, uint64_t *rng)
     }
 }
 
+/* Segments (block runs) of the last blocks() call's items, all together. */
+static size_t last_segments;
+
 /* One block-list op, submitted and waited for; returns its code, and the
  * number of items add_blocks made in *items. */
 static int blocks(xfer_node *n, enum xfer_op op, struct pool *lp, const uint64_t *lb,
@@ -269,6 +272,9 @@ static int blocks(xfer_node *n, enum xfer_op op, struct pool *lp, const uint64_t
     int rc = xfer_node_batch_add_blocks(b, op, lp->p, lb, remote, rb, nb, l0, nl);
     if (items)
         *items = rc;
+    last_segments = 0;
+    for (size_t i = 0; i < xfer_node_batch_count(b); i++)
+        last_segments += xfer_node_batch_item_segments(b, i);
     if (rc >= 0 && (rc = xfer_node_batch_submit(b, 10000)) == 0)
         rc = xfer_node_batch_wait(b, -1);
     if (rc == 0 && tbit && xfer_node_batch_count(b))
@@ -382,22 +388,28 @@ static void check_mixed(xfer_node *n, const struct opts *o, struct pool *fa, str
     model_copy(&lm, lb, &rm, rb, 20, 0, LAY);
     CHECK(model_matches(&lm, fa, "fa <- fi"), "vLLM pool fed from a FlashInfer pool");
     model_free(&lm);
-    /* runs consecutive on both sides: one item per stream */
+    /* one vectored item per pair of regions; runs consecutive on both
+     * sides: one segment per stream */
     uint64_t l3[] = {7, 8, 9}, r3[] = {40, 41, 42};
     int items = 0;
     snprintf(remote, sizeof(remote), "%s/fa", o->peer);
-    CHECK(blocks(n, XFER_OP_READ, fa, l3, remote, r3, 3, 0, 0, &items, NULL) == 0 &&
-              items == LAY * 2,
-          "fa 7,8,9 -> 40,41,42: %d items, want %d", items, LAY * 2);
+    CHECK(blocks(n, XFER_OP_READ, fa, l3, remote, r3, 3, 0, 0, &items, NULL) == 0 && items == LAY &&
+              last_segments == LAY * 2,
+          "fa 7,8,9 -> 40,41,42: %d items of %zu segments, want %d of %d", items, last_segments,
+          LAY, LAY * 2);
     snprintf(remote, sizeof(remote), "%s/fi", o->peer);
-    CHECK(blocks(n, XFER_OP_READ, fi, l3, remote, r3, 3, 0, 0, &items, NULL) == 0 && items == LAY,
-          "fi 7,8,9 -> 40,41,42: %d items, want %d (K and V adjacent)", items, LAY);
+    CHECK(blocks(n, XFER_OP_READ, fi, l3, remote, r3, 3, 0, 0, &items, NULL) == 0 && items == LAY &&
+              last_segments == LAY,
+          "fi 7,8,9 -> 40,41,42: %d items of %zu segments, want %d of %d (K and V adjacent)", items,
+          last_segments, LAY, LAY);
     snprintf(remote, sizeof(remote), "%s/bm", o->peer);
-    CHECK(blocks(n, XFER_OP_READ, bm, l3, remote, r3, 3, 0, 0, &items, NULL) == 0 && items == 1,
-          "bm 7,8,9 -> 40,41,42: %d items, want 1", items);
+    CHECK(blocks(n, XFER_OP_READ, bm, l3, remote, r3, 3, 0, 0, &items, NULL) == 0 && items == 1 &&
+              last_segments == 1,
+          "bm 7,8,9 -> 40,41,42: %d items of %zu segments, want 1 of 1", items, last_segments);
     uint64_t l3b[] = {7, 19, 3};
-    CHECK(blocks(n, XFER_OP_READ, bm, l3b, remote, r3, 3, 0, 0, &items, NULL) == 0 && items == 3,
-          "bm 7,19,3 -> 40,41,42: %d items, want 3", items);
+    CHECK(blocks(n, XFER_OP_READ, bm, l3b, remote, r3, 3, 0, 0, &items, NULL) == 0 && items == 1 &&
+              last_segments == 3,
+          "bm 7,19,3 -> 40,41,42: %d items of %zu segments, want 1 of 3", items, last_segments);
     printf("mixed layouts and coalescing: %s\n", failures ? "FAILED" : "ok");
 }
 

@@ -4,8 +4,11 @@
  *
  *   xfer_node serve --out FILE [--node ID] [--secret S] [--io-timeout MS] [--listen ADDR]
  *                   [--region NAME:ACCESS:BYTES[:SEED]]... [--regen NAME]
+ *                   [--guard NAME:OFF:LEN]
  *       registers regions (filled with pattern SEED), writes FILE (port,
- *       incarnation, regions) and serves until SIGTERM/SIGINT.
+ *       incarnation, regions) and serves until SIGTERM/SIGINT. --guard puts
+ *       a lease rule on [OFF, OFF+LEN) of NAME whose lease has ended: every
+ *       access touching it is refused (-XFER_ESTALE).
  *   xfer_node bad   --peer FILE [--secret S] [--phase setup|check]
  *       error cases against a served node (see run_bad()).
  *   xfer_node auth  --peer FILE [--secret S]    expects -XFER_EAUTH
@@ -28,7 +31,7 @@
 #include <unistd.h>
 
 struct opts {
-    const char *cmd, *out, *peer, *secret, *node, *phase, *ready, *regen, *listen;
+    const char *cmd, *out, *peer, *secret, *node, *phase, *ready, *regen, *listen, *guard;
     const char *regions[NODE_MAX_REGIONS];
     int n_regions, io_timeout, sockets;
 };
@@ -51,6 +54,25 @@ static int add_region(xfer_engine *e, const char *spec)
     }
     pattern_fill(xfer_region_ptr(r), bytes, seed, 0);
     return 0;
+}
+
+/* NAME:OFF:LEN guarded by a lease that ended at once (engine/lease.c: the
+ * range stays guarded and refuses everyone). */
+static int guard_range(xfer_engine *e, const char *spec)
+{
+    char name[64];
+    unsigned long long off, len;
+    int rc = -XFER_EINVAL;
+    xfer_lease *l = NULL;
+    if (sscanf(spec, "%63[^:]:%llu:%llu", name, &off, &len) == 3 && xfer_region_find(e, name) &&
+        (l = xfer_lease_new(e, "nobody", 60000, &rc))) {
+        struct xfer_range v = {off, len};
+        rc = xfer_lease_add(l, xfer_region_find(e, name), &v, 1);
+    }
+    xfer_lease_free(l);
+    if (rc < 0)
+        fprintf(stderr, "bad guard %s: %s\n", spec, xfer_strerror(rc));
+    return rc;
 }
 
 static int run_serve(const struct opts *o)
@@ -85,6 +107,8 @@ static int run_serve(const struct opts *o)
         if (!r || xfer_region_deregister(e, r) < 0 || xfer_region_alloc(e, o->regen, len, acc, &r))
             return 1;
     }
+    if (o->guard && guard_range(e, o->guard) < 0)
+        return 1;
     if (node_file_write(e, o->out) < 0) {
         fprintf(stderr, "serve: cannot write %s\n", o->out);
         return 1;
@@ -526,11 +550,13 @@ static int run_blip(const struct opts *o)
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"out", 1, 0, 'o'},     {"peer", 1, 0, 'p'},   {"secret", 1, 0, 's'},
-        {"node", 1, 0, 'n'},    {"region", 1, 0, 'r'}, {"io-timeout", 1, 0, 't'},
-        {"phase", 1, 0, 'P'},   {"ready", 1, 0, 'R'},  {"regen", 1, 0, 'g'},
-        {"sockets", 1, 0, 'S'}, {"listen", 1, 0, 'L'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"out", 1, 0, 'o'},    {"peer", 1, 0, 'p'},
+                                       {"secret", 1, 0, 's'}, {"node", 1, 0, 'n'},
+                                       {"region", 1, 0, 'r'}, {"io-timeout", 1, 0, 't'},
+                                       {"phase", 1, 0, 'P'},  {"ready", 1, 0, 'R'},
+                                       {"regen", 1, 0, 'g'},  {"sockets", 1, 0, 'S'},
+                                       {"listen", 1, 0, 'L'}, {"guard", 1, 0, 'G'},
+                                       {0, 0, 0, 0}};
     struct opts o = {0};
     if (argc < 2) {
         fprintf(stderr, "usage: xfer_node serve|bad|auth|pump|demo [options]\n");
@@ -573,6 +599,9 @@ int main(int argc, char **argv)
             break;
         case 'L':
             o.listen = optarg;
+            break;
+        case 'G':
+            o.guard = optarg;
             break;
         default:
             return 2;

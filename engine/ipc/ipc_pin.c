@@ -1,0 +1,163 @@
+/*
+ * Pins at the owner for the worker's groups (ipc_conn.c): every checked
+ * job of a group is validated and pinned in one round trip per kind —
+ * IPC_ACQ_REQ for plain items (one range each), IPC_ACQV_REQ for vectored
+ * items (a segment list each, checked by the owner under one lock with one
+ * pin per list) — and unpinned with one IPC_REL.
+ */
+#include "ipc_conn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Regions the owner deregistered (records behind its answers): retire our
+ * mappings of them. */
+static void forget_revoked(struct ipc_conn *c, const void *recs, size_t bytes)
+{
+    const struct ipc_revoked *gone = recs;
+    for (size_t x = 0; x < bytes / sizeof(*gone); x++)
+        ipc_map_forget_gen(&c->maps, gone[x].id, gone[x].gen);
+}
+
+/* One round trip: sends req (count records), receives the answers of each
+ * bytes into reply and retires revoked mappings. */
+static int round_trip(struct ipc_conn *c, uint16_t type, uint32_t count, const void *req,
+                      size_t req_bytes, void *reply, size_t reply_max, size_t each)
+{
+    int rc = ipc_send(c->fd, type, count, req, (uint32_t)req_bytes, -1, c->io_timeout_ms);
+    struct ipc_hdr h;
+    if (rc == 0)
+        rc = ipc_recv(c->fd, &h, reply, (uint32_t)reply_max, NULL, c->io_timeout_ms);
+    if (rc == 0)
+        rc = ipc_msg_check(&h, reply, type + 1, count); /* each *_RESP follows its *_REQ */
+    if (rc == 0)
+        forget_revoked(c, (char *)reply + count * each, h.bytes - count * each);
+    return rc;
+}
+
+static int acquire_plain(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
+{
+    struct ipc_acq_req req[IPC_BATCH_MAX];
+    size_t map_of[IPC_BATCH_MAX], k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i].status || jobs[i].skip || jobs[i].segs)
+            continue;
+        const struct xfer_item *it = &jobs[i].it;
+        req[k] = (struct ipc_acq_req){.id = it->remote_id,
+                                      .gen = it->remote_gen,
+                                      .op = it->op,
+                                      .off = it->remote_off,
+                                      .len = it->len};
+        map_of[k++] = i;
+    }
+    if (k == 0)
+        return 0;
+    struct {
+        struct ipc_acq_resp r[IPC_BATCH_MAX];
+        struct ipc_revoked gone[IPC_REVOKED_MAX];
+    } reply;
+    int rc = round_trip(c, IPC_ACQ_REQ, (uint32_t)k, req, k * sizeof(req[0]), &reply, sizeof(reply),
+                        sizeof(reply.r[0]));
+    for (size_t x = 0; rc == 0 && x < k; x++) {
+        struct ipc_job *j = &jobs[map_of[x]];
+        const struct ipc_acq_resp *r = &reply.r[x];
+        if (r->status == 0) {
+            j->pinned = true;
+            j->slot = r->slot;
+            continue;
+        }
+        ipc_job_fail(j, r->status, "owner refused region %u gen %u [%llu+%llu]: %s",
+                     j->it.remote_id, j->it.remote_gen, (unsigned long long)j->it.remote_off,
+                     (unsigned long long)j->it.len, xfer_strerror(r->status));
+        if (r->status == -XFER_ESTALE || r->status == -XFER_ENOENT)
+            ipc_map_forget(&c->maps, j->it.remote_id);
+    }
+    return rc;
+}
+
+/* Builds the IPC_ACQV_REQ of the vectored jobs (map_of: record -> job). */
+static void *acqv_build(const struct ipc_job *jobs, size_t n, size_t *map_of, size_t *k_out,
+                        size_t *bytes_out)
+{
+    size_t k = 0, segs = 0;
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].segs && !jobs[i].status && !jobs[i].skip) {
+            map_of[k++] = i;
+            segs += jobs[i].s1 - jobs[i].s0;
+        }
+    *k_out = k;
+    *bytes_out = k * sizeof(struct ipc_acqv_req) + segs * sizeof(struct xfer_range);
+    char *buf = k ? malloc(*bytes_out) : NULL, *at = buf;
+    for (size_t x = 0; buf && x < k; x++) {
+        const struct ipc_job *j = &jobs[map_of[x]];
+        struct ipc_acqv_req *q = (void *)at;
+        *q = (struct ipc_acqv_req){
+            .id = j->it.remote_id, .gen = j->it.remote_gen, .op = j->it.op, .nseg = j->s1 - j->s0};
+        struct xfer_range *v = (void *)(at + sizeof(*q));
+        for (uint32_t s = j->s0; s < j->s1; s++)
+            v[s - j->s0] = (struct xfer_range){j->segs[s].remote_off, j->segs[s].len};
+        at += sizeof(*q) + q->nseg * sizeof(*v);
+    }
+    return buf;
+}
+
+static int acquire_vec(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
+{
+    size_t map_of[IPC_BATCH_MAX], k, bytes;
+    void *req = acqv_build(jobs, n, map_of, &k, &bytes);
+    if (k == 0)
+        return 0;
+    if (!req) {
+        for (size_t x = 0; x < k; x++)
+            ipc_job_fail(&jobs[map_of[x]], -XFER_ENOMEM, "out of memory for the segment list");
+        return 0;
+    }
+    struct {
+        struct ipc_acqv_resp r[IPC_BATCH_MAX];
+        struct ipc_revoked gone[IPC_REVOKED_MAX];
+    } reply;
+    int rc = round_trip(c, IPC_ACQV_REQ, (uint32_t)k, req, bytes, &reply, sizeof(reply),
+                        sizeof(reply.r[0]));
+    free(req);
+    for (size_t x = 0; rc == 0 && x < k; x++) {
+        struct ipc_job *j = &jobs[map_of[x]];
+        const struct ipc_acqv_resp *r = &reply.r[x];
+        if (r->status == 0) {
+            j->pinned = true;
+            j->slot = r->slot;
+            continue;
+        }
+        if (r->bad >= j->s1 - j->s0) { /* the region itself */
+            ipc_job_fail(j, r->status, "owner refused region %u gen %u: %s", j->it.remote_id,
+                         j->it.remote_gen, xfer_strerror(r->status));
+            if (r->status == -XFER_ESTALE || r->status == -XFER_ENOENT)
+                ipc_map_forget(&c->maps, j->it.remote_id);
+            continue;
+        }
+        const struct xfer_seg *s = &j->segs[j->s0 + r->bad];
+        j->bad = j->s0 + r->bad;
+        ipc_job_fail(j, r->status, "owner refused remote %llu+%llu of region %u: %s",
+                     (unsigned long long)s->remote_off, (unsigned long long)s->len, j->it.remote_id,
+                     xfer_strerror(r->status));
+    }
+    return rc;
+}
+
+int ipc_jobs_acquire(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
+{
+    int rc = acquire_plain(c, jobs, n);
+    return rc ? rc : acquire_vec(c, jobs, n);
+}
+
+int ipc_jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
+{
+    uint32_t slot[IPC_BATCH_MAX];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].pinned)
+            slot[k++] = jobs[i].slot;
+    if (k == 0)
+        return 0;
+    return ipc_send(c->fd, IPC_REL, (uint32_t)k, slot, (uint32_t)(k * sizeof(slot[0])), -1,
+                    c->io_timeout_ms);
+}

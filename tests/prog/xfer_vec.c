@@ -1,0 +1,301 @@
+/*
+ * Vectored items (xfer_batch_add_segments) against a served node, every
+ * byte checked, on whatever transport the engines pick (tcp, or ipc when
+ * XFER_TRANSPORTS allows it on one host).
+ *
+ *   xfer_vec --peer FILE [--region rw] [--pattern-seed N] [--rounds N]
+ *            [--seed N] [--guard REGION:OFF] [--expect tcp|ipc]
+ *
+ * Random rounds: a batch of 1..4 vectored items (READ or WRITE, 1..4096
+ * segments of 1 B..64 KiB, now and then one of 20,000 segments: several
+ * ipc jobs and groups) plus a plain item; the remote ranges of a batch are
+ * disjoint and so are the local ones, so the outcome is exact. A shadow of
+ * the region is kept as in xfer_random and the whole region is compared at
+ * the end. Then: a segment past the remote region's end fails its item with
+ * -XFER_ERANGE naming that segment; with --guard (the server's
+ * --guard REGION:OFF:LEN, a range no lease covers) a segment touching it
+ * fails with -XFER_ESTALE naming it; bad
+ * lists are refused at add; a cancelled READ batch ends cleanly.
+ */
+#include "check.h"
+#include "node_common.h"
+
+#include <getopt.h>
+#include <math.h>
+
+static uint64_t rng_state = 1;
+static uint64_t rnd(void)
+{
+    rng_state += 0x9e3779b97f4a7c15ull;
+    return mix64(rng_state);
+}
+
+#define MAX_ITEMS 5
+
+struct ctx {
+    xfer_engine *e;
+    xfer_peer *p;
+    const struct xfer_region_desc *rd;
+    xfer_region *local;
+    uint8_t *lp, *shadow;
+    uint64_t size;
+    const struct xfer_region_desc *grd; /* the guarded region, or NULL */
+    uint64_t guard_off;
+    unsigned expect; /* transport bit, 0 = any */
+};
+
+/* The items of one batch as the test sees them. */
+struct vec {
+    enum xfer_op op;
+    struct xfer_seg *s;
+    size_t n;
+};
+
+/* n slots of size/n bytes on each side, shuffled, one segment per slot:
+ * remote and local ranges disjoint whatever the item. */
+static size_t make_segs(struct ctx *c, struct xfer_seg *out, size_t n, uint64_t *rperm,
+                        uint64_t *lperm)
+{
+    uint64_t slot = c->size / n;
+    for (size_t k = 0; k < n; k++)
+        rperm[k] = lperm[k] = k;
+    for (size_t k = n; k > 1; k--) {
+        size_t a = rnd() % k, b = rnd() % k;
+        uint64_t t = rperm[k - 1];
+        rperm[k - 1] = rperm[a];
+        rperm[a] = t;
+        t = lperm[k - 1];
+        lperm[k - 1] = lperm[b];
+        lperm[b] = t;
+    }
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t cap = slot < 65536 ? slot : 65536;
+        uint64_t len =
+            1 + (uint64_t)exp(log((double)cap) * (double)(rnd() >> 11) / 9007199254740992.0);
+        len = len > cap ? cap : len;
+        uint64_t ro = rperm[k] * slot + rnd() % (slot - len + 1);
+        uint64_t lo = lperm[k] * slot + rnd() % (slot - len + 1);
+        out[m++] = (struct xfer_seg){lo, ro, len};
+    }
+    return m;
+}
+
+static struct xfer_item vec_head(struct ctx *c, enum xfer_op op)
+{
+    return (struct xfer_item){.op = op,
+                              .local = c->local,
+                              .peer = c->p,
+                              .remote_id = c->rd->id,
+                              .remote_gen = c->rd->gen};
+}
+
+static struct xfer_item vec_head_of(struct ctx *c, const struct xfer_region_desc *rd)
+{
+    struct xfer_item it = vec_head(c, XFER_OP_READ);
+    it.remote_id = rd->id;
+    it.remote_gen = rd->gen;
+    return it;
+}
+
+/* One random batch: its segments share one slot layout (disjoint). */
+static void random_round(struct ctx *c, xfer_batch *b, struct xfer_seg *all, uint64_t *rp,
+                         uint64_t *lp)
+{
+    size_t total = rnd() % 16 == 0 ? 20000 : 1 + rnd() % 4096;
+    size_t m = make_segs(c, all, total, rp, lp);
+    struct vec v[MAX_ITEMS];
+    size_t nv = 0, at = 0, nitems = 1 + rnd() % 4;
+    xfer_batch_reset(b);
+    for (size_t i = 0; i < nitems && at < m; i++) {
+        size_t n = i + 1 == nitems ? m - at : 1 + rnd() % (m - at);
+        v[nv] = (struct vec){rnd() & 1 ? XFER_OP_READ : XFER_OP_WRITE, all + at, n};
+        at += n;
+        for (size_t k = 0; k < v[nv].n; k++) {
+            const struct xfer_seg *s = &v[nv].s[k];
+            if (v[nv].op == XFER_OP_WRITE)
+                pattern_fill(c->lp + s->local_off, s->len, rnd(), s->local_off);
+            else
+                memset(c->lp + s->local_off, 0xa5, s->len);
+        }
+        struct xfer_item it = vec_head(c, v[nv].op);
+        int idx = xfer_batch_add_segments(b, &it, v[nv].s, v[nv].n);
+        CHECK(idx == (int)nv, "add_segments: %d (%s)", idx, xfer_engine_last_error(c->e));
+        nv++;
+    }
+    int rc = xfer_batch_submit(b, 60000);
+    if (rc == 0)
+        rc = xfer_batch_wait(b, -1);
+    CHECK(rc == 0, "batch of %zu vectored items, %zu segments: %s", nv, m, xfer_strerror(rc));
+    for (size_t i = 0; i < nv; i++) { /* READs saw the content before the batch */
+        int st = xfer_batch_item_status(b, i);
+        CHECK(st == 0, "item %zu: %s", i, xfer_batch_item_error(b, i));
+        unsigned t = xfer_batch_item_transport(b, i);
+        CHECK(!c->expect || t == c->expect, "item %zu went over transport %u", i, t);
+        for (size_t k = 0; st == 0 && v[i].op == XFER_OP_READ && k < v[i].n; k++) {
+            const struct xfer_seg *s = &v[i].s[k];
+            CHECK(!memcmp(c->lp + s->local_off, c->shadow + s->remote_off, s->len),
+                  "READ item %zu segment %zu (remote %llu, %llu B) differs", i, k,
+                  (unsigned long long)s->remote_off, (unsigned long long)s->len);
+        }
+    }
+    for (size_t i = 0; i < nv; i++)
+        for (size_t k = 0; v[i].op == XFER_OP_WRITE && k < v[i].n; k++) {
+            const struct xfer_seg *s = &v[i].s[k];
+            memcpy(c->shadow + s->remote_off, c->lp + s->local_off, s->len);
+        }
+}
+
+/* A READ item of n segments where segment bad is replaced by `evil`:
+ * expects code, the failed segment named by number and in the reason. */
+static void expect_bad_segment(struct ctx *c, const struct xfer_region_desc *rd, xfer_batch *b,
+                               size_t n, size_t bad, struct xfer_seg evil, int code,
+                               const char *what)
+{
+    struct xfer_seg s[64];
+    for (size_t k = 0; k < n; k++)
+        s[k] = (struct xfer_seg){k * 4096, k * 4096, 4096};
+    s[bad] = evil;
+    xfer_batch_reset(b);
+    struct xfer_item it = vec_head_of(c, rd);
+    CHECK(xfer_batch_add_segments(b, &it, s, n) == 0, "%s: add: %s", what,
+          xfer_engine_last_error(c->e));
+    int rc = xfer_batch_submit(b, 10000);
+    if (rc == 0)
+        rc = xfer_batch_wait(b, -1);
+    const char *why = xfer_batch_item_error(b, 0);
+    char want[32];
+    snprintf(want, sizeof(want), "segment %zu", bad);
+    printf("%s: %s (segment %lld): %s\n", what, xfer_strerror(rc),
+           (long long)xfer_batch_item_failed_segment(b, 0), why);
+    CHECK(rc == code, "%s: got %s, want %s", what, xfer_strerror(rc), xfer_strerror(code));
+    CHECK(xfer_batch_item_failed_segment(b, 0) == (int64_t)bad, "%s: failed segment %lld, want %zu",
+          what, (long long)xfer_batch_item_failed_segment(b, 0), bad);
+    CHECK(strstr(why, want) != NULL, "%s: reason does not name %s: %s", what, want, why);
+}
+
+/* Lists refused at add, with nothing appended. */
+static void bad_lists(struct ctx *c, xfer_batch *b)
+{
+    xfer_batch_reset(b);
+    struct xfer_item it = vec_head(c, XFER_OP_READ);
+    struct xfer_seg one = {0, 0, 16}, zero = {0, 0, 0}, past = {c->size - 8, 0, 16};
+    CHECK(xfer_batch_add_segments(b, &it, &one, 0) == -XFER_EINVAL, "empty list accepted");
+    CHECK(xfer_batch_add_segments(b, &it, NULL, 1) == -XFER_EINVAL, "NULL list accepted");
+    CHECK(xfer_batch_add_segments(b, &it, &one, (size_t)XFER_SEGS_MAX + 1) == -XFER_EINVAL,
+          "oversized list accepted");
+    CHECK(xfer_batch_add_segments(b, &it, &zero, 1) == -XFER_EINVAL, "zero-length segment");
+    CHECK(xfer_batch_add_segments(b, &it, &past, 1) == -XFER_ERANGE, "local overrun accepted");
+    CHECK(strstr(xfer_engine_last_error(c->e), "segment 0") != NULL, "reason: %s",
+          xfer_engine_last_error(c->e));
+    struct xfer_item off = it;
+    off.len = 16;
+    CHECK(xfer_batch_add_segments(b, &off, &one, 1) == -XFER_EINVAL, "item length accepted");
+    off = it;
+    off.op = XFER_OP_SEND;
+    CHECK(xfer_batch_add_segments(b, &off, &one, 1) == -XFER_EINVAL, "SEND accepted");
+    CHECK(xfer_batch_count(b) == 0, "a refused list left %zu items", xfer_batch_count(b));
+}
+
+/* A large READ batch cancelled right after submit: every item ends with 0
+ * or -XFER_ECANCELED, and the batch is reusable. */
+static void cancel_round(struct ctx *c, xfer_batch *b, struct xfer_seg *all, uint64_t *rp,
+                         uint64_t *lp)
+{
+    size_t m = make_segs(c, all, 20000, rp, lp);
+    xfer_batch_reset(b);
+    struct xfer_item it = vec_head(c, XFER_OP_READ);
+    CHECK(xfer_batch_add_segments(b, &it, all, m / 2) == 0, "add");
+    CHECK(xfer_batch_add_segments(b, &it, all + m / 2, m - m / 2) == 1, "add");
+    CHECK(xfer_batch_submit(b, 10000) == 0, "submit");
+    int rc = xfer_batch_cancel(b);
+    int w = xfer_batch_wait(b, 10000);
+    CHECK(rc == 0, "cancel: %s", xfer_strerror(rc));
+    CHECK(w == 0 || w == -XFER_ECANCELED, "after cancel: %s", xfer_strerror(w));
+    for (size_t i = 0; i < 2; i++) {
+        int st = xfer_batch_item_status(b, i);
+        CHECK(st == 0 || st == -XFER_ECANCELED, "item %zu after cancel: %s", i, xfer_strerror(st));
+    }
+}
+
+static void final_check(struct ctx *c)
+{
+    memset(c->lp, 0, c->size);
+    int rc = xfer_read(c->e, c->local, 0, c->p, c->rd->id, c->rd->gen, 0, c->size, 30000);
+    CHECK(rc == 0, "final read: %s", xfer_engine_last_error(c->e));
+    CHECK(rc != 0 || !memcmp(c->lp, c->shadow, c->size), "final region content differs");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {{"peer", 1, 0, 'p'},   {"region", 1, 0, 'r'},
+                                       {"rounds", 1, 0, 'n'}, {"seed", 1, 0, 's'},
+                                       {"guard", 1, 0, 'g'},  {"pattern-seed", 1, 0, 'P'},
+                                       {"expect", 1, 0, 'x'}, {0, 0, 0, 0}};
+    const char *peer = NULL, *region = "rw", *guard = NULL;
+    char gname[64] = "";
+    long rounds = 60;
+    uint64_t pseed = 0;
+    struct ctx c = {0};
+    for (int o; (o = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        if (o == 'p')
+            peer = optarg;
+        else if (o == 'r')
+            region = optarg;
+        else if (o == 'n')
+            rounds = atol(optarg);
+        else if (o == 's')
+            rng_state = strtoull(optarg, NULL, 0);
+        else if (o == 'P')
+            pseed = strtoull(optarg, NULL, 0);
+        else if (o == 'g')
+            guard = optarg;
+        else if (o == 'x' && xfer_transports_parse(optarg, &c.expect) == 0)
+            continue;
+        else
+            return 2;
+    }
+    struct node_file nf;
+    if (!peer || node_file_read(peer, &nf) < 0 || !(c.rd = node_region(&nf, region)))
+        return 2;
+    if (guard && (sscanf(guard, "%63[^:]:%" SCNu64, gname, &c.guard_off) != 2 ||
+                  !(c.grd = node_region(&nf, gname))))
+        return 2;
+    int rc;
+    c.e = client_engine("vec-client", &nf, NULL, 4, &c.p, &rc);
+    if (!c.e || rc < 0)
+        return 1;
+    c.size = c.rd->len;
+    struct xfer_seg *all = malloc(20000 * sizeof(*all));
+    uint64_t *rp = malloc(20000 * sizeof(*rp)), *lp = malloc(20000 * sizeof(*lp));
+    xfer_batch *b = xfer_batch_new(c.e, &rc);
+    if (xfer_region_alloc(c.e, "local", c.size, XFER_ACCESS_RW, &c.local) < 0 || !all || !rp ||
+        !lp || !b || !(c.shadow = malloc(c.size)))
+        return 1;
+    c.lp = xfer_region_ptr(c.local);
+    pattern_fill(c.shadow, c.size, pseed, 0);
+    printf("vec: %ld rounds, seed %llu, region %s of %llu bytes\n", rounds,
+           (unsigned long long)rng_state, region, (unsigned long long)c.size);
+    double t0 = now_s();
+    for (long r = 0; r < rounds && !failures; r++)
+        random_round(&c, b, all, rp, lp);
+    printf("vec: random rounds %s in %.1f s\n", failures ? "FAILED" : "passed", now_s() - t0);
+    if (!failures)
+        final_check(&c);
+    struct xfer_seg past = {5 * 4096, c.size - 100, 4096};
+    expect_bad_segment(&c, c.rd, b, 9, 5, past, -XFER_ERANGE, "segment past the remote end");
+    if (c.grd) {
+        struct xfer_seg g = {3 * 4096, c.guard_off, 4096};
+        expect_bad_segment(&c, c.grd, b, 7, 3, g, -XFER_ESTALE, "segment on a guarded range");
+    }
+    bad_lists(&c, b);
+    cancel_round(&c, b, all, rp, lp);
+    xfer_batch_free(b);
+    xfer_engine_free(c.e);
+    free(all);
+    free(rp);
+    free(lp);
+    free(c.shadow);
+    printf("vec: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
+    return failures ? 1 : 0;
+}
