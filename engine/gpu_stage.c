@@ -1,5 +1,6 @@
 /* Pinned host staging ring for GPU memory over sockets (see gpu_stage.h). */
 #include "gpu_stage.h"
+#include "mono_clock.h"
 
 #include "xfer_io.h"
 #include "xfer.h"
@@ -94,13 +95,6 @@ void xfer_gpu_stage_free(struct xfer_gpu_stage *s)
     if (s->h2d)
         cudaStreamDestroy(s->h2d);
     free(s);
-}
-
-static int64_t now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
 }
 
 /* Test mode for machines without a GPU (XFER_GPU_STAGE_EMULATE=1 and no CUDA
@@ -204,7 +198,7 @@ static int slot_copy(struct xfer_gpu_stage *s, int slot, void *dst, const void *
             memcpy(dst, src, len);
         sl->busy = true;
         sl->fake_polls = 2;
-        sl->fake_until = len < STAGE_SMALL_COPY && s->small_us ? now_us() + s->small_us : 0;
+        sl->fake_until = len < STAGE_SMALL_COPY && s->small_us ? xfer_mono_us() + s->small_us : 0;
         return 0;
     }
     cudaError_t e = cudaSetDevice(s->device);
@@ -240,7 +234,7 @@ int xfer_gpu_stage_poll(struct xfer_gpu_stage *s, int slot)
     if (!sl->busy)
         return 0;
     if (s->emulated) {
-        if (sl->fake_polls-- > 0 || (sl->fake_until && now_us() < sl->fake_until))
+        if (sl->fake_polls-- > 0 || (sl->fake_until && xfer_mono_us() < sl->fake_until))
             return -XFER_EINPROGRESS;
         sl->busy = false;
         return 0;

@@ -16,6 +16,14 @@
 void xfer_cond_init_mono(pthread_cond_t *cv);
 /* The absolute CLOCK_MONOTONIC time ns from now (ns <= 0: now), for
  * pthread_cond_timedwait on a condition made by xfer_cond_init_mono. */
+/* CLOCK_MONOTONIC in microseconds (debug timings, short deadlines). */
+static inline int64_t xfer_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 struct timespec xfer_mono_after_ns(int64_t ns);
 static inline struct timespec xfer_mono_after_ms(int64_t ms)
 {

@@ -11,6 +11,7 @@
  * that: the posting thread copies them itself (ipc_direct.c).
  */
 #include "handshake.h"
+#include "mono_clock.h"
 #include "ipc_conn.h"
 #include "xfer_io.h"
 #include "xfer_kernels.h"
@@ -226,13 +227,6 @@ struct ipc_group {
     int64_t t_us[3]; /* taken, pinned, copies started (for the debug line) */
 };
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static char *job_local(const struct ipc_job *j)
 {
     return (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
@@ -409,7 +403,7 @@ static void maps_gc(struct ipc_conn *c)
 static void group_start(struct ipc_conn *c, struct ipc_group *g)
 {
     g->mark = NULL;
-    g->t_us[0] = now_us();
+    g->t_us[0] = xfer_mono_us();
     for (size_t i = 0; i < g->n; i++) {
         struct ipc_job *j = &g->jobs[i];
         j->it = *xfer_batch_item(j->b, j->i);
@@ -429,10 +423,10 @@ static void group_start(struct ipc_conn *c, struct ipc_group *g)
             job_check(c, j);
     }
     g->rc = ipc_jobs_acquire(c, g->jobs, g->n);
-    g->t_us[1] = now_us();
+    g->t_us[1] = xfer_mono_us();
     if (g->rc == 0)
         jobs_copy_start(c, g);
-    g->t_us[2] = now_us();
+    g->t_us[2] = xfer_mono_us();
 }
 
 /* XFER_LOG_LEVEL=debug: where a group's time went. */
@@ -444,7 +438,7 @@ static void group_debug(const struct ipc_group *g)
         segs += g->jobs[i].segs ? g->jobs[i].s1 - g->jobs[i].s0 : 1;
         bytes += g->jobs[i].bytes;
     }
-    int64_t end = now_us();
+    int64_t end = xfer_mono_us();
     xfer_debug("ipc: group of %zu jobs, %zu segments, %llu bytes: check+pin %lld us, copies "
                "started %lld us, then waited+released+reported %lld us",
                g->n, segs, (unsigned long long)bytes, (long long)(g->t_us[1] - g->t_us[0]),
