@@ -244,7 +244,7 @@ static void print(const struct opts *o, const struct result *r)
     if (o->json) {
         printf("{\"op\":\"%s\",\"transport\":\"%s\",\"size\":%llu,\"batch\":%d,\"depth\":%d,"
                "\"sockets\":%d,\"threads\":%d,\"seconds\":%.3f,\"batches\":%llu,"
-               "\"gbps\":%.4f,\"ops\":%.1f,\"lat_us\":{\"p50\":%.2f,\"p99\":%.2f,"
+               "\"gbps\":%.6g,\"ops\":%.1f,\"lat_us\":{\"p50\":%.2f,\"p99\":%.2f,"
                "\"p999\":%.2f},\"verified\":%s}\n",
                op, tr, (unsigned long long)o->size, o->batch, o->depth, o->sockets, o->threads,
                r->secs, (unsigned long long)r->batches, gbps, ops, p50 * 1e6, p99 * 1e6, p999 * 1e6,

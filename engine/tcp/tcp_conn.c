@@ -379,8 +379,9 @@ static uint32_t splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kic
  * submitting thread sends itself only small posts (latency), not bulk. Bulk
  * sent by the submitter put the copies of all sockets on that one thread:
  * 1 MiB x 16 over 4 sockets + 4 threads ran at 5.3 GB/s, 17.1 GB/s when
- * handed off (32-core host, 2026-11-28, docs/perf.md). A connection of one
- * socket keeps it (one sender either way; handing off measured no gain). */
+ * handed off (32-core host, 2026-11-28, docs/perf.md). One socket, or one
+ * progress thread for all sockets, keeps it: there the submitter is a second
+ * sender, not one in place of several (N=1: handing off measured no gain). */
 #define TCP_DIRECT_MAX_CHUNKS 64
 #define TCP_DIRECT_MAX_BYTES  (256u << 10)
 
@@ -484,7 +485,7 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     if (nsock == 1) /* a notification bound to these items may follow them */
         tcp_msg_behind(tc, b, tc->socks[one], idx, n, frames);
     bool direct = tc->tt->direct && used <= TCP_DIRECT_MAX_CHUNKS &&
-                  (tc->n == 1 || bytes <= TCP_DIRECT_MAX_BYTES);
+                  (tc->n == 1 || tc->tt->n_threads == 1 || bytes <= TCP_DIRECT_MAX_BYTES);
     for (int k = 0; k < tc->n; k++) {
         if (!kick[k])
             continue;
