@@ -615,8 +615,20 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&c->mu);
             continue;
         }
+        if (c->qlen == 0 && c->owed_lazy_ms &&
+            xfer_now_ms() >= c->owed_lazy_ms + IPC_OWED_LAZY_MS) {
+            c->owed_lazy_ms = 0; /* ipc_link_lazy sets it again if some are left */
+            pthread_mutex_unlock(&c->mu);
+            ipc_link_lazy(c);
+            pthread_mutex_lock(&c->mu);
+            rc = __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ? -XFER_ECONN : 0;
+            continue;
+        }
         if (c->qlen == 0) {
-            struct timespec ts = xfer_mono_after_ms(c->direct.head ? DIRECT_CHECK_MS : 1000);
+            int64_t ms = c->direct.head ? DIRECT_CHECK_MS : 1000;
+            if (c->owed_lazy_ms) /* answers left owed: read them soon */
+                ms = c->owed_lazy_ms + IPC_OWED_LAZY_MS - xfer_now_ms();
+            struct timespec ts = xfer_mono_after_ms(ms > 0 ? ms : 0);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
             rc = direct_check(c);
             continue;

@@ -40,6 +40,7 @@ struct ipc_msgq { /* an engine message queued, or sent and owed its answer */
     struct xfer_msg *m;
     struct ipc_msgq *next;
     int32_t status; /* the answer, once read */
+    int64_t sent_ms;
 };
 
 struct ipc_conn {
@@ -61,6 +62,7 @@ struct ipc_conn {
     uint64_t group_bytes;           /* see take_work */
     struct ipc_msgq *mhead, *mtail; /* mu: messages for the worker to send */
     bool owed_wake;                 /* mu: the worker reads owed answers */
+    int64_t owed_lazy_ms; /* mu: since then answers nobody waits for are owed (0 = none) */
     /* the socket (ipc_link.c); lock order link_mu, then mu */
     pthread_mutex_t link_mu;
     struct ipc_msgq *owed, *owed_tail; /* link_mu: sent, answer not read yet */
@@ -83,6 +85,13 @@ int ipc_link_lock(struct ipc_conn *c, bool drain);
 /* Lets the socket go (rc < 0: the exchange failed, the connection is
  * broken) and completes the messages answered meanwhile. */
 void ipc_link_unlock(struct ipc_conn *c, int rc);
+/* Answers nobody waits for (struct xfer_msg.lazy) that the next user of the
+ * socket did not read: the idle worker reads them this long after. */
+#define IPC_OWED_LAZY_MS 2
+/* Worker, no lock held: reads the owed answers that arrived (a link in use
+ * or answers still missing: again IPC_OWED_LAZY_MS later; missing for
+ * io_timeout_ms: the connection breaks). */
+void ipc_link_lazy(struct ipc_conn *c);
 /* Worker: sends the messages queued for it and reads owed answers. */
 void ipc_link_worker_msgs(struct ipc_conn *c);
 /* The connection is going: whatever is owed fails (-XFER_ECONN). */

@@ -148,6 +148,7 @@ static int link_send(struct ipc_conn *c, struct ipc_msgq *q)
         return rc;
     }
     q->next = NULL;
+    q->sent_ms = xfer_now_ms();
     if (c->owed_tail)
         c->owed_tail->next = q;
     else
@@ -156,13 +157,39 @@ static int link_send(struct ipc_conn *c, struct ipc_msgq *q)
     return 0;
 }
 
-/* The worker asks for what is owed, mu held. */
+/* The worker reads what is owed now (link_mu held). */
 static void owed_to_worker(struct ipc_conn *c)
 {
     pthread_mutex_lock(&c->mu);
     c->owed_wake = true;
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
+}
+
+/* link_mu held: answers nobody waits for are owed; the next user of the
+ * link reads them, else the worker after IPC_OWED_LAZY_MS. */
+static void owed_lazy(struct ipc_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->owed_lazy_ms) {
+        c->owed_lazy_ms = xfer_now_ms();
+        pthread_cond_signal(&c->cv); /* it sleeps shorter from now on */
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ipc_link_lazy(struct ipc_conn *c)
+{
+    bool left = true; /* the link is busy: look again later */
+    if (pthread_mutex_trylock(&c->link_mu) == 0) {
+        read_owed(c, NULL, 0); /* those that arrived */
+        if (c->owed && xfer_now_ms() - c->owed->sent_ms > c->io_timeout_ms)
+            link_break(c); /* not answered within io_timeout: as a failed round trip */
+        left = c->owed != NULL;
+        ipc_link_unlock(c, 0);
+    }
+    if (left)
+        owed_lazy(c);
 }
 
 void ipc_link_worker_msgs(struct ipc_conn *c)
@@ -218,11 +245,15 @@ int ipc_conn_send_msg(struct xfer_conn *xc, struct xfer_msg *m)
             free(q);
         return dead ? -XFER_ECONN : 0;
     }
+    bool lazy = m->lazy;
     int rc = link_send(c, q); /* from here on m is the link's */
     if (rc < 0) {             /* the link broke: m completes with the owed ones */
         q->status = -XFER_ECONN;
         q->next = c->answered;
         c->answered = q;
+    } else if (lazy) { /* the caller goes on: answers that came are read, the rest later */
+        if (read_owed(c, NULL, 0) == -XFER_ETIMEDOUT)
+            owed_lazy(c);
     } else if (read_owed(c, q, IPC_MSG_WAIT_MS) == -XFER_ETIMEDOUT) {
         owed_to_worker(c);
     }
