@@ -262,15 +262,6 @@ static int deadline_phase(struct ctx *c, bool sender)
     return 0;
 }
 
-static void touch(const char *dir_file, const char *suffix)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s%s", dir_file, suffix);
-    FILE *f = fopen(path, "w");
-    if (f)
-        fclose(f);
-}
-
 /* With --stop: the test stops b (SIGSTOP) after FILE and says so in
  * FILE.stopped; a then submits a notification, which b cannot answer, says
  * FILE.sent, and b is killed (the message is owed its answer then: ipc's
