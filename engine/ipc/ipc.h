@@ -20,6 +20,7 @@
 #define XFER_IPC_H
 
 #include "transport.h"
+#include "xfer_kernels.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -29,9 +30,9 @@
 /* ---- wire (same host, host byte order, fixed-size records) -------------- */
 
 #define IPC_MAGIC      0x43504958u /* "XIPC" */
-#define IPC_VERSION    2u
-#define IPC_BATCH_MAX  512u /* records per ACQ/REL message */
-#define IPC_HANDLE_LEN 64u  /* cudaIpcMemHandle_t */
+#define IPC_VERSION    3u          /* 3: ACQV hull records */
+#define IPC_BATCH_MAX  512u        /* records per ACQ/REL message */
+#define IPC_HANDLE_LEN 64u         /* cudaIpcMemHandle_t */
 #define IPC_UUID_LEN   16u
 
 enum ipc_msg_type {
@@ -111,15 +112,29 @@ struct ipc_acq_resp {
 struct ipc_acqv_req {
     uint32_t id, gen;
     uint32_t op;
-    uint32_t nseg; /* 1..IPC_VEC_SEGS_MAX ranges follow */
+    uint32_t nseg; /* 1..IPC_VEC_SEGS_MAX ranges follow, or IPC_ACQV_HULL */
+};
+
+/* A record of nseg IPC_ACQV_HULL is followed by one ipc_acqv_hull instead
+ * of the ranges: the hull of the job's segments (every segment lies in
+ * [off, off+len)). The owner checks bounds and lease rules once, on the
+ * hull, so nothing per segment crosses the socket or is looked at by the
+ * owner; where lease rules refuse the hull (a guarded gap the segments may
+ * skip) it answers IPC_ACQV_NEED_LIST and the initiator sends the ranges. */
+#define IPC_ACQV_HULL 0u
+struct ipc_acqv_hull {
+    uint64_t off, len;
+    uint64_t bytes; /* the segments' total, for the owner's counters */
+    uint64_t nseg;  /* 1..IPC_VEC_SEGS_MAX */
 };
 
 struct ipc_acqv_resp {
     int32_t status;
-    uint32_t slot; /* pin to hand back in IPC_REL */
-    uint32_t bad;  /* refused segment (index in its record), UINT32_MAX = none */
-    uint32_t pad;
+    uint32_t slot;  /* pin to hand back in IPC_REL */
+    uint32_t bad;   /* refused segment (index in its record), UINT32_MAX = none */
+    uint32_t flags; /* IPC_ACQV_NEED_LIST: not pinned, send the ranges */
 };
+#define IPC_ACQV_NEED_LIST 1u
 
 /* Appended to an IPC_ACQ_RESP or IPC_ACQV_RESP after its count records: regions this peer
  * mapped that are no longer registered, so it can drop the mappings (and the
@@ -247,6 +262,22 @@ struct ipc_kcopy {
  * turns it off). */
 void ipc_kbatch_start(struct xfer_kbatch **kb, struct ipc_kcopy *v, size_t n);
 void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kcopy *v, size_t n, int timeout_ms);
+/* A vectored job's GPU<->GPU segments as one run of a batched launch: the
+ * descriptors are written once, straight into the launch's staging
+ * (xfer_kbatch_start_runs), nothing per segment here. */
+struct ipc_krun {
+    struct xfer_copy_run run;
+    uint64_t bytes;
+    int exec, other; /* as in ipc_kcopy */
+    int ticket;      /* launch that took it, -1 = copy it otherwise */
+    int status;      /* after ipc_kbatch_finish_runs */
+    bool ran;
+    size_t job; /* caller's index */
+};
+/* One launch per GPU pair of runs v[0..n) with >= XFER_KBATCH_MIN_ITEMS
+ * segments; v[i].ticket as in ipc_kbatch_start. */
+void ipc_kbatch_start_runs(struct xfer_kbatch **kb, struct ipc_krun *v, size_t n);
+void ipc_kbatch_finish_runs(struct xfer_kbatch *kb, struct ipc_krun *v, size_t n, int timeout_ms);
 
 /* ---- direct copies without the owner (ipc_direct.c, docs/ipc.md) ------- */
 

@@ -21,15 +21,17 @@ struct ipc_job {
     /* vectored items: the item's segments, this job's are [s0, s1) */
     const struct xfer_seg *segs;
     uint32_t s0, s1;
-    uint64_t bytes; /* what this job moves */
-    int64_t bad;    /* the item's segment that failed it, -1 = none */
-    int *tickets;   /* vectored: CUDA copies outside batched launches */
+    uint64_t bytes;  /* what this job moves */
+    uint64_t maxseg; /* vectored: its longest segment */
+    int64_t bad;     /* the item's segment that failed it, -1 = none */
+    int *tickets;    /* vectored: CUDA copies outside batched launches */
     size_t ntickets;
     const struct ipc_map *map;
     uint32_t slot;
     int status;
     bool pinned, begun, skip;
-    int ticket; /* CUDA copy in flight, else -1 */
+    bool need_list; /* the owner asked for the ranges (lease rules on the hull) */
+    int ticket;     /* CUDA copy in flight, else -1 */
     char why[200];
 };
 
@@ -61,7 +63,29 @@ struct ipc_conn {
     struct ipc_msgq *mhead, *mtail; /* mu */
     struct ipc_direct_table direct; /* entries: mu */
     int64_t direct_check_ms;        /* last direct_check */
+    void *acqv;                     /* the worker's IPC_ACQV_REQ buffer (ipc_pin.c) */
+    size_t acqv_cap;
 };
+
+/* A group of up to IPC_BATCH_MAX items, pinned at the owner together. */
+struct ipc_group {
+    struct ipc_job *jobs;
+    size_t n;
+    int rc;                     /* connection error while starting */
+    struct ipc_cuda_mark *mark; /* CUDA copies still in flight */
+    struct ipc_kcopy *kc;       /* GPU<->GPU items, batched when many */
+    size_t nkc;
+    struct ipc_krun *kr; /* vectored GPU<->GPU jobs, one run each */
+    size_t nkr;
+    bool kc_running; /* some launched as batched kernels */
+    int64_t t_us[3]; /* taken, pinned, copies started (for the debug line) */
+};
+
+/* ipc_copy.c: host copies run in _start; CUDA copies are started and left
+ * in flight behind g->mark or as batched kernels (g->kc_running); _finish
+ * waits for them and ends their local I/O. */
+void ipc_jobs_copy_start(struct ipc_conn *c, struct ipc_group *g);
+void ipc_jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g);
 
 /* ipc_pin.c: pins every checked job at the owner (IPC_ACQ_REQ for plain
  * jobs, IPC_ACQV_REQ for vectored ones: one round trip each kind) and

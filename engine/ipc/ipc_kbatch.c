@@ -73,3 +73,56 @@ void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kcopy *v, size_t n, in
             }
     }
 }
+
+void ipc_kbatch_start_runs(struct xfer_kbatch **kb, struct ipc_krun *v, size_t n)
+{
+    if (n == 0 || getenv("XFER_IPC_NO_KBATCH"))
+        return;
+    if (!*kb && xfer_kbatch_new(kb) < 0)
+        return;
+    struct xfer_copy_run r[IPC_BATCH_MAX];
+    size_t which[IPC_BATCH_MAX];
+    bool seen[IPC_BATCH_MAX] = {false}; /* runs of a pair already launched */
+    for (size_t i = 0; i < n && i < IPC_BATCH_MAX; i++) {
+        if (seen[i])
+            continue;
+        size_t k = 0, segs = 0;
+        uint64_t total = 0;
+        for (size_t j = i; j < n && j < IPC_BATCH_MAX; j++) { /* every run of v[i]'s pair */
+            if (seen[j] || v[j].exec != v[i].exec || v[j].other != v[i].other)
+                continue;
+            seen[j] = true;
+            r[k] = v[j].run;
+            which[k++] = j;
+            segs += v[j].run.n;
+            total += v[j].bytes;
+        }
+        if (segs < XFER_KBATCH_MIN_ITEMS)
+            continue;
+        uint64_t mask = v[i].other >= 0 && v[i].other != v[i].exec ? 1ull << v[i].other : 0;
+        int t = xfer_kbatch_start_runs(*kb, v[i].exec, mask, r, k, total);
+        if (t < 0) {
+            xfer_debug("ipc: batched copy on cuda:%d not used (%s): %s", v[i].exec,
+                       xfer_strerror(t), xfer_kbatch_last_error(*kb));
+            continue;
+        }
+        for (size_t x = 0; x < k; x++)
+            v[which[x]].ticket = t;
+    }
+}
+
+void ipc_kbatch_finish_runs(struct xfer_kbatch *kb, struct ipc_krun *v, size_t n, int timeout_ms)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].ticket < 0)
+            continue;
+        int t = v[i].ticket;
+        int rc = xfer_kbatch_wait(kb, t, timeout_ms);
+        for (size_t j = i; j < n; j++)
+            if (v[j].ticket == t) {
+                v[j].status = rc;
+                v[j].ticket = -1;
+                v[j].ran = true;
+            }
+    }
+}
