@@ -386,6 +386,10 @@ void ipc_pool_free(struct ipc_pool *p);
  * the users). */
 int ipc_pool_post(struct ipc_pool *p, struct ipc_conn *c, xfer_batch *b, const size_t *idx,
                   struct ipc_direct *const *d, size_t n);
+/* Runs fn(arg, k) for every k in [0, n) on the pool's threads and the
+ * calling thread, returning once all have returned (the caller takes parts
+ * too, so it never waits on threads busy elsewhere to start). */
+void ipc_pool_run(struct ipc_pool *p, void (*fn)(void *arg, size_t k), void *arg, size_t n);
 
 struct ipc_transport {
     struct xfer_transport base;

@@ -524,5 +524,6 @@ void ipc_conn_close(struct xfer_conn *xc)
     pthread_mutex_destroy(&c->mu);
     free(c->q);
     free(c->acqv);
+    free(c->hparts);
     free(c);
 }

@@ -31,6 +31,7 @@ struct ipc_job {
     int status;
     bool pinned, begun, skip;
     bool need_list; /* the owner asked for the ranges (lease rules on the hull) */
+    bool host;      /* host memory on both sides: ipc_jobs_copy_host */
     int ticket;     /* CUDA copy in flight, else -1 */
     char why[200];
 };
@@ -65,6 +66,8 @@ struct ipc_conn {
     int64_t direct_check_ms;        /* last direct_check */
     void *acqv;                     /* the worker's IPC_ACQV_REQ buffer (ipc_pin.c) */
     size_t acqv_cap;
+    void *hparts; /* the worker's host copy parts (ipc_hcopy.c) */
+    size_t hparts_cap;
 };
 
 /* A group of up to IPC_BATCH_MAX items, pinned at the owner together. */
@@ -86,6 +89,10 @@ struct ipc_group {
  * waits for them and ends their local I/O. */
 void ipc_jobs_copy_start(struct ipc_conn *c, struct ipc_group *g);
 void ipc_jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g);
+
+/* ipc_hcopy.c: copies the begun host jobs (j->host) of jobs[0..n), over
+ * the copy threads when there are enough bytes, and ends their local I/O. */
+void ipc_jobs_copy_host(struct ipc_conn *c, struct ipc_job *jobs, size_t n);
 
 /* ipc_pin.c: pins every checked job at the owner (IPC_ACQ_REQ for plain
  * jobs, IPC_ACQV_REQ for vectored ones: one round trip each kind) and

@@ -12,54 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* True once the owner closed the connection: it revokes a peer that held a
- * dying region too long (ipc_serve.c), and this process may just be
- * resuming from a stop; its pins are gone, so the memory must not be
- * touched. A zero-timeout poll per copy, cheap next to the copy. */
-static bool owner_hung_up(struct ipc_conn *c)
-{
-    return ipc_sock_hung_up(c->fd);
-}
-
-/* Copies len bytes between local and remote_off of j's mapped region:
- * 0 or -XFER_E* with the reason in j->why. */
-static int copy_host(struct ipc_conn *c, struct ipc_job *j, char *local, uint64_t remote_off,
-                     uint64_t len)
-{
-    const struct ipc_map *m = j->map;
-    if (owner_hung_up(c)) {
-        snprintf(j->why, sizeof(j->why), "the owner closed the connection (access revoked?)");
-        return -XFER_ECONN;
-    }
-    if (m->mech == IPC_MECH_MEMFD) {
-        char *remote = (char *)m->base + remote_off;
-        if (j->it.op == XFER_OP_READ)
-            memcpy(local, remote, len);
-        else
-            memcpy(remote, local, len);
-        return 0;
-    }
-    if (j->it.op == XFER_OP_READ)
-        return ipc_cma_read(c->pid, m->addr + remote_off, local, len, j->why, sizeof(j->why));
-    return ipc_cma_write(c->pid, m->addr + remote_off, local, len, j->why, sizeof(j->why));
-}
-
-/* A plain item, or each segment of a vectored one (the first failing one
- * named). */
-static void job_copy_host(struct ipc_conn *c, struct ipc_job *j)
-{
-    char *base = (char *)xfer_region_ptr(j->it.local);
-    if (!j->segs) {
-        j->status = copy_host(c, j, base + j->it.local_off, j->it.remote_off, j->it.len);
-        return;
-    }
-    for (uint32_t k = j->s0; k < j->s1 && !j->status; k++) {
-        const struct xfer_seg *s = &j->segs[k];
-        if ((j->status = copy_host(c, j, base + s->local_off, s->remote_off, s->len)) < 0)
-            j->bad = k;
-    }
-}
-
 /* Local and remote GPU (-1 = host memory) and the remote region's start. */
 static char *job_cuda_sides(const struct ipc_job *j, int *ldev, int *rdev)
 {
@@ -270,9 +222,7 @@ void ipc_jobs_copy_start(struct ipc_conn *c, struct ipc_group *g)
             job_copy_cuda(c, j, local);
             any_cuda |= j->ticket >= 0;
         } else {
-            job_copy_host(c, j);
-            xfer_batch_io_end(j->b, j->i);
-            j->begun = false;
+            j->host = true; /* below, once the GPU has its copies */
         }
     }
     if (g->nkr) /* before kc_start: a run no launch took joins g->kc */
@@ -281,6 +231,7 @@ void ipc_jobs_copy_start(struct ipc_conn *c, struct ipc_group *g)
         any_cuda |= kc_start(c, g);
     int err = 0;
     g->mark = any_cuda ? ipc_cuda_mark_new(c->copier, &err) : NULL;
+    ipc_jobs_copy_host(c, jobs, n);
 }
 
 /* Waits for the group's CUDA copies (if any) and ends their local I/O. */

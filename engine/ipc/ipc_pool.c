@@ -47,9 +47,19 @@ struct ipc_post {
     struct ipc_task t[];
 };
 
+/* A parallel loop of ipc_pool_run, on its caller's stack (mu). */
+struct ipc_pfor {
+    void (*fn)(void *arg, size_t k);
+    void *arg;
+    size_t n, next, done;
+    struct ipc_pfor *next_pfor;
+};
+
 struct ipc_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t pfor_cv;       /* a loop's last part ended */
+    struct ipc_pfor *pfor;        /* loops with parts left to hand out */
     struct ipc_task *head, *tail; /* tasks with pieces left to hand out */
     bool stop, started;
     int nthreads;
@@ -107,11 +117,29 @@ static void piece_run(struct ipc_task *t, uint64_t off, uint64_t len)
         task_stop(t, T_WITHDRAWN);
 }
 
+/* mu held: runs one part of the first loop (mu dropped meanwhile). */
+static void pfor_step(struct ipc_pool *p)
+{
+    struct ipc_pfor *f = p->pfor;
+    size_t k = f->next++;
+    if (f->next == f->n)
+        p->pfor = f->next_pfor;
+    pthread_mutex_unlock(&p->mu);
+    f->fn(f->arg, k);
+    pthread_mutex_lock(&p->mu);
+    if (++f->done == f->n) /* f may go as soon as its caller sees this */
+        pthread_cond_broadcast(&p->pfor_cv);
+}
+
 static void *pool_main(void *arg)
 {
     struct ipc_pool *p = arg;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
+        if (p->pfor) { /* a worker waits on these: before the tasks */
+            pfor_step(p);
+            continue;
+        }
         struct ipc_task *t = p->head;
         if (!t) {
             pthread_cond_wait(&p->cv, &p->mu);
@@ -142,6 +170,7 @@ struct ipc_pool *ipc_pool_new(void)
         return NULL;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->pfor_cv, NULL);
     p->nthreads = n;
     return p;
 }
@@ -157,6 +186,7 @@ void ipc_pool_free(struct ipc_pool *p)
     for (int k = 0; p->started && k < p->nthreads; k++)
         pthread_join(p->tid[k], NULL);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->pfor_cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -218,4 +248,44 @@ int ipc_pool_post(struct ipc_pool *p, struct ipc_conn *c, xfer_batch *b, const s
     if (rc < 0)
         free(post);
     return rc;
+}
+
+void ipc_pool_run(struct ipc_pool *p, void (*fn)(void *arg, size_t k), void *arg, size_t n)
+{
+    struct ipc_pfor f = {.fn = fn, .arg = arg, .n = n};
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&p->mu);
+    if (n > 1 && !p->stop && pool_start_locked(p) == 0) {
+        struct ipc_pfor **at = &p->pfor;
+        while (*at)
+            at = &(*at)->next_pfor;
+        *at = &f;
+        pthread_cond_broadcast(&p->cv); /* one wake for the whole loop */
+    } else {
+        f.next = n; /* no threads: all of it here */
+        pthread_mutex_unlock(&p->mu);
+        for (size_t k = 0; k < n; k++)
+            fn(arg, k);
+        return;
+    }
+    while (f.next < f.n) { /* the caller takes parts too (never only waits) */
+        if (p->pfor == &f) {
+            pfor_step(p);
+            continue;
+        }
+        struct ipc_pfor **at = &p->pfor; /* another loop is first: take ours out of turn */
+        while (*at != &f)
+            at = &(*at)->next_pfor;
+        size_t k = f.next++;
+        if (f.next == f.n)
+            *at = f.next_pfor;
+        pthread_mutex_unlock(&p->mu);
+        fn(arg, k);
+        pthread_mutex_lock(&p->mu);
+        f.done++;
+    }
+    while (f.done < f.n)
+        pthread_cond_wait(&p->pfor_cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
 }
