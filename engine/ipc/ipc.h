@@ -380,12 +380,24 @@ struct ipc_conn;
 struct ipc_pool *ipc_pool_new(void);
 /* Joins the threads; no connection may have work queued any more. */
 void ipc_pool_free(struct ipc_pool *p);
-/* Queues items idx[0..n) of b, lent to c (entries d[k], each with a user
- * counted), for the pool's threads, which split them into pieces. Takes
- * its own holds on b. 0, or < 0 with nothing queued (the caller still owns
- * the users). */
-int ipc_pool_post(struct ipc_pool *p, struct ipc_conn *c, xfer_batch *b, const size_t *idx,
-                  struct ipc_direct *const *d, size_t n);
+/* The copy-thread tasks of one post (one batch): items lent to c (entry d,
+ * a user counted) are added as the post's windows find them and published
+ * to the threads in one go before the posting thread copies anything
+ * itself, and at the end: one allocation, one batch hold and one wake per
+ * publish, not per 64-item window. ipc_post_new: room for cap tasks, NULL
+ * when out of memory; ipc_post_add: false when full; ipc_post_put drops
+ * the poster's reference (the post goes with its last task). */
+struct ipc_post;
+struct ipc_post *ipc_post_new(size_t cap);
+bool ipc_post_add(struct ipc_post *post, struct ipc_conn *c, xfer_batch *b, size_t i,
+                  struct ipc_direct *d);
+void ipc_post_put(struct ipc_post *post);
+/* Queues the tasks added since the last publish (taking one hold on the
+ * batch for each): 0, or < 0 with none of them queued: the caller takes
+ * them back (up to max at a time) with ipc_post_reclaim and still owns
+ * their users. */
+int ipc_pool_publish(struct ipc_pool *p, struct ipc_post *post);
+size_t ipc_post_reclaim(struct ipc_post *post, size_t *idx, struct ipc_direct **d, size_t max);
 /* Runs fn(arg, k) for every k in [0, n) on the pool's threads and the
  * calling thread, returning once all have returned (the caller takes parts
  * too, so it never waits on threads busy elsewhere to start). */
