@@ -139,7 +139,8 @@ static int kb_ticket_get(struct xfer_kbatch *b, int d)
 
 /* Readies exec for peers in peer_mask, runs launch (a batched copy on
  * exec's stage and stream) and records a ticket after it. */
-template <typename F> static int kb_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask, F launch)
+template <typename F>
+static int kb_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask, F launch)
 {
     if (!b || exec < 0 || exec >= b->ndev)
         return -XFER_EINVAL;
@@ -216,10 +217,10 @@ extern "C" int xfer_kbatch_wait(struct xfer_kbatch *b, int t, int timeout_ms)
             return -XFER_ETIMEDOUT;
         }
         nanosleep(&nap, NULL);
-        /* at most 64 us between polls: a 512 MiB pool request's launch
-         * ends within ~0.2 ms, and half-millisecond naps showed as much
-         * as the copy in its latency */
-        if (nap.tv_nsec < 64000)
+        /* at most 16 us between polls: a 256 MiB group of a pool request
+         * runs ~0.2 ms, and 64 us naps could add a third of that to its
+         * latency (half-millisecond naps showed as much as the copy) */
+        if (nap.tv_nsec < 16000)
             nap.tv_nsec *= 2;
     }
 }

@@ -139,15 +139,9 @@ static void group_start(struct ipc_conn *c, struct ipc_group *g)
     for (size_t i = 0; i < g->n; i++) {
         struct ipc_job *j = &g->jobs[i];
         j->it = *xfer_batch_item(j->b, j->i);
-        if (j->segs) { /* checked as the span of its segments, then each by the owner */
-            uint64_t lo = UINT64_MAX, hi = 0;
-            for (uint32_t k = j->s0; k < j->s1; k++) {
-                const struct xfer_seg *sg = &j->segs[k];
-                lo = sg->remote_off < lo ? sg->remote_off : lo;
-                hi = sg->remote_off + sg->len > hi ? sg->remote_off + sg->len : hi;
-            }
-            j->it.remote_off = lo;
-            j->it.len = hi - lo;
+        if (j->segs) { /* checked as the hull of its segments (take_work) */
+            j->it.remote_off = j->lo;
+            j->it.len = j->hi - j->lo;
         }
         if (!xfer_batch_item_live(j->b, j->i))
             j->skip = true;
@@ -226,10 +220,18 @@ static size_t take_work(struct ipc_conn *c, struct ipc_job *jobs)
                                   .segs = sv,
                                   .s0 = (uint32_t)s0,
                                   .s1 = (uint32_t)s1};
+            uint64_t lo = UINT64_MAX, hi = 0, top = 0, sum = 0; /* one pass over the list */
             for (size_t k = s0; k < s1; k++) {
-                j->bytes += sv[k].len;
-                j->maxseg = sv[k].len > j->maxseg ? sv[k].len : j->maxseg;
+                uint64_t len = sv[k].len, ro = sv[k].remote_off;
+                sum += len;
+                top = len > top ? len : top;
+                lo = ro < lo ? ro : lo;
+                hi = ro + len > hi ? ro + len : hi;
             }
+            j->bytes = sum;
+            j->maxseg = top;
+            j->lo = lo;
+            j->hi = hi;
             c->qseg = s1 < nseg ? s1 : 0;
             if (s1 < nseg) { /* the entry stays for the rest; this job holds b itself */
                 xfer_batch_hold(w->b);

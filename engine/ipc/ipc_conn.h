@@ -23,6 +23,7 @@ struct ipc_job {
     uint32_t s0, s1;
     uint64_t bytes;  /* what this job moves */
     uint64_t maxseg; /* vectored: its longest segment */
+    uint64_t lo, hi; /* vectored: the hull of its segments' remote ranges */
     int64_t bad;     /* the item's segment that failed it, -1 = none */
     int *tickets;    /* vectored: CUDA copies outside batched launches */
     size_t ntickets;
