@@ -246,14 +246,18 @@ int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int ticket, int timeout_ms, ch
 /* ---- batched GPU<->GPU copies (ipc_kbatch.c) ------------------------------ */
 
 struct xfer_kbatch;
+/* A copy's place in a batched launch, shared by ipc_kcopy and ipc_krun. */
+struct ipc_kwait {
+    int ticket; /* launch that took it, -1 = copy it otherwise */
+    int status; /* after ipc_kbatch_finish */
+    bool ran;
+};
 struct ipc_kcopy {
     void *dst;
     const void *src;
     uint64_t len;
     int exec, other; /* GPU running the copy (the peer memory's), the local GPU */
-    int ticket;      /* launch that took it, -1 = copy it otherwise */
-    int status;      /* after ipc_kbatch_finish */
-    bool ran;
+    struct ipc_kwait w;
     size_t job;   /* caller's index */
     uint32_t seg; /* the job's segment (vectored items), UINT32_MAX = the whole job */
 };
@@ -261,7 +265,11 @@ struct ipc_kcopy {
  * one kernel launch each (*kb created on first use; XFER_IPC_NO_KBATCH=1
  * turns it off). */
 void ipc_kbatch_start(struct xfer_kbatch **kb, struct ipc_kcopy *v, size_t n);
-void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kcopy *v, size_t n, int timeout_ms);
+/* Waits for every launch of n copies whose ipc_kwait is at w, each stride
+ * bytes after the last (an ipc_kcopy or ipc_krun array): status = its
+ * launch's result. */
+void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kwait *w, size_t stride, size_t n,
+                       int timeout_ms);
 /* A vectored job's GPU<->GPU segments as one run of a batched launch: the
  * descriptors are written once, straight into the launch's staging
  * (xfer_kbatch_start_runs), nothing per segment here. */
@@ -269,15 +277,12 @@ struct ipc_krun {
     struct xfer_copy_run run;
     uint64_t bytes;
     int exec, other; /* as in ipc_kcopy */
-    int ticket;      /* launch that took it, -1 = copy it otherwise */
-    int status;      /* after ipc_kbatch_finish_runs */
-    bool ran;
+    struct ipc_kwait w;
     size_t job; /* caller's index */
 };
 /* One launch per GPU pair of runs v[0..n) with >= XFER_KBATCH_MIN_ITEMS
- * segments; v[i].ticket as in ipc_kbatch_start. */
+ * segments; v[i].w.ticket as in ipc_kbatch_start. */
 void ipc_kbatch_start_runs(struct xfer_kbatch **kb, struct ipc_krun *v, size_t n);
-void ipc_kbatch_finish_runs(struct xfer_kbatch *kb, struct ipc_krun *v, size_t n, int timeout_ms);
 
 /* ---- direct copies without the owner (ipc_direct.c, docs/ipc.md) ------- */
 

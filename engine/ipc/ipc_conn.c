@@ -12,7 +12,7 @@
  */
 #include "handshake.h"
 #include "mono_clock.h"
-#include "ipc_conn.h"
+#include "ipc_copy.h"
 #include "xfer_io.h"
 #include "xfer_kernels.h"
 

@@ -57,6 +57,10 @@ struct ipc_conn {
     struct ipc_work *q; /* ring of queued items */
     size_t qhead, qlen, qcap;
     size_t qseg; /* segments of the head entry's vectored item already taken */
+    void *acqv;  /* the worker's IPC_ACQV_REQ buffer (ipc_pin.c) */
+    size_t acqv_cap;
+    void *hparts; /* the worker's host copy parts (ipc_hcopy.c) */
+    size_t hparts_cap;
     bool stop, broken;
     struct ipc_map_cache maps;
     struct ipc_cuda_copier *copier; /* created on the first CUDA item */
@@ -65,35 +69,7 @@ struct ipc_conn {
     struct ipc_msgq *mhead, *mtail; /* mu */
     struct ipc_direct_table direct; /* entries: mu */
     int64_t direct_check_ms;        /* last direct_check */
-    void *acqv;                     /* the worker's IPC_ACQV_REQ buffer (ipc_pin.c) */
-    size_t acqv_cap;
-    void *hparts; /* the worker's host copy parts (ipc_hcopy.c) */
-    size_t hparts_cap;
 };
-
-/* A group of up to IPC_BATCH_MAX items, pinned at the owner together. */
-struct ipc_group {
-    struct ipc_job *jobs;
-    size_t n;
-    int rc;                     /* connection error while starting */
-    struct ipc_cuda_mark *mark; /* CUDA copies still in flight */
-    struct ipc_kcopy *kc;       /* GPU<->GPU items, batched when many */
-    size_t nkc;
-    struct ipc_krun *kr; /* vectored GPU<->GPU jobs, one run each */
-    size_t nkr;
-    bool kc_running; /* some launched as batched kernels */
-    int64_t t_us[3]; /* taken, pinned, copies started (for the debug line) */
-};
-
-/* ipc_copy.c: host copies run in _start; CUDA copies are started and left
- * in flight behind g->mark or as batched kernels (g->kc_running); _finish
- * waits for them and ends their local I/O. */
-void ipc_jobs_copy_start(struct ipc_conn *c, struct ipc_group *g);
-void ipc_jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g);
-
-/* ipc_hcopy.c: copies the begun host jobs (j->host) of jobs[0..n), over
- * the copy threads when there are enough bytes, and ends their local I/O. */
-void ipc_jobs_copy_host(struct ipc_conn *c, struct ipc_job *jobs, size_t n);
 
 /* ipc_pin.c: pins every checked job at the owner (IPC_ACQ_REQ for plain
  * jobs, IPC_ACQV_REQ for vectored ones: one round trip each kind) and

@@ -4,7 +4,7 @@
  * process_vm_*v, GPU memory as CUDA copies or batched-copy launches
  * (ipc_kbatch.c), whole vectored items as one run of a launch.
  */
-#include "ipc_conn.h"
+#include "ipc_copy.h"
 #include "xfer_io.h"
 
 #include <stddef.h>
@@ -97,7 +97,7 @@ static bool kc_push(struct ipc_group *g, const struct ipc_job *j, size_t i, uint
                                          .len = len,
                                          .exec = rdev,
                                          .other = ldev,
-                                         .ticket = -1,
+                                         .w = {.ticket = -1},
                                          .job = i,
                                          .seg = seg};
     return true;
@@ -149,7 +149,7 @@ static bool kr_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
                           .bytes = j->bytes,
                           .exec = rdev,
                           .other = ldev,
-                          .ticket = -1,
+                          .w = {.ticket = -1},
                           .job = i};
     return true;
 }
@@ -162,7 +162,7 @@ static bool kr_start(struct ipc_conn *c, struct ipc_group *g)
     bool any = false;
     ipc_kbatch_start_runs(&c->kb, g->kr, g->nkr);
     for (size_t k = 0; k < g->nkr; k++) {
-        if (g->kr[k].ticket >= 0)
+        if (g->kr[k].w.ticket >= 0)
             g->kc_running = true;
         else
             any |= vjob_copy_cuda(c, g, &g->jobs[g->kr[k].job], g->kr[k].job);
@@ -176,7 +176,7 @@ static bool kc_start(struct ipc_conn *c, struct ipc_group *g)
     bool any_item = false;
     ipc_kbatch_start(&c->kb, g->kc, g->nkc);
     for (size_t k = 0; k < g->nkc; k++) {
-        if (g->kc[k].ticket >= 0) {
+        if (g->kc[k].w.ticket >= 0) {
             g->kc_running = true;
             continue;
         }
@@ -243,16 +243,15 @@ void ipc_jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g)
     if (g->mark && ipc_cuda_mark_wait(g->mark, c->io_timeout_ms, why, sizeof(why)) < 0)
         xfer_warn("ipc: %s", why); /* each ticket below then reports its own state */
     if (g->kc_running) {
-        ipc_kbatch_finish_runs(c->kb, g->kr, g->nkr, c->io_timeout_ms);
-        for (size_t k = 0; k < g->nkr; k++)
-            if (g->kr[k].ran && g->kr[k].status < 0)
-                ipc_job_fail(&jobs[g->kr[k].job], g->kr[k].status, "batched GPU copy: %s",
-                             xfer_kbatch_last_error(c->kb));
-        ipc_kbatch_finish(c->kb, g->kc, g->nkc, c->io_timeout_ms);
-        for (size_t k = 0; k < g->nkc; k++)
-            if (g->kc[k].ran && g->kc[k].status < 0)
-                ipc_job_fail(&jobs[g->kc[k].job], g->kc[k].status, "batched GPU copy: %s",
-                             xfer_kbatch_last_error(c->kb));
+        ipc_kbatch_finish(c->kb, &g->kr[0].w, sizeof(g->kr[0]), g->nkr, c->io_timeout_ms);
+        ipc_kbatch_finish(c->kb, &g->kc[0].w, sizeof(g->kc[0]), g->nkc, c->io_timeout_ms);
+        for (size_t k = 0; k < g->nkr + g->nkc; k++) {
+            bool run = k < g->nkr;
+            const struct ipc_kwait *w = run ? &g->kr[k].w : &g->kc[k - g->nkr].w;
+            if (w->ran && w->status < 0)
+                ipc_job_fail(&jobs[run ? g->kr[k].job : g->kc[k - g->nkr].job], w->status,
+                             "batched GPU copy: %s", xfer_kbatch_last_error(c->kb));
+        }
         g->kc_running = false;
     }
     for (size_t i = 0; i < n; i++) {
