@@ -19,7 +19,11 @@ Environment: B (build dir), XFER_BENCH_SECONDS (per measurement, 1),
 XFER_BENCH_ROUNDS (3), XFER_BENCH_STREAMS ("1 2 4"; "1 2 4 8" on a big
 host), XFER_BENCH_ONLY (regex on row names), XFER_BENCH_FRESH_MIB (1024),
 XFER_BENCH_OUT (docs/BENCHMARKS.md; empty = print only), XFER_BENCH_PLOTS
-(0 = none).
+(0 = none). The scaling rows (1 MiB, N sockets vs iperf3 -P N) and the
+first-pass row move +-15 % between 1 s rounds on a many-core host: they run
+longer and more often, XFER_BENCH_SCALE_SECONDS (2) x XFER_BENCH_SCALE_ROUNDS
+(5), and the first-pass row XFER_BENCH_FRESH_ROUNDS (7) one-pass rounds; every
+row reports the spread of its per-round ratios (min-max) beside the median.
 """
 import datetime
 import json
@@ -39,6 +43,9 @@ ROUNDS = int(os.environ.get("XFER_BENCH_ROUNDS", "3"))
 STREAMS = [int(x) for x in os.environ.get("XFER_BENCH_STREAMS", "1 2 4").split()]
 ONLY = re.compile(os.environ.get("XFER_BENCH_ONLY", "."))
 FRESH_MIB = int(os.environ.get("XFER_BENCH_FRESH_MIB", "1024"))
+SCALE_SECS = float(os.environ.get("XFER_BENCH_SCALE_SECONDS", "2"))
+SCALE_ROUNDS = int(os.environ.get("XFER_BENCH_SCALE_ROUNDS", "5"))
+FRESH_ROUNDS = int(os.environ.get("XFER_BENCH_FRESH_ROUNDS", "7"))
 OUT = os.environ.get("XFER_BENCH_OUT", "docs/BENCHMARKS.md")
 PLOTS = os.environ.get("XFER_BENCH_PLOTS", "1") != "0"
 HAVE_IPERF = shutil.which("iperf3") is not None
@@ -88,7 +95,7 @@ def free_port():
     return port
 
 
-def iperf(streams):
+def iperf(streams, secs=None):
     """iperf3 -P streams over loopback, GB/s received (a fresh server per try)."""
     if not HAVE_IPERF:
         raise Skip("iperf3 not installed")
@@ -99,7 +106,7 @@ def iperf(streams):
         try:
             time.sleep(0.3)
             out = run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-P", str(streams),
-                       "-t", str(max(1, round(SECS))), "-J"], timeout=60)
+                       "-t", str(max(1, round(secs or SECS))), "-J"], timeout=60)
             return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8e9
         except RuntimeError:
             if attempt == 2:
@@ -188,11 +195,13 @@ def rows():
         lambda: xb(op="write", size=4096, batch=128, depth=2)["gbps"],
         "UCX ucp_put_bw 4 KiB (tcp)", lambda: ucx("ucp_put_bw", "tcp", 4096, False),
         "higher", ">= 3")
+    # rows from here to the first pass: SCALE_ROUNDS rounds of SCALE_SECS
+    scale = dict(rounds=SCALE_ROUNDS)
     for n in STREAMS:
         add("1 MiB WRITE, %d socket(s) + %d thread(s), tcp" % (n, n), "GB/s",
             lambda n=n: xb(op="write", size="1M", batch=16, depth=max(2, n), sockets=n,
-                          threads=n)["gbps"],
-            "iperf3 -P %d" % n, lambda n=n: iperf(n), "higher", ">= 0.9")
+                          threads=n, seconds=SCALE_SECS)["gbps"],
+            "iperf3 -P %d" % n, lambda n=n: iperf(n, SCALE_SECS), "higher", ">= 0.9", scale)
     # Diagnosis for the most streams (no target): the rows above walk
     # 16 x depth MiB (128 MiB at 8 streams, past most L3 caches) while
     # iperf3 reuses one 128 KiB buffer per stream; with 2 MiB per stream
@@ -202,13 +211,13 @@ def rows():
     if n > 2:
         add("1 MiB WRITE, %d sockets + %d threads, tcp, %d slots" % (n, n, 2 * n), "GB/s",
             lambda n=n: xb(op="write", size="1M", batch=16, depth=n, sockets=n, threads=n,
-                          slots=2 * n)["gbps"],
-            "iperf3 -P %d" % n, lambda n=n: iperf(n), "higher", "")
+                          slots=2 * n, seconds=SCALE_SECS)["gbps"],
+            "iperf3 -P %d" % n, lambda n=n: iperf(n, SCALE_SECS), "higher", "", scale)
     fresh = dict(op="write", size="1M", batch=16, depth=max(1, FRESH_MIB // 16), sockets=2)
     add("first pass, fresh %d MiB, 1 MiB items, tcp" % FRESH_MIB, "GB/s",
         lambda: xb(fresh=True, **fresh)["gbps"], "xfer, same over touched memory",
         lambda: xb(count=fresh["depth"], warmup=0, seconds=600, **fresh)["gbps"],
-        "higher", ">= 0.9")
+        "higher", ">= 0.9", dict(rounds=FRESH_ROUNDS))
     add("1 MiB WRITE, batch 16, ipc", "GB/s",
         lambda: xb(op="write", size="1M", batch=16, depth=2, transport="ipc")["gbps"],
         "memcpy 1 MiB, 1 thread", lambda: memcpy(1 << 20), "higher", ">= 0.9")
@@ -272,9 +281,10 @@ def measure(fn):
 def table():
     results = []
     for row in rows():
-        name, unit, xf, peer, pf, kind, target = row
+        name, unit, xf, peer, pf, kind, target = row[:7]
+        opt = row[7] if len(row) > 7 else {}
         xs, ps, ratios = [], [], []
-        for r in range(ROUNDS):
+        for r in range(opt.get("rounds", ROUNDS)):
             order = [("x", xf), ("p", pf)] if r % 2 == 0 else [("p", pf), ("x", xf)]
             got = {}
             for side, fn in order:
@@ -288,7 +298,9 @@ def table():
         res = dict(name=name, unit=unit, peer=peer, kind=kind, target=target,
                    xfer=statistics.median(xs) if xs else None,
                    peer_v=statistics.median(ps) if ps else None,
-                   ratio=statistics.median(ratios) if ratios else None)
+                   ratio=statistics.median(ratios) if ratios else None,
+                   lo=min(ratios) if ratios else None, hi=max(ratios) if ratios else None,
+                   n=len(ratios))
         results.append(res)
         print(fmt_row(res), flush=True)
     return results
@@ -299,13 +311,14 @@ def num(v):
 
 
 def fmt_row(r):
-    return "| %s | %s | %s | %s | %s | %s | %s |" % (
+    spread = "-" if r["ratio"] is None else "%.2f-%.2f (%d)" % (r["lo"], r["hi"], r["n"])
+    return "| %s | %s | %s | %s | %s | %s | %s | %s |" % (
         r["name"], r["unit"], num(r["xfer"]), r["peer"], num(r["peer_v"]),
-        "-" if r["ratio"] is None else "%.2f" % r["ratio"], r["target"])
+        "-" if r["ratio"] is None else "%.2f" % r["ratio"], spread, r["target"])
 
 
-HEAD = ("| what | unit | xfer | peer | peer value | xfer / peer | target |\n"
-        "| --- | --- | --- | --- | --- | --- | --- |")
+HEAD = ("| what | unit | xfer | peer | peer value | xfer / peer | min-max (rounds) | target |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def sweeps():
@@ -404,7 +417,8 @@ def main():
             sys.exit("bench: %s/bench/%s missing: build first (make)" % (B, prog))
     start = datetime.datetime.now(datetime.timezone.utc)
     mach = machine()
-    print("bench: %s; %d rounds of %.1f s per side, interleaved" % (mach, ROUNDS, SECS))
+    print("bench: %s; %d rounds of %.1f s per side (scaling %d x %.1f s, first pass %d), "
+          "interleaved" % (mach, ROUNDS, SECS, SCALE_ROUNDS, SCALE_SECS, FRESH_ROUNDS))
     print(HEAD)
     res = table()
     made = []
@@ -424,15 +438,18 @@ def main():
         f.write("Written by `make bench` (`bench/run.sh` -> `bench/bench_all.py`) on %s UTC.\n\n"
                 % start.strftime("%Y-%m-%d %H:%M"))
         f.write("Machine: %s. Loopback; both sides of each row alternate, %d rounds of "
-                "%.1f s each; values are medians, the ratio is the median of the per-round "
-                "ratios (latency: lower is better, bandwidth: higher is better). Round trips "
-                "of UCX are twice its one-way `ucp_put_lat`/`tag_lat`.\n\n" % (mach, ROUNDS, SECS))
+                "%.1f s each (the 1 MiB N-socket rows %d rounds of %.1f s, the first pass %d "
+                "one-pass rounds); values are medians, the ratio is the median of the per-round "
+                "ratios, min-max their spread (latency: lower is better, bandwidth: higher is "
+                "better). Round trips of UCX are twice its one-way `ucp_put_lat`/`tag_lat`.\n\n"
+                % (mach, ROUNDS, SECS, SCALE_ROUNDS, SCALE_SECS, FRESH_ROUNDS))
         f.write(HEAD + "\n")
         for r in res:
             f.write(fmt_row(r) + "\n")
         if notes:
             f.write("\nNotes:\n\n" + "".join("- %s\n" % n for n in notes))
         f.write("\nReproduce: `make bench` (env `XFER_BENCH_SECONDS`, `XFER_BENCH_ROUNDS`, "
+                "`XFER_BENCH_SCALE_SECONDS`, `XFER_BENCH_SCALE_ROUNDS`, `XFER_BENCH_FRESH_ROUNDS`, "
                 "`XFER_BENCH_STREAMS`, `XFER_BENCH_ONLY`; see `bench/bench_all.py`). "
                 "On another machine: carry the build tree (`$B/bench/xfer_bench`, "
                 "`pingpong`, `memcpy_bw`, `bench_notify`) and `bench/`, run `B=build bench/run.sh`; "

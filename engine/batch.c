@@ -229,6 +229,7 @@ static void batch_destroy(xfer_batch *b)
     pthread_mutex_destroy(&b->mu);
     free(b->items);
     free(b->segs);
+    free(b->names);
     free(b->whys);
     free(b);
 }
@@ -262,6 +263,7 @@ int xfer_batch_reset(xfer_batch *b)
     if (rc == 0) {
         b->n = 0;
         b->nsegs = 0;
+        b->nnames = 0;
         b->state = B_IDLE;
         notes_free(&b->notes);
     }
@@ -286,9 +288,12 @@ void batch_truncate(xfer_batch *b, size_t n)
 {
     pthread_mutex_lock(&b->mu);
     if (b->state != B_RUNNING && n < b->n) {
-        for (size_t i = n; i < b->n; i++) /* segments go with their items */
+        for (size_t i = n; i < b->n; i++) { /* segments and names go with their items */
             if (b->items[i].nseg && b->items[i].seg0 < b->nsegs)
                 b->nsegs = b->items[i].seg0;
+            if (b->items[i].name && b->items[i].name <= b->nnames)
+                b->nnames = b->items[i].name - 1;
+        }
         b->n = n;
     }
     pthread_mutex_unlock(&b->mu);
@@ -334,6 +339,22 @@ static int segs_reserve(xfer_batch *b, size_t nseg)
     return 0;
 }
 
+/* Room for n more peer names (SEND/RECV items). b->mu held. */
+static int names_reserve(xfer_batch *b, size_t n)
+{
+    if (b->nnames + n <= b->capnames)
+        return 0;
+    size_t cap = b->capnames ? 2 * b->capnames : 16;
+    while (cap < b->nnames + n)
+        cap *= 2;
+    char(*v)[XFER_NAME_MAX] = realloc(b->names, cap * sizeof(*v));
+    if (!v)
+        return -XFER_ENOMEM;
+    b->names = v;
+    b->capnames = cap;
+    return 0;
+}
+
 /* Appends n checked items of one kind; returns the first index. With segs
  * (n is 1 then), the item is vectored over segs[0..nseg). */
 static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, uint8_t kind,
@@ -346,6 +367,8 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
     } else if (b->n > (size_t)INT_MAX - n) {
         rc = -XFER_ENOSPC;
     } else if (segs && (rc = segs_reserve(b, nseg)) < 0) {
+        /* rc says why */
+    } else if (kind != BK_RMA && (rc = names_reserve(b, n)) < 0) {
         /* rc says why */
     } else if (b->n + n > b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 16;
@@ -370,6 +393,11 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
             bi->tag = tag;
             bi->cap = items[i].len;
             bi->want = items[i].peer;
+            if (kind != BK_RMA) { /* a SEND's peer now; a RECV's sender when matched */
+                bi->name = (uint32_t)++b->nnames;
+                snprintf(b->names[bi->name - 1], XFER_NAME_MAX, "%s",
+                         kind == BK_SEND && items[i].peer ? items[i].peer->desc.node_id : "");
+            }
         }
         if (segs) {
             memcpy(b->segs + b->nsegs, segs, nseg * sizeof(*segs));

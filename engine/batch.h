@@ -32,6 +32,7 @@ struct batch_item {
     uint64_t cap;     /* RECV: the posted length */
     xfer_peer *want;  /* RECV: the peer asked for (NULL = any) */
     xfer_peer *from;  /* matched RECV: the sender */
+    uint32_t name;    /* SEND/RECV: 1 + its entry in b->names, 0 none */
     uint64_t send_id; /* SEND: the RTS id; matched RECV: the sender's */
 };
 
@@ -57,6 +58,11 @@ struct xfer_batch {
     struct batch_notes notes; /* bound notifications (notify_bind.c) */
     struct xfer_seg *segs;    /* segments of the vectored items, in item order */
     size_t nsegs, capsegs;
+    /* Node ids of the SEND/RECV items' peers (the peer of a SEND, the sender
+     * of a matched RECV), in item order: copies, valid after the peer is
+     * removed (xfer_batch_item_msg). */
+    char (*names)[XFER_NAME_MAX];
+    size_t nnames, capnames;
     /* Reasons of failed items, allocated at the first failure of a run (the
      * item array stays small: submit walks it several times). */
     char (*whys)[BATCH_WHY_MAX];

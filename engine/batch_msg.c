@@ -177,6 +177,7 @@ void batch_msg_start(xfer_batch *b)
             bi->it.len = bi->cap;
             bi->matched = false;
             bi->from = NULL;
+            b->names[bi->name - 1][0] = '\0';
             rc = mm_recv_add(b->engine, b, i, b->notes.run, bi->want, bi->tag, bi->cap,
                              bi->it.local->kind == XFER_MEM_HOST);
         } else {
@@ -226,6 +227,7 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
     }
     bi->matched = true;
     bi->from = p;
+    snprintf(b->names[bi->name - 1], XFER_NAME_MAX, "%s", p->desc.node_id); /* p may go */
     bi->send_id = r->send_id;
     bi->tag = r->tag;
     char why[160];
@@ -319,10 +321,8 @@ int xfer_batch_item_msg(const xfer_batch *b, size_t i, uint64_t *tag, char *node
                                                    : 0;
     if (rc == 0 && tag)
         *tag = bi->tag;
-    if (rc == 0 && node_id) {
-        xfer_peer *p = bi->kind == BK_RECV ? bi->from : bi->it.peer;
-        snprintf(node_id, XFER_NAME_MAX, "%s", p->desc.node_id);
-    }
+    if (rc == 0 && node_id) /* a copy: the peer may have been removed since */
+        snprintf(node_id, XFER_NAME_MAX, "%s", b->names[bi->name - 1]);
     pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
     return rc;
 }

@@ -8,7 +8,10 @@
  * once per process) for lengths that are a multiple of the huge page size;
  * otherwise plain shmem with MADV_HUGEPAGE (used where shmem THP is set to
  * "advise"). Pre-faulting: MADV_POPULATE_WRITE (Linux 5.14), else one write
- * per page. XFER_HUGETLB=0 and XFER_REGION_PREFAULT=0 turn either off (for
+ * per page; a large region is populated by several threads at once (the
+ * kernel zeroes every page: one thread populated 1 GiB of 4 KiB pages at
+ * 1.3 GB/s on the 2-core VM, so a 1 GiB xfer_region_alloc took 0.8 s).
+ * XFER_HUGETLB=0 and XFER_REGION_PREFAULT=0 turn either off (for
  * measuring what they save). The memfd is sealed against resizing: the fd
  * goes to clients and peers, none may resize it (nor add seals that would
  * refuse their writable mappings).
@@ -18,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/mman.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +53,62 @@ static size_t huge_page_size(void)
 
 /* Faults every page in now: a first transfer into fresh memory otherwise
  * ran at a third of the speed of one into touched memory. */
-static void prefault(uint8_t *p, size_t len)
+static void prefault_range(uint8_t *p, size_t len)
 {
     if (madvise(p, len, MADV_POPULATE_WRITE) == 0)
         return;
     long pg = sysconf(_SC_PAGESIZE);
     for (size_t off = 0; off < len; off += (size_t)pg) /* fresh memfd: zeros */
         __atomic_store_n(&p[off], 0, __ATOMIC_RELAXED);
+}
+
+#define PREFAULT_PIECE   (64u << 20) /* at least this much per thread */
+#define PREFAULT_THREADS 8
+
+struct prefault_part {
+    uint8_t *p;
+    size_t len;
+};
+
+static void *prefault_main(void *arg)
+{
+    struct prefault_part *part = arg;
+    prefault_range(part->p, part->len);
+    return NULL;
+}
+
+/* Splits a large region over up to PREFAULT_THREADS threads (pieces aligned
+ * to `align`, the page size in use); the caller populates the first piece.
+ * A thread that cannot start leaves its piece to the caller. */
+static void prefault(uint8_t *p, size_t len, size_t align)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n = len / PREFAULT_PIECE;
+    if (n > PREFAULT_THREADS)
+        n = PREFAULT_THREADS;
+    if (ncpu > 0 && n > (size_t)ncpu)
+        n = (size_t)ncpu;
+    if (n < 2) {
+        prefault_range(p, len);
+        return;
+    }
+    size_t piece = (len / n + align - 1) / align * align;
+    struct prefault_part part[PREFAULT_THREADS];
+    pthread_t tid[PREFAULT_THREADS];
+    bool started[PREFAULT_THREADS] = {false};
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * piece < len ? i * piece : len;
+        part[i] = (struct prefault_part){p + off, len - off < piece ? len - off : piece};
+        if (i > 0 && part[i].len)
+            started[i] = pthread_create(&tid[i], NULL, prefault_main, &part[i]) == 0;
+    }
+    prefault_range(part[0].p, part[0].len);
+    for (size_t i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        else if (part[i].len)
+            prefault_range(part[i].p, part[i].len);
+    }
 }
 
 static int seal(int fd)
@@ -129,7 +182,7 @@ int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, 
         madvise(p, len, MADV_HUGEPAGE); /* shmem THP where set to "advise" */
     }
     if (!env_off("XFER_REGION_PREFAULT"))
-        prefault(p, len);
+        prefault(p, len, huge ? huge_page_size() : (2u << 20));
     *fd_out = fd;
     *ptr_out = p;
     return 0;

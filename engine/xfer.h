@@ -498,7 +498,8 @@ int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_
 /* Received length of a finished RECV item (else the item's len). */
 uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i);
 /* Tag and sender of a finished RECV item (for any-tag, any-peer receives);
- * the name is copied into node_id (XFER_NAME_MAX bytes) when not NULL. */
+ * the name is copied into node_id (XFER_NAME_MAX bytes) when not NULL. The
+ * batch keeps its own copy of the name: valid after xfer_peer_remove. */
 int xfer_batch_item_msg(const xfer_batch *b, size_t i, uint64_t *tag, char *node_id);
 /* One SEND / RECV, submitted and waited for; xfer_recv stores the length. */
 int xfer_send(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,

@@ -25,6 +25,8 @@
  *      RTS looks its sender up and is matched on arrival while the peer may
  *      be going: under SAN=1 a use after free fails the test); every send
  *      ends (delivered, refused or timed out), and one after it gets through;
+ *      the RECV item of the phase's first message still names its sender
+ *      after b removed it (xfer_batch_item_msg: a copy, not the freed peer);
  *   6. (a, with --ready) a SEND and a RECV pending towards b, then FILE is
  *      created and the test kills b: both must fail with -XFER_ECONN.
  */
@@ -327,6 +329,33 @@ static void *churn_recv(void *arg)
     return NULL;
 }
 
+/* b: the first message of the churn phase, from any peer; then its sender
+ * is removed (the churn starts) and the ended RECV item still names it
+ * (xfer_batch_item_msg keeps a copy: under SAN=1 reading the freed peer
+ * fails the test). */
+static int churn_start(struct ctx *c, struct xfer_peer_desc *d)
+{
+    int rc;
+    xfer_batch *b = xfer_batch_new(c->e, &rc);
+    xfer_batch_add_recv(b, c->buf, 33u << 20, 128, NULL, 1299);
+    rc = xfer_batch_submit(b, 30000);
+    if (rc == 0)
+        rc = xfer_batch_wait(b, -1);
+    xfer_peer_describe(c->p, d);
+    xfer_peer_remove(c->e, c->p);
+    c->p = NULL;
+    uint64_t tag = 0;
+    char from[XFER_NAME_MAX] = "";
+    int mrc = rc == 0 ? xfer_batch_item_msg(b, 0, &tag, from) : rc;
+    xfer_batch_free(b);
+    CHECK(rc == 0, "churn: first message: %s", xfer_strerror(rc));
+    CHECK(mrc == 0 && tag == 1299 && !strcmp(from, c->other),
+          "item_msg after its sender was removed: %s, tag %llu, from '%s'", xfer_strerror(mrc),
+          (unsigned long long)tag, from);
+    xfer_peer_add(c->e, d, &c->p); /* the churn loop removes it again */
+    return 0;
+}
+
 static int churn_phase(struct ctx *c, bool sender)
 {
     if (sender) {
@@ -348,15 +377,15 @@ static int churn_phase(struct ctx *c, bool sender)
         return 0;
     }
     uint64_t got = 0;
-    CHECK(one(c, XFER_OP_RECV, 33u << 20, 128, 1299, 30000, &got) == 0, "churn: start");
     struct xfer_peer_desc d;
-    xfer_peer_describe(c->p, &d);
+    CHECK(churn_start(c, &d) == 0, "churn: start");
     struct churn h = {c, 0, 0};
     pthread_t th;
     pthread_create(&th, NULL, churn_recv, &h);
     int rounds = 0, add_rc = 0;
     for (double until = now_s() + 2; now_s() < until && add_rc == 0; rounds++) {
-        xfer_peer_remove(c->e, c->p);
+        if (c->p) /* the first round: churn_start removed it */
+            xfer_peer_remove(c->e, c->p);
         c->p = NULL;
         /* a connect may fail while a still tears down the last ones: the
          * peer is added all the same, and reconnects */

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -187,6 +188,30 @@ static void test_memfd_alloc_and_adopt(void **state)
     assert_int_equal(xfer_region_deregister(e, r), 0);
 }
 
+/* A region large enough to be populated by several threads (region_mem.c
+ * splits from 2 x 64 MiB), with a length that is no multiple of the pieces:
+ * every page is resident when alloc returns, and reads as zeros. */
+static void test_alloc_prefaults_all_pages(void **state)
+{
+    xfer_engine *e = *state;
+    xfer_region *r;
+    size_t len = (130u << 20) + 4096, pg = (size_t)sysconf(_SC_PAGESIZE);
+    assert_int_equal(xfer_region_alloc(e, "pf", len, XFER_ACCESS_RW, &r), 0);
+    uint8_t *p = xfer_region_ptr(r);
+    unsigned char *vec = malloc((len + pg - 1) / pg);
+    assert_non_null(vec);
+    assert_int_equal(mincore(p, len, vec), 0);
+    size_t missing = 0;
+    for (size_t i = 0; i < (len + pg - 1) / pg; i++)
+        missing += !(vec[i] & 1);
+    assert_int_equal(missing, 0);
+    for (size_t off = 0; off < len; off += pg)
+        assert_int_equal(p[off], 0);
+    assert_int_equal(p[len - 1], 0);
+    free(vec);
+    assert_int_equal(xfer_region_deregister(e, r), 0);
+}
+
 static void count_region(const struct xfer_region_desc *d, void *arg)
 {
     (void)d;
@@ -213,6 +238,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deregister_waits_for_pins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memfd_alloc_and_adopt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreach, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alloc_prefaults_all_pages, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
