@@ -35,6 +35,10 @@ struct xfer_msg {
      * batch, so send_msg may name the channel it used with
      * xfer_batch_wait_hint (waiter-driven receive). Else NULL. */
     xfer_batch *wait_b;
+    /* Nobody waits for the answer (a FIN; the RTS of a rendezvous SEND,
+     * which completes with its FIN): a transport may leave it to be read
+     * later instead of holding the sending thread (ipc). */
+    bool lazy;
 };
 
 enum xfer_transport_cap {

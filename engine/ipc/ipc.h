@@ -164,6 +164,9 @@ int ipc_send(int fd, uint16_t type, uint32_t count, const void *payload, uint32_
 /* Receives one message; payload (<= max bytes) into buf. *got_fd = received fd or
  * -1 (when got_fd is NULL, a received fd is closed). */
 int ipc_recv(int fd, struct ipc_hdr *h, void *buf, uint32_t max, int *got_fd, int timeout_ms);
+/* Receives one message that must carry exactly bytes (<= 64) of payload, in
+ * one read when it has arrived whole (answers of a fixed size). */
+int ipc_recv_fixed(int fd, struct ipc_hdr *h, void *buf, uint32_t bytes, int timeout_ms);
 /* Waits until fd is readable (POLLIN) within timeout_ms: 0, -XFER_ETIMEDOUT, -XFER_ECONN. */
 int ipc_wait_readable(int fd, int timeout_ms);
 /* True once the other end closed (or the socket failed): one poll, no wait. */
@@ -425,7 +428,8 @@ void ipc_conn_close(struct xfer_conn *c);
  * engine fails messages waiting on that peer and repairs the connection. */
 unsigned ipc_conn_state(struct xfer_conn *c);
 int ipc_conn_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
-/* Queues an engine message; the worker sends it between groups. */
+/* Sends an engine message from the calling thread when the socket is free,
+ * else queues it for the worker (ipc_link.c). */
 int ipc_conn_send_msg(struct xfer_conn *c, struct xfer_msg *m);
 
 extern const struct xfer_transport_ops xfer_ipc_transport_ops;

@@ -77,8 +77,16 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
         !xfer_range_ok(it->remote_off, it->len, d.len))
         return job_refuse(c, j, need);
     char why[256] = "";
-    int rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op, c->io_timeout_ms,
-                         &j->map, why, sizeof(why));
+    int rc = ipc_map_find(&c->maps, it->remote_id, it->remote_gen, &j->map);
+    if (rc < 0) { /* not mapped yet: ask the owner */
+        rc = ipc_link_lock(c, true);
+        if (rc == 0)
+            rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op,
+                             c->io_timeout_ms, &j->map, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "ipc connection to the owner lost");
+        ipc_link_unlock(c, 0); /* a broken socket fails the group's ACQ next */
+    }
     if (rc < 0)
         return ipc_job_fail(j, rc, "%s", why);
     const struct ipc_map *m = j->map;
@@ -278,37 +286,6 @@ static bool pending_wait(struct ipc_conn *c, struct ipc_group *pending)
     return pthread_cond_timedwait(&c->cv, &c->mu, &ts) == 0 || c->qlen > 0 || c->stop;
 }
 
-/* Sends the queued engine messages, one round trip each; c->mu held on entry
- * and exit. The engine only sends a bound notification after the items it
- * covers ended, so no ordering with the groups is needed. A failed round
- * trip fails the rest (-XFER_ECONN: may or may not have arrived). */
-static int send_msgs(struct ipc_conn *c, int rc)
-{
-    struct ipc_msgq *q = c->mhead;
-    c->mhead = c->mtail = NULL;
-    pthread_mutex_unlock(&c->mu);
-    while (q) {
-        struct ipc_msgq *next = q->next;
-        struct ipc_hdr h;
-        int32_t ans = -XFER_ECONN;
-        if (rc == 0)
-            rc = ipc_send(c->fd, IPC_MSG_REQ, 1, q->m->frame, (uint32_t)q->m->len, -1,
-                          c->io_timeout_ms);
-        if (rc == 0)
-            rc = ipc_recv(c->fd, &h, &ans, sizeof(ans), NULL, c->io_timeout_ms);
-        if (rc == 0 && (h.type != IPC_MSG_RESP || h.bytes != sizeof(ans) ||
-                        (ans > 0 && ans != XFER_MSG_DELIVERED) || ans <= -XFER_ERR_MAX))
-            rc = -XFER_EPROTO;
-        if (rc < 0)
-            ans = -XFER_ECONN;
-        xfer_msg_done(q->m, ans, rc < 0 ? "ipc connection to the owner lost" : NULL);
-        free(q);
-        q = next;
-    }
-    pthread_mutex_lock(&c->mu);
-    return rc;
-}
-
 /* While loans exist, the idle worker looks this often for loans the owner
  * withdrew and for an owner that hung up: direct copies do not talk to the
  * owner, so nothing else would tell. */
@@ -359,8 +336,11 @@ static void *worker_main(void *arg)
     int cur = 0, rc = 0;
     pthread_mutex_lock(&c->mu);
     while (!c->stop && g[0].jobs && g[1].jobs && rc == 0) {
-        if (c->mhead) {
-            rc = send_msgs(c, 0);
+        if (c->mhead || c->owed_wake) { /* messages it must send, answers it must read */
+            pthread_mutex_unlock(&c->mu);
+            ipc_link_worker_msgs(c);
+            pthread_mutex_lock(&c->mu);
+            rc = __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ? -XFER_ECONN : 0;
             continue;
         }
         if (c->qlen == 0 && pending && pending_wait(c, pending))
@@ -373,8 +353,20 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&c->mu);
             continue;
         }
+        if (c->qlen == 0 && c->owed_lazy_ms &&
+            xfer_now_ms() >= c->owed_lazy_ms + IPC_OWED_LAZY_MS) {
+            c->owed_lazy_ms = 0; /* ipc_link_lazy sets it again if some are left */
+            pthread_mutex_unlock(&c->mu);
+            ipc_link_lazy(c);
+            pthread_mutex_lock(&c->mu);
+            rc = __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ? -XFER_ECONN : 0;
+            continue;
+        }
         if (c->qlen == 0) {
-            struct timespec ts = xfer_mono_after_ms(c->direct.head ? DIRECT_CHECK_MS : 1000);
+            int64_t ms = c->direct.head ? DIRECT_CHECK_MS : 1000;
+            if (c->owed_lazy_ms) /* answers left owed: read them soon */
+                ms = c->owed_lazy_ms + IPC_OWED_LAZY_MS - xfer_now_ms();
+            struct timespec ts = xfer_mono_after_ms(ms > 0 ? ms : 0);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
             rc = direct_check(c);
             continue;
@@ -396,13 +388,22 @@ static void *worker_main(void *arg)
         }
         pthread_mutex_lock(&c->mu);
     }
-    if (rc < 0) {
+    if (rc < 0)
         __atomic_store_n(&c->broken, true, __ATOMIC_RELAXED); /* ipc_conn_state reads it */
+    if (rc < 0 && !c->stop) /* a close shuts the socket down: no news */
         xfer_warn("ipc: connection to %s lost: %s", xfer_peer_desc_get(c->base.peer)->node_id,
                   xfer_strerror(rc));
-    }
-    send_msgs(c, -XFER_ECONN); /* fails what is queued */
+    struct ipc_msgq *mq = c->mhead; /* queued messages fail */
+    c->mhead = c->mtail = NULL;
+    c->stop = true; /* no more are queued */
     pthread_mutex_unlock(&c->mu);
+    ipc_link_fini(c); /* neither are answers read any more */
+    while (mq) {
+        struct ipc_msgq *next = mq->next;
+        xfer_msg_done(mq->m, -XFER_ECONN, "ipc connection to the owner lost");
+        free(mq);
+        mq = next;
+    }
     if (pending)
         group_finish(c, pending);
     if (g[0].jobs)
@@ -486,9 +487,11 @@ int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, stru
         goto out_fail;
     xfer_cond_init_mono(&c->cv);
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->link_mu, NULL);
     if (pthread_create(&c->worker, NULL, worker_main, c) != 0) {
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
+        pthread_mutex_destroy(&c->link_mu);
         snprintf(why, sizeof(why), "cannot start the ipc worker thread");
         rc = -XFER_ENOMEM;
         goto out_fail;
@@ -524,6 +527,7 @@ void ipc_conn_close(struct xfer_conn *xc)
     close(c->fd);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->link_mu);
     free(c->q);
     free(c->acqv);
     free(c->hparts);

@@ -24,12 +24,15 @@ static void forget_revoked(struct ipc_conn *c, const void *recs, size_t bytes)
 static int round_trip(struct ipc_conn *c, uint16_t type, uint32_t count, const void *req,
                       size_t req_bytes, void *reply, size_t reply_max, size_t each)
 {
-    int rc = ipc_send(c->fd, type, count, req, (uint32_t)req_bytes, -1, c->io_timeout_ms);
+    int rc = ipc_link_lock(c, true); /* answers owed to messages come first */
+    if (rc == 0)
+        rc = ipc_send(c->fd, type, count, req, (uint32_t)req_bytes, -1, c->io_timeout_ms);
     struct ipc_hdr h;
     if (rc == 0)
         rc = ipc_recv(c->fd, &h, reply, (uint32_t)reply_max, NULL, c->io_timeout_ms);
     if (rc == 0)
         rc = ipc_msg_check(&h, reply, type + 1, count); /* each *_RESP follows its *_REQ */
+    ipc_link_unlock(c, rc);
     if (rc == 0)
         forget_revoked(c, (char *)reply + count * each, h.bytes - count * each);
     return rc;
@@ -218,6 +221,10 @@ int ipc_jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
             slot[k++] = jobs[i].slot;
     if (k == 0)
         return 0;
-    return ipc_send(c->fd, IPC_REL, (uint32_t)k, slot, (uint32_t)(k * sizeof(slot[0])), -1,
-                    c->io_timeout_ms);
+    int rc = ipc_link_lock(c, false); /* no answer: owed ones may stay owed */
+    if (rc == 0)
+        rc = ipc_send(c->fd, IPC_REL, (uint32_t)k, slot, (uint32_t)(k * sizeof(slot[0])), -1,
+                      c->io_timeout_ms);
+    ipc_link_unlock(c, rc);
+    return rc;
 }

@@ -185,26 +185,3 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
         xfer_batch_chunk_done(b, idx[j], 0, rc, "ipc: cannot queue the item");
     return 0;
 }
-
-int ipc_conn_send_msg(struct xfer_conn *xc, struct xfer_msg *m)
-{
-    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
-    struct ipc_msgq *q = malloc(sizeof(*q));
-    if (!q)
-        return -XFER_ENOMEM;
-    *q = (struct ipc_msgq){m, NULL};
-    pthread_mutex_lock(&c->mu);
-    bool dead = c->broken || c->stop;
-    if (!dead) {
-        if (c->mtail)
-            c->mtail->next = q;
-        else
-            c->mhead = q;
-        c->mtail = q;
-        pthread_cond_signal(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (dead)
-        free(q);
-    return dead ? -XFER_ECONN : 0;
-}
