@@ -96,6 +96,11 @@ def fill(g: Geometry, layer_tensor, req: int, layer: int, block_ids) -> None:
 
         t = torch.from_numpy(v.view(np.int16)).to(layer_tensor.device)
         layer_tensor.view(torch.int16)[:, list(block_ids)] = t
+        # The copy above is queued on torch's stream; xfer reads the tensor on
+        # its own streams (and over tcp by a D2H of its own), so the values
+        # must be in memory before the transfer is submitted, as a model's
+        # layer would be (vLLM records an event per layer for the same reason).
+        torch.cuda.current_stream(layer_tensor.device).synchronize()
     else:
         layer_tensor.view(np.uint16)[:, list(block_ids)] = v
 

@@ -120,6 +120,18 @@ int main(int argc, char **argv)
         printf("unpack: %d random lists x 3 methods x 2 destinations vs the CPU reference: %d "
                "failures\n",
                rounds, failures);
+        if (ndev > 1) { /* TCPX's bounce on another GPU than the destination (its NIC's) */
+            uint8_t *far;
+            CK(cudaSetDevice(ndev - 1));
+            CK(cudaMalloc((void **)&far, cap));
+            CK(cudaSetDevice(0));
+            int before = failures;
+            for (int r = 0; r < rounds / 4 + 1; r++)
+                check_round(u, (uint64_t)r + 1000, far, ddst, hbounce, want, got, cap, f);
+            printf("unpack: bounce on GPU %d, destination on GPU 0: %d failures\n", ndev - 1,
+                   failures - before);
+            cudaFree(far);
+        }
     } else {
         CK(cudaMemset(dbounce, 7, cap));
         struct cudaDeviceProp p;
