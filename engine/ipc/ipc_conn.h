@@ -21,15 +21,19 @@ struct ipc_job {
     /* vectored items: the item's segments, this job's are [s0, s1) */
     const struct xfer_seg *segs;
     uint32_t s0, s1;
-    uint64_t bytes; /* what this job moves */
-    int64_t bad;    /* the item's segment that failed it, -1 = none */
-    int *tickets;   /* vectored: CUDA copies outside batched launches */
+    uint64_t bytes;  /* what this job moves */
+    uint64_t maxseg; /* vectored: its longest segment */
+    uint64_t lo, hi; /* vectored: the hull of its segments' remote ranges */
+    int64_t bad;     /* the item's segment that failed it, -1 = none */
+    int *tickets;    /* vectored: CUDA copies outside batched launches */
     size_t ntickets;
     const struct ipc_map *map;
     uint32_t slot;
     int status;
     bool pinned, begun, skip;
-    int ticket; /* CUDA copy in flight, else -1 */
+    bool need_list; /* the owner asked for the ranges (lease rules on the hull) */
+    bool host;      /* host memory on both sides: ipc_jobs_copy_host */
+    int ticket;     /* CUDA copy in flight, else -1 */
     char why[200];
 };
 
@@ -55,6 +59,10 @@ struct ipc_conn {
     struct ipc_work *q; /* ring of queued items */
     size_t qhead, qlen, qcap;
     size_t qseg; /* segments of the head entry's vectored item already taken */
+    void *acqv;  /* the worker's IPC_ACQV_REQ buffer (ipc_pin.c) */
+    size_t acqv_cap;
+    void *hparts; /* the worker's host copy parts (ipc_hcopy.c) */
+    size_t hparts_cap;
     bool stop, broken;
     struct ipc_map_cache maps;
     struct ipc_cuda_copier *copier; /* created on the first CUDA item */
