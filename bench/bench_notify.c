@@ -6,7 +6,9 @@
  *      notification, against submit -> completion of the same batch without
  *      one (what a sender learns without notifications);
  *   2. send/recv of 8 B: half a ping-pong round trip, against half the
- *      round trip of a one-sided 8 B WRITE + wait;
+ *      round trip of a one-sided 8 B WRITE + wait; then the same ping-pong
+ *      with each side's next receive posted before its send (every message
+ *      finds its receive: matched on arrival, answered without a FIN);
  *   3. 1 MiB messages, 4 in flight, receives posted ahead: GB/s against
  *      one-sided 1 MiB WRITEs, 4 in flight.
  * Medians of --iters runs (latency), best of --repeat (throughput).
@@ -17,7 +19,7 @@
  * --json prints one object (the same numbers) instead of the text lines;
  * bench/bench_all.py reads it for make bench's table.
  *
- * --only notify|sendrecv runs that part alone, --iters times, without
+ * --only notify|sendrecv|sendrecv-pre runs that part alone, --iters times, without
  * spinning (the initiator sleeps in poll on the notification fd): for
  * bench/callgrind_msg.sh, which counts instructions and system calls per
  * notified batch or per send/recv round trip (repeatable on a noisy VM).
@@ -41,6 +43,7 @@
 static struct {
     double plain[2], notif[2]; /* [0] 4 KiB, [1] 1 MiB: submit->done, ->read */
     double sr_8, write_8;      /* one way */
+    double sr_8_pre;           /* one way, each receive posted before the send it answers */
     double sr_gbps, write_gbps;
     bool json;
 } res;
@@ -212,11 +215,54 @@ static int count_notify(struct side *I, struct side *T, int iters)
 struct echo {
     struct side *T;
     int iters;
+    bool pre;
 };
+
+/* A RECV batch submitted now, waited for later. */
+static xfer_batch *recv_post(struct side *s, uint64_t off, uint64_t tag)
+{
+    xfer_batch *b = xfer_batch_new(s->e, NULL);
+    if (b &&
+        (xfer_batch_add_recv(b, s->r, off, 64, s->p, tag) < 0 || xfer_batch_submit(b, 10000) < 0)) {
+        xfer_batch_free(b);
+        b = NULL;
+    }
+    return b;
+}
+
+/* Waits for and frees a posted RECV: 0 and the bytes received, or < 0. */
+static int recv_end(xfer_batch *b, uint64_t *got)
+{
+    int rc = b ? xfer_batch_wait(b, -1) : -1;
+    *got = rc == 0 ? xfer_batch_item_bytes(b, 0) : 0;
+    xfer_batch_free(b);
+    return rc;
+}
+
+/* The echo with its next receive posted before it answers: every message
+ * finds its receive posted (matched on arrival, no FIN). */
+static void echo_pre(struct echo *x)
+{
+    xfer_batch *rb = recv_post(x->T, 0, 1);
+    for (int k = 0; k < x->iters; k++) {
+        uint64_t got;
+        int rc = recv_end(rb, &got);
+        rb = k + 1 < x->iters ? recv_post(x->T, 0, 1) : NULL;
+        if (rc != 0 || xfer_send(x->T->e, x->T->r, 128, got, x->T->p, 2, 10000) != 0) {
+            fprintf(stderr, "bench: echo failed at %d\n", k);
+            break;
+        }
+    }
+    xfer_batch_free(rb);
+}
 
 static void *echo_main(void *arg)
 {
     struct echo *x = arg;
+    if (x->pre) {
+        echo_pre(x);
+        return NULL;
+    }
     for (int k = 0; k < x->iters; k++) {
         uint64_t got;
         if (xfer_recv(x->T->e, x->T->r, 0, 64, x->T->p, 1, &got, 10000) != 0 ||
@@ -230,18 +276,19 @@ static void *echo_main(void *arg)
 
 /* Returns 0 if every round trip went through; with_write adds the WRITE
  * comparison and prints. */
-static int bench_latency(struct side *I, struct side *T, int iters, bool with_write)
+static int bench_latency(struct side *I, struct side *T, int iters, bool with_write, bool pre)
 {
     int rc = 0;
     double *v = calloc((size_t)iters, sizeof(double)), *w = calloc((size_t)iters, 8);
-    struct echo x = {T, iters};
+    struct echo x = {T, iters, pre};
     pthread_t th;
     pthread_create(&th, NULL, echo_main, &x);
     for (int k = 0; k < iters; k++) {
         uint64_t got;
         double t0 = now_us();
+        xfer_batch *rb = pre ? recv_post(I, 64, 2) : NULL;
         if (xfer_send(I->e, I->r, 0, 8, I->p, 1, 10000) != 0 ||
-            xfer_recv(I->e, I->r, 64, 64, I->p, 2, &got, 10000) != 0) {
+            (pre ? recv_end(rb, &got) : xfer_recv(I->e, I->r, 64, 64, I->p, 2, &got, 10000)) != 0) {
             fprintf(stderr, "bench: ping failed at %d\n", k);
             rc = 1;
             break;
@@ -254,11 +301,14 @@ static int bench_latency(struct side *I, struct side *T, int iters, bool with_wr
         xfer_write(I->e, I->r, 0, I->p, T->rd.id, T->rd.gen, 0, 8, 10000);
         w[k] = (now_us() - t0) / 2;
     }
-    res.sr_8 = median(v, iters);
-    res.write_8 = median(w, iters);
+    *(pre ? &res.sr_8_pre : &res.sr_8) = median(v, iters);
+    if (with_write)
+        res.write_8 = median(w, iters);
     if (!res.json && with_write)
         printf("  8 B: send/recv one way (ping-pong / 2) %7.1f us | WRITE + wait / 2 %7.1f us\n",
                res.sr_8, res.write_8);
+    if (!res.json && pre)
+        printf("  8 B: send/recv one way, receives posted ahead %7.1f us\n", res.sr_8_pre);
     free(v);
     free(w);
     return rc;
@@ -392,9 +442,11 @@ int main(int argc, char **argv)
         if (!strcmp(only, "notify"))
             rc = count_notify(&I, &T, iters);
         else if (!strcmp(only, "sendrecv"))
-            rc = bench_latency(&I, &T, iters, false);
+            rc = bench_latency(&I, &T, iters, false, false);
+        else if (!strcmp(only, "sendrecv-pre"))
+            rc = bench_latency(&I, &T, iters, false, true);
         else
-            fprintf(stderr, "bench_notify: --only notify or sendrecv\n");
+            fprintf(stderr, "bench_notify: --only notify, sendrecv or sendrecv-pre\n");
         xfer_engine_free(I.e);
         xfer_engine_free(T.e);
         return rc;
@@ -403,14 +455,16 @@ int main(int argc, char **argv)
         printf("%s:\n", tr);
     bench_notify(&I, &T, 4096, iters, 0);
     bench_notify(&I, &T, MIB, iters / 4 > 10 ? iters / 4 : 10, 1);
-    bench_latency(&I, &T, iters, true);
+    bench_latency(&I, &T, iters, true, false);
+    bench_latency(&I, &T, iters, false, true);
     bench_throughput(&I, &T, seconds, repeat);
     if (res.json)
         printf("{\"transport\":\"%s\",\"write_4k_us\":%.2f,\"notif_4k_us\":%.2f,"
                "\"write_1m_us\":%.2f,\"notif_1m_us\":%.2f,\"sendrecv_8_us\":%.2f,"
-               "\"write_8_us\":%.2f,\"sendrecv_1m_gbps\":%.3f,\"write_1m_gbps\":%.3f}\n",
+               "\"write_8_us\":%.2f,\"sendrecv_8_pre_us\":%.2f,\"sendrecv_1m_gbps\":%.3f,"
+               "\"write_1m_gbps\":%.3f}\n",
                tr, res.plain[0], res.notif[0], res.plain[1], res.notif[1], res.sr_8, res.write_8,
-               res.sr_gbps, res.write_gbps);
+               res.sr_8_pre, res.sr_gbps, res.write_gbps);
     xfer_engine_free(I.e);
     xfer_engine_free(T.e);
     return 0;

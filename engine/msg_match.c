@@ -210,7 +210,8 @@ void mm_send_rts(xfer_engine *e, xfer_batch *b, xfer_peer *p, const struct xfer_
     o->peer = p;
     o->id = r->send_id;
     o->done = rts_done;
-    o->m.wait_b = b; /* the answer may complete the SEND (cleared unless direct) */
+    o->m.wait_b = b;       /* the answer may complete the SEND (cleared unless direct) */
+    o->m.lazy = !r->eager; /* rendezvous: the FIN completes the SEND, not this answer */
     if (msg_send(e, o) < 0) {
         struct msg_out stub = {.peer = p, .id = r->send_id};
         free(o);
@@ -244,6 +245,7 @@ void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, ui
     xfer_msg_encode_fin(msg_next_seq(e), &f, (uint8_t *)o->m.frame);
     o->peer = to;
     o->done = fin_done;
+    o->m.lazy = true;
     if (msg_send(e, o) < 0)
         free(o);
 }

@@ -468,10 +468,30 @@ xfer_region *xfer_region_acquire_segs_by(xfer_engine *e, const char *peer, uint3
             *bad = k;
     }
     if (rc == 0)
-        r->pins++;
+        __atomic_add_fetch(&r->pins, 1, __ATOMIC_SEQ_CST); /* unpins take no lock */
     pthread_mutex_unlock(&t->mu);
     *err = rc;
     return rc ? NULL : r;
+}
+
+xfer_region *xfer_region_acquire_hull_by(xfer_engine *e, const char *peer, uint32_t id,
+                                         uint32_t gen, enum xfer_op op, uint64_t off, uint64_t len,
+                                         bool *need_list, int *err)
+{
+    struct region_table *t = &e->regions;
+    *need_list = false;
+    pthread_mutex_lock(&t->mu);
+    xfer_region *r = table_get(t, id);
+    int rc = acquire_check(r, gen, op);
+    if (rc == 0 && !xfer_range_ok(off, len, r->len))
+        rc = -XFER_ERANGE;
+    else if (rc == 0 && r->guards && guard_check(r, peer, off, len) != 0)
+        *need_list = true; /* the ranges may avoid what the hull touches */
+    else if (rc == 0)
+        __atomic_add_fetch(&r->pins, 1, __ATOMIC_SEQ_CST); /* unpins take no lock */
+    pthread_mutex_unlock(&t->mu);
+    *err = rc;
+    return rc || *need_list ? NULL : r;
 }
 
 xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t id, uint32_t gen,

@@ -35,6 +35,10 @@ struct xfer_msg {
      * batch, so send_msg may name the channel it used with
      * xfer_batch_wait_hint (waiter-driven receive). Else NULL. */
     xfer_batch *wait_b;
+    /* Nobody waits for the answer (a FIN; the RTS of a rendezvous SEND,
+     * which completes with its FIN): a transport may leave it to be read
+     * later instead of holding the sending thread (ipc). */
+    bool lazy;
 };
 
 enum xfer_transport_cap {
@@ -175,6 +179,14 @@ xfer_region *xfer_region_acquire_by(xfer_engine *e, const char *peer, uint32_t i
 xfer_region *xfer_region_acquire_segs_by(xfer_engine *e, const char *peer, uint32_t id,
                                          uint32_t gen, enum xfer_op op, const struct xfer_range *v,
                                          size_t n, size_t *bad, int *err);
+/* The same for a list known only by its hull [off, off+len) (every range
+ * lies inside it): bounds and lease rules checked once, on the hull. When
+ * the rules do not admit the whole hull (a guarded gap the ranges may
+ * skip), returns NULL with *err = 0 and *need_list = true: ask again with
+ * the ranges (xfer_region_acquire_segs_by). */
+xfer_region *xfer_region_acquire_hull_by(xfer_engine *e, const char *peer, uint32_t id,
+                                         uint32_t gen, enum xfer_op op, uint64_t off, uint64_t len,
+                                         bool *need_list, int *err);
 void xfer_region_release(xfer_region *r);
 /* rdma memory windows (lease.c). For an access by peer to [off, off+len)
  * of r (pinned by the caller) that the lease rules admit now: the window

@@ -137,10 +137,12 @@ static int kb_ticket_get(struct xfer_kbatch *b, int d)
     return b->nt++;
 }
 
-extern "C" int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
-                                 const struct xfer_copy_desc *d, size_t n)
+/* Readies exec for peers in peer_mask, runs launch (a batched copy on
+ * exec's stage and stream) and records a ticket after it. */
+template <typename F>
+static int kb_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask, F launch)
 {
-    if (!b || exec < 0 || exec >= b->ndev || (n && !d))
+    if (!b || exec < 0 || exec >= b->ndev)
         return -XFER_EINVAL;
     if (b->ndev < 64 && (peer_mask >> b->ndev))
         return -XFER_EINVAL; /* a device that does not exist */
@@ -150,7 +152,7 @@ extern "C" int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_
         rc = rc ? rc : t;
         goto out;
     }
-    rc = xfer_kernels_batched_copy(b->dev[exec].stage, d, n, b->dev[exec].stream);
+    rc = launch(b->dev[exec].stage, b->dev[exec].stream);
     if (rc) {
         snprintf(b->err, sizeof(b->err), "%s", xfer_kstage_last_error(b->dev[exec].stage));
         goto out;
@@ -167,6 +169,26 @@ out:
     if (saved >= 0)
         cudaSetDevice(saved);
     return rc;
+}
+
+extern "C" int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                                 const struct xfer_copy_desc *d, size_t n)
+{
+    if (n && !d)
+        return -XFER_EINVAL;
+    return kb_start(b, exec, peer_mask, [&](struct xfer_kstage *st, cudaStream_t s) {
+        return xfer_kernels_batched_copy(st, d, n, s);
+    });
+}
+
+extern "C" int xfer_kbatch_start_runs(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                                      const struct xfer_copy_run *r, size_t nr, uint64_t total)
+{
+    if (nr && !r)
+        return -XFER_EINVAL;
+    return kb_start(b, exec, peer_mask, [&](struct xfer_kstage *st, cudaStream_t s) {
+        return xfer_kernels_batched_copy_runs(st, r, nr, total, s);
+    });
 }
 
 extern "C" int xfer_kbatch_poll(struct xfer_kbatch *b, int t)
@@ -195,10 +217,10 @@ extern "C" int xfer_kbatch_wait(struct xfer_kbatch *b, int t, int timeout_ms)
             return -XFER_ETIMEDOUT;
         }
         nanosleep(&nap, NULL);
-        /* at most 64 us between polls: a 512 MiB pool request's launch
-         * ends within ~0.2 ms, and half-millisecond naps showed as much
-         * as the copy in its latency */
-        if (nap.tv_nsec < 64000)
+        /* at most 16 us between polls: a 256 MiB group of a pool request
+         * runs ~0.2 ms, and 64 us naps could add a third of that to its
+         * latency (half-millisecond naps showed as much as the copy) */
+        if (nap.tv_nsec < 16000)
             nap.tv_nsec *= 2;
     }
 }

@@ -42,6 +42,29 @@ char *xfer_kv_block_addr(const struct xfer_kv_layout *lay, uint32_t l, uint64_t 
     return layer + id * kv_block_stride(lay);
 }
 
+uint64_t xfer_copy_runs_fill(const struct xfer_copy_run *r, size_t nr, struct xfer_copy_desc *d,
+                             uint64_t *start, uint64_t *mis)
+{
+    uint64_t acc = 0, m = 0;
+    for (size_t x = 0; x < nr; x++) {
+        /* the direction picks the bases once per run, not per segment */
+        char *dst = r[x].a_is_dst ? r[x].a : r[x].b, *src = r[x].a_is_dst ? r[x].b : r[x].a;
+        int dk = r[x].a_is_dst ? 0 : 1; /* which offset of a segment is dst's */
+        const uint64_t *s = r[x].segs;
+        for (size_t k = 0; k < r[x].n; k++, s += 3, d++, start++) {
+            d->dst = dst + s[dk];
+            d->src = src + s[1 - dk];
+            d->len = s[2];
+            *start = acc;
+            acc += s[2];
+            m |= (uintptr_t)d->dst ^ (uintptr_t)d->src;
+        }
+    }
+    *start = acc;
+    *mis = m;
+    return acc;
+}
+
 void xfer_kref_batched_copy(const struct xfer_copy_desc *d, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -264,6 +264,60 @@ static int stage_run(struct xfer_kstage *s, struct kslot *sl, size_t bytes, cuda
     return 0;
 }
 
+/* Per thread block, the first descriptor reaching past the block's start. */
+static void first_fill(uint32_t *first, const uint64_t *start, size_t blocks, uint64_t chunk)
+{
+    uint32_t k = 0;
+    for (size_t b = 0; b < blocks; b++) {
+        while (start[k + 1] <= b * chunk)
+            k++;
+        first[b] = k;
+    }
+}
+
+/* Staging of a batched copy of n descriptors over `blocks` thread blocks:
+ * the descriptors, then n + 1 prefix sums from *off_start, then one first
+ * index per block from *off_first. Returns its bytes. */
+static size_t copy_layout(size_t n, size_t blocks, size_t *off_start, size_t *off_first)
+{
+    size_t os = n * sizeof(struct xfer_copy_desc), of = os + (n + 1) * sizeof(uint64_t);
+    if (off_start)
+        *off_start = os;
+    if (off_first)
+        *off_first = of;
+    return of + blocks * sizeof(uint32_t);
+}
+
+/* A slot for a batched copy of n descriptors, total bytes, grid g; *start:
+ * where the prefix sums go (the descriptors go at the slot's start). */
+static int copy_slot(struct xfer_kstage *s, size_t n, uint64_t total, struct kgrid g,
+                     struct kslot **sl, uint64_t **start)
+{
+    size_t off_start, bytes = copy_layout(n, kgrid_blocks(total, g), &off_start, NULL);
+    int rc = slot_get(s, bytes, sl);
+    if (rc == 0)
+        *start = (uint64_t *)((char *)(*sl)->host + off_start);
+    return rc;
+}
+
+/* The slot holds the descriptors and their prefix sums: adds the blocks'
+ * first indexes, uploads it and launches. */
+static int copy_launch(struct xfer_kstage *s, struct kslot *sl, size_t n, uint64_t total,
+                       struct kgrid g, void *stream)
+{
+    size_t blocks = kgrid_blocks(total, g);
+    size_t off_start, off_first, bytes = copy_layout(n, blocks, &off_start, &off_first);
+    first_fill((uint32_t *)((char *)sl->host + off_first),
+               (const uint64_t *)((char *)sl->host + off_start), blocks, g.chunk);
+    const uint64_t *ddesc = (const uint64_t *)sl->dev;
+    const uint64_t *dstart = (const uint64_t *)((char *)sl->dev + off_start);
+    const uint32_t *dfirst = (const uint32_t *)((char *)sl->dev + off_first);
+    cudaStream_t st = (cudaStream_t)stream;
+    return stage_run(s, sl, bytes, st, [&] {
+        return klaunch_batched_copy(ddesc, dstart, dfirst, (uint32_t)n, total, g, st);
+    });
+}
+
 extern "C" int xfer_kernels_batched_copy(struct xfer_kstage *s, const struct xfer_copy_desc *d,
                                          size_t n, void *stream)
 {
@@ -290,33 +344,53 @@ extern "C" int xfer_kernels_batched_copy(struct xfer_kstage *s, const struct xfe
     if (!ds.ok)
         return stage_failx(s, -XFER_ENODEV, "cannot select device %d", s->device);
     struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, all_aligned);
-    size_t blocks = kgrid_blocks(total, g);
-    size_t off_start = n * sizeof(*d), off_first = off_start + (n + 1) * sizeof(uint64_t);
-    size_t bytes = off_first + blocks * sizeof(uint32_t);
     struct kslot *sl;
-    int rc = slot_get(s, bytes, &sl);
+    uint64_t *start;
+    int rc = copy_slot(s, n, total, g, &sl, &start);
     if (rc)
         return rc;
     memcpy(sl->host, d, n * sizeof(*d));
-    uint64_t *start = (uint64_t *)((char *)sl->host + off_start), acc = 0;
+    uint64_t acc = 0;
     for (size_t i = 0; i < n; i++) {
         start[i] = acc;
         acc += d[i].len;
     }
     start[n] = acc;
-    uint32_t *first = (uint32_t *)((char *)sl->host + off_first), k = 0;
-    for (size_t b = 0; b < blocks; b++) { /* first descriptor reaching past b's start */
-        while (start[k + 1] <= b * g.chunk)
-            k++;
-        first[b] = k;
+    return copy_launch(s, sl, n, total, g, stream);
+}
+
+extern "C" int xfer_kernels_batched_copy_runs(struct xfer_kstage *s, const struct xfer_copy_run *r,
+                                              size_t nr, uint64_t total, void *stream)
+{
+    if (!s)
+        return no_stage();
+    size_t n = 0;
+    for (size_t x = 0; x < nr; x++) {
+        if (r[x].n && (!r[x].a || !r[x].b || !r[x].segs))
+            return stage_failx(s, -XFER_EINVAL, "run %zu: NULL pointer", x);
+        n += r[x].n;
     }
-    const uint64_t *ddesc = (const uint64_t *)sl->dev;
-    const uint64_t *dstart = (const uint64_t *)((char *)sl->dev + off_start);
-    const uint32_t *dfirst = (const uint32_t *)((char *)sl->dev + off_first);
-    cudaStream_t st = (cudaStream_t)stream;
-    return stage_run(s, sl, bytes, st, [&] {
-        return klaunch_batched_copy(ddesc, dstart, dfirst, (uint32_t)n, total, g, st);
-    });
+    if (!n || !total)
+        return 0;
+    if (n >= UINT32_MAX)
+        return stage_failx(s, -XFER_EINVAL, "too many segments");
+    device_scope ds(s->device);
+    if (!ds.ok)
+        return stage_failx(s, -XFER_ENODEV, "cannot select device %d", s->device);
+    /* the grid needs the total, the staging the grid: the caller's total
+     * sizes both, checked against the segments' sum below */
+    struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, true);
+    struct kslot *sl;
+    uint64_t *start, mis = 0;
+    int rc = copy_slot(s, n, total, g, &sl, &start);
+    if (rc)
+        return rc;
+    if (xfer_copy_runs_fill(r, nr, (struct xfer_copy_desc *)sl->host, start, &mis) != total)
+        return stage_failx(s, -XFER_EINVAL, "segments do not add up to %llu bytes",
+                           (unsigned long long)total);
+    if (mis & 15) /* the bulk variant needs src == dst modulo 16 */
+        g = kgrid_pick(total, s->sms, s->cc_major, false); /* the same chunk: same staging */
+    return copy_launch(s, sl, n, total, g, stream);
 }
 
 static int kv_run(struct xfer_kstage *s, const struct xfer_kv_layout *lay, const uint64_t *ids,

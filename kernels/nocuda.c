@@ -38,6 +38,13 @@ int xfer_kernels_batched_copy(struct xfer_kstage *s, const struct xfer_copy_desc
     return -XFER_ENODEV;
 }
 
+int xfer_kernels_batched_copy_runs(struct xfer_kstage *s, const struct xfer_copy_run *r, size_t nr,
+                                   uint64_t total, void *stream)
+{
+    (void)s, (void)r, (void)nr, (void)total, (void)stream;
+    return -XFER_ENODEV;
+}
+
 int xfer_kernels_kv_gather(struct xfer_kstage *s, const struct xfer_kv_layout *lay,
                            const uint64_t *ids, size_t n_ids, void *buf, void *stream)
 {
@@ -79,6 +86,13 @@ int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
                       const struct xfer_copy_desc *d, size_t n)
 {
     (void)b, (void)exec, (void)peer_mask, (void)d, (void)n;
+    return -XFER_ENODEV;
+}
+
+int xfer_kbatch_start_runs(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                           const struct xfer_copy_run *r, size_t nr, uint64_t total)
+{
+    (void)b, (void)exec, (void)peer_mask, (void)r, (void)nr, (void)total;
     return -XFER_ENODEV;
 }
 

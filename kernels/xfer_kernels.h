@@ -101,6 +101,31 @@ const char *xfer_kstage_last_error(const struct xfer_kstage *s);
 int xfer_kernels_batched_copy(struct xfer_kstage *s, const struct xfer_copy_desc *d, size_t n,
                               void *stream);
 
+/* Segment lists as copies without a descriptor array of the caller's: run
+ * r copies, for each of its n segments (three uint64 each: a_off, b_off,
+ * len; the layout of the engine's struct xfer_seg), len bytes between
+ * a + a_off and b + b_off, into a when a_is_dst, else into b. The
+ * segments are read before the call returns. */
+struct xfer_copy_run {
+    char *a, *b;
+    const uint64_t *segs;
+    size_t n;
+    int a_is_dst;
+};
+/* Host part of a runs launch (no CUDA): writes the runs' descriptors to
+ * d[0..N) and their byte offsets in the concatenation to start[0..N]
+ * (start[N] = total), N = the runs' segments, in one pass without a
+ * branch per segment; *mis gets the OR of dst ^ src of every copy (the
+ * 16-byte alignment test). Returns the total bytes. */
+uint64_t xfer_copy_runs_fill(const struct xfer_copy_run *r, size_t nr, struct xfer_copy_desc *d,
+                             uint64_t *start, uint64_t *mis);
+/* One launch of every segment of runs r[0..nr), descriptors written
+ * straight into the stage's pinned slot and uploaded with one copy.
+ * total: the runs' bytes as the caller counted them (sizes the staging;
+ * -XFER_EINVAL if the segments add up to something else). */
+int xfer_kernels_batched_copy_runs(struct xfer_kstage *s, const struct xfer_copy_run *r, size_t nr,
+                                   uint64_t total, void *stream);
+
 /* Copies layout's blocks ids[0..n_ids) of every layer into buf (gather) or
  * buf into them (scatter), in one launch. ids are read before the call
  * returns. -XFER_ERANGE if an id >= num_blocks, -XFER_EINVAL for a bad
@@ -139,6 +164,9 @@ void xfer_kbatch_free(struct xfer_kbatch *b);
  * -XFER_ENODEV, -XFER_EIO. */
 int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
                       const struct xfer_copy_desc *d, size_t n);
+/* The same for segment runs (xfer_kernels_batched_copy_runs). */
+int xfer_kbatch_start_runs(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                           const struct xfer_copy_run *r, size_t nr, uint64_t total);
 /* 0 when the ticket's copies are done (the ticket is then freed),
  * -XFER_EINPROGRESS while running, else the CUDA error (ticket freed). */
 int xfer_kbatch_poll(struct xfer_kbatch *b, int ticket);

@@ -20,6 +20,7 @@
 #define XFER_IPC_H
 
 #include "transport.h"
+#include "xfer_kernels.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -29,9 +30,9 @@
 /* ---- wire (same host, host byte order, fixed-size records) -------------- */
 
 #define IPC_MAGIC      0x43504958u /* "XIPC" */
-#define IPC_VERSION    2u
-#define IPC_BATCH_MAX  512u /* records per ACQ/REL message */
-#define IPC_HANDLE_LEN 64u  /* cudaIpcMemHandle_t */
+#define IPC_VERSION    3u          /* 3: ACQV hull records */
+#define IPC_BATCH_MAX  512u        /* records per ACQ/REL message */
+#define IPC_HANDLE_LEN 64u         /* cudaIpcMemHandle_t */
 #define IPC_UUID_LEN   16u
 
 enum ipc_msg_type {
@@ -111,15 +112,29 @@ struct ipc_acq_resp {
 struct ipc_acqv_req {
     uint32_t id, gen;
     uint32_t op;
-    uint32_t nseg; /* 1..IPC_VEC_SEGS_MAX ranges follow */
+    uint32_t nseg; /* 1..IPC_VEC_SEGS_MAX ranges follow, or IPC_ACQV_HULL */
+};
+
+/* A record of nseg IPC_ACQV_HULL is followed by one ipc_acqv_hull instead
+ * of the ranges: the hull of the job's segments (every segment lies in
+ * [off, off+len)). The owner checks bounds and lease rules once, on the
+ * hull, so nothing per segment crosses the socket or is looked at by the
+ * owner; where lease rules refuse the hull (a guarded gap the segments may
+ * skip) it answers IPC_ACQV_NEED_LIST and the initiator sends the ranges. */
+#define IPC_ACQV_HULL 0u
+struct ipc_acqv_hull {
+    uint64_t off, len;
+    uint64_t bytes; /* the segments' total, for the owner's counters */
+    uint64_t nseg;  /* 1..IPC_VEC_SEGS_MAX */
 };
 
 struct ipc_acqv_resp {
     int32_t status;
-    uint32_t slot; /* pin to hand back in IPC_REL */
-    uint32_t bad;  /* refused segment (index in its record), UINT32_MAX = none */
-    uint32_t pad;
+    uint32_t slot;  /* pin to hand back in IPC_REL */
+    uint32_t bad;   /* refused segment (index in its record), UINT32_MAX = none */
+    uint32_t flags; /* IPC_ACQV_NEED_LIST: not pinned, send the ranges */
 };
+#define IPC_ACQV_NEED_LIST 1u
 
 /* Appended to an IPC_ACQ_RESP or IPC_ACQV_RESP after its count records: regions this peer
  * mapped that are no longer registered, so it can drop the mappings (and the
@@ -149,6 +164,9 @@ int ipc_send(int fd, uint16_t type, uint32_t count, const void *payload, uint32_
 /* Receives one message; payload (<= max bytes) into buf. *got_fd = received fd or
  * -1 (when got_fd is NULL, a received fd is closed). */
 int ipc_recv(int fd, struct ipc_hdr *h, void *buf, uint32_t max, int *got_fd, int timeout_ms);
+/* Receives one message that must carry exactly bytes (<= 64) of payload, in
+ * one read when it has arrived whole (answers of a fixed size). */
+int ipc_recv_fixed(int fd, struct ipc_hdr *h, void *buf, uint32_t bytes, int timeout_ms);
 /* Waits until fd is readable (POLLIN) within timeout_ms: 0, -XFER_ETIMEDOUT, -XFER_ECONN. */
 int ipc_wait_readable(int fd, int timeout_ms);
 /* True once the other end closed (or the socket failed): one poll, no wait. */
@@ -231,14 +249,18 @@ int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int ticket, int timeout_ms, ch
 /* ---- batched GPU<->GPU copies (ipc_kbatch.c) ------------------------------ */
 
 struct xfer_kbatch;
+/* A copy's place in a batched launch, shared by ipc_kcopy and ipc_krun. */
+struct ipc_kwait {
+    int ticket; /* launch that took it, -1 = copy it otherwise */
+    int status; /* after ipc_kbatch_finish */
+    bool ran;
+};
 struct ipc_kcopy {
     void *dst;
     const void *src;
     uint64_t len;
     int exec, other; /* GPU running the copy (the peer memory's), the local GPU */
-    int ticket;      /* launch that took it, -1 = copy it otherwise */
-    int status;      /* after ipc_kbatch_finish */
-    bool ran;
+    struct ipc_kwait w;
     size_t job;   /* caller's index */
     uint32_t seg; /* the job's segment (vectored items), UINT32_MAX = the whole job */
 };
@@ -246,7 +268,24 @@ struct ipc_kcopy {
  * one kernel launch each (*kb created on first use; XFER_IPC_NO_KBATCH=1
  * turns it off). */
 void ipc_kbatch_start(struct xfer_kbatch **kb, struct ipc_kcopy *v, size_t n);
-void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kcopy *v, size_t n, int timeout_ms);
+/* Waits for every launch of n copies whose ipc_kwait is at w, each stride
+ * bytes after the last (an ipc_kcopy or ipc_krun array): status = its
+ * launch's result. */
+void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kwait *w, size_t stride, size_t n,
+                       int timeout_ms);
+/* A vectored job's GPU<->GPU segments as one run of a batched launch: the
+ * descriptors are written once, straight into the launch's staging
+ * (xfer_kbatch_start_runs), nothing per segment here. */
+struct ipc_krun {
+    struct xfer_copy_run run;
+    uint64_t bytes;
+    int exec, other; /* as in ipc_kcopy */
+    struct ipc_kwait w;
+    size_t job; /* caller's index */
+};
+/* One launch per GPU pair of runs v[0..n) with >= XFER_KBATCH_MIN_ITEMS
+ * segments; v[i].w.ticket as in ipc_kbatch_start. */
+void ipc_kbatch_start_runs(struct xfer_kbatch **kb, struct ipc_krun *v, size_t n);
 
 /* ---- direct copies without the owner (ipc_direct.c, docs/ipc.md) ------- */
 
@@ -349,12 +388,28 @@ struct ipc_conn;
 struct ipc_pool *ipc_pool_new(void);
 /* Joins the threads; no connection may have work queued any more. */
 void ipc_pool_free(struct ipc_pool *p);
-/* Queues items idx[0..n) of b, lent to c (entries d[k], each with a user
- * counted), for the pool's threads, which split them into pieces. Takes
- * its own holds on b. 0, or < 0 with nothing queued (the caller still owns
- * the users). */
-int ipc_pool_post(struct ipc_pool *p, struct ipc_conn *c, xfer_batch *b, const size_t *idx,
-                  struct ipc_direct *const *d, size_t n);
+/* The copy-thread tasks of one post (one batch): items lent to c (entry d,
+ * a user counted) are added as the post's windows find them and published
+ * to the threads in one go before the posting thread copies anything
+ * itself, and at the end: one allocation, one batch hold and one wake per
+ * publish, not per 64-item window. ipc_post_new: room for cap tasks, NULL
+ * when out of memory; ipc_post_add: false when full; ipc_post_put drops
+ * the poster's reference (the post goes with its last task). */
+struct ipc_post;
+struct ipc_post *ipc_post_new(size_t cap);
+bool ipc_post_add(struct ipc_post *post, struct ipc_conn *c, xfer_batch *b, size_t i,
+                  struct ipc_direct *d);
+void ipc_post_put(struct ipc_post *post);
+/* Queues the tasks added since the last publish (taking one hold on the
+ * batch for each): 0, or < 0 with none of them queued: the caller takes
+ * them back (up to max at a time) with ipc_post_reclaim and still owns
+ * their users. */
+int ipc_pool_publish(struct ipc_pool *p, struct ipc_post *post);
+size_t ipc_post_reclaim(struct ipc_post *post, size_t *idx, struct ipc_direct **d, size_t max);
+/* Runs fn(arg, k) for every k in [0, n) on the pool's threads and the
+ * calling thread, returning once all have returned (the caller takes parts
+ * too, so it never waits on threads busy elsewhere to start). */
+void ipc_pool_run(struct ipc_pool *p, void (*fn)(void *arg, size_t k), void *arg, size_t n);
 
 struct ipc_transport {
     struct xfer_transport base;
@@ -373,7 +428,8 @@ void ipc_conn_close(struct xfer_conn *c);
  * engine fails messages waiting on that peer and repairs the connection. */
 unsigned ipc_conn_state(struct xfer_conn *c);
 int ipc_conn_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
-/* Queues an engine message; the worker sends it between groups. */
+/* Sends an engine message from the calling thread when the socket is free,
+ * else queues it for the worker (ipc_link.c). */
 int ipc_conn_send_msg(struct xfer_conn *c, struct xfer_msg *m);
 
 extern const struct xfer_transport_ops xfer_ipc_transport_ops;

@@ -12,7 +12,7 @@
  */
 #include "handshake.h"
 #include "mono_clock.h"
-#include "ipc_conn.h"
+#include "ipc_copy.h"
 #include "xfer_io.h"
 #include "xfer_kernels.h"
 
@@ -77,8 +77,16 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
         !xfer_range_ok(it->remote_off, it->len, d.len))
         return job_refuse(c, j, need);
     char why[256] = "";
-    int rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op, c->io_timeout_ms,
-                         &j->map, why, sizeof(why));
+    int rc = ipc_map_find(&c->maps, it->remote_id, it->remote_gen, &j->map);
+    if (rc < 0) { /* not mapped yet: ask the owner */
+        rc = ipc_link_lock(c, true);
+        if (rc == 0)
+            rc = ipc_map_get(&c->maps, c->fd, it->remote_id, it->remote_gen, it->op,
+                             c->io_timeout_ms, &j->map, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "ipc connection to the owner lost");
+        ipc_link_unlock(c, 0); /* a broken socket fails the group's ACQ next */
+    }
     if (rc < 0)
         return ipc_job_fail(j, rc, "%s", why);
     const struct ipc_map *m = j->map;
@@ -100,279 +108,11 @@ static void job_check(struct ipc_conn *c, struct ipc_job *j)
                             "register the host region with xfer_region_alloc (memfd)");
 }
 
-/* True once the owner closed the connection: it revokes a peer that held a
- * dying region too long (ipc_serve.c), and this process may just be
- * resuming from a stop; its pins are gone, so the memory must not be
- * touched. A zero-timeout poll per copy, cheap next to the copy. */
-static bool owner_hung_up(struct ipc_conn *c)
-{
-    return ipc_sock_hung_up(c->fd);
-}
-
 unsigned ipc_conn_state(struct xfer_conn *xc)
 {
     struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
     bool broken = __atomic_load_n(&c->broken, __ATOMIC_RELAXED);
-    return broken || owner_hung_up(c) ? XFER_CONN_ALL_DEAD : 0;
-}
-
-/* Copies len bytes between local and remote_off of j's mapped region:
- * 0 or -XFER_E* with the reason in j->why. */
-static int copy_host(struct ipc_conn *c, struct ipc_job *j, char *local, uint64_t remote_off,
-                     uint64_t len)
-{
-    const struct ipc_map *m = j->map;
-    if (owner_hung_up(c)) {
-        snprintf(j->why, sizeof(j->why), "the owner closed the connection (access revoked?)");
-        return -XFER_ECONN;
-    }
-    if (m->mech == IPC_MECH_MEMFD) {
-        char *remote = (char *)m->base + remote_off;
-        if (j->it.op == XFER_OP_READ)
-            memcpy(local, remote, len);
-        else
-            memcpy(remote, local, len);
-        return 0;
-    }
-    if (j->it.op == XFER_OP_READ)
-        return ipc_cma_read(c->pid, m->addr + remote_off, local, len, j->why, sizeof(j->why));
-    return ipc_cma_write(c->pid, m->addr + remote_off, local, len, j->why, sizeof(j->why));
-}
-
-/* A plain item, or each segment of a vectored one (the first failing one
- * named). */
-static void job_copy_host(struct ipc_conn *c, struct ipc_job *j)
-{
-    char *base = (char *)xfer_region_ptr(j->it.local);
-    if (!j->segs) {
-        j->status = copy_host(c, j, base + j->it.local_off, j->it.remote_off, j->it.len);
-        return;
-    }
-    for (uint32_t k = j->s0; k < j->s1 && !j->status; k++) {
-        const struct xfer_seg *s = &j->segs[k];
-        if ((j->status = copy_host(c, j, base + s->local_off, s->remote_off, s->len)) < 0)
-            j->bad = k;
-    }
-}
-
-/* Local and remote GPU (-1 = host memory) and the remote region's start. */
-static char *job_cuda_sides(const struct ipc_job *j, int *ldev, int *rdev)
-{
-    const struct xfer_item *it = &j->it;
-    const struct ipc_map *m = j->map;
-    *ldev = xfer_region_kind(it->local) == XFER_MEM_CUDA ? xfer_region_device(it->local) : -1;
-    *rdev = m->cuda ? ipc_cuda_import_device(m->cuda) : -1;
-    return (char *)(m->cuda ? ipc_cuda_import_ptr(m->cuda) : m->base);
-}
-
-/* Starts one CUDA copy of len bytes between local and remote_off: a ticket
- * or -XFER_E* with the reason in j->why. */
-static int cuda_start(struct ipc_conn *c, struct ipc_job *j, char *local, uint64_t remote_off,
-                      uint64_t len)
-{
-    int ldev, rdev;
-    char *remote = job_cuda_sides(j, &ldev, &rdev) + remote_off;
-    int rc = 0;
-    if (!c->copier)
-        c->copier = ipc_cuda_copier_new(&rc, &c->mu, &c->cv);
-    if (rc == 0 && j->it.op == XFER_OP_READ)
-        rc = ipc_cuda_copy_start(c->copier, local, ldev, remote, rdev, rdev, len, j->why,
-                                 sizeof(j->why));
-    else if (rc == 0)
-        rc = ipc_cuda_copy_start(c->copier, remote, rdev, local, ldev, rdev, len, j->why,
-                                 sizeof(j->why));
-    return rc;
-}
-
-static void job_copy_cuda(struct ipc_conn *c, struct ipc_job *j, char *local)
-{
-    int rc = cuda_start(c, j, local, j->it.remote_off, j->it.len);
-    if (rc < 0)
-        j->status = rc;
-    else
-        j->ticket = rc;
-}
-
-/* Segment k of vectored job j as its own CUDA copy (its ticket kept in
- * j->tickets, room for every segment of the job); true if started. */
-static bool seg_copy_cuda(struct ipc_conn *c, struct ipc_job *j, uint32_t k)
-{
-    if (j->status)
-        return false;
-    if (!j->tickets && !(j->tickets = malloc((j->s1 - j->s0) * sizeof(*j->tickets)))) {
-        ipc_job_fail(j, -XFER_ENOMEM, "out of memory for copy tickets");
-        return false;
-    }
-    const struct xfer_seg *s = &j->segs[k];
-    int rc = cuda_start(c, j, (char *)xfer_region_ptr(j->it.local) + s->local_off, s->remote_off,
-                        s->len);
-    if (rc < 0) {
-        j->status = rc;
-        j->bad = k;
-        return false;
-    }
-    j->tickets[j->ntickets++] = rc;
-    return true;
-}
-
-/* A group of up to IPC_BATCH_MAX items, pinned at the owner together. */
-struct ipc_group {
-    struct ipc_job *jobs;
-    size_t n;
-    int rc;                     /* connection error while starting */
-    struct ipc_cuda_mark *mark; /* CUDA copies still in flight */
-    struct ipc_kcopy *kc;       /* GPU<->GPU items, batched when many */
-    size_t nkc;
-    bool kc_running; /* some launched as batched kernels */
-    int64_t t_us[3]; /* taken, pinned, copies started (for the debug line) */
-};
-
-static char *job_local(const struct ipc_job *j)
-{
-    return (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
-}
-
-/* Items this large stay with the copy engine: on 2 x H200 (NVLink) 64 and
- * 256 MiB items reached 0.84 of cudaMemcpyPeerAsync as batched kernels and
- * 0.92-0.95 as copy-engine copies; at 16 MiB both were 0.85-0.92, and below
- * it the kernel was ahead (1.0-4.3x at 4 KiB..4 MiB, docs/gpu.md). */
-#define IPC_KBATCH_MAX_ITEM (16ull << 20)
-
-/* Queues a GPU<->GPU copy of len bytes between local and remote (device
- * pointers of ldev and rdev) of job i (segment seg, or UINT32_MAX for the
- * whole job) for a batched launch; false if it must be copied otherwise. */
-static bool kc_push(struct ipc_group *g, const struct ipc_job *j, size_t i, uint32_t seg,
-                    char *local, char *remote, uint64_t len, int ldev, int rdev)
-{
-    if (!g->kc || ldev < 0 || rdev < 0 || len >= IPC_KBATCH_MAX_ITEM)
-        return false;
-    bool rd = j->it.op == XFER_OP_READ;
-    g->kc[g->nkc++] = (struct ipc_kcopy){.dst = rd ? local : remote,
-                                         .src = rd ? remote : local,
-                                         .len = len,
-                                         .exec = rdev,
-                                         .other = ldev,
-                                         .ticket = -1,
-                                         .job = i,
-                                         .seg = seg};
-    return true;
-}
-
-/* GPU<->GPU items wait in g->kc for a batched launch; true if j went there. */
-static bool kc_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
-{
-    int ldev, rdev;
-    char *remote = job_cuda_sides(j, &ldev, &rdev) + j->it.remote_off;
-    return kc_push(g, j, i, UINT32_MAX, job_local(j), remote, j->it.len, ldev, rdev);
-}
-
-/* A vectored job's CUDA segments: batched where they can be (the sides
- * looked up once for the list), the rest one copy each; true if a copy
- * outside the batch started. */
-static bool vjob_copy_cuda(struct ipc_conn *c, struct ipc_group *g, struct ipc_job *j, size_t i)
-{
-    int ldev, rdev;
-    char *remote = job_cuda_sides(j, &ldev, &rdev), *local = xfer_region_ptr(j->it.local);
-    bool any = false;
-    for (uint32_t k = j->s0; k < j->s1 && !j->status; k++) {
-        const struct xfer_seg *s = &j->segs[k];
-        if (!kc_push(g, j, i, k, local + s->local_off, remote + s->remote_off, s->len, ldev, rdev))
-            any |= seg_copy_cuda(c, j, k);
-    }
-    return any;
-}
-
-/* Launches the batched GPU<->GPU copies; the rest become per-item copies. */
-static bool kc_start(struct ipc_conn *c, struct ipc_group *g)
-{
-    bool any_item = false;
-    ipc_kbatch_start(&c->kb, g->kc, g->nkc);
-    for (size_t k = 0; k < g->nkc; k++) {
-        if (g->kc[k].ticket >= 0) {
-            g->kc_running = true;
-            continue;
-        }
-        struct ipc_job *j = &g->jobs[g->kc[k].job];
-        if (g->kc[k].seg != UINT32_MAX) {
-            any_item |= seg_copy_cuda(c, j, g->kc[k].seg);
-            continue;
-        }
-        job_copy_cuda(c, j, job_local(j));
-        any_item |= j->ticket >= 0;
-    }
-    return any_item;
-}
-
-/* Host copies run here; CUDA copies are started and left in flight behind a
- * mark (g->mark, NULL when none) or as batched kernels (g->kc_running). */
-static void jobs_copy_start(struct ipc_conn *c, struct ipc_group *g)
-{
-    struct ipc_job *jobs = g->jobs;
-    size_t n = g->n;
-    bool any_cuda = false;
-    g->nkc = 0;
-    g->kc_running = false;
-    for (size_t i = 0; i < n; i++) {
-        struct ipc_job *j = &jobs[i];
-        if (!j->pinned)
-            continue;
-        if (!xfer_batch_io_begin(j->b, j->i)) {
-            j->skip = true; /* cancelled or timed out: memory is off limits */
-            continue;
-        }
-        j->begun = true;
-        char *local = (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
-        bool cuda = j->map->mech == IPC_MECH_CUDA || j->map->mech == IPC_MECH_CUMEM ||
-                    xfer_region_kind(j->it.local) == XFER_MEM_CUDA;
-        if (cuda && j->segs) {
-            any_cuda |= vjob_copy_cuda(c, g, j, i);
-        } else if (cuda && kc_defer(g, j, i)) {
-            continue;
-        } else if (cuda) {
-            job_copy_cuda(c, j, local);
-            any_cuda |= j->ticket >= 0;
-        } else {
-            job_copy_host(c, j);
-            xfer_batch_io_end(j->b, j->i);
-            j->begun = false;
-        }
-    }
-    if (g->nkc)
-        any_cuda |= kc_start(c, g);
-    int err = 0;
-    g->mark = any_cuda ? ipc_cuda_mark_new(c->copier, &err) : NULL;
-}
-
-/* Waits for the group's CUDA copies (if any) and ends their local I/O. */
-static void jobs_copy_finish(struct ipc_conn *c, struct ipc_group *g)
-{
-    struct ipc_job *jobs = g->jobs;
-    size_t n = g->n;
-    char why[160];
-    if (g->mark && ipc_cuda_mark_wait(g->mark, c->io_timeout_ms, why, sizeof(why)) < 0)
-        xfer_warn("ipc: %s", why); /* each ticket below then reports its own state */
-    if (g->kc_running) {
-        ipc_kbatch_finish(c->kb, g->kc, g->nkc, c->io_timeout_ms);
-        for (size_t k = 0; k < g->nkc; k++)
-            if (g->kc[k].ran && g->kc[k].status < 0)
-                ipc_job_fail(&jobs[g->kc[k].job], g->kc[k].status, "batched GPU copy: %s",
-                             xfer_kbatch_last_error(c->kb));
-        g->kc_running = false;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct ipc_job *j = &jobs[i];
-        if (j->ticket >= 0)
-            j->status =
-                ipc_cuda_copy_wait(c->copier, j->ticket, c->io_timeout_ms, j->why, sizeof(j->why));
-        for (size_t t = 0; t < j->ntickets; t++) { /* every ticket is waited for (and freed) */
-            char tw[sizeof(j->why)];
-            int st = ipc_cuda_copy_wait(c->copier, j->tickets[t], c->io_timeout_ms, tw, sizeof(tw));
-            if (st < 0 && !j->status)
-                ipc_job_fail(j, st, "%s", tw);
-        }
-        if (j->begun)
-            xfer_batch_io_end(j->b, j->i);
-    }
+    return broken || ipc_sock_hung_up(c->fd) ? XFER_CONN_ALL_DEAD : 0;
 }
 
 static void jobs_report(struct ipc_job *jobs, size_t n)
@@ -407,15 +147,9 @@ static void group_start(struct ipc_conn *c, struct ipc_group *g)
     for (size_t i = 0; i < g->n; i++) {
         struct ipc_job *j = &g->jobs[i];
         j->it = *xfer_batch_item(j->b, j->i);
-        if (j->segs) { /* checked as the span of its segments, then each by the owner */
-            uint64_t lo = UINT64_MAX, hi = 0;
-            for (uint32_t k = j->s0; k < j->s1; k++) {
-                const struct xfer_seg *sg = &j->segs[k];
-                lo = sg->remote_off < lo ? sg->remote_off : lo;
-                hi = sg->remote_off + sg->len > hi ? sg->remote_off + sg->len : hi;
-            }
-            j->it.remote_off = lo;
-            j->it.len = hi - lo;
+        if (j->segs) { /* checked as the hull of its segments (take_work) */
+            j->it.remote_off = j->lo;
+            j->it.len = j->hi - j->lo;
         }
         if (!xfer_batch_item_live(j->b, j->i))
             j->skip = true;
@@ -425,7 +159,7 @@ static void group_start(struct ipc_conn *c, struct ipc_group *g)
     g->rc = ipc_jobs_acquire(c, g->jobs, g->n);
     g->t_us[1] = xfer_mono_us();
     if (g->rc == 0)
-        jobs_copy_start(c, g);
+        ipc_jobs_copy_start(c, g);
     g->t_us[2] = xfer_mono_us();
 }
 
@@ -448,7 +182,7 @@ static void group_debug(const struct ipc_group *g)
 /* Waits for g's copies, unpins and reports; < 0 if the connection broke. */
 static int group_finish(struct ipc_conn *c, struct ipc_group *g)
 {
-    jobs_copy_finish(c, g);
+    ipc_jobs_copy_finish(c, g);
     g->mark = NULL;
     int rc = g->rc, rel = ipc_jobs_release(c, g->jobs, g->n);
     if (rc == 0)
@@ -494,8 +228,18 @@ static size_t take_work(struct ipc_conn *c, struct ipc_job *jobs)
                                   .segs = sv,
                                   .s0 = (uint32_t)s0,
                                   .s1 = (uint32_t)s1};
-            for (size_t k = s0; k < s1; k++)
-                j->bytes += sv[k].len;
+            uint64_t lo = UINT64_MAX, hi = 0, top = 0, sum = 0; /* one pass over the list */
+            for (size_t k = s0; k < s1; k++) {
+                uint64_t len = sv[k].len, ro = sv[k].remote_off;
+                sum += len;
+                top = len > top ? len : top;
+                lo = ro < lo ? ro : lo;
+                hi = ro + len > hi ? ro + len : hi;
+            }
+            j->bytes = sum;
+            j->maxseg = top;
+            j->lo = lo;
+            j->hi = hi;
             c->qseg = s1 < nseg ? s1 : 0;
             if (s1 < nseg) { /* the entry stays for the rest; this job holds b itself */
                 xfer_batch_hold(w->b);
@@ -542,37 +286,6 @@ static bool pending_wait(struct ipc_conn *c, struct ipc_group *pending)
     return pthread_cond_timedwait(&c->cv, &c->mu, &ts) == 0 || c->qlen > 0 || c->stop;
 }
 
-/* Sends the queued engine messages, one round trip each; c->mu held on entry
- * and exit. The engine only sends a bound notification after the items it
- * covers ended, so no ordering with the groups is needed. A failed round
- * trip fails the rest (-XFER_ECONN: may or may not have arrived). */
-static int send_msgs(struct ipc_conn *c, int rc)
-{
-    struct ipc_msgq *q = c->mhead;
-    c->mhead = c->mtail = NULL;
-    pthread_mutex_unlock(&c->mu);
-    while (q) {
-        struct ipc_msgq *next = q->next;
-        struct ipc_hdr h;
-        int32_t ans = -XFER_ECONN;
-        if (rc == 0)
-            rc = ipc_send(c->fd, IPC_MSG_REQ, 1, q->m->frame, (uint32_t)q->m->len, -1,
-                          c->io_timeout_ms);
-        if (rc == 0)
-            rc = ipc_recv(c->fd, &h, &ans, sizeof(ans), NULL, c->io_timeout_ms);
-        if (rc == 0 && (h.type != IPC_MSG_RESP || h.bytes != sizeof(ans) ||
-                        (ans > 0 && ans != XFER_MSG_DELIVERED) || ans <= -XFER_ERR_MAX))
-            rc = -XFER_EPROTO;
-        if (rc < 0)
-            ans = -XFER_ECONN;
-        xfer_msg_done(q->m, ans, rc < 0 ? "ipc connection to the owner lost" : NULL);
-        free(q);
-        q = next;
-    }
-    pthread_mutex_lock(&c->mu);
-    return rc;
-}
-
 /* While loans exist, the idle worker looks this often for loans the owner
  * withdrew and for an owner that hung up: direct copies do not talk to the
  * owner, so nothing else would tell. */
@@ -587,7 +300,7 @@ static int direct_check(struct ipc_conn *c)
     if (!c->direct.head || now - c->direct_check_ms < DIRECT_CHECK_MS)
         return 0;
     c->direct_check_ms = now;
-    if (owner_hung_up(c))
+    if (ipc_sock_hung_up(c->fd))
         return -XFER_ECONN;
     bool gone = false;
     for (struct ipc_direct *d = c->direct.head; d; d = d->next) {
@@ -617,12 +330,17 @@ static void *worker_main(void *arg)
     size_t nkc = IPC_BATCH_MAX + IPC_ACQV_SEGS_MAX; /* a copy per item or segment */
     g[0].kc = c->t->cuda_devices > 0 ? calloc(nkc, sizeof(struct ipc_kcopy)) : NULL;
     g[1].kc = c->t->cuda_devices > 0 ? calloc(nkc, sizeof(struct ipc_kcopy)) : NULL;
+    g[0].kr = c->t->cuda_devices > 0 ? calloc(IPC_BATCH_MAX, sizeof(struct ipc_krun)) : NULL;
+    g[1].kr = c->t->cuda_devices > 0 ? calloc(IPC_BATCH_MAX, sizeof(struct ipc_krun)) : NULL;
     struct ipc_group *pending = NULL;
     int cur = 0, rc = 0;
     pthread_mutex_lock(&c->mu);
     while (!c->stop && g[0].jobs && g[1].jobs && rc == 0) {
-        if (c->mhead) {
-            rc = send_msgs(c, 0);
+        if (c->mhead || c->owed_wake) { /* messages it must send, answers it must read */
+            pthread_mutex_unlock(&c->mu);
+            ipc_link_worker_msgs(c);
+            pthread_mutex_lock(&c->mu);
+            rc = __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ? -XFER_ECONN : 0;
             continue;
         }
         if (c->qlen == 0 && pending && pending_wait(c, pending))
@@ -635,8 +353,20 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&c->mu);
             continue;
         }
+        if (c->qlen == 0 && c->owed_lazy_ms &&
+            xfer_now_ms() >= c->owed_lazy_ms + IPC_OWED_LAZY_MS) {
+            c->owed_lazy_ms = 0; /* ipc_link_lazy sets it again if some are left */
+            pthread_mutex_unlock(&c->mu);
+            ipc_link_lazy(c);
+            pthread_mutex_lock(&c->mu);
+            rc = __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ? -XFER_ECONN : 0;
+            continue;
+        }
         if (c->qlen == 0) {
-            struct timespec ts = xfer_mono_after_ms(c->direct.head ? DIRECT_CHECK_MS : 1000);
+            int64_t ms = c->direct.head ? DIRECT_CHECK_MS : 1000;
+            if (c->owed_lazy_ms) /* answers left owed: read them soon */
+                ms = c->owed_lazy_ms + IPC_OWED_LAZY_MS - xfer_now_ms();
+            struct timespec ts = xfer_mono_after_ms(ms > 0 ? ms : 0);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
             rc = direct_check(c);
             continue;
@@ -658,13 +388,22 @@ static void *worker_main(void *arg)
         }
         pthread_mutex_lock(&c->mu);
     }
-    if (rc < 0) {
+    if (rc < 0)
         __atomic_store_n(&c->broken, true, __ATOMIC_RELAXED); /* ipc_conn_state reads it */
+    if (rc < 0 && !c->stop) /* a close shuts the socket down: no news */
         xfer_warn("ipc: connection to %s lost: %s", xfer_peer_desc_get(c->base.peer)->node_id,
                   xfer_strerror(rc));
-    }
-    send_msgs(c, -XFER_ECONN); /* fails what is queued */
+    struct ipc_msgq *mq = c->mhead; /* queued messages fail */
+    c->mhead = c->mtail = NULL;
+    c->stop = true; /* no more are queued */
     pthread_mutex_unlock(&c->mu);
+    ipc_link_fini(c); /* neither are answers read any more */
+    while (mq) {
+        struct ipc_msgq *next = mq->next;
+        xfer_msg_done(mq->m, -XFER_ECONN, "ipc connection to the owner lost");
+        free(mq);
+        mq = next;
+    }
     if (pending)
         group_finish(c, pending);
     if (g[0].jobs)
@@ -673,6 +412,8 @@ static void *worker_main(void *arg)
     free(g[1].jobs);
     free(g[0].kc);
     free(g[1].kc);
+    free(g[0].kr);
+    free(g[1].kr);
     return NULL;
 }
 
@@ -746,9 +487,11 @@ int ipc_conn_open(struct ipc_transport *t, xfer_peer *peer, int timeout_ms, stru
         goto out_fail;
     xfer_cond_init_mono(&c->cv);
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->link_mu, NULL);
     if (pthread_create(&c->worker, NULL, worker_main, c) != 0) {
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
+        pthread_mutex_destroy(&c->link_mu);
         snprintf(why, sizeof(why), "cannot start the ipc worker thread");
         rc = -XFER_ENOMEM;
         goto out_fail;
@@ -784,6 +527,9 @@ void ipc_conn_close(struct xfer_conn *xc)
     close(c->fd);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->link_mu);
     free(c->q);
+    free(c->acqv);
+    free(c->hparts);
     free(c);
 }

@@ -21,24 +21,30 @@ struct ipc_job {
     /* vectored items: the item's segments, this job's are [s0, s1) */
     const struct xfer_seg *segs;
     uint32_t s0, s1;
-    uint64_t bytes; /* what this job moves */
-    int64_t bad;    /* the item's segment that failed it, -1 = none */
-    int *tickets;   /* vectored: CUDA copies outside batched launches */
+    uint64_t bytes;  /* what this job moves */
+    uint64_t maxseg; /* vectored: its longest segment */
+    uint64_t lo, hi; /* vectored: the hull of its segments' remote ranges */
+    int64_t bad;     /* the item's segment that failed it, -1 = none */
+    int *tickets;    /* vectored: CUDA copies outside batched launches */
     size_t ntickets;
     const struct ipc_map *map;
     uint32_t slot;
     int status;
     bool pinned, begun, skip;
-    int ticket; /* CUDA copy in flight, else -1 */
+    bool need_list; /* the owner asked for the ranges (lease rules on the hull) */
+    bool host;      /* host memory on both sides: ipc_jobs_copy_host */
+    int ticket;     /* CUDA copy in flight, else -1 */
     char why[200];
 };
 
 void ipc_job_fail(struct ipc_job *j, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-struct ipc_msgq { /* engine messages waiting for the worker */
+struct ipc_msgq { /* an engine message queued, or sent and owed its answer */
     struct xfer_msg *m;
     struct ipc_msgq *next;
+    int32_t status; /* the answer, once read */
+    int64_t sent_ms;
 };
 
 struct ipc_conn {
@@ -53,14 +59,25 @@ struct ipc_conn {
     struct ipc_work *q; /* ring of queued items */
     size_t qhead, qlen, qcap;
     size_t qseg; /* segments of the head entry's vectored item already taken */
+    void *acqv;  /* the worker's IPC_ACQV_REQ buffer (ipc_pin.c) */
+    size_t acqv_cap;
+    void *hparts; /* the worker's host copy parts (ipc_hcopy.c) */
+    size_t hparts_cap;
     bool stop, broken;
     struct ipc_map_cache maps;
     struct ipc_cuda_copier *copier; /* created on the first CUDA item */
     struct xfer_kbatch *kb;         /* batched GPU<->GPU copies, ipc_kbatch.c */
     uint64_t group_bytes;           /* see take_work */
-    struct ipc_msgq *mhead, *mtail; /* mu */
-    struct ipc_direct_table direct; /* entries: mu */
-    int64_t direct_check_ms;        /* last direct_check */
+    struct ipc_msgq *mhead, *mtail; /* mu: messages for the worker to send */
+    bool owed_wake;                 /* mu: the worker reads owed answers */
+    int64_t owed_lazy_ms; /* mu: since then answers nobody waits for are owed (0 = none) */
+    /* the socket (ipc_link.c); lock order link_mu, then mu */
+    pthread_mutex_t link_mu;
+    struct ipc_msgq *owed, *owed_tail; /* link_mu: sent, answer not read yet */
+    struct ipc_msgq *answered;         /* link_mu: to complete once it is let go */
+    bool link_broken;                  /* link_mu */
+    struct ipc_direct_table direct;    /* entries: mu */
+    int64_t direct_check_ms;           /* last direct_check */
 };
 
 /* ipc_pin.c: pins every checked job at the owner (IPC_ACQ_REQ for plain
@@ -68,6 +85,25 @@ struct ipc_conn {
  * unpins them (IPC_REL); < 0 when the connection broke. */
 int ipc_jobs_acquire(struct ipc_conn *c, struct ipc_job *jobs, size_t n);
 int ipc_jobs_release(struct ipc_conn *c, struct ipc_job *jobs, size_t n);
+
+/* ipc_link.c. Takes the socket for a request and its answer; with drain,
+ * answers still owed to sent messages are read first (a request's answer
+ * comes after them). < 0: the connection broke. */
+int ipc_link_lock(struct ipc_conn *c, bool drain);
+/* Lets the socket go (rc < 0: the exchange failed, the connection is
+ * broken) and completes the messages answered meanwhile. */
+void ipc_link_unlock(struct ipc_conn *c, int rc);
+/* Answers nobody waits for (struct xfer_msg.lazy) that the next user of the
+ * socket did not read: the idle worker reads them this long after. */
+#define IPC_OWED_LAZY_MS 2
+/* Worker, no lock held: reads the owed answers that arrived (a link in use
+ * or answers still missing: again IPC_OWED_LAZY_MS later; missing for
+ * io_timeout_ms: the connection breaks). */
+void ipc_link_lazy(struct ipc_conn *c);
+/* Worker: sends the messages queued for it and reads owed answers. */
+void ipc_link_worker_msgs(struct ipc_conn *c);
+/* The connection is going: whatever is owed fails (-XFER_ECONN). */
+void ipc_link_fini(struct ipc_conn *c);
 
 /* Queues items for the worker (which asks the owner); on failure reports
  * them failed and returns < 0. */

@@ -259,9 +259,14 @@ struct ipc_direct *ipc_direct_get(struct ipc_direct_table *t, const struct xfer_
     if (!t->ctl || it->len > t->max_item || xfer_region_kind(it->local) != XFER_MEM_HOST)
         return NULL;
     unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
-    for (struct ipc_direct *d = t->head; d; d = d->next) {
+    for (struct ipc_direct *d, **pp = &t->head; (d = *pp); pp = &d->next) {
         if (d->id != it->remote_id || d->gen != it->remote_gen)
             continue;
+        if (pp != &t->head) { /* to the front: a post's items come region by region */
+            *pp = d->next;
+            d->next = t->head;
+            t->head = d;
+        }
         /* The owner's answer decides, not the published descriptor. */
         if (!(d->access & need) || !xfer_range_ok(it->remote_off, it->len, d->len))
             return NULL;

@@ -15,7 +15,23 @@
 
 #include <stdlib.h>
 
-/* Starts launches for the groups of v[0..n) large enough; v[i].ticket is set
+/* Peer mask of a launch on exec whose other side is on GPU other. */
+static uint64_t pair_mask(int exec, int other)
+{
+    return other >= 0 && other != exec ? 1ull << other : 0;
+}
+
+/* t: a launch's ticket, or why there is none (logged; the caller copies
+ * those items otherwise). */
+static bool launched(struct xfer_kbatch *kb, int t, int exec)
+{
+    if (t < 0)
+        xfer_debug("ipc: batched copy on cuda:%d not used (%s): %s", exec, xfer_strerror(t),
+                   xfer_kbatch_last_error(kb));
+    return t >= 0;
+}
+
+/* Starts launches for the groups of v[0..n) large enough; v[i].w.ticket is set
  * (>= 0) for every copy a launch took, left -1 for the others. */
 void ipc_kbatch_start(struct xfer_kbatch **kb, struct ipc_kcopy *v, size_t n)
 {
@@ -41,15 +57,9 @@ void ipc_kbatch_start(struct xfer_kbatch **kb, struct ipc_kcopy *v, size_t n)
         }
         if (k < XFER_KBATCH_MIN_ITEMS)
             continue;
-        uint64_t mask = v[i].other >= 0 && v[i].other != v[i].exec ? 1ull << v[i].other : 0;
-        int t = xfer_kbatch_start(*kb, v[i].exec, mask, d, k);
-        if (t < 0) {
-            xfer_debug("ipc: batched copy on cuda:%d not used (%s): %s", v[i].exec,
-                       xfer_strerror(t), xfer_kbatch_last_error(*kb));
-            continue;
-        }
-        for (size_t x = 0; x < k; x++)
-            v[which[x]].ticket = t;
+        int t = xfer_kbatch_start(*kb, v[i].exec, pair_mask(v[i].exec, v[i].other), d, k);
+        for (size_t x = 0; launched(*kb, t, v[i].exec) && x < k; x++)
+            v[which[x]].w.ticket = t;
     }
 out:
     free(d);
@@ -57,19 +67,50 @@ out:
     free(done);
 }
 
-/* Waits for every launch v[] started: v[i].status = its result. */
-void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kcopy *v, size_t n, int timeout_ms)
+void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kwait *w, size_t stride, size_t n,
+                       int timeout_ms)
 {
+#define KW(i) ((struct ipc_kwait *)((char *)w + (i)*stride))
     for (size_t i = 0; i < n; i++) {
-        if (v[i].ticket < 0)
+        int t = KW(i)->ticket;
+        if (t < 0)
             continue;
-        int t = v[i].ticket;
         int rc = xfer_kbatch_wait(kb, t, timeout_ms);
         for (size_t j = i; j < n; j++)
-            if (v[j].ticket == t) {
-                v[j].status = rc;
-                v[j].ticket = -1;
-                v[j].ran = true;
-            }
+            if (KW(j)->ticket == t)
+                *KW(j) = (struct ipc_kwait){.ticket = -1, .status = rc, .ran = true};
+    }
+#undef KW
+}
+
+void ipc_kbatch_start_runs(struct xfer_kbatch **kb, struct ipc_krun *v, size_t n)
+{
+    if (n == 0 || getenv("XFER_IPC_NO_KBATCH"))
+        return;
+    if (!*kb && xfer_kbatch_new(kb) < 0)
+        return;
+    struct xfer_copy_run r[IPC_BATCH_MAX];
+    size_t which[IPC_BATCH_MAX];
+    bool seen[IPC_BATCH_MAX] = {false}; /* runs of a pair already launched */
+    for (size_t i = 0; i < n && i < IPC_BATCH_MAX; i++) {
+        if (seen[i])
+            continue;
+        size_t k = 0, segs = 0;
+        uint64_t total = 0;
+        for (size_t j = i; j < n && j < IPC_BATCH_MAX; j++) { /* every run of v[i]'s pair */
+            if (seen[j] || v[j].exec != v[i].exec || v[j].other != v[i].other)
+                continue;
+            seen[j] = true;
+            r[k] = v[j].run;
+            which[k++] = j;
+            segs += v[j].run.n;
+            total += v[j].bytes;
+        }
+        if (segs < XFER_KBATCH_MIN_ITEMS)
+            continue;
+        int t =
+            xfer_kbatch_start_runs(*kb, v[i].exec, pair_mask(v[i].exec, v[i].other), r, k, total);
+        for (size_t x = 0; launched(*kb, t, v[i].exec) && x < k; x++)
+            v[which[x]].w.ticket = t;
     }
 }

@@ -142,6 +142,17 @@ static int ask_owner(int fd, uint32_t id, uint32_t gen, enum xfer_op op, int tim
     return 0;
 }
 
+int ipc_map_find(struct ipc_map_cache *mc, uint32_t id, uint32_t gen, const struct ipc_map **out)
+{
+    for (struct ipc_map *m = mc->live; m; m = m->next) {
+        if (m->id == id && m->gen == gen) {
+            *out = m;
+            return 0;
+        }
+    }
+    return -XFER_ENOENT;
+}
+
 int ipc_map_get(struct ipc_map_cache *mc, int fd, uint32_t id, uint32_t gen, enum xfer_op op,
                 int timeout_ms, const struct ipc_map **out, char *why, size_t why_len)
 {

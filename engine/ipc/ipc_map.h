@@ -28,6 +28,8 @@ struct ipc_map_cache {
     size_t nlive;
 };
 
+/* Finds (id, gen) among the open entries: 0, or -XFER_ENOENT. */
+int ipc_map_find(struct ipc_map_cache *mc, uint32_t id, uint32_t gen, const struct ipc_map **out);
 /* Finds or opens (id, gen), asking the owner over fd. *out stays valid until
  * the next ipc_map_gc(). */
 int ipc_map_get(struct ipc_map_cache *mc, int fd, uint32_t id, uint32_t gen, enum xfer_op op,

@@ -25,8 +25,15 @@ static bool acqv_ok(const struct ipc_hdr *h, const void *payload)
             return false;
         const struct ipc_acqv_req *q = (const void *)((const char *)payload + at);
         at += sizeof(*q);
-        if (q->nseg == 0 || q->nseg > IPC_VEC_SEGS_MAX ||
-            (h->bytes - at) / sizeof(struct xfer_range) < q->nseg)
+        if (q->nseg == IPC_ACQV_HULL) {
+            const struct ipc_acqv_hull *hl = (const void *)((const char *)payload + at);
+            if (h->bytes - at < sizeof(*hl) || hl->nseg == 0 || hl->nseg > IPC_VEC_SEGS_MAX)
+                return false;
+            at += sizeof(*hl);
+            segs++;
+            continue;
+        }
+        if (q->nseg > IPC_VEC_SEGS_MAX || (h->bytes - at) / sizeof(struct xfer_range) < q->nseg)
             return false;
         at += q->nseg * sizeof(struct xfer_range);
         segs += q->nseg;
@@ -76,8 +83,15 @@ int ipc_msg_check(const struct ipc_hdr *h, const void *payload, uint32_t want_ty
         return answers_ok(h, payload, sizeof(struct ipc_acq_resp)) ? 0 : -XFER_EPROTO;
     case IPC_ACQV_REQ:
         return acqv_ok(h, payload) ? 0 : -XFER_EPROTO;
-    case IPC_ACQV_RESP:
-        return answers_ok(h, payload, sizeof(struct ipc_acqv_resp)) ? 0 : -XFER_EPROTO;
+    case IPC_ACQV_RESP: {
+        if (!answers_ok(h, payload, sizeof(struct ipc_acqv_resp)))
+            return -XFER_EPROTO;
+        const struct ipc_acqv_resp *r = payload;
+        for (uint32_t i = 0; i < h->count; i++)
+            if (r[i].flags & ~IPC_ACQV_NEED_LIST)
+                return -XFER_EPROTO;
+        return 0;
+    }
     case IPC_REL:
         return records(h, 0, IPC_BATCH_MAX, sizeof(uint32_t)) ? 0 : -XFER_EPROTO;
     default:

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #define POOL_THREADS_MAX 8
+#define POOL_TAKE_MAX    32 /* small tasks one thread takes under one lock */
 
 enum task_state {
     T_OK,
@@ -41,15 +42,27 @@ struct ipc_task {
     struct ipc_task *next_task;
 };
 
-/* The tasks of one post, freed with the last of them. */
+/* The tasks of one ipc_conn_post (all its windows), freed with the last
+ * of them or with its poster's reference, whichever is later. */
 struct ipc_post {
-    int live; /* tasks not ended (atomic) */
+    int live;           /* tasks published and not ended, + 1 for the poster (atomic) */
+    size_t n, pub, cap; /* tasks added, published, room */
     struct ipc_task t[];
+};
+
+/* A parallel loop of ipc_pool_run, on its caller's stack (mu). */
+struct ipc_pfor {
+    void (*fn)(void *arg, size_t k);
+    void *arg;
+    size_t n, next, done;
+    struct ipc_pfor *next_pfor;
 };
 
 struct ipc_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t pfor_cv;       /* a loop's last part ended */
+    struct ipc_pfor *pfor;        /* loops with parts left to hand out */
     struct ipc_task *head, *tail; /* tasks with pieces left to hand out */
     bool stop, started;
     int nthreads;
@@ -79,9 +92,7 @@ static void task_end(struct ipc_task *t)
     /* c lives while its entry has users: this is the last touch of c. */
     __atomic_sub_fetch(&t->d->users, 1, __ATOMIC_ACQ_REL);
     xfer_batch_put(t->b);
-    struct ipc_post *p = t->post;
-    if (__atomic_sub_fetch(&p->live, 1, __ATOMIC_ACQ_REL) == 0)
-        free(p);
+    ipc_post_put(t->post);
 }
 
 /* Marks t (the worse reason wins). */
@@ -93,10 +104,12 @@ static void task_stop(struct ipc_task *t, int st)
         ;
 }
 
-static void piece_run(struct ipc_task *t, uint64_t off, uint64_t len)
+/* polled: the caller just saw the owner still there (one poll for the
+ * small items it took together). */
+static void piece_run(struct ipc_task *t, uint64_t off, uint64_t len, bool polled)
 {
     struct ipc_conn *c = t->c;
-    if (off == 0 && ipc_sock_hung_up(c->fd)) /* a dead owner's memory: a silent loss */
+    if (off == 0 && !polled && ipc_sock_hung_up(c->fd)) /* a dead owner's memory: a silent loss */
         task_stop(t, T_DEAD);
     if (__atomic_load_n(&c->broken, __ATOMIC_RELAXED) ||
         __atomic_load_n(&c->stop, __ATOMIC_RELAXED))
@@ -107,11 +120,29 @@ static void piece_run(struct ipc_task *t, uint64_t off, uint64_t len)
         task_stop(t, T_WITHDRAWN);
 }
 
+/* mu held: runs one part of the first loop (mu dropped meanwhile). */
+static void pfor_step(struct ipc_pool *p)
+{
+    struct ipc_pfor *f = p->pfor;
+    size_t k = f->next++;
+    if (f->next == f->n)
+        p->pfor = f->next_pfor;
+    pthread_mutex_unlock(&p->mu);
+    f->fn(f->arg, k);
+    pthread_mutex_lock(&p->mu);
+    if (++f->done == f->n) /* f may go as soon as its caller sees this */
+        pthread_cond_broadcast(&p->pfor_cv);
+}
+
 static void *pool_main(void *arg)
 {
     struct ipc_pool *p = arg;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
+        if (p->pfor) { /* a worker waits on these: before the tasks */
+            pfor_step(p);
+            continue;
+        }
         struct ipc_task *t = p->head;
         if (!t) {
             pthread_cond_wait(&p->cv, &p->mu);
@@ -122,10 +153,31 @@ static void *pool_main(void *arg)
         t->next += len;
         if (t->next >= t->len && !(p->head = t->next_task))
             p->tail = NULL;
+        /* small whole items behind it come along, up to a piece's bytes:
+         * one lock for many small copies, not one each */
+        struct ipc_task *more[POOL_TAKE_MAX];
+        size_t nmore = 0;
+        uint64_t bytes = len;
+        for (struct ipc_task *x = p->head;
+             off == 0 && len == t->len && x && x->next == 0 && nmore < POOL_TAKE_MAX &&
+             x->len <= IPC_DIRECT_PIECE - bytes;
+             x = p->head) {
+            more[nmore++] = x;
+            bytes += x->len;
+            x->next = x->len;
+            if (!(p->head = x->next_task))
+                p->tail = NULL;
+        }
         pthread_mutex_unlock(&p->mu);
-        piece_run(t, off, len);
+        piece_run(t, off, len, false);
+        bool alive = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != T_DEAD;
         if (__atomic_sub_fetch(&t->left, 1, __ATOMIC_ACQ_REL) == 0)
             task_end(t);
+        for (size_t k = 0; k < nmore; k++) {
+            piece_run(more[k], 0, more[k]->len, alive && off == 0 && more[k]->c == t->c);
+            if (__atomic_sub_fetch(&more[k]->left, 1, __ATOMIC_ACQ_REL) == 0)
+                task_end(more[k]);
+        }
         pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
@@ -142,6 +194,7 @@ struct ipc_pool *ipc_pool_new(void)
         return NULL;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->pfor_cv, NULL);
     p->nthreads = n;
     return p;
 }
@@ -157,6 +210,7 @@ void ipc_pool_free(struct ipc_pool *p)
     for (int k = 0; p->started && k < p->nthreads; k++)
         pthread_join(p->tid[k], NULL);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->pfor_cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -177,45 +231,108 @@ static int pool_start_locked(struct ipc_pool *p)
     return 0;
 }
 
-int ipc_pool_post(struct ipc_pool *p, struct ipc_conn *c, xfer_batch *b, const size_t *idx,
-                  struct ipc_direct *const *d, size_t n)
+struct ipc_post *ipc_post_new(size_t cap)
 {
+    struct ipc_post *post = malloc(sizeof(*post) + cap * sizeof(post->t[0]));
+    if (post)
+        *post = (struct ipc_post){.live = 1, .cap = cap};
+    return post;
+}
+
+void ipc_post_put(struct ipc_post *post)
+{
+    if (post && __atomic_sub_fetch(&post->live, 1, __ATOMIC_ACQ_REL) == 0)
+        free(post);
+}
+
+bool ipc_post_add(struct ipc_post *post, struct ipc_conn *c, xfer_batch *b, size_t i,
+                  struct ipc_direct *d)
+{
+    if (post->n == post->cap)
+        return false;
+    uint64_t len = xfer_batch_item(b, i)->len;
+    int left = len ? (int)((len + IPC_DIRECT_PIECE - 1) / IPC_DIRECT_PIECE) : 1;
+    post->t[post->n++] =
+        (struct ipc_task){.c = c, .d = d, .b = b, .i = i, .len = len, .left = left, .post = post};
+    return true;
+}
+
+size_t ipc_post_reclaim(struct ipc_post *post, size_t *idx, struct ipc_direct **d, size_t max)
+{
+    size_t k = 0;
+    for (; post->pub < post->n && k < max; post->pub++, k++) {
+        idx[k] = post->t[post->pub].i;
+        d[k] = post->t[post->pub].d;
+    }
+    return k;
+}
+
+int ipc_pool_publish(struct ipc_pool *p, struct ipc_post *post)
+{
+    size_t a = post->pub, n = post->n - a;
     if (n == 0)
         return 0;
-    struct ipc_post *post = malloc(sizeof(*post) + n * sizeof(post->t[0]));
-    if (!post)
-        return -XFER_ENOMEM;
-    post->live = (int)n;
-    uint64_t pieces = 0;
-    for (size_t k = 0; k < n; k++) {
-        uint64_t len = xfer_batch_item(b, idx[k])->len;
-        int left = len ? (int)((len + IPC_DIRECT_PIECE - 1) / IPC_DIRECT_PIECE) : 1;
-        post->t[k] = (struct ipc_task){.c = c,
-                                       .d = d[k],
-                                       .b = b,
-                                       .i = idx[k],
-                                       .len = len,
-                                       .left = left,
-                                       .post = post,
-                                       .next_task = k + 1 < n ? &post->t[k + 1] : NULL};
-        pieces += (uint64_t)left;
-    }
+    xfer_batch *b = post->t[a].b; /* one batch per post */
+    for (size_t k = a; k + 1 < post->n; k++)
+        post->t[k].next_task = &post->t[k + 1];
+    post->t[post->n - 1].next_task = NULL;
+    bool many = n > 1 || post->t[a].left > 1;
     pthread_mutex_lock(&p->mu);
     int rc = p->stop ? -XFER_ECONN : pool_start_locked(p);
     if (rc == 0) {
         xfer_batch_hold_n(b, (int)n); /* one put per task (task_end) */
+        __atomic_add_fetch(&post->live, (int)n, __ATOMIC_ACQ_REL);
         if (p->tail)
-            p->tail->next_task = &post->t[0];
+            p->tail->next_task = &post->t[a];
         else
-            p->head = &post->t[0];
-        p->tail = &post->t[n - 1];
-        if (pieces > 1)
+            p->head = &post->t[a];
+        p->tail = &post->t[post->n - 1];
+        post->pub = post->n;
+        if (many) /* one wake for all the window's tasks */
             pthread_cond_broadcast(&p->cv);
         else
             pthread_cond_signal(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
-    if (rc < 0)
-        free(post);
     return rc;
+}
+
+void ipc_pool_run(struct ipc_pool *p, void (*fn)(void *arg, size_t k), void *arg, size_t n)
+{
+    struct ipc_pfor f = {.fn = fn, .arg = arg, .n = n};
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&p->mu);
+    if (n > 1 && !p->stop && pool_start_locked(p) == 0) {
+        struct ipc_pfor **at = &p->pfor;
+        while (*at)
+            at = &(*at)->next_pfor;
+        *at = &f;
+        pthread_cond_broadcast(&p->cv); /* one wake for the whole loop */
+    } else {
+        f.next = n; /* no threads: all of it here */
+        pthread_mutex_unlock(&p->mu);
+        for (size_t k = 0; k < n; k++)
+            fn(arg, k);
+        return;
+    }
+    while (f.next < f.n) { /* the caller takes parts too (never only waits) */
+        if (p->pfor == &f) {
+            pfor_step(p);
+            continue;
+        }
+        struct ipc_pfor **at = &p->pfor; /* another loop is first: take ours out of turn */
+        while (*at != &f)
+            at = &(*at)->next_pfor;
+        size_t k = f.next++;
+        if (f.next == f.n)
+            *at = f.next_pfor;
+        pthread_mutex_unlock(&p->mu);
+        fn(arg, k);
+        pthread_mutex_lock(&p->mu);
+        f.done++;
+    }
+    while (f.done < f.n)
+        pthread_cond_wait(&p->pfor_cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
 }

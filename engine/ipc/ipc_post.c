@@ -74,21 +74,31 @@ static void direct_unget(struct ipc_direct **d, size_t n)
         __atomic_sub_fetch(&d[k]->users, 1, __ATOMIC_ACQ_REL);
 }
 
-/* Items lent beyond the post's budget: to the copy threads, or (none, or
- * they cannot take them) to the worker. */
-static void post_pool(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struct ipc_direct **d,
-                      size_t n)
+/* The post's tasks for the copy threads so far go to them; those the pool
+ * cannot take go to the worker. */
+static void post_publish(struct ipc_conn *c, xfer_batch *b, struct ipc_post *post)
 {
-    if (n && ipc_pool_post(c->t->pool, c, b, idx, d, n) < 0) {
-        direct_unget(d, n);
-        ipc_conn_queue(c, b, idx, n);
+    if (!post || ipc_pool_publish(c->t->pool, post) == 0)
+        return;
+    size_t idx[IPC_DIRECT_POST_MAX], k;
+    struct ipc_direct *d[IPC_DIRECT_POST_MAX];
+    while ((k = ipc_post_reclaim(post, idx, d, IPC_DIRECT_POST_MAX)) > 0) {
+        direct_unget(d, k);
+        ipc_conn_queue(c, b, idx, k);
     }
 }
 
-/* Up to IPC_DIRECT_POST_MAX items: those lent go direct while *budget
- * (bytes) lasts, then to the copy threads; the rest queue. */
+/* State of one ipc_conn_post across its windows. */
+struct post_state {
+    uint64_t budget;       /* bytes the posting thread still copies itself */
+    struct ipc_post *post; /* tasks for the copy threads, NULL until the first */
+    size_t left;           /* items not yet looked at (room for the post) */
+};
+
+/* Up to IPC_DIRECT_POST_MAX items: those lent go direct while the budget
+ * lasts, then to the post's copy-thread tasks; the rest queue. */
 static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, size_t n,
-                       uint64_t *budget)
+                       struct post_state *ps)
 {
     size_t slow[IPC_DIRECT_POST_MAX], fast[IPC_DIRECT_POST_MAX], pool[IPC_DIRECT_POST_MAX];
     size_t ns = 0, nf = 0, np = 0;
@@ -99,11 +109,11 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
         const struct xfer_item *it = xfer_batch_item(b, idx[k]);
         size_t nseg; /* vectored items go to the worker: one owner check for the list */
         bool plain = !xfer_batch_item_segs(b, idx[k], &nseg);
-        bool room = it->len <= *budget;
+        bool room = it->len <= ps->budget;
         struct ipc_direct *dk =
             plain && c->direct.head && (room || c->t->pool) ? ipc_direct_get(&c->direct, it) : NULL;
         if (dk && room) {
-            *budget -= it->len;
+            ps->budget -= it->len;
             d[nf] = dk;
             fast[nf++] = idx[k];
         } else if (dk) {
@@ -114,7 +124,7 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
         }
     }
     /* A dead owner's memory stays mapped here: copying into it would be a
-     * silent loss. One poll per post that copies directly (the worker
+     * silent loss. One poll per window that copies directly (the worker
      * learns it otherwise only from its next round trip). */
     if (rc == 0 && (nf || np) && ipc_sock_hung_up(c->fd))
         rc = -XFER_ECONN;
@@ -126,8 +136,20 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
         direct_unget(pd, np);
         return rc;
     }
-    post_pool(c, b, pool, pd, np); /* the threads start while we copy */
-    post_direct(c, b, fast, d, nf);
+    if (np && !ps->post) /* room for every pool item this post can still have */
+        ps->post = ipc_post_new(ps->left);
+    size_t k = 0;
+    while (k < np && ps->post && ipc_post_add(ps->post, c, b, pool[k], pd[k]))
+        k++;
+    if (k < np) { /* out of memory for the tasks: the worker copies them */
+        direct_unget(pd + k, np - k);
+        ipc_conn_queue(c, b, pool + k, np - k);
+    }
+    ps->left -= n;
+    if (nf) { /* the threads start on what is queued while we copy */
+        post_publish(c, b, ps->post);
+        post_direct(c, b, fast, d, nf);
+    }
     return 0;
 }
 
@@ -140,50 +162,26 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
-    uint64_t budget = IPC_DIRECT_POST_BYTES;
-    for (size_t k = 0; k < n; k += IPC_DIRECT_POST_MAX) {
+    struct post_state ps = {.budget = IPC_DIRECT_POST_BYTES, .left = n};
+    int rc = 0;
+    size_t k = 0;
+    for (; k < n; k += IPC_DIRECT_POST_MAX) {
         size_t w = n - k < IPC_DIRECT_POST_MAX ? n - k : IPC_DIRECT_POST_MAX;
         /* spent, and no copy threads to take the rest: it queues in one go */
-        if (!c->t->pool && budget < xfer_batch_item(b, idx[k])->len) {
+        if (!c->t->pool && ps.budget < xfer_batch_item(b, idx[k])->len) {
             pthread_mutex_lock(&c->mu);
-            int rc = queue_locked(c, b, idx + k, n - k);
+            rc = queue_locked(c, b, idx + k, n - k);
             pthread_mutex_unlock(&c->mu);
-            if (rc < 0 && k == 0)
-                return rc; /* nothing started */
-            for (size_t j = k; rc < 0 && j < n; j++)
-                xfer_batch_chunk_done(b, idx[j], 0, rc, "ipc: cannot queue the item");
             break;
         }
-        int rc = post_window(c, b, idx + k, w, &budget);
-        if (rc < 0 && k == 0)
-            return rc; /* nothing started */
-        for (size_t j = k; rc < 0 && j < n; j++)
-            xfer_batch_chunk_done(b, idx[j], 0, rc, "ipc: cannot queue the item");
-        if (rc < 0)
+        if ((rc = post_window(c, b, idx + k, w, &ps)) < 0)
             break;
     }
+    post_publish(c, b, ps.post); /* what the windows left for the threads */
+    ipc_post_put(ps.post);
+    if (rc < 0 && k == 0)
+        return rc; /* nothing started */
+    for (size_t j = k; rc < 0 && j < n; j++)
+        xfer_batch_chunk_done(b, idx[j], 0, rc, "ipc: cannot queue the item");
     return 0;
-}
-
-int ipc_conn_send_msg(struct xfer_conn *xc, struct xfer_msg *m)
-{
-    struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
-    struct ipc_msgq *q = malloc(sizeof(*q));
-    if (!q)
-        return -XFER_ENOMEM;
-    *q = (struct ipc_msgq){m, NULL};
-    pthread_mutex_lock(&c->mu);
-    bool dead = c->broken || c->stop;
-    if (!dead) {
-        if (c->mtail)
-            c->mtail->next = q;
-        else
-            c->mhead = q;
-        c->mtail = q;
-        pthread_cond_signal(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (dead)
-        free(q);
-    return dead ? -XFER_ECONN : 0;
 }

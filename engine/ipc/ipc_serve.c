@@ -242,7 +242,8 @@ static int send_answers(struct serve_conn *c, uint16_t type, uint32_t count, voi
 }
 
 /* Segment lists of vectored items: each record's checks under one lock
- * (xfer_region_acquire_segs_by) and one pin; a refusal names the segment. */
+ * and one pin, on the list's hull (xfer_region_acquire_hull_by) or on each
+ * range (xfer_region_acquire_segs_by: a refusal names the segment). */
 static int handle_acquire_vec(struct serve_conn *c, const struct ipc_hdr *h, const void *buf)
 {
     struct ipc_server *s = c->srv;
@@ -256,23 +257,31 @@ static int handle_acquire_vec(struct serve_conn *c, const struct ipc_hdr *h, con
     for (uint32_t i = 0; i < h->count; i++) {
         const struct ipc_acqv_req *q = (const void *)at;
         const struct xfer_range *v = (const void *)(at + sizeof(*q));
-        at += sizeof(*q) + q->nseg * sizeof(*v);
+        const struct ipc_acqv_hull *hl = (const void *)(at + sizeof(*q));
+        at += sizeof(*q) + (q->nseg == IPC_ACQV_HULL ? sizeof(*hl) : q->nseg * sizeof(*v));
         struct ipc_acqv_resp *o = &reply.r[i];
         *o = (struct ipc_acqv_resp){.slot = SLOT_NONE, .bad = UINT32_MAX};
         size_t bad = SIZE_MAX;
         int err = -XFER_EINVAL;
-        xfer_region *r = q->op == XFER_OP_READ || q->op == XFER_OP_WRITE
-                             ? xfer_region_acquire_segs_by(s->engine, c->peer_node, q->id, q->gen,
-                                                           q->op, v, q->nseg, &bad, &err)
-                             : NULL;
+        bool list = false, rw = q->op == XFER_OP_READ || q->op == XFER_OP_WRITE;
+        xfer_region *r = NULL;
+        if (rw && q->nseg == IPC_ACQV_HULL)
+            r = xfer_region_acquire_hull_by(s->engine, c->peer_node, q->id, q->gen, q->op, hl->off,
+                                            hl->len, &list, &err);
+        else if (rw)
+            r = xfer_region_acquire_segs_by(s->engine, c->peer_node, q->id, q->gen, q->op, v,
+                                            q->nseg, &bad, &err);
         if (r && (err = slot_alloc(c, r, &o->slot)) < 0)
             xfer_region_release(r);
         o->status = err;
+        o->flags = list ? IPC_ACQV_NEED_LIST : 0;
         o->bad = bad < q->nseg ? (uint32_t)bad : UINT32_MAX;
-        uint64_t bytes = 0;
-        for (uint32_t k = 0; !err && k < q->nseg; k++)
+        if (list)
+            continue; /* counted when the ranges come */
+        uint64_t bytes = q->nseg == IPC_ACQV_HULL ? hl->bytes : 0;
+        for (uint32_t k = 0; !err && q->nseg != IPC_ACQV_HULL && k < q->nseg; k++)
             bytes += v[k].len;
-        xfer_engine_count_served(s->engine, XFER_TRANSPORT_IPC, bytes, err);
+        xfer_engine_count_served(s->engine, XFER_TRANSPORT_IPC, err ? 0 : bytes, err);
     }
     return send_answers(c, IPC_ACQV_RESP, h->count, reply.r, sizeof(reply.r[0]));
 }

@@ -224,6 +224,25 @@ int ipc_recv(int fd, struct ipc_hdr *h, void *buf, uint32_t max, int *got_fd, in
     return rc;
 }
 
+int ipc_recv_fixed(int fd, struct ipc_hdr *h, void *buf, uint32_t bytes, int timeout_ms)
+{
+    struct {
+        struct ipc_hdr h;
+        uint8_t b[64];
+    } m;
+    if (bytes > sizeof(m.b))
+        return -XFER_EINVAL;
+    int rfd = -1;
+    int rc = recv_all(fd, &m, sizeof(m.h) + bytes, &rfd, xfer_now_ms() + timeout_ms);
+    if (rfd >= 0)
+        close(rfd);
+    if (rc == 0 && (m.h.magic != IPC_MAGIC || m.h.version != IPC_VERSION || m.h.bytes != bytes))
+        rc = -XFER_EPROTO;
+    *h = m.h;
+    memcpy(buf, m.b, bytes);
+    return rc;
+}
+
 bool ipc_sock_hung_up(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};

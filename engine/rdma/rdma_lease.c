@@ -12,7 +12,12 @@
  *   whole region when nothing else is guarded, else the access widened over
  *   the peer's live rules) on that accepted QP (IBV_WR_BIND_MW: only that QP
  *   may use the key), and answers with the key after the bind in the same
- *   send queue.
+ *   send queue. A bind that cannot be posted now (the QP's window operations
+ *   at their limit, its send queue refusing it, the QP being re-established)
+ *   is answered -XFER_EBUSY: not a refusal by the rules, the peer asks again
+ *   (on the re-established QP) within its io timeout. A bind that fails on
+ *   the NIC puts the QP in error, which flushes the answer behind it: the
+ *   peer asks again on the new QP.
  * - When rules change or a lease ends (leases_changed, from lease.c), every
  *   window the rules no longer admit is invalidated (IBV_WR_LOCAL_INV on its
  *   QP), and the call returns once those completions arrived: from then on
@@ -173,10 +178,12 @@ static int win_bind(struct rdma_transport *t, struct rdma_accepted *a, xfer_regi
                                                      .addr = (uintptr_t)xfer_region_ptr(r) + off,
                                                      .length = len,
                                                      .mw_access_flags = acc};
-    if (ibv_post_send(a->id->qp, &wr, &bad)) {
-        xfer_warn("rdma: binding a memory window for %s failed: %s", a->peer, strerror(errno));
+    int prc = ibv_post_send(a->id->qp, &wr, &bad);
+    if (prc) { /* the QP cannot take it now (full, or being re-established) */
+        xfer_info("rdma: binding a memory window for %s not posted (%s): the peer asks again",
+                  a->peer, strerror(prc));
         win_remove(t, w);
-        return -XFER_EIO;
+        return -XFER_EBUSY;
     }
     a->win_inflight++;
     w->inflight++;
@@ -270,9 +277,10 @@ static void win_invalidate(struct rdma_transport *t, struct rdma_window *w, uint
                              .send_flags = IBV_SEND_SIGNALED},
                        *bad;
     wr.invalidate_rkey = w->key;
-    if (ibv_post_send(a->id->qp, &wr, &bad)) {
+    int prc = ibv_post_send(a->id->qp, &wr, &bad);
+    if (prc) {
         xfer_err("rdma: invalidating the window of %s failed (%s): breaking its QP", a->peer,
-                 strerror(errno));
+                 strerror(prc));
         struct ibv_qp_attr qa = {.qp_state = IBV_QPS_ERR};
         ibv_modify_qp(a->id->qp, &qa, IBV_QP_STATE); /* a QP in error serves nothing */
         w->round = 0;

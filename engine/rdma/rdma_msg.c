@@ -404,7 +404,7 @@ static void slot_answer(struct rdma_transport *t, const struct ibv_wc *wc, uint3
         rc = -XFER_EPROTO;
     struct xfer_msg *m = NULL;
     struct rdma_pending *refused = NULL;
-    bool hello = false;
+    bool hello = false, busy = false;
     pthread_mutex_lock(&c->lock);
     for (int e = 0; rc == 0 && e < RDMA_MSG_CREDITS; e++) {
         struct rdma_msg_out *o = &c->out[e];
@@ -414,6 +414,7 @@ static void slot_answer(struct rdma_transport *t, const struct ibv_wc *wc, uint3
         o->answered = true;
         m = o->m;
         hello = !o->m && !o->want;
+        busy = o->want && status == -XFER_EBUSY;
         if (o->want)
             refused = xrdma_win_answer_locked(c, o->want, status, pay, plen);
         o->want = NULL;
@@ -430,7 +431,15 @@ static void slot_answer(struct rdma_transport *t, const struct ibv_wc *wc, uint3
         pthread_cond_broadcast(&c->cond);
     const char *peer = c->peer.node_id;
     pthread_mutex_unlock(&c->lock);
-    if (refused)
+    if (busy)
+        xfer_info("rdma: %s could not bind a memory window now (QP busy or being "
+                  "re-established): asking again",
+                  peer);
+    if (refused && status == -XFER_EBUSY)
+        xrdma_fail_pending(refused, -XFER_ETIMEDOUT,
+                           "the owner could not bind a memory window for it within io_timeout_ms "
+                           "(its QP busy or being re-established)");
+    else if (refused)
         xrdma_fail_pending(refused, status < 0 ? status : -XFER_EPROTO,
                            status == -XFER_ESTALE
                                ? "refused by the owner: no live lease (ended, released or not "

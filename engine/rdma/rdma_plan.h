@@ -51,7 +51,9 @@ struct xfer_rdma_chunk {
     /* A leased remote region (XFER_ACCESS_LEASED, rkeys "mw"): reached only
      * through a memory window its owner bound on our QP (rdma_win.c). */
     bool win;
-    bool win_refused; /* the owner's NIC refused our window once already */
+    bool win_refused;       /* the owner's NIC refused our window once already */
+    bool win_qp_lost;       /* its QP died under its window once already */
+    int64_t win_busy_until; /* ms: asks answered "busy" are repeated until then, 0 none yet */
     uint32_t rid, rgen, wkey;
     uint64_t rbase; /* the remote region's address */
     uint64_t seq;   /* set when posted */

@@ -24,9 +24,20 @@ static uint64_t full_seq(const struct rdma_slot *s, uint64_t s40)
 /* A chunk through a lease window the owner's NIC refused: the window was
  * invalidated (lease ended, blocks released) or belonged to a QP since
  * re-established. It asks for a new window once (the owner's rules decide);
- * refused again by the NIC, the item fails as the owner's refusal. */
+ * refused again by the NIC, the item fails as the owner's refusal. A chunk
+ * whose QP died under it (-XFER_ECONN, not flushed: e.g. the owner's side
+ * went to error when a bind failed on it, which takes its windows along) is
+ * re-queued once too: it asks for a window on the QP it gets next (the
+ * re-established one), and fails -XFER_ECONN if the peer is really gone. */
 static void window_refused(struct xfer_rdma_chunk *ch)
 {
+    if (ch->win && ch->status == -XFER_ECONN && !ch->retryable && !ch->win_qp_lost) {
+        xfer_info("rdma: a QP died under a lease window (%s): asking for a new one",
+                  ch->why ? ch->why : "connection lost");
+        ch->win_qp_lost = true;
+        ch->retryable = true;
+        return;
+    }
     if (!ch->win || ch->status != -XFER_EACCES)
         return;
     if (!ch->win_refused) {

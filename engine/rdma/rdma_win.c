@@ -9,7 +9,10 @@
  * else it is parked and a window request for the whole item's range goes on
  * that QP (T_WIN, rdma_msg.c). The answer caches the window (valid while the
  * QP keeps its incarnation) and sends the parked chunks back to the queue,
- * or fails them with the owner's refusal (-XFER_ESTALE: no live lease). A
+ * or fails them with the owner's refusal (-XFER_ESTALE: no live lease).
+ * "Busy" (-XFER_EBUSY: the owner could not post the bind now, e.g. while
+ * that QP is re-established) is no refusal: the chunks ask again within
+ * io_timeout_ms, then fail with -XFER_ETIMEDOUT. A
  * window the owner invalidated since (lease ended, blocks released) makes
  * the NIC refuse the chunk (remote access error, the QP re-established):
  * the chunk asks for a window again once; refused again, it fails with
@@ -52,9 +55,12 @@ void xrdma_win_park_locked(struct rdma_conn *c, int pos, uint16_t uid, struct rd
 {
     const struct xfer_rdma_chunk *ch = &p->c;
     struct rdma_want *w = c->wants;
+    /* A request not sent yet may take this chunk along; one already sent
+     * may have been answered by rules older than this chunk's batch (a
+     * refusal from before a grant would fail it): this chunk asks anew. */
     for (; w; w = w->next)
-        if (w->pos == pos && w->uid == uid && w->rid == ch->rid && w->rgen == ch->rgen &&
-            w->addr <= ch->raddr && ch->raddr + ch->len <= w->addr + w->len)
+        if (!w->sent && w->pos == pos && w->uid == uid && w->rid == ch->rid &&
+            w->rgen == ch->rgen && w->addr <= ch->raddr && ch->raddr + ch->len <= w->addr + w->len)
             break;
     if (!w && (w = calloc(1, sizeof(*w))) != NULL) {
         /* Ask for the whole item: its other chunks need the same window.
@@ -121,6 +127,28 @@ static void want_free(struct rdma_conn *c, struct rdma_want *w)
     free(w);
 }
 
+/* The owner could not bind a window now (-XFER_EBUSY: its QP's window
+ * operations at their limit, or the QP being re-established): the chunks
+ * ask again (on the QP the pump gives them, the re-established one if that
+ * is the one), each within io_timeout_ms of its first such answer. Returns
+ * those past it. */
+static struct rdma_pending *requeue_busy(struct rdma_conn *c, struct rdma_pending *l)
+{
+    int64_t now = xrdma_now_ms();
+    struct rdma_pending *again = NULL, *late = NULL;
+    while (l) {
+        struct rdma_pending *n = l->next;
+        if (!l->c.win_busy_until)
+            l->c.win_busy_until = now + c->t->cfg->io_timeout_ms;
+        struct rdma_pending **to = now < l->c.win_busy_until ? &again : &late;
+        l->next = *to;
+        *to = l;
+        l = n;
+    }
+    requeue(c, again);
+    return late;
+}
+
 void xrdma_win_pump_locked(struct rdma_conn *c)
 {
     struct rdma_transport *t = c->t;
@@ -175,9 +203,11 @@ struct rdma_pending *xrdma_win_answer_locked(struct rdma_conn *c, struct rdma_wa
         }
         requeue(c, parked);
         parked = NULL;
+    } else if (status == -XFER_EBUSY) {
+        parked = requeue_busy(c, parked);
     }
     want_free(c, w);
-    return parked; /* refused: the caller fails them */
+    return parked; /* refused (or busy for too long): the caller fails them */
 }
 
 void xrdma_win_slot_down_locked(struct rdma_conn *c, int pos, uint16_t uid)

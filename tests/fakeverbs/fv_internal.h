@@ -167,6 +167,7 @@ struct fv_qp {
     int busy;                            /* threads touching user memory right now */
     int sock;                            /* -1 until connected */
     bool threads_running, stopping, peer_closed_cleanly;
+    int flushing; /* fv_qp_to_error under way: a post joins the WRs it flushes */
     pthread_t sender, receiver;
     struct fv_id *cm_id; /* for DISCONNECTED events */
 };
@@ -236,6 +237,10 @@ bool fv_is_mw_key(uint32_t key);
 int fv_mw_check(struct fv_qp *qp, uint32_t key, uint64_t addr, uint64_t len, int need);
 enum ibv_wc_status fv_mw_bind(struct fv_qp *qp, const struct fv_wr *w);
 enum ibv_wc_status fv_mw_invalidate(struct fv_qp *qp, uint32_t key);
+/* Test faults around binds (fv_mw.c, XFER_FAKEVERBS_MW_FAULT). */
+enum fv_mw_fault { FV_FAULT_NONE, FV_FAULT_POST, FV_FAULT_BIND, FV_FAULT_KILL };
+enum fv_mw_fault fv_mw_fault_next(bool post);
+void fv_mw_fault_set(const char *spec); /* replaces the list, counts from 0 */
 /* A destroyed QP's type-2 windows are no longer bound. */
 void fv_mw_forget_qp(struct fv_qp *qp);
 struct ibv_mw *fv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);

@@ -427,13 +427,14 @@ static int send_request(struct fv_qp *qp, struct fv_out *o)
  * requests before it have left); its CQE comes after theirs, so it waits on
  * the wait list while they do. True: it failed, the QP goes to error.
  * qp->lock held (released meanwhile). */
-static bool run_local(struct fv_qp *qp, struct fv_out *o)
+static bool run_local(struct fv_qp *qp, struct fv_out *o, bool fail)
 {
     struct fv_wr *w = o->wr;
     o->wr = NULL;
     pthread_mutex_unlock(&qp->lock);
-    enum ibv_wc_status st =
-        w->opcode == IBV_WR_BIND_MW ? fv_mw_bind(qp, w) : fv_mw_invalidate(qp, w->rkey);
+    enum ibv_wc_status st = fail                          ? IBV_WC_MW_BIND_ERR
+                            : w->opcode == IBV_WR_BIND_MW ? fv_mw_bind(qp, w)
+                                                          : fv_mw_invalidate(qp, w->rkey);
     pthread_mutex_lock(&qp->lock);
     w->local = true;
     w->local_st = st;
@@ -495,7 +496,19 @@ static void *sender_main(void *arg)
             break; /* stopping or in error: fv_qp_to_error flushes what is queued */
         bool then_error = o->then_error;
         if (o->wr && (o->wr->opcode == IBV_WR_BIND_MW || o->wr->opcode == IBV_WR_LOCAL_INV)) {
-            then_error = run_local(qp, o);
+            enum fv_mw_fault f =
+                o->wr->opcode == IBV_WR_BIND_MW ? fv_mw_fault_next(false) : FV_FAULT_NONE;
+            if (f == FV_FAULT_KILL) { /* the link dies before the bind: flushed with the rest */
+                o->next = qp->out_head;
+                qp->out_head = o;
+                if (!qp->out_tail)
+                    qp->out_tail = o;
+                pthread_mutex_unlock(&qp->lock);
+                fv_qp_to_error(qp, IBV_WC_RETRY_EXC_ERR);
+                pthread_mutex_lock(&qp->lock);
+                continue;
+            }
+            then_error = run_local(qp, o, f == FV_FAULT_BIND);
         } else if (o->wr) {
             send_request(qp, o); /* a failure shows up in the receiver */
         } else {

@@ -14,13 +14,96 @@
  * LOCAL_INV is polled, no access through the window runs or will run.
  * Errors complete with IBV_WC_MW_BIND_ERR and put the QP in error. An MR
  * with bound windows cannot be deregistered (EBUSY). Type 1 windows
- * (ibv_bind_mw) are not modelled (EOPNOTSUPP). */
+ * (ibv_bind_mw) are not modelled (EOPNOTSUPP).
+ *
+ * Faults for tests of QP churn around a bind (XFER_FAKEVERBS_MW_FAULT, read
+ * once per process, or fv_mw_fault_set): a comma-separated list of KIND:N,
+ * each firing once, on the N-th bind of the process (1-based):
+ *   post:N  the N-th ibv_post_send of an IBV_WR_BIND_MW fails with ENOMEM
+ *           (the QP cannot take it now, as while it is re-established)
+ *   bind:N  the N-th bind the NIC runs fails: IBV_WC_MW_BIND_ERR, QP in error
+ *   kill:N  the N-th bind the NIC runs finds its QP's link lost first (the
+ *           QP dies between the ask and the bind): the QP goes to error, the
+ *           bind and everything behind it are flushed, the peer's QP fails
+ * post counts posts; bind and kill count the binds run. Each firing says so
+ * on stderr ("fakeverbs: fault: ..."). */
 #include "fv_internal.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MW_INDEX_MAX (1u << 23)
+
+/* ---- faults ------------------------------------------------------------- */
+
+#define FAULTS_MAX 8
+static struct {
+    pthread_mutex_t lock;
+    bool read;
+    int n;
+    struct {
+        enum fv_mw_fault kind;
+        unsigned at;
+    } v[FAULTS_MAX];
+    unsigned posts, runs;
+} faults = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void faults_parse_locked(const char *spec)
+{
+    faults.n = 0;
+    faults.posts = faults.runs = 0;
+    faults.read = true;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", spec ? spec : "");
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t && faults.n < FAULTS_MAX;
+         t = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(t, ':');
+        unsigned at = colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
+        enum fv_mw_fault k = !colon || !at             ? FV_FAULT_NONE
+                             : !strncmp(t, "post:", 5) ? FV_FAULT_POST
+                             : !strncmp(t, "bind:", 5) ? FV_FAULT_BIND
+                             : !strncmp(t, "kill:", 5) ? FV_FAULT_KILL
+                                                       : FV_FAULT_NONE;
+        if (k == FV_FAULT_NONE)
+            fprintf(stderr, "fakeverbs: XFER_FAKEVERBS_MW_FAULT: '%s' ignored\n", t);
+        else
+            faults.v[faults.n].kind = k, faults.v[faults.n++].at = at;
+    }
+}
+
+void fv_mw_fault_set(const char *spec)
+{
+    pthread_mutex_lock(&faults.lock);
+    faults_parse_locked(spec);
+    pthread_mutex_unlock(&faults.lock);
+}
+
+/* The fault for the next bind posted (post) or run (run), FV_FAULT_NONE. */
+enum fv_mw_fault fv_mw_fault_next(bool post)
+{
+    static const char *const names[] = {"", "post", "bind", "kill"};
+    pthread_mutex_lock(&faults.lock);
+    if (!faults.read)
+        faults_parse_locked(getenv("XFER_FAKEVERBS_MW_FAULT"));
+    unsigned k = post ? ++faults.posts : ++faults.runs;
+    enum fv_mw_fault f = FV_FAULT_NONE;
+    for (int i = 0; i < faults.n && f == FV_FAULT_NONE; i++)
+        if (faults.v[i].at == k && (faults.v[i].kind == FV_FAULT_POST) == post)
+            f = faults.v[i].kind;
+    pthread_mutex_unlock(&faults.lock);
+    if (f != FV_FAULT_NONE)
+        fprintf(stderr, "fakeverbs: fault: %s:%u (memory window bind %s)\n", names[f], k,
+                f == FV_FAULT_POST   ? "not posted"
+                : f == FV_FAULT_BIND ? "failed"
+                                     : "flushed: its QP lost its link first");
+    return f;
+}
+
+/* ---- windows ------------------------------------------------------------- */
 
 bool fv_is_mw_key(uint32_t key)
 {

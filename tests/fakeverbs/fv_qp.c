@@ -303,8 +303,14 @@ void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first)
     set_state_locked(qp, IBV_QPS_ERR, false);
     if (qp->sock >= 0)
         shutdown(qp->sock, SHUT_RDWR);
+    /* The wait below lets go of the lock: a WR posted meanwhile is queued
+     * behind the outstanding ones and flushed after them, never before
+     * (completions stay in send-queue order: an application counting older
+     * unsignaled WRs as done on a newer CQE relies on it). */
+    qp->flushing++;
     while (qp->busy > 0)
         pthread_cond_wait(&qp->cond, &qp->lock);
+    qp->flushing--;
     struct fv_wr *w = qp->wait_head;
     qp->wait_head = qp->wait_tail = NULL;
     struct fv_out *o = qp->out_head;
@@ -383,6 +389,8 @@ static int post_one(struct fv_qp *qp, struct ibv_send_wr *wr)
         return EINVAL; /* RDMA_WRITE_WITH_IMM, atomics, ...: not modelled */
     if (wr->opcode == IBV_WR_BIND_MW && (!wr->bind_mw.mw || wr->bind_mw.mw->type != IBV_MW_TYPE_2))
         return EINVAL; /* type 1 windows are bound with ibv_bind_mw */
+    if (wr->opcode == IBV_WR_BIND_MW && fv_mw_fault_next(true) == FV_FAULT_POST)
+        return ENOMEM; /* a test fault (fv_mw.c) */
     if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_sge || (wr->num_sge && !wr->sg_list))
         return EINVAL;
     uint64_t len = 0;
@@ -405,7 +413,7 @@ static int post_one(struct fv_qp *qp, struct ibv_send_wr *wr)
         return ENOMEM;
     }
     w->seq = ++qp->sq_posted;
-    if (qp->st == IBV_QPS_ERR) { /* posting to an errored QP flushes at once */
+    if (qp->st == IBV_QPS_ERR && !qp->flushing) { /* an errored QP flushes at once */
         fv_push_send_cqe(qp, w, IBV_WC_WR_FLUSH_ERR);
         free(w);
         pthread_mutex_unlock(&qp->lock);

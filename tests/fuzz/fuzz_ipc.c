@@ -14,8 +14,30 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const uint32_t types[] = {IPC_HELLO,   IPC_MAP_REQ,  IPC_MAP_RESP,
-                                 IPC_ACQ_REQ, IPC_ACQ_RESP, IPC_REL};
+static const uint32_t types[] = {IPC_HELLO,    IPC_MAP_REQ, IPC_MAP_RESP, IPC_ACQ_REQ,
+                                 IPC_ACQ_RESP, IPC_REL,     IPC_ACQV_REQ, IPC_ACQV_RESP};
+
+/* An IPC_ACQV_REQ walked as the owner walks it (ipc_serve.c). */
+static uint64_t use_acqv(const struct ipc_hdr *h, const uint8_t *buf)
+{
+    uint64_t sum = 0;
+    const uint8_t *at = buf;
+    for (uint32_t i = 0; i < h->count; i++) {
+        const struct ipc_acqv_req *q = (const void *)at;
+        at += sizeof(*q);
+        if (q->nseg == IPC_ACQV_HULL) {
+            const struct ipc_acqv_hull *hl = (const void *)at;
+            sum += hl->off + hl->len + hl->bytes;
+            at += sizeof(*hl);
+            continue;
+        }
+        const struct xfer_range *v = (const void *)at;
+        for (uint32_t k = 0; k < q->nseg; k++)
+            sum += v[k].off + v[k].len;
+        at += q->nseg * sizeof(*v);
+    }
+    return sum;
+}
 
 static uint64_t use(const struct ipc_hdr *h, const uint8_t *buf)
 {
@@ -33,6 +55,11 @@ static uint64_t use(const struct ipc_hdr *h, const uint8_t *buf)
     if (h->type == IPC_REL)
         for (uint32_t i = 0; i < h->count; i++)
             sum += ((const uint32_t *)buf)[i];
+    if (h->type == IPC_ACQV_REQ)
+        sum += use_acqv(h, buf);
+    if (h->type == IPC_ACQV_RESP)
+        for (uint32_t i = 0; i < h->count; i++)
+            sum += ((const struct ipc_acqv_resp *)buf)[i].bad;
     return sum;
 }
 
@@ -52,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     close(sv[0]);
     /* as large as the biggest message a receiver accepts */
-    size_t max = IPC_BATCH_MAX * sizeof(struct ipc_acq_req) + 64;
+    size_t max = IPC_ACQV_BYTES_MAX + 64;
     uint8_t *buf = malloc(max);
     struct ipc_hdr h;
     while (buf && ipc_recv(sv[1], &h, buf, (uint32_t)max, NULL, 10) == 0) {

@@ -6,6 +6,7 @@
 # blocks were released). Blocks whose lease ended are refused at the owner
 # with -XFER_ESTALE naming them while leased blocks are served; renewal
 # extends; release refuses at once; another node's lease grants nothing.
+# Then rdma again with QP churn forced around the memory-window binds.
 set -u
 cd "${XFER_ROOT:-.}"
 B=${B:-build}
@@ -27,4 +28,17 @@ XFER_LOG_LEVEL=info "$FAKE" check --node lease-rdma --transports rdma --expect r
 # not only window requests by the owner's CPU.
 grep -q "the owner's NIC refused a lease window" "$log" ||
     { cat "$log"; fail "no window refused by the NIC over rdma"; }
+# QP churn around the binds, forced in the owner (the stand-in's
+# XFER_FAKEVERBS_MW_FAULT, tests/fakeverbs/fv_mw.c): binds its QP cannot take
+# now (post: answered "busy", asked again), binds its NIC fails (bind: the QP
+# in error, the answer flushed) and QPs whose link dies between the ask and
+# the bind (kill). The same checks: every read of leased or open blocks
+# succeeds, ended and released leases are still refused (-XFER_ESTALE).
+faults=post:1,bind:4,kill:9,post:15,bind:22,kill:30
+XFER_FAKEVERBS_MW_FAULT=$faults XFER_LOG_LEVEL=info "$FAKE" check --node lease-churn \
+    --transports rdma --expect rdma 2>"$log" || { cat "$log"; fail "leases over rdma, faults $faults"; }
+n=$(grep -c "fakeverbs: fault:" "$log")
+((n == 6)) || { cat "$log"; fail "$n of the 6 faults ($faults) fired"; }
+grep -q "could not bind a memory window now" "$log" ||
+    { cat "$log"; fail "no window asked again after a busy answer"; }
 echo "PASS"

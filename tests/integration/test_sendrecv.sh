@@ -7,7 +7,10 @@
 # truncation on both sides (eager and rendezvous sizes); a RECV's deadline
 # and cancel. Then (tcp, then ipc) a peer killed with SENDs (eager and
 # rendezvous) and a RECV pending towards it: all end -XFER_ECONN within half
-# their deadline (ipc: the unix socket's hang-up, ipc_conn_state).
+# their deadline (ipc: the unix socket's hang-up, ipc_conn_state); b is
+# stopped first and a notification sent to it meanwhile (submit must not
+# wait for it; ipc: its answer is left to the connection's worker) also
+# ends -XFER_ECONN once b is killed.
 # XFER_SENDRECV_TRANSPORTS / XFER_SENDRECV_KILL pick the transports
 # (test_rdma_notify.sh: rdma on the verbs stand-in for both).
 set -u
@@ -44,12 +47,20 @@ for ktr in ${XFER_SENDRECV_KILL:-tcp ipc}; do
     export XFER_TRANSPORTS=$ktr XFER_NOTIFY_EXPECT=$ktr
     [[ $ktr == ipc ]] && XFER_TRANSPORTS=ipc,tcp
     count=50
-    rm -f "$CORE_TMP/go"
-    pair "kill-$ktr" --ready "$CORE_TMP/go"
+    rm -f "$CORE_TMP"/go*
+    pair "kill-$ktr" --ready "$CORE_TMP/go" --stop
     deadline=$((SECONDS + 60))
     until [[ -e $CORE_TMP/go ]]; do
         core_alive "$PID_a" || { cat "$CORE_TMP/a-kill-$ktr.log"; core_fail "a died early"; }
         ((SECONDS < deadline)) || core_fail "a never got to the kill phase"
+        sleep 0.05
+    done
+    # stopped first: a's notification sent meanwhile is owed its answer when b dies
+    kill -STOP "$PID_b"
+    touch "$CORE_TMP/go.stopped"
+    until [[ -e $CORE_TMP/go.sent ]]; do
+        core_alive "$PID_a" || { cat "$CORE_TMP/a-kill-$ktr.log"; core_fail "a died"; }
+        ((SECONDS < deadline)) || core_fail "a never sent to the stopped peer"
         sleep 0.05
     done
     kill -9 "$PID_b"

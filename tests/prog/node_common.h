@@ -33,6 +33,16 @@ static inline double now_s(void)
 
 /* Transports of the test engines: tcp, unless XFER_TRANSPORTS names them
  * (0 lets the engine read that variable). */
+/* Creates the empty file path + suffix: a test script's signal. */
+static inline void touch(const char *path, const char *suffix)
+{
+    char f[512];
+    snprintf(f, sizeof(f), "%s%s", path, suffix);
+    FILE *fp = fopen(f, "w");
+    if (fp)
+        fclose(fp);
+}
+
 static inline unsigned node_transports(void)
 {
     return getenv("XFER_TRANSPORTS") ? 0 : XFER_TRANSPORT_TCP;

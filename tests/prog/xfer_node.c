@@ -471,15 +471,6 @@ static bool blip_round_trip(xfer_engine *e, xfer_region *l, xfer_peer *p,
            checksum(lp, rd->len) == sum;
 }
 
-static void touch(const char *path, const char *suffix)
-{
-    char f[512];
-    snprintf(f, sizeof(f), "%s%s", path, suffix);
-    FILE *fp = fopen(f, "w");
-    if (fp)
-        fclose(fp);
-}
-
 /* Creates READY, waits for READY.go (target stopped), lets a batch hit the
  * io timeout, creates READY.cut, waits for READY.cont (target resumed), then
  * expects transfers to work again within 15 s on the same engine and peer. */

@@ -3,7 +3,7 @@
  * engine per process, each a peer of the other.
  *
  *   xfer_sendrecv --node ID --out MYFILE --other FILE --role a|b [--count N]
- *                 [--seed X] [--ready FILE]
+ *                 [--seed X] [--ready FILE [--stop]]
  *
  * Both write their node file, wait for the other's and add it as a peer,
  * then run the phases of run_role(); a failed check exits 1 with a FAIL line.
@@ -28,11 +28,14 @@
  *      the RECV item of the phase's first message still names its sender
  *      after b removed it (xfer_batch_item_msg: a copy, not the freed peer);
  *   6. (a, with --ready) a SEND and a RECV pending towards b, then FILE is
- *      created and the test kills b: both must fail with -XFER_ECONN.
+ *      created and the test kills b: both must fail with -XFER_ECONN; with
+ *      --stop b is stopped first and a notification sent to it meanwhile
+ *      (submit must not wait for the stopped peer) fails too.
  */
 #include "node_common.h"
 
 #include <getopt.h>
+#include <unistd.h>
 #include <poll.h>
 #include <pthread.h>
 
@@ -45,6 +48,7 @@ struct ctx {
     xfer_peer *p;
     xfer_region *buf; /* [0, 32 MiB) send area, [32 MiB, 64 MiB) receive area */
     const char *role, *ready;
+    bool stop; /* --stop: b is stopped before it is killed (stopped_notify) */
     int count;
     uint64_t seed;
     int failed;
@@ -260,6 +264,32 @@ static int deadline_phase(struct ctx *c, bool sender)
     return 0;
 }
 
+/* With --stop: the test stops b (SIGSTOP) after FILE and says so in
+ * FILE.stopped; a then submits a notification, which b cannot answer, says
+ * FILE.sent, and b is killed (the message is owed its answer then: ipc's
+ * sender leaves it to the connection's worker, tcp's to the socket).
+ * Submit must not wait for the stopped peer. */
+static int stopped_notify(struct ctx *c, xfer_batch **out)
+{
+    *out = NULL;
+    if (!c->stop)
+        return 0;
+    char path[512];
+    snprintf(path, sizeof(path), "%s.stopped", c->ready);
+    for (double t0 = now_s(); access(path, F_OK) != 0 && now_s() - t0 < 60;)
+        poll(NULL, 0, 20);
+    int rc;
+    xfer_batch *nb = xfer_batch_new(c->e, &rc);
+    CHECK(nb && xfer_batch_notify(nb, c->p, "stopped", 7) == 0, "notification batch");
+    double t0 = now_s();
+    CHECK(xfer_batch_submit(nb, 60000) == 0, "submit of the notification");
+    printf("kill: notification to the stopped peer submitted in %.3f s\n", now_s() - t0);
+    CHECK(now_s() - t0 < 5, "submit waited for a stopped peer (%.1f s)", now_s() - t0);
+    touch(c->ready, ".sent");
+    *out = nb;
+    return 0;
+}
+
 /* a: pending SEND and RECV towards b, which the test kills after FILE. */
 static int kill_phase(struct ctx *c)
 {
@@ -271,9 +301,9 @@ static int kill_phase(struct ctx *c)
     fill_msg(c, 4096, 2, 778, 20000);
     xfer_batch_add_send(b, c->buf, 4096, 20000, c->p, 778); /* rendezvous-sized */
     CHECK(xfer_batch_submit(b, 60000) == 0, "submit");
-    FILE *f = fopen(c->ready, "w");
-    if (f)
-        fclose(f);
+    touch(c->ready, "");
+    xfer_batch *nb; /* a notification owed its answer when b dies */
+    CHECK(stopped_notify(c, &nb) == 0, "notification to the stopped peer");
     double t0 = now_s();
     rc = xfer_batch_wait(b, 30000); /* half the deadline: ECONN must come first */
     printf("kill: sends %s/%s, recv %s after %.1f s\n", xfer_strerror(xfer_batch_item_status(b, 0)),
@@ -284,6 +314,14 @@ static int kill_phase(struct ctx *c)
               xfer_batch_item_status(b, 2) == -XFER_ECONN,
           "pending messages of a killed peer: %s", xfer_strerror(rc));
     xfer_batch_free(b);
+    if (nb) { /* it fails too, well before its deadline: nobody will answer it */
+        rc = xfer_batch_wait(nb, 30000);
+        printf("kill: notification sent while the peer was stopped: %s (%s)\n", xfer_strerror(rc),
+               xfer_strerror(xfer_batch_notify_status(nb, c->p)));
+        CHECK(rc == -XFER_ECONN && xfer_batch_notify_status(nb, c->p) == -XFER_ECONN,
+              "notification owed by a peer killed while stopped: %s", xfer_strerror(rc));
+        xfer_batch_free(nb);
+    }
     /* and a notification to the dead peer fails, it is not kept */
     t0 = now_s();
     rc = xfer_notify(c->e, c->p, "late", 4, 5000);
@@ -435,8 +473,9 @@ int main(int argc, char **argv)
     struct ctx c = {.count = 1000, .seed = 42};
     const char *node = NULL, *out = NULL, *other = NULL;
     static const struct option lo[] = {
-        {"node", 1, 0, 'n'},  {"out", 1, 0, 'o'},  {"other", 1, 0, 'p'}, {"role", 1, 0, 'r'},
-        {"count", 1, 0, 'c'}, {"seed", 1, 0, 's'}, {"ready", 1, 0, 'y'}, {0, 0, 0, 0}};
+        {"node", 1, 0, 'n'},  {"out", 1, 0, 'o'},   {"other", 1, 0, 'p'},
+        {"role", 1, 0, 'r'},  {"count", 1, 0, 'c'}, {"seed", 1, 0, 's'},
+        {"ready", 1, 0, 'y'}, {"stop", 0, 0, 'S'},  {0, 0, 0, 0}};
     for (int o; (o = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (o) {
         case 'n':
@@ -459,6 +498,9 @@ int main(int argc, char **argv)
             break;
         case 'y':
             c.ready = optarg;
+            break;
+        case 'S':
+            c.stop = true;
             break;
         default:
             return 2;

@@ -15,7 +15,10 @@
  * -XFER_ERANGE naming that segment; with --guard (the server's
  * --guard REGION:OFF:LEN, a range no lease covers) a segment touching it
  * fails with -XFER_ESTALE naming it; bad
- * lists are refused at add; a cancelled READ batch ends cleanly.
+ * lists are refused at add; a cancelled READ batch ends cleanly. Long
+ * segments (cut into slices for the ipc copy threads) among short ones go
+ * both ways; over ipc a WRITE list with one segment past the remote end
+ * moves no byte at all.
  */
 #include "check.h"
 #include "node_common.h"
@@ -174,6 +177,72 @@ static void expect_bad_segment(struct ctx *c, const struct xfer_region_desc *rd,
     CHECK(strstr(why, want) != NULL, "%s: reason does not name %s: %s", what, want, why);
 }
 
+static void final_check(struct ctx *c)
+{
+    memset(c->lp, 0, c->size);
+    int rc = xfer_read(c->e, c->local, 0, c->p, c->rd->id, c->rd->gen, 0, c->size, 30000);
+    CHECK(rc == 0, "final read: %s", xfer_engine_last_error(c->e));
+    uint64_t at = 0;
+    while (rc == 0 && at < c->size && c->lp[at] == c->shadow[at])
+        at++;
+    CHECK(rc != 0 || at == c->size, "final region content differs at %llu of %llu",
+          (unsigned long long)at, (unsigned long long)c->size);
+}
+
+/* Long segments (slices of 256 KiB over the ipc copy threads) among
+ * short ones, WRITTEN then READ back into other local bytes, every byte
+ * checked: the parts a host list is cut into land where they belong. */
+static void long_round(struct ctx *c, xfer_batch *b)
+{
+    uint64_t big = c->size / 8; /* remote [0, 4 big) written, read back to local [4 big, 8 big) */
+    struct xfer_seg w[6] = {{0, 3 * big, big},       {big, 2 * big, 300000},
+                            {2 * big, 0, 7},         {2 * big + 7, 100, 65536},
+                            {3 * big, big, big / 2}, {3 * big + big / 2, big + big / 2, 1}};
+    struct xfer_seg r[6];
+    for (int k = 0; k < 6; k++) /* the same remote ranges, into the upper local half */
+        r[k] = (struct xfer_seg){4 * big + w[k].local_off, w[k].remote_off, w[k].len};
+    pattern_fill(c->lp, 4 * big, rnd(), 0);
+    memset(c->lp + 4 * big, 0xa5, 4 * big);
+    for (int op = 0; op < 2; op++) {
+        xfer_batch_reset(b);
+        struct xfer_item it = vec_head(c, op ? XFER_OP_READ : XFER_OP_WRITE);
+        CHECK(xfer_batch_add_segments(b, &it, op ? r : w, 6) == 0, "long: add");
+        int rc = xfer_batch_submit(b, 60000);
+        rc = rc ? rc : xfer_batch_wait(b, -1);
+        CHECK(rc == 0, "long %s: %s (%s)", op ? "READ" : "WRITE", xfer_strerror(rc),
+              xfer_batch_item_error(b, 0));
+    }
+    for (int k = 0; k < 6; k++) {
+        CHECK(!memcmp(c->lp + r[k].local_off, c->lp + w[k].local_off, w[k].len),
+              "long: segment %d (%llu B) read back differs", k, (unsigned long long)w[k].len);
+        memcpy(c->shadow + w[k].remote_off, c->lp + w[k].local_off, w[k].len);
+    }
+}
+
+/* A WRITE list whose one segment runs past the remote end is refused
+ * before any byte of it moves: the remote region still holds the shadow
+ * (ipc, which checks a list whole before copying; tcp sends each segment
+ * as a chunk, so the good ones may land). */
+static void refused_write(struct ctx *c, xfer_batch *b)
+{
+    struct xfer_seg s[64];
+    for (size_t k = 0; k < 64; k++)
+        s[k] = (struct xfer_seg){k * 4096, k * 8192, 4096};
+    s[40].remote_off = c->size - 100;
+    pattern_fill(c->lp, 64 * 4096, rnd(), 0);
+    xfer_batch_reset(b);
+    struct xfer_item it = vec_head(c, XFER_OP_WRITE);
+    CHECK(xfer_batch_add_segments(b, &it, s, 64) == 0, "refused write: add");
+    int rc = xfer_batch_submit(b, 10000);
+    rc = rc ? rc : xfer_batch_wait(b, -1);
+    CHECK(rc == -XFER_ERANGE, "refused write: %s", xfer_strerror(rc));
+    CHECK(xfer_batch_item_failed_segment(b, 0) == 40, "refused write: failed segment %lld",
+          (long long)xfer_batch_item_failed_segment(b, 0));
+    printf("refused write: %s (segment %lld): %s\n", xfer_strerror(rc),
+           (long long)xfer_batch_item_failed_segment(b, 0), xfer_batch_item_error(b, 0));
+    final_check(c); /* nothing of the 63 good segments moved either */
+}
+
 /* Lists refused at add, with nothing appended. */
 static void bad_lists(struct ctx *c, xfer_batch *b)
 {
@@ -216,14 +285,6 @@ static void cancel_round(struct ctx *c, xfer_batch *b, struct xfer_seg *all, uin
         int st = xfer_batch_item_status(b, i);
         CHECK(st == 0 || st == -XFER_ECANCELED, "item %zu after cancel: %s", i, xfer_strerror(st));
     }
-}
-
-static void final_check(struct ctx *c)
-{
-    memset(c->lp, 0, c->size);
-    int rc = xfer_read(c->e, c->local, 0, c->p, c->rd->id, c->rd->gen, 0, c->size, 30000);
-    CHECK(rc == 0, "final read: %s", xfer_engine_last_error(c->e));
-    CHECK(rc != 0 || !memcmp(c->lp, c->shadow, c->size), "final region content differs");
 }
 
 int main(int argc, char **argv)
@@ -281,7 +342,11 @@ int main(int argc, char **argv)
         random_round(&c, b, all, rp, lp);
     printf("vec: random rounds %s in %.1f s\n", failures ? "FAILED" : "passed", now_s() - t0);
     if (!failures)
+        long_round(&c, b);
+    if (!failures)
         final_check(&c);
+    if (!failures && c.expect == XFER_TRANSPORT_IPC) /* tcp sends the good segments */
+        refused_write(&c, b);
     struct xfer_seg past = {5 * 4096, c.size - 100, 4096};
     expect_bad_segment(&c, c.rd, b, 9, 5, past, -XFER_ERANGE, "segment past the remote end");
     if (c.grd) {

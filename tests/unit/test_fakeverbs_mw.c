@@ -64,8 +64,8 @@ static enum ibv_wc_status invalidate_on(struct ibv_qp *qp, struct ibv_cq *cq, ui
     return wc.status;
 }
 
-/* A fresh pair with a window bound on b over buf_b[1024, 3072). */
-static void pair_with_window(struct pair *p, struct win *w, unsigned acc)
+/* A fresh pair with a window of b allocated over buf_b, not bound yet. */
+static void pair_with_mw(struct pair *p, struct win *w)
 {
     pair_connect(p, 1, 8, 64, NULL);
     w->mr =
@@ -74,6 +74,12 @@ static void pair_with_window(struct pair *p, struct win *w, unsigned acc)
     w->mw = ibv_alloc_mw(p->pd, IBV_MW_TYPE_2);
     assert_non_null(w->mw);
     w->key = ibv_inc_rkey(w->mw->rkey);
+}
+
+/* A fresh pair with a window bound on b over buf_b[1024, 3072). */
+static void pair_with_window(struct pair *p, struct win *w, unsigned acc)
+{
+    pair_with_mw(p, w);
     assert_int_equal(bind_on(p->b->qp, p->cqb, w->mw, w->key, w->mr, p->buf_b + 1024, 2048, acc),
                      IBV_WC_SUCCESS);
 }
@@ -218,13 +224,60 @@ static void test_mw_bind_errors(void **state)
     pair_free(&p);
 }
 
+/* The stand-in's faults for tests of QP churn around binds (fv_mw.c,
+ * XFER_FAKEVERBS_MW_FAULT): each fires once, on the N-th bind posted (post)
+ * or run (bind, kill), counted from fv_mw_fault_set. */
+void fv_mw_fault_set(const char *spec);
+
+static void test_mw_faults(void **state)
+{
+    (void)state;
+    struct pair p;
+    struct win w;
+    /* post:1: the post of the first bind is refused (ENOMEM); the next goes */
+    fv_mw_fault_set("post:1");
+    pair_with_mw(&p, &w);
+    struct ibv_send_wr wr = {
+        .wr_id = 77, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED};
+    wr.bind_mw.mw = w.mw;
+    wr.bind_mw.rkey = w.key;
+    wr.bind_mw.bind_info = (struct ibv_mw_bind_info){
+        .mr = w.mr, .addr = (uintptr_t)p.buf_b, .length = 1024, .mw_access_flags = RW};
+    assert_int_equal(post_on(p.b->qp, &wr), ENOMEM);
+    assert_int_equal(bind_on(p.b->qp, p.cqb, w.mw, w.key, w.mr, p.buf_b, 1024, RW), IBV_WC_SUCCESS);
+    assert_int_equal(access_b(&p, IBV_WR_RDMA_READ, 0, 64, w.key), IBV_WC_SUCCESS);
+    win_free(&p, &w);
+    /* bind:1: the bind fails on the NIC, its QP in error; kill:1: the QP
+     * loses its link before the bind runs: flushed as the oldest WR of a
+     * vanished peer, and the peer's QP fails too */
+    const struct {
+        const char *spec;
+        enum ibv_wc_status st;
+        bool peer_down;
+    } cases[] = {{"bind:1", IBV_WC_MW_BIND_ERR, false}, {"kill:1", IBV_WC_RETRY_EXC_ERR, true}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fv_mw_fault_set(cases[i].spec);
+        pair_with_mw(&p, &w);
+        assert_int_equal(bind_on(p.b->qp, p.cqb, w.mw, w.key, w.mr, p.buf_b, 1024, RW),
+                         cases[i].st);
+        assert_int_equal(qp_state(p.b->qp), IBV_QPS_ERR);
+        for (int k = 0; cases[i].peer_down && k < 5000 && qp_state(p.a->qp) != IBV_QPS_ERR; k++) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL); /* polling the peer's state, bounded */
+        }
+        if (cases[i].peer_down)
+            assert_int_equal(qp_state(p.a->qp), IBV_QPS_ERR);
+        win_free(&p, &w);
+    }
+    fv_mw_fault_set(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mw_serves_inside),
-        cmocka_unit_test(test_mw_refusals),
-        cmocka_unit_test(test_mw_bound_to_qp),
-        cmocka_unit_test(test_mw_bind_errors),
+        cmocka_unit_test(test_mw_serves_inside), cmocka_unit_test(test_mw_refusals),
+        cmocka_unit_test(test_mw_bound_to_qp),   cmocka_unit_test(test_mw_bind_errors),
+        cmocka_unit_test(test_mw_faults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,6 +89,40 @@ static void test_bad_messages(void **state)
     close(sv[1]);
 }
 
+/* IPC_ACQV_REQ: hull records (nseg 0 + one ipc_acqv_hull) and list
+ * records (nseg ranges) exactly fill the payload; IPC_ACQV_RESP flags. */
+static void test_acqv_rules(void **state)
+{
+    (void)state;
+    struct {
+        struct ipc_acqv_req q0;
+        struct ipc_acqv_hull hl;
+        struct ipc_acqv_req q1;
+        struct xfer_range v[2];
+    } m = {{1, 1, XFER_OP_READ, IPC_ACQV_HULL},
+           {0, 4096, 2048, 2},
+           {2, 1, XFER_OP_WRITE, 2},
+           {{0, 16}, {64, 16}}};
+    struct ipc_hdr h = {.type = IPC_ACQV_REQ, .count = 2, .bytes = sizeof(m)};
+    assert_int_equal(ipc_msg_check(&h, &m, IPC_ACQV_REQ, 0), 0);
+    h.bytes = sizeof(m) - 1; /* a range cut short */
+    assert_int_equal(ipc_msg_check(&h, &m, IPC_ACQV_REQ, 0), -XFER_EPROTO);
+    h.bytes = sizeof(m.q0) + 8; /* a hull cut short */
+    h.count = 1;
+    assert_int_equal(ipc_msg_check(&h, &m, IPC_ACQV_REQ, 0), -XFER_EPROTO);
+    h.bytes = sizeof(m.q0) + sizeof(m.hl);
+    assert_int_equal(ipc_msg_check(&h, &m, IPC_ACQV_REQ, 0), 0);
+    m.hl.nseg = 0; /* a hull of no segment */
+    assert_int_equal(ipc_msg_check(&h, &m, IPC_ACQV_REQ, 0), -XFER_EPROTO);
+    m.hl.nseg = IPC_VEC_SEGS_MAX + 1;
+    assert_int_equal(ipc_msg_check(&h, &m, IPC_ACQV_REQ, 0), -XFER_EPROTO);
+    struct ipc_acqv_resp r[2] = {{0, 3, UINT32_MAX, IPC_ACQV_NEED_LIST}, {-XFER_ERANGE, 0, 1, 0}};
+    struct ipc_hdr hr = {.type = IPC_ACQV_RESP, .count = 2, .bytes = sizeof(r)};
+    assert_int_equal(ipc_msg_check(&hr, r, IPC_ACQV_RESP, 2), 0);
+    r[1].flags = 2; /* unknown flag */
+    assert_int_equal(ipc_msg_check(&hr, r, IPC_ACQV_RESP, 2), -XFER_EPROTO);
+}
+
 static void test_listen_connect(void **state)
 {
     (void)state;
@@ -151,7 +185,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fd_passing),     cmocka_unit_test(test_bad_messages),
         cmocka_unit_test(test_listen_connect), cmocka_unit_test(test_cma_self),
-        cmocka_unit_test(test_ptracer_choice),
+        cmocka_unit_test(test_ptracer_choice), cmocka_unit_test(test_acqv_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,6 +87,45 @@ static void test_batched_ref(void **state)
     assert_int_equal(dst[20], 0);
 }
 
+/* Segment runs (the ipc worker's vectored GPU jobs): the descriptors and
+ * prefix sums a launch uploads, both directions, checked by running them
+ * through the CPU reference. */
+static void test_copy_runs_fill(void **state)
+{
+    (void)state;
+    char a[256], b[256];
+    for (int i = 0; i < 256; i++)
+        a[i] = (char)i, b[i] = (char)(255 - i);
+    /* (a_off, b_off, len): run 0 copies b -> a (a is dst), run 1 a -> b */
+    const uint64_t s0[] = {0, 100, 16, 32, 0, 8, 64, 200, 3};
+    const uint64_t s1[] = {128, 16, 32};
+    struct xfer_copy_run r[2] = {{a, b, s0, 3, 1}, {a, b, s1, 1, 0}};
+    struct xfer_copy_desc d[4];
+    uint64_t start[5], mis = 0;
+    char a0[256], b0[256];
+    memcpy(a0, a, sizeof(a));
+    memcpy(b0, b, sizeof(b));
+    assert_int_equal(xfer_copy_runs_fill(r, 2, d, start, &mis), 16 + 8 + 3 + 32);
+    uint64_t want[5] = {0, 16, 24, 27, 59};
+    assert_memory_equal(start, want, sizeof(want));
+    assert_ptr_equal(d[0].dst, a + 0);
+    assert_ptr_equal(d[0].src, b + 100);
+    assert_ptr_equal(d[3].dst, b + 16);
+    assert_ptr_equal(d[3].src, a + 128);
+    assert_true((mis & 15) != 0); /* 64 vs 200 and 0 vs 100 differ mod 16 */
+    xfer_kref_batched_copy(d, 4);
+    assert_memory_equal(a, b0 + 100, 16);
+    assert_memory_equal(a + 32, b0 + 0, 8);
+    assert_memory_equal(a + 64, b0 + 200, 3);
+    assert_memory_equal(b + 16, a0 + 128, 32);
+    assert_int_equal(a[16], a0[16]); /* between segments: untouched */
+    assert_int_equal(b[15], b0[15]);
+    const uint64_t al[] = {16, 32, 48};
+    struct xfer_copy_run r2 = {a, b, al, 1, 0};
+    assert_int_equal(xfer_copy_runs_fill(&r2, 1, d, start, &mis), 48);
+    assert_int_equal(mis & 15, ((uintptr_t)a ^ (uintptr_t)b) & 15);
+}
+
 static void test_no_device(void **state)
 {
     (void)state;
@@ -109,9 +148,8 @@ static void test_no_device(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_check),
-        cmocka_unit_test(test_gather_scatter),
-        cmocka_unit_test(test_batched_ref),
+        cmocka_unit_test(test_check),       cmocka_unit_test(test_gather_scatter),
+        cmocka_unit_test(test_batched_ref), cmocka_unit_test(test_copy_runs_fill),
         cmocka_unit_test(test_no_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
