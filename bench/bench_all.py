@@ -216,7 +216,7 @@ def rows():
     fresh = dict(op="write", size="1M", batch=16, depth=max(1, FRESH_MIB // 16), sockets=2)
     add("first pass, fresh %d MiB, 1 MiB items, tcp" % FRESH_MIB, "GB/s",
         lambda: xb(fresh=True, **fresh)["gbps"], "xfer, same over touched memory",
-        lambda: xb(count=fresh["depth"], warmup=0, seconds=600, **fresh)["gbps"],
+        lambda: xb(count=fresh["depth"], seconds=600, **{"warm-scratch": True}, **fresh)["gbps"],
         "higher", ">= 0.9", dict(rounds=FRESH_ROUNDS))
     add("1 MiB WRITE, batch 16, ipc", "GB/s",
         lambda: xb(op="write", size="1M", batch=16, depth=2, transport="ipc")["gbps"],
@@ -303,6 +303,8 @@ def table():
                    n=len(ratios))
         results.append(res)
         print(fmt_row(res), flush=True)
+        print("  rounds: xfer %s; peer %s" % (" ".join(map(num, xs)), " ".join(map(num, ps))),
+              file=sys.stderr, flush=True)
     return results
 
 

@@ -34,6 +34,15 @@ run --op write --size 64K --batch 4 --transport ipc
 run --op read --size 8 --transport ipc
 run --op read --size 4M --batch 4 --depth 2 --transport ipc # copy threads, pieces
 run --op write --size 1M --batch 16 --depth 2 --transport ipc --slots 1
+# several sockets and threads; the warm-up over a scratch pair; --fresh
+run --op write --size 4K --batch 8 --depth 2 --sockets 2 --threads 2
+run --op write --size 1M --batch 8 --depth 2 --sockets 2 --warmup 0.1 --warm-scratch
+out=$(timeout 60 "$bin/xfer_bench" --fresh --size 1M --batch 4 --depth 4 --sockets 2 --json) ||
+    fail "--fresh"
+echo "$out"
+positive "$out" 'r["gbps"]' || fail "--fresh: no GB/s"
+python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["batches"] == 4 else 1)' "$out" ||
+    fail "--fresh: not one pass of 4 batches"
 # bad input: a clear error and exit 2, no crash
 "$bin/xfer_bench" --size 0 2>/dev/null; [[ $? == 2 ]] || fail "--size 0 not refused"
 "$bin/xfer_bench" --op copy 2>/dev/null; [[ $? == 2 ]] || fail "--op copy not refused"
