@@ -1,6 +1,6 @@
 /* The node: engine + registry publisher/reader/watcher on its own thread,
  * and regions published as they are registered. */
-#include "mono_clock.h"
+#include "xfer_io.h" /* xfer_cond_init_mono */
 #include "node_int.h"
 
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * entry marked busy, so one unreachable peer delays only the callers that
  * need that peer, never the registry thread or transfers to other peers.
  */
-#include "mono_clock.h"
+#include "xfer_io.h" /* xfer_mono_after_ms */
 #include "node_int.h"
 
 #include <stdio.h>
