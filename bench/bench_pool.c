@@ -14,7 +14,7 @@
  * memory: page faults count); --reuse resets one batch between requests,
  * as a connector that keeps a batch per worker would.
  */
-#include "bench_node.h"
+#include "tests/prog/node_env.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -106,7 +106,8 @@ int main(int argc, char **argv)
     }
     if (g.layout == XFER_KV_MLA)
         g.kv = 1;
-    xfer_node *a = bench_node("bench-a", transports), *b = bench_node("bench-b", transports);
+    xfer_node *a = node_from_env("bench-a", transports, NULL),
+              *b = node_from_env("bench-b", transports, NULL);
     xfer_kv_pool *pa = a ? pool(a, &g) : NULL, *pb = b ? pool(b, &g) : NULL;
     if (!pa || !pb)
         return 1;

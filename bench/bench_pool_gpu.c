@@ -18,7 +18,7 @@
  * REDIS_URL names the Redis. Exits 77 when GPU memory is asked for and
  * there is no CUDA device (or no CUDA in the build).
  */
-#include "bench_node.h"
+#include "tests/prog/node_env.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -366,7 +366,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_pool_gpu: no CUDA device (GPU %d)\n", o.gpu);
         return 77;
     }
-    xfer_node *n = bench_node(argv[2], o.transports);
+    xfer_node *n = node_from_env(argv[2], o.transports, NULL);
     xfer_kv_pool *p = n ? pool(n, &o, mem) : NULL;
     int rc = !p ? 1 : is_run ? run(n, p, argv[3], mem, &o) : serve(n, &o);
     if (n)

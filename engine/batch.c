@@ -86,7 +86,7 @@ static void *monitor_main(void *arg)
     struct batch_monitor *m = &e->monitor;
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
-        int64_t now = engine_now_ns(), next = now + 1000000000;
+        int64_t now = xfer_mono_ns(), next = now + 1000000000;
         xfer_batch *due = NULL;
         for (xfer_batch *b = m->head; b; b = b->mon_next) {
             if (b->deadline_ns <= now) {
@@ -474,7 +474,7 @@ void batch_item_end(xfer_batch *b, size_t i, int status, const char *why)
         snprintf(b->whys[i], sizeof(b->whys[i]), "%s", why && *why ? why : xfer_strerror(status));
     b->n_open--;
     xfer_engine *e = b->engine;
-    uint64_t lat_us = (uint64_t)(engine_now_ns() - b->t_submit_ns) / 1000;
+    uint64_t lat_us = (uint64_t)(xfer_mono_ns() - b->t_submit_ns) / 1000;
     uint64_t bytes = status == 0 ? bi->it.len : 0;
     struct stats_set *sets[3] = {&e->stats};
     size_t nsets = 1;
@@ -758,7 +758,7 @@ static int start_run(xfer_batch *b, int deadline_ms)
         b->all_rma &= bi->kind == BK_RMA;
     }
     b->deadline_ms = deadline_ms > 0 ? deadline_ms : b->engine->cfg.default_deadline_ms;
-    b->t_submit_ns = engine_now_ns();
+    b->t_submit_ns = xfer_mono_ns();
     b->deadline_ns = b->t_submit_ns + (int64_t)b->deadline_ms * 1000000;
     b->n_open = b->n;
     b->io_active = 0;
@@ -895,7 +895,7 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
         xfer_peer *p = b->wait_peer;
         b->wait_polling = c != NULL; /* the end of the run wakes its poll */
         pthread_mutex_unlock(&b->mu);
-        int64_t left_ms = (end_ns - engine_now_ns()) / 1000000;
+        int64_t left_ms = (end_ns - xfer_mono_ns()) / 1000000;
         if (!c || left_ms <= 0)
             return;
         int rc = -1;
@@ -920,14 +920,14 @@ static void spin_while_running(xfer_batch *b, int timeout_ms)
         return;
     if (timeout_ms > 0 && us > (int64_t)timeout_ms * 1000)
         us = (int64_t)timeout_ms * 1000;
-    int64_t end = engine_now_ns() + us * 1000;
+    int64_t end = xfer_mono_ns() + us * 1000;
     for (unsigned k = 1; __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == B_RUNNING; k++) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #elif defined(__aarch64__)
         __asm__ volatile("yield");
 #endif
-        if (k % 64 == 0 && engine_now_ns() >= end)
+        if (k % 64 == 0 && xfer_mono_ns() >= end)
             return;
     }
 }
@@ -942,14 +942,14 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
     if (timeout_ms >= 0)
         limit_ns = (int64_t)timeout_ms * 1000000;
     else /* the monitor ends it at the deadline; io_timeout bounds the rest */
-        limit_ns = b->deadline_ns - engine_now_ns() +
+        limit_ns = b->deadline_ns - xfer_mono_ns() +
                    ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     if (limit_ns < 0)
         limit_ns = 0;
     if (b->state == B_RUNNING && b->wait_conn && !b->wait_many && timeout_ms != 0) {
         /* The deadline monitor ends the run at its deadline: stop receiving
          * there, the sleep below then sees the end. */
-        int64_t end = engine_now_ns() + limit_ns;
+        int64_t end = xfer_mono_ns() + limit_ns;
         if (end > b->deadline_ns)
             end = b->deadline_ns;
         pthread_mutex_unlock(&b->mu);

@@ -1,6 +1,7 @@
 /* The engine's clock and deadline-bounded socket I/O (CLOCK_MONOTONIC, so a
  * wall-clock step neither stretches nor cuts a wait), and length-framed
  * messages on top of it (proto/frame.h has the framing and its limit). */
+#include "mono_clock.h"
 #include "xfer_io.h"
 #include "xfer_err.h"
 
@@ -13,9 +14,7 @@
 
 int64_t xfer_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return xfer_mono_ns() / 1000000;
 }
 
 int xfer_io_wait(int fd, short events, int64_t deadline_ms)

@@ -25,13 +25,6 @@ void xfer_engine_config_init(struct xfer_engine_config *cfg)
     cfg->notify_queue_len = 1024;
 }
 
-int64_t engine_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The kernel's boot id: shared by every container of one host. */
 static void read_boot_id(char *out, size_t len)
 {
@@ -48,7 +41,7 @@ static uint64_t random_incarnation(void)
 {
     uint64_t v = 0;
     if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
-        v = (uint64_t)engine_now_ns() ^ ((uint64_t)getpid() << 32);
+        v = (uint64_t)xfer_mono_ns() ^ ((uint64_t)getpid() << 32);
     return v ? v : 1;
 }
 

@@ -6,6 +6,7 @@
  * from threads exercise the kernels' ordering and back-pressure logic.
  */
 #include "gpu_ring.h"
+#include "mono_clock.h"
 
 #include <sched.h>
 #include <time.h>
@@ -53,9 +54,7 @@ XR_FN void xr_add_dev_u64(uint64_t *p, uint64_t v)
 
 XR_FN uint64_t xr_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return (uint64_t)xfer_mono_ns();
 }
 
 /* A CPU thread waiting for room yields: the proxy may share its core. */

@@ -15,6 +15,7 @@
  * finished. Teardown: see ring_teardown().
  */
 #include "gpu_ring.h"
+#include "mono_clock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -42,13 +43,6 @@ struct ring_proxy {
     struct pollfd *pfds;
     int64_t last_work_ns;
 };
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void cpu_relax(void)
 {
@@ -334,7 +328,7 @@ static void sleep_on_batches(xfer_gpu_ring *r, struct ring_proxy *px, int64_t ti
 
 static void idle(xfer_gpu_ring *r, struct ring_proxy *px)
 {
-    if (now_ns() - px->last_work_ns < (int64_t)r->cfg.spin_us * 1000) {
+    if (xfer_mono_ns() - px->last_work_ns < (int64_t)r->cfg.spin_us * 1000) {
         cpu_relax();
         return;
     }
@@ -359,10 +353,10 @@ static void ring_teardown(xfer_gpu_ring *r, struct ring_proxy *px)
         ring_finish(r, &px->fence, -XFER_ECANCELED, why);
         unstarted++;
     }
-    int64_t deadline = now_ns() + (int64_t)r->drain_ms * 1000000;
+    int64_t deadline = xfer_mono_ns() + (int64_t)r->drain_ms * 1000000;
     for (;;) {
         reap(r, px);
-        int64_t left = deadline - now_ns();
+        int64_t left = deadline - xfer_mono_ns();
         if (px->in_flight == 0 || left <= 0)
             break;
         sleep_on_batches(r, px, left < 10000000 ? left : 10000000);
@@ -390,12 +384,12 @@ void *ring_proxy_main(void *arg)
     snprintf(name, sizeof(name), "xfer-ring%d", r->cfg.device);
     pthread_setname_np(pthread_self(), name);
     prctl(PR_SET_TIMERSLACK, 1000UL); /* sleeps of sleep_us, not sleep_us + 50 us */
-    px->last_work_ns = now_ns();
+    px->last_work_ns = xfer_mono_ns();
     while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
         bool work = reap(r, px);
         work |= drain(r, px);
         if (work)
-            px->last_work_ns = now_ns();
+            px->last_work_ns = xfer_mono_ns();
         else
             idle(r, px);
     }

@@ -357,6 +357,4 @@ void stats_count_served(struct stats_set *s, uint64_t bytes, int status);
 /* The sum of the shards (each counter read atomically, the set not). */
 void stats_read(const struct stats_set *s, struct xfer_stats *out);
 
-int64_t engine_now_ns(void);
-
 #endif

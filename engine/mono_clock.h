@@ -14,16 +14,23 @@
 
 /* pthread_cond_init with pthread_condattr_setclock(CLOCK_MONOTONIC). */
 void xfer_cond_init_mono(pthread_cond_t *cv);
-/* The absolute CLOCK_MONOTONIC time ns from now (ns <= 0: now), for
- * pthread_cond_timedwait on a condition made by xfer_cond_init_mono. */
-/* CLOCK_MONOTONIC in microseconds (debug timings, short deadlines). */
-static inline int64_t xfer_mono_us(void)
+/* CLOCK_MONOTONIC in nanoseconds: the one reading every interval of the
+ * engine, the transports and the node library goes through (milliseconds:
+ * xfer_now_ms, xfer_io.h). */
+static inline int64_t xfer_mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+/* CLOCK_MONOTONIC in microseconds (debug timings, short deadlines). */
+static inline int64_t xfer_mono_us(void)
+{
+    return xfer_mono_ns() / 1000;
 }
 
+/* The absolute CLOCK_MONOTONIC time ns from now (ns <= 0: now), for
+ * pthread_cond_timedwait on a condition made by xfer_cond_init_mono. */
 struct timespec xfer_mono_after_ns(int64_t ns);
 static inline struct timespec xfer_mono_after_ms(int64_t ms)
 {

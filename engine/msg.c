@@ -127,7 +127,7 @@ static void work_done(struct msg_thread *t)
  * entry and exit. True if it dropped the lock. */
 static bool match_work(xfer_engine *e, struct msg_thread *t)
 {
-    int64_t now = engine_now_ns();
+    int64_t now = xfer_mono_ns();
     bool sweep = now - t->swept_ns >= SWEEP_NS, kick = t->kick;
     if (!sweep && !kick)
         return false;

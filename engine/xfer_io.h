@@ -3,12 +3,14 @@
  * deadline, usable on non-blocking fds, and length-framed messages
  * (proto/frame.h: a 4-byte little-endian length, then that many bytes, at
  * most XFER_FRAME_MAX). Used by the transports' handshakes and by
- * xferd/xferctl's control connections; not part of libxfer.so's API.
+ * xferd/xferctl's control connections; not part of libxfer.so's API. The
+ * layers above the engine (node/) reach its interval clock through here.
  */
 #ifndef XFER_IO_H
 #define XFER_IO_H
 
 #include "frame.h"
+#include "mono_clock.h" /* xfer_mono_ns, xfer_mono_after_ms, xfer_cond_init_mono */
 
 #include <stddef.h>
 #include <stdint.h>

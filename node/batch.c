@@ -5,18 +5,12 @@
  * more as a second engine batch within the same deadline.
  */
 #include "node_batch.h"
+#include "xfer_io.h" /* xfer_now_ms */
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 xfer_node_batch *xfer_node_batch_new(xfer_node *n, int *err)
 {
@@ -330,7 +324,7 @@ int xfer_node_batch_submit(xfer_node_batch *b, int deadline_ms)
     }
     if (deadline_ms <= 0)
         deadline_ms = b->n->default_deadline_ms;
-    b->deadline = now_ms() + deadline_ms;
+    b->deadline = xfer_now_ms() + deadline_ms;
     rc = xfer_batch_submit(b->eb, deadline_ms);
     if (rc)
         return node_err(rc, "%s", xfer_engine_last_error(b->n->eng));
@@ -397,7 +391,7 @@ static void retry(xfer_node_batch *b)
         }
         b->retry_idx[i] = (int32_t)nre++;
     }
-    if (!nre || now_ms() >= b->deadline)
+    if (!nre || xfer_now_ms() >= b->deadline)
         goto none;
     int err = 0;
     if (!(b->eb2 = xfer_batch_new(b->n->eng, &err)))
@@ -415,7 +409,7 @@ static void retry(xfer_node_batch *b)
             goto drop;
     }
     xfer_info("batch: retrying %zu items after a restarted peer or re-registered region", nre);
-    if (xfer_batch_submit(b->eb2, (int)(b->deadline - now_ms())) == 0)
+    if (xfer_batch_submit(b->eb2, (int)(b->deadline - xfer_now_ms())) == 0)
         return;
 drop:
     xfer_batch_free(b->eb2);
@@ -430,8 +424,8 @@ int xfer_node_batch_wait(xfer_node_batch *b, int timeout_ms)
 {
     if (!b || !b->submitted)
         return b ? node_err(-XFER_EINVAL, "batch not submitted") : -XFER_EINVAL;
-    int64_t end = timeout_ms < 0 ? b->deadline + 1000 : now_ms() + timeout_ms;
-    int left = (int)(end - now_ms());
+    int64_t end = timeout_ms < 0 ? b->deadline + 1000 : xfer_now_ms() + timeout_ms;
+    int left = (int)(end - xfer_now_ms());
     int rc = xfer_batch_wait(b->eb, left > 0 ? left : 0);
     if (rc == -XFER_EINPROGRESS || rc == 0)
         return rc;
@@ -439,7 +433,7 @@ int xfer_node_batch_wait(xfer_node_batch *b, int timeout_ms)
         retry(b);
     if (!b->eb2)
         return rc;
-    left = (int)(end - now_ms());
+    left = (int)(end - xfer_now_ms());
     rc = xfer_batch_wait(b->eb2, left > 0 ? left : 0);
     return rc == -XFER_EINPROGRESS || !b->first_other ? rc : b->first_other;
 }

@@ -1,5 +1,6 @@
 /* The node: engine + registry publisher/reader/watcher on its own thread,
  * and regions published as they are registered. */
+#include "xfer_io.h" /* xfer_cond_init_mono */
 #include "node_int.h"
 
 #include <stdio.h>
@@ -139,11 +140,7 @@ xfer_node *xfer_node_new(const struct xfer_node_config *c, int *err)
     n->on_event = c->on_event;
     n->event_arg = c->event_arg;
     pthread_mutex_init(&n->peer_lock, NULL);
-    pthread_condattr_t ca; /* waits are intervals: immune to wall-clock steps */
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&n->connected, &ca);
-    pthread_condattr_destroy(&ca);
+    xfer_cond_init_mono(&n->connected); /* waits are intervals: immune to wall-clock steps */
     pthread_mutex_init(&n->pool_lock, NULL);
     if ((rc = start_engine(n, c)) || (rc = start_registry(n, c)))
         goto fail;

@@ -9,6 +9,7 @@
  * entry marked busy, so one unreachable peer delays only the callers that
  * need that peer, never the registry thread or transfers to other peers.
  */
+#include "xfer_io.h" /* xfer_mono_after_ms */
 #include "node_int.h"
 
 #include <stdio.h>
@@ -51,26 +52,13 @@ void node_peers_free(xfer_node *n)
     n->n_uses = n->cap_uses = 0;
 }
 
-static struct timespec mono_after(int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts); /* the condvar's clock (xfer_node_new) */
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Takes a hold on node and waits (bounded) until nobody else is connecting
  * or removing it; then marks it busy for the caller. Returns with peer_lock
  * released. 0, -XFER_ENOMEM or -XFER_ETIMEDOUT (hold not taken). */
 static int hold_busy(xfer_node *n, const char *node)
 {
     /* One connect tries each transport once, each bounded by the timeout. */
-    struct timespec until = mono_after(4 * n->connect_timeout_ms + 1000);
+    struct timespec until = xfer_mono_after_ms(4 * n->connect_timeout_ms + 1000);
     pthread_mutex_lock(&n->peer_lock);
     struct peer_use *u = use_find(n, node, true);
     if (!u) {

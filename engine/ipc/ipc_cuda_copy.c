@@ -257,15 +257,12 @@ int ipc_cuda_copy_wait(struct ipc_cuda_copier *c, int t, int timeout_ms, char *w
 {
     if (t < 0 || t >= c->nev || !c->used[t])
         return -XFER_EINVAL;
-    struct timespec now, end, nap = {0, 2000};
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    end.tv_sec += timeout_ms / 1000;
-    end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    struct timespec nap = {0, 2000};
+    int64_t end = xfer_mono_ns() + (int64_t)timeout_ms * 1000000;
     cudaError_t e;
     cudaSetDevice(c->ev_dev[t]);
     while ((e = cudaEventQuery(c->ev[t])) == cudaErrorNotReady) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec * 1000000000L + now.tv_nsec > end.tv_sec * 1000000000L + end.tv_nsec) {
+        if (xfer_mono_ns() > end) {
             snprintf(why, why_len, "CUDA copy not finished after %d ms", timeout_ms);
             return -XFER_ETIMEDOUT; /* ticket stays used: the copy may still land */
         }

@@ -26,6 +26,7 @@
 #include "rdma_auth.h"
 #include "rdma_plan.h"
 #include "transport.h"
+#include "xfer_io.h" /* xfer_now_ms */
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -344,7 +345,6 @@ static inline uint64_t xrdma_wr_id(const struct rdma_slot *s, uint64_t seq)
            (seq & RDMA_SEQ_MASK);
 }
 
-int64_t xrdma_now_ms(void);
 /* Moves s's QP to error (a post failed); true when the CM thread must look
  * now. s->lock held. */
 bool xrdma_break_qp_locked(struct rdma_slot *s);

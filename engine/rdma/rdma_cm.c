@@ -88,7 +88,7 @@ static void slot_retry_later(struct rdma_slot *s)
         delay = BACKOFF_MIN_MS << shift;
         delay = delay > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay;
     }
-    s->retry_at_ms = xrdma_now_ms() + delay;
+    s->retry_at_ms = xfer_now_ms() + delay;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -444,7 +444,7 @@ static void conn_service(struct rdma_transport *t, struct rdma_conn *c, int64_t 
 
 static void service(struct rdma_transport *t)
 {
-    int64_t now = xrdma_now_ms();
+    int64_t now = xfer_now_ms();
     pthread_mutex_lock(&t->lock);
     for (struct rdma_conn *c = t->conns; c; c = c->next) {
         pthread_mutex_lock(&c->lock);

@@ -355,7 +355,7 @@ int xrdma_lease_expire(struct rdma_transport *t, int max_ms)
     pthread_mutex_lock(&t->win_lock);
     int64_t next = t->win_next;
     pthread_mutex_unlock(&t->win_lock);
-    int64_t now = xrdma_now_ms();
+    int64_t now = xfer_now_ms();
     if (next <= now) {
         revoke(t, NULL);
         pthread_mutex_lock(&t->win_lock);

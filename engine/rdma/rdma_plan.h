@@ -52,7 +52,7 @@ struct xfer_rdma_chunk {
      * through a memory window its owner bound on our QP (rdma_win.c). */
     bool win;
     bool win_refused;       /* the owner's NIC refused our window once already */
-    bool win_qp_lost;       /* its QP died under its window once already */
+    uint8_t win_qp_lost;    /* times its QP died under its window (rdma_progress.c) */
     int64_t win_busy_until; /* ms: asks answered "busy" are repeated until then, 0 none yet */
     uint32_t rid, rgen, wkey;
     uint64_t rbase; /* the remote region's address */

@@ -10,13 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-int64_t xrdma_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void xrdma_chunk_finish(struct xfer_rdma_chunk *ch, bool io_begun)
 {
     if (ch->msg) { /* an engine message's SEND, not data */

@@ -27,14 +27,18 @@ static uint64_t full_seq(const struct rdma_slot *s, uint64_t s40)
  * refused again by the NIC, the item fails as the owner's refusal. A chunk
  * whose QP died under it (-XFER_ECONN, not flushed: e.g. the owner's side
  * went to error when a bind failed on it, which takes its windows along) is
- * re-queued once too: it asks for a window on the QP it gets next (the
- * re-established one), and fails -XFER_ECONN if the peer is really gone. */
+ * re-queued too: it asks for a window on the QP it gets next (the
+ * re-established one). Each QP that dies under it counts, WIN_QP_LOST_MAX
+ * at most (two churns close together may catch one chunk twice); a peer
+ * really gone fails it -XFER_ECONN when its reconnection fails. */
+#define WIN_QP_LOST_MAX 4
 static void window_refused(struct xfer_rdma_chunk *ch)
 {
-    if (ch->win && ch->status == -XFER_ECONN && !ch->retryable && !ch->win_qp_lost) {
+    if (ch->win && ch->status == -XFER_ECONN && !ch->retryable &&
+        ch->win_qp_lost < WIN_QP_LOST_MAX) {
         xfer_info("rdma: a QP died under a lease window (%s): asking for a new one",
                   ch->why ? ch->why : "connection lost");
-        ch->win_qp_lost = true;
+        ch->win_qp_lost++;
         ch->retryable = true;
         return;
     }

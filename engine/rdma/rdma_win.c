@@ -134,7 +134,7 @@ static void want_free(struct rdma_conn *c, struct rdma_want *w)
  * those past it. */
 static struct rdma_pending *requeue_busy(struct rdma_conn *c, struct rdma_pending *l)
 {
-    int64_t now = xrdma_now_ms();
+    int64_t now = xfer_now_ms();
     struct rdma_pending *again = NULL, *late = NULL;
     while (l) {
         struct rdma_pending *n = l->next;

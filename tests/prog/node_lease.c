@@ -23,6 +23,7 @@
  *         check B,B,..  (pattern intact)  quit
  *       with "ok" or "err CODE TEXT".
  */
+#include "node_env.h"
 #include "xfer_node.h"
 
 #include <errno.h>
@@ -84,20 +85,6 @@ static uint8_t pattern(size_t reg, uint64_t off)
     return (uint8_t)(reg * 131 + off * 7 + (off >> 9) * 13 + 1);
 }
 
-static xfer_node *make_node(const char *id, const char *transports)
-{
-    struct xfer_node_config c;
-    xfer_node_config_init(&c);
-    c.node_id = id;
-    c.redis_url = getenv("REDIS_URL");
-    c.transports = transports;
-    int err = 0;
-    xfer_node *n = xfer_node_new(&c, &err);
-    if (!n)
-        fprintf(stderr, "node %s: %s\n", id, xfer_node_last_error(NULL));
-    return n;
-}
-
 static xfer_kv_pool *make_pool(xfer_node *n, xfer_region **r, bool fill)
 {
     struct xfer_kv_geom g = geom();
@@ -144,7 +131,7 @@ static bool blocks_intact(xfer_region **r, const uint64_t *b, size_t nb)
 
 static int own(const char *id, const char *transports)
 {
-    xfer_node *n = make_node(id, transports);
+    xfer_node *n = node_from_env(id, transports, NULL);
     xfer_region *r[LAY];
     xfer_kv_pool *pool = n ? make_pool(n, r, true) : NULL;
     if (!pool)
@@ -387,7 +374,7 @@ static int check(const char *self, const char *node, const char *transports, con
         fprintf(stderr, "FAIL: the owner did not start\n");
         return 1;
     }
-    cn = make_node(node, transports);
+    cn = node_from_env(node, transports, NULL);
     cpool = cn ? make_pool(cn, cr, false) : NULL;
     if (!cpool)
         return 1;

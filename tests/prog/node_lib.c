@@ -20,6 +20,7 @@
  */
 #include "check.h"
 #include "node_common.h"
+#include "node_env.h"
 #include "xfer_node.h"
 
 #include <getopt.h>
@@ -44,19 +45,12 @@ static xfer_node *make_node(const struct opts *o, const char *id, int connect_ms
 {
     struct xfer_node_config c;
     xfer_node_config_init(&c);
-    c.node_id = id;
-    c.redis_url = getenv("REDIS_URL");
-    c.transports = o->transports;
     c.ttl_ms = 3000;
     c.connect_timeout_ms = connect_ms;
     c.default_deadline_ms = 10000;
     c.on_event = ev;
     c.event_arg = arg;
-    int err = 0;
-    xfer_node *n = xfer_node_new(&c, &err);
-    if (!n)
-        fprintf(stderr, "node %s: %s (%s)\n", id, xfer_strerror(err), xfer_node_last_error(NULL));
-    return n;
+    return node_from_env(id, o->transports, &c);
 }
 
 /* ---- serve ---------------------------------------------------------------------- */

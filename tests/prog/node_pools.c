@@ -16,6 +16,7 @@
  */
 #include "check.h"
 #include "node_common.h"
+#include "node_env.h"
 #include "xfer_node.h"
 
 #include <getopt.h>
@@ -449,20 +450,6 @@ static void check_refusals(xfer_node *n, const struct opts *o, struct pool *fa)
     printf("refusals: %s\n", failures ? "FAILED" : "ok");
 }
 
-static xfer_node *make_node(const struct opts *o)
-{
-    struct xfer_node_config c;
-    xfer_node_config_init(&c);
-    c.node_id = o->node;
-    c.redis_url = getenv("REDIS_URL");
-    c.transports = o->transports;
-    int err = 0;
-    xfer_node *n = xfer_node_new(&c, &err);
-    if (!n)
-        fprintf(stderr, "node %s: %s\n", o->node, xfer_node_last_error(NULL));
-    return n;
-}
-
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -493,7 +480,7 @@ int main(int argc, char **argv)
     bool serve = !strcmp(o.cmd, "serve");
     if (!o.node || (!serve && (strcmp(o.cmd, "check") || !o.peer)))
         return 2;
-    xfer_node *n = make_node(&o);
+    xfer_node *n = node_from_env(o.node, o.transports, NULL);
     static struct pool pools[NKINDS];
     if (!n || make_all(n, o.node, pools, serve))
         return 1;

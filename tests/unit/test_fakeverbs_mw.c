@@ -33,6 +33,19 @@ static int post_on(struct ibv_qp *qp, struct ibv_send_wr *wr)
     return ibv_post_send(qp, wr, &bad);
 }
 
+/* Posts one local operation (a bind or an invalidation) on qp and waits for
+ * its completion on cq: its status. */
+static enum ibv_wc_status local_op(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_send_wr *wr,
+                                   enum ibv_wc_opcode op)
+{
+    assert_int_equal(post_on(qp, wr), 0);
+    struct ibv_wc wc = poll_one(cq);
+    assert_int_equal(wc.wr_id, wr->wr_id);
+    if (wc.status == IBV_WC_SUCCESS)
+        assert_int_equal(wc.opcode, op);
+    return wc.status;
+}
+
 static enum ibv_wc_status bind_on(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mw *mw,
                                   uint32_t key, struct ibv_mr *mr, void *addr, uint64_t len,
                                   unsigned acc)
@@ -43,12 +56,7 @@ static enum ibv_wc_status bind_on(struct ibv_qp *qp, struct ibv_cq *cq, struct i
     wr.bind_mw.rkey = key;
     wr.bind_mw.bind_info = (struct ibv_mw_bind_info){
         .mr = mr, .addr = (uintptr_t)addr, .length = len, .mw_access_flags = acc};
-    assert_int_equal(post_on(qp, &wr), 0);
-    struct ibv_wc wc = poll_one(cq);
-    assert_int_equal(wc.wr_id, 77);
-    if (wc.status == IBV_WC_SUCCESS)
-        assert_int_equal(wc.opcode, IBV_WC_BIND_MW);
-    return wc.status;
+    return local_op(qp, cq, &wr, IBV_WC_BIND_MW);
 }
 
 static enum ibv_wc_status invalidate_on(struct ibv_qp *qp, struct ibv_cq *cq, uint32_t key)
@@ -56,12 +64,7 @@ static enum ibv_wc_status invalidate_on(struct ibv_qp *qp, struct ibv_cq *cq, ui
     struct ibv_send_wr wr = {
         .wr_id = 78, .opcode = IBV_WR_LOCAL_INV, .send_flags = IBV_SEND_SIGNALED};
     wr.invalidate_rkey = key;
-    assert_int_equal(post_on(qp, &wr), 0);
-    struct ibv_wc wc = poll_one(cq);
-    assert_int_equal(wc.wr_id, 78);
-    if (wc.status == IBV_WC_SUCCESS)
-        assert_int_equal(wc.opcode, IBV_WC_LOCAL_INV);
-    return wc.status;
+    return local_op(qp, cq, &wr, IBV_WC_LOCAL_INV);
 }
 
 /* A fresh pair with a window of b allocated over buf_b, not bound yet. */
@@ -187,25 +190,39 @@ static void test_mw_bound_to_qp(void **state)
     win_free(&p, &w);
 }
 
-/* Binds a NIC refuses: IBV_WC_MW_BIND_ERR and the QP in error. */
+/* Binds a NIC refuses: IBV_WC_MW_BIND_ERR and the QP in error (each on a
+ * fresh pair). */
 static void test_mw_bind_errors(void **state)
 {
     (void)state;
-    for (int i = 0; i < 4; i++) {
+    const struct {
+        const char *what;
+        bool mw_bind;  /* the MR allows binding windows */
+        uint64_t len;  /* of the bind, over a 4096-byte MR */
+        bool twice;    /* bound already, not invalidated since */
+        bool other_ix; /* the key of another window's index */
+    } cases[] = {
+        {"MR without IBV_ACCESS_MW_BIND", false, 1024, false, false},
+        {"past the MR", true, 8192, false, false},
+        {"bound twice without an invalidation", true, 1024, true, false},
+        {"the key of another window's index", true, 1024, false, true},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct pair p;
         pair_connect(&p, 1, 8, 64, NULL);
-        int mr_acc = IBV_ACCESS_LOCAL_WRITE | (i == 0 ? 0 : IBV_ACCESS_MW_BIND);
+        print_message("  %s\n", cases[i].what);
+        int mr_acc = IBV_ACCESS_LOCAL_WRITE | (cases[i].mw_bind ? IBV_ACCESS_MW_BIND : 0);
         struct ibv_mr *mr = ibv_reg_mr(p.pd, p.buf_b, 4096, mr_acc);
         struct ibv_mw *mw = ibv_alloc_mw(p.pd, IBV_MW_TYPE_2);
         uint32_t key = ibv_inc_rkey(mw->rkey);
-        uint64_t len = i == 1 ? 8192 : 1024; /* 1: past the MR */
-        if (i == 2)                          /* 2: bound twice without an invalidation */
-            assert_int_equal(bind_on(p.b->qp, p.cqb, mw, key, mr, p.buf_b, len, RW), 0);
-        if (i == 3) /* 3: the key of another window's index */
+        if (cases[i].twice) {
+            assert_int_equal(bind_on(p.b->qp, p.cqb, mw, key, mr, p.buf_b, cases[i].len, RW), 0);
+            key = ibv_inc_rkey(key);
+        }
+        if (cases[i].other_ix)
             key = mw->rkey + 0x100;
-        assert_int_equal(
-            bind_on(p.b->qp, p.cqb, mw, i == 2 ? ibv_inc_rkey(key) : key, mr, p.buf_b, len, RW),
-            IBV_WC_MW_BIND_ERR);
+        assert_int_equal(bind_on(p.b->qp, p.cqb, mw, key, mr, p.buf_b, cases[i].len, RW),
+                         IBV_WC_MW_BIND_ERR);
         assert_int_equal(qp_state(p.b->qp), IBV_QPS_ERR);
         ibv_dealloc_mw(mw);
         assert_int_equal(ibv_dereg_mr(mr), 0);
