@@ -632,6 +632,11 @@ bool xfer_batch_item_live(const xfer_batch *b, size_t i)
            !__atomic_load_n(&b->stopping, __ATOMIC_ACQUIRE);
 }
 
+bool xfer_batch_item_open(const xfer_batch *b, size_t i)
+{
+    return i < b->n && __atomic_load_n(&b->items[i].open, __ATOMIC_RELAXED);
+}
+
 uint32_t xfer_batch_seq(const xfer_batch *b)
 {
     return b->seq;

@@ -265,6 +265,8 @@ void xfer_batch_io_end_n(xfer_batch *b, int n);
  * cancel or deadline of its batch begins (then only chunks already begun go
  * on, until the transport's fence() detached them or the item ends). */
 bool xfer_batch_item_live(const xfer_batch *b, size_t i);
+/* Item i has not ended (its batch may be stopping). */
+bool xfer_batch_item_open(const xfer_batch *b, size_t i);
 /* The batch run's sequence number: engine-wide, never 0, new per submit. */
 uint32_t xfer_batch_seq(const xfer_batch *b);
 /* Reports `bytes` of item i as finished with status (0 or -XFER_E*) and an

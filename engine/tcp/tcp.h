@@ -278,6 +278,9 @@ struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr
                                   int status, xfer_region *r, uint8_t *payload);
 /* Initiator chunk finished: reports it to the batch, frees t. */
 void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why);
+/* An unsent chunk of a stopping batch's open item: its hold goes, the item
+ * stays open (the cancel or deadline ends it). */
+void tcp_chunk_release(struct tcp_sock *s, struct tcp_tx *t);
 
 /* tcp_gpu.c: GPU memory through pinned staging slots */
 /* Starts D2H copies for the first queued frames whose payload is GPU memory. */

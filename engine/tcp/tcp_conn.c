@@ -374,9 +374,16 @@ static uint32_t splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kic
     return queued;
 }
 
-/* A post of more chunks than this is left to the progress threads: the
- * submitting thread sends itself only small posts (latency), not bulk. */
+/* A post of more chunks than this, or of more bytes than this over a
+ * connection of several sockets, is left to the progress threads: the
+ * submitting thread sends itself only small posts (latency), not bulk. Bulk
+ * sent by the submitter put the copies of all sockets on that one thread:
+ * 1 MiB x 16 over 4 sockets + 4 threads ran at 5.3 GB/s, 17.1 GB/s when
+ * handed off (32-core host, 2026-11-28, docs/perf.md). One socket, or one
+ * progress thread for all sockets, keeps it: there the submitter is a second
+ * sender, not one in place of several (N=1: handing off measured no gain). */
 #define TCP_DIRECT_MAX_CHUNKS 64
+#define TCP_DIRECT_MAX_BYTES  (256u << 10)
 
 /* Splits the items into chunks spread over the sockets by least load. All
  * chunks come from one allocation, take their request ids and batch holds
@@ -464,8 +471,11 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     xfer_batch_hold_n(b, (int)used);
     /* q[k] is socket (start + k) % n: put it back in socket order */
     struct sock_list byk[64];
-    for (int k = 0; k < tc->n; k++)
+    uint64_t bytes = 0;
+    for (int k = 0; k < tc->n; k++) {
         byk[(start + (unsigned)k) % (unsigned)tc->n] = q[k];
+        bytes += q[k].added;
+    }
     bool kick[64] = {false};
     uint32_t frames = splice_lists(tc, byk, kick);
     int nsock = 0, one = -1;
@@ -474,7 +484,8 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
             nsock++, one = k;
     if (nsock == 1) /* a notification bound to these items may follow them */
         tcp_msg_behind(tc, b, tc->socks[one], idx, n, frames);
-    bool direct = tc->tt->direct && used <= TCP_DIRECT_MAX_CHUNKS;
+    bool direct = tc->tt->direct && used <= TCP_DIRECT_MAX_CHUNKS &&
+                  (tc->n == 1 || tc->tt->n_threads == 1 || bytes <= TCP_DIRECT_MAX_BYTES);
     for (int k = 0; k < tc->n; k++) {
         if (!kick[k])
             continue;

@@ -158,6 +158,14 @@ void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const 
     tcp_tx_free(t);
 }
 
+void tcp_chunk_release(struct tcp_sock *s, struct tcp_tx *t)
+{
+    tcp_gpu_tx_release(t);
+    __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
+    xfer_batch_chunk_done_put(t->b, t->idx, 0, 0, NULL); /* no bytes: the item stays open */
+    tcp_tx_free(t);
+}
+
 /* Reports the chunk ends collected by chunk_done_later. */
 static void done_flush(struct tcp_sock *s)
 {
@@ -479,13 +487,24 @@ static bool splice_queue(struct tcp_sock *s, bool direct)
 }
 
 /* Initiator: drops unsent chunks at the head whose items ended. */
+/* Unsent chunks of items that ended, or whose batch is being cancelled or
+ * timed out, leave the head (a FENCE may wait behind them). A chunk of an
+ * item that is still open only gives its hold back: ending the item here
+ * (-XFER_ECANCELED) raced the cancel, which fences one socket at a time: a
+ * frame of the same item half sent on a socket not fenced yet then lost its
+ * memory and went out as zeros, landing at the target (test_tcp_cancel_retry
+ * with bulk on 2 progress threads). The cancel or deadline ends the item
+ * once every socket is fenced. */
 static void drop_dead_heads(struct tcp_sock *s)
 {
     while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 && s->tx_head->b &&
            !xfer_batch_item_live(s->tx_head->b, s->tx_head->idx)) {
         struct tcp_tx *t = s->tx_head;
         tx_pop(s);
-        tcp_chunk_complete(s, t, -XFER_ECANCELED, "item ended before it was sent");
+        if (xfer_batch_item_open(t->b, t->idx))
+            tcp_chunk_release(s, t);
+        else
+            tcp_chunk_complete(s, t, -XFER_ECANCELED, "item ended before it was sent");
     }
 }
 

@@ -34,7 +34,8 @@ run --op write --size 64K --batch 4 --transport ipc
 run --op read --size 8 --transport ipc
 run --op read --size 4M --batch 4 --depth 2 --transport ipc # copy threads, pieces
 run --op write --size 1M --batch 16 --depth 2 --transport ipc --slots 1
-# several sockets and threads; the warm-up over a scratch pair; --fresh
+# small posts over several sockets are sent by the submitter, bulk ones by
+# the progress threads (tcp_post); the warm-up over a scratch pair
 run --op write --size 4K --batch 8 --depth 2 --sockets 2 --threads 2
 run --op write --size 1M --batch 8 --depth 2 --sockets 2 --warmup 0.1 --warm-scratch
 out=$(timeout 60 "$bin/xfer_bench" --fresh --size 1M --batch 4 --depth 4 --sockets 2 --json) ||
