@@ -171,10 +171,11 @@ static void *pool_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         piece_run(t, off, len, false);
         bool alive = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != T_DEAD;
+        struct ipc_conn *tc = t->c; /* t lives in its post, which task_end may free */
         if (__atomic_sub_fetch(&t->left, 1, __ATOMIC_ACQ_REL) == 0)
             task_end(t);
         for (size_t k = 0; k < nmore; k++) {
-            piece_run(more[k], 0, more[k]->len, alive && off == 0 && more[k]->c == t->c);
+            piece_run(more[k], 0, more[k]->len, alive && off == 0 && more[k]->c == tc);
             if (__atomic_sub_fetch(&more[k]->left, 1, __ATOMIC_ACQ_REL) == 0)
                 task_end(more[k]);
         }
