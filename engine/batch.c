@@ -10,7 +10,7 @@
  * with hold/put while they refer to it; free() only drops the user's hold.
  */
 #include "batch.h"
-#include "grow.h"
+#include "xfer_grow.h"
 
 #include <errno.h>
 #include <limits.h>

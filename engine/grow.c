@@ -1,5 +1,5 @@
-/* Growing arrays (grow.h). */
-#include "grow.h"
+/* Growing arrays (xfer_grow.h). */
+#include "xfer_grow.h"
 
 #include "xfer_err.h"
 

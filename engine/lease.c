@@ -19,7 +19,7 @@
  * its memory windows with xfer_region_lease_window and re-checks them with
  * xfer_region_lease_admits (deadlines: its CM thread).
  */
-#include "grow.h"
+#include "xfer_grow.h"
 #include "internal.h"
 #include "xfer_io.h"
 

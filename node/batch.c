@@ -4,7 +4,7 @@
  * restarted peer or a re-registered region are re-resolved and run once
  * more as a second engine batch within the same deadline.
  */
-#include "grow.h"
+#include "xfer_grow.h"
 #include "node_batch.h"
 #include "xfer_io.h" /* xfer_now_ms */
 

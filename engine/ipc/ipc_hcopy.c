@@ -8,7 +8,7 @@
  * memory is a silent loss), not each segment. A failing part names its
  * first failing segment; the job reports the lowest one.
  */
-#include "grow.h"
+#include "xfer_grow.h"
 #include "ipc_copy.h"
 
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * deadlines never wait for the plugin; a cancelled chunk still runs its
  * plugin request to the end so both sides stay in step.
  */
-#include "grow.h"
+#include "xfer_grow.h"
 #include "tcpx.h"
 #include "xfer_io.h"
 

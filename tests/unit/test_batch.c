@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "batch.h"
-#include "grow.h"
+#include "xfer_grow.h"
 #include "internal.h"
 
 /* ---- fake transport: remembers what was posted ---- */

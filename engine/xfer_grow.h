@@ -1,7 +1,8 @@
 /*
  * Growing arrays: the one doubling realloc that the engine, its transports
  * and the node library use for their append-only arrays (batch items,
- * segments, names; lease rules; staging parts; frame buffers).
+ * segments, names; lease rules; staging parts; frame buffers). Not part of
+ * libxfer.so's API: named xfer_ like xfer_io.h so that node/ may use it.
  */
 #ifndef XFER_GROW_H
 #define XFER_GROW_H
