@@ -57,16 +57,30 @@ void tcp_sock_destroy(struct tcp_sock *s)
     free(s);
 }
 
-void tcp_reap(struct tcp_thread *th)
+void tcp_reap(struct tcp_thread *th, bool force)
 {
     pthread_mutex_lock(&th->mu);
     struct tcp_sock *s = th->grave;
     th->grave = NULL;
     pthread_mutex_unlock(&th->mu);
+    struct tcp_sock *keep = NULL, *keep_tail = NULL;
     while (s) {
         struct tcp_sock *next = s->grave_next;
-        tcp_sock_destroy(s);
+        if (!force && __atomic_load_n(&s->pins, __ATOMIC_ACQUIRE) > 0) {
+            s->grave_next = keep; /* a waiter may still poll it (tcp_wait.c) */
+            keep = s;
+            if (!keep_tail)
+                keep_tail = s;
+        } else {
+            tcp_sock_destroy(s);
+        }
         s = next;
+    }
+    if (keep) {
+        pthread_mutex_lock(&th->mu);
+        keep_tail->grave_next = th->grave;
+        th->grave = keep;
+        pthread_mutex_unlock(&th->mu);
     }
 }
 
@@ -258,6 +272,8 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
         s->rx_defer = true;
         return;
     }
+    if (s->target)
+        tcp_in_forget(s); /* before it can reach the grave: waiters pin it */
     if (s->fd >= 0) {
         if (s->closing)
             lvl = XFER_LOG_DEBUG;
@@ -421,7 +437,9 @@ static void rx_note(struct tcp_sock *s, uint64_t payload)
 }
 
 /* Moves up to `left` payload bytes into dst (NULL = discard) from the
- * read-ahead buffer or the socket. Returns bytes moved, 0 = later, -1. */
+ * read-ahead buffer or the socket. Returns bytes moved, 0 = later, -1.
+ * Discarding from the socket goes through the owner's scratch buffer: a
+ * waiter leaves that to the owner. */
 static ssize_t payload_in(struct tcp_sock *s, uint8_t *dst, uint64_t left)
 {
     size_t buffered = s->rx_hi - s->rx_lo;
@@ -434,6 +452,10 @@ static ssize_t payload_in(struct tcp_sock *s, uint8_t *dst, uint64_t left)
     }
     if (dst)
         return sock_recv(s, dst, left);
+    if (s->by_waiter) {
+        s->rx_defer = true;
+        return 0;
+    }
     size_t cap = sizeof(s->th->scratch);
     return sock_recv(s, s->th->scratch, left < cap ? (size_t)left : cap);
 }
@@ -827,6 +849,7 @@ struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr
         t->gdev = xfer_region_device(r);
         t->gsrc = payload;
         t->payload = NULL;
+        __atomic_store_n(&s->tgt_gpu, true, __ATOMIC_RELAXED); /* waiters keep off s */
     }
     if (s->tx_tail)
         s->tx_tail->next = t;
@@ -895,6 +918,8 @@ static int target_header(struct tcp_sock *s)
     s->rx_status = err;
     s->rx_dst = s->rx_region ? (uint8_t *)xfer_region_ptr(s->rx_region) + h->offset : NULL;
     s->rx_gpu = s->rx_region && xfer_region_kind(s->rx_region) == XFER_MEM_CUDA && h->length;
+    if (s->rx_gpu) /* staging is the owner's: waiters keep off s (tcp_wait.c) */
+        __atomic_store_n(&s->tgt_gpu, true, __ATOMIC_RELAXED);
     s->rx_seq = xfer_wire_seq(h);
     s->rx_fgen = 0; /* look its batch up once fences exist */
     s->rx_got = 0;
@@ -969,6 +994,10 @@ static void target_readable(struct tcp_sock *s)
 {
     size_t budget = RX_BUDGET;
     while (s->fd >= 0 && !s->rx_blocked) {
+        if (s->by_waiter && s->tgt_gpu) { /* GPU staging: the owner goes on */
+            s->rx_defer = true;
+            break;
+        }
         if (s->rx_state == RX_HDR) {
             int rc = fill_header(s, false);
             if (rc <= 0 || target_header(s) < 0)
@@ -1001,7 +1030,7 @@ static void target_readable(struct tcp_sock *s)
         }
         budget -= (size_t)n;
     }
-    if (s->fd >= 0 && s->tx_head)
+    if (s->fd >= 0 && s->tx_head && !(s->by_waiter && s->tgt_gpu))
         tcp_sock_writable(s);
 }
 

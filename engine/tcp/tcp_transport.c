@@ -174,11 +174,14 @@ static void *thread_main(void *arg)
                 continue;
             }
             pthread_mutex_lock(&s->iomu);
-            /* A waiter polling s reads it (tcp_wait.c), and reads once more
-             * after it stopped polling: this edge is not lost. */
-            if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) &&
-                !__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST))
-                tcp_sock_readable(s);
+            /* A waiter polling s reads it (tcp_wait.c), and once more after
+             * it stopped polling if skipped: this edge is not lost. */
+            if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) {
+                if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST))
+                    tcp_sock_readable(s);
+                else
+                    s->skipped = true;
+            }
             if (s->fd >= 0 && (ev[i].events & EPOLLOUT))
                 tcp_sock_writable(s);
             pthread_mutex_unlock(&s->iomu);
@@ -192,7 +195,7 @@ static void *thread_main(void *arg)
             check_timeouts(th);
             next_check = now + 100;
         }
-        tcp_reap(th);
+        tcp_reap(th, false);
     }
     return NULL;
 }
@@ -406,7 +409,7 @@ static void tcp_close(struct xfer_transport *t)
         while (th->socks) { /* target sockets; initiators left with their peers */
             struct tcp_sock *s = th->socks;
             tcp_sock_fail_as(s, XFER_LOG_DEBUG, "transport closing");
-            tcp_reap(th);
+            tcp_reap(th, true);
             if (th->socks == s) { /* an initiator socket nobody released */
                 th->socks = s->th_next;
             }
@@ -428,6 +431,7 @@ static void tcp_close(struct xfer_transport *t)
     tcp_slab_free(tt->spare); /* every chunk was freed with its socket above */
     pthread_cond_destroy(&tt->hs_cv);
     pthread_mutex_destroy(&tt->hs_mu);
+    pthread_mutex_destroy(&tt->in_mu);
     tcp_fence_fini(tt);
     free(tt);
 }
@@ -443,6 +447,7 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->engine = e;
     tt->listen_fd = -1;
     pthread_mutex_init(&tt->hs_mu, NULL);
+    pthread_mutex_init(&tt->in_mu, NULL);
     xfer_cond_init_mono(&tt->hs_cv);
     tcp_fence_init(tt);
     const char *sb = getenv("XFER_TCP_SOCKBUF");
@@ -475,6 +480,7 @@ fail:
     if (!tt->threads) {
         pthread_cond_destroy(&tt->hs_cv);
         pthread_mutex_destroy(&tt->hs_mu);
+        pthread_mutex_destroy(&tt->in_mu);
         tcp_fence_fini(tt);
         free(tt);
         return rc;
