@@ -33,7 +33,9 @@ pair() { # label [extra args for both]
 
 for tr in ${XFER_SENDRECV_TRANSPORTS:-tcp ipc}; do
     echo "== $tr"
-    export XFER_TRANSPORTS=$tr XFER_NOTIFY_EXPECT=$tr
+    # two progress threads: the messages' socket and a waiter reading it
+    # (tcp_wait.c) are on either
+    export XFER_TRANSPORTS=$tr XFER_NOTIFY_EXPECT=$tr XFER_TEST_PROGRESS_THREADS=2
     [[ $tr == ipc ]] && XFER_TRANSPORTS=ipc,tcp # node files need a tcp port
     pair "$tr"
     wait "$PID_a"; ra=$?
@@ -44,7 +46,7 @@ done
 
 for ktr in ${XFER_SENDRECV_KILL:-tcp ipc}; do
     echo "== $ktr, peer killed with messages pending"
-    export XFER_TRANSPORTS=$ktr XFER_NOTIFY_EXPECT=$ktr
+    export XFER_TRANSPORTS=$ktr XFER_NOTIFY_EXPECT=$ktr XFER_TEST_PROGRESS_THREADS=1
     [[ $ktr == ipc ]] && XFER_TRANSPORTS=ipc,tcp
     count=50
     rm -f "$CORE_TMP"/go*
