@@ -912,10 +912,13 @@ bool xfer_batch_running(const xfer_batch *b)
  * sleep on cv takes over. XFER_WAIT_RX=0 turns it off. */
 static void wait_rx(xfer_batch *b, int64_t end_ns)
 {
-    static int off = -1, in_off = -1; /* XFER_WAIT_RX_IN=0: not the peer's messages */
+    /* XFER_WAIT_RX_IN=1: the peer's messages too. Off by default: on the
+     * 2-core dev VM it cost more than it saved (docs/perf.md, "Message
+     * waiters"): the socket's progress thread is woken by the same data. */
+    static int off = -1, in_on = -1;
     if (off < 0) {
         const char *env = getenv("XFER_WAIT_RX"), *in_env = getenv("XFER_WAIT_RX_IN");
-        __atomic_store_n(&in_off, in_env && !strcmp(in_env, "0"), __ATOMIC_RELAXED);
+        __atomic_store_n(&in_on, in_env && !strcmp(in_env, "1"), __ATOMIC_RELAXED);
         __atomic_store_n(&off, env && !strcmp(env, "0"), __ATOMIC_RELAXED);
     }
     if (off)
@@ -926,7 +929,8 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
         struct xfer_conn *c = run && !b->wait_many ? b->wait_conn : NULL;
         void *chan = c ? b->wait_chan : NULL;
         xfer_peer *p = c ? b->wait_peer : NULL;
-        bool in = run && b->msg_peer && !b->msg_many && (!p || p == b->msg_peer) && !in_off;
+        bool in = run && b->msg_peer && !b->msg_many && (!p || p == b->msg_peer) &&
+                  __atomic_load_n(&in_on, __ATOMIC_RELAXED) == 1;
         if (in)
             p = b->msg_peer;
         b->wake_fd = p ? waker_fd() : -1;

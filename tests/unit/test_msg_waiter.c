@@ -1,6 +1,7 @@
-/* Waiter-driven receive of messages over tcp (engine/tcp/tcp_wait.c): the
- * thread waiting for a SEND or RECV reads the accepted socket its peer's
- * messages arrive on, while that socket's progress thread wants it too.
+/* Waiter-driven receive of messages over tcp (engine/tcp/tcp_wait.c,
+ * XFER_WAIT_RX_IN=1): the thread waiting for a SEND or RECV reads the
+ * accepted socket its peer's messages arrive on, while that socket's
+ * progress thread wants it too.
  * Two engines in this process, one socket each way (so WRITE payloads and
  * message frames share it), two progress threads each. Each round, each
  * side may put a WRITE batch (sizes from 1 B to 300 KiB, some cancelled at
@@ -297,6 +298,7 @@ static void test_messages_and_writes(void **state)
 
 int main(void)
 {
+    setenv("XFER_WAIT_RX_IN", "1", 1); /* opt-in (engine/batch.c), read once */
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_messages_and_writes)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
