@@ -135,6 +135,12 @@ struct tcp_sock {
     int in_slot;  /* target: 1 + its entry in tt->in_sock, 0 = none (tt->in_mu; atomic) */
     bool tgt_gpu; /* target, iomu: served GPU memory: staging is the owner's, waiters keep off */
     bool skipped; /* iomu: the owner left a readable edge to a polling waiter */
+    /* The owner's epoll interest (iomu; tcp_sock_interest): EPOLLOUT only
+     * after a send found the socket full (out_armed), EPOLLIN taken out
+     * while waiters poll (its progress thread is then not woken by data
+     * a waiter reads). */
+    bool out_armed;
+    uint32_t ev_mask; /* as last given to epoll_ctl */
     bool by_waiter;
     bool rx_defer;
     bool fail_defer;
@@ -262,6 +268,9 @@ extern const struct xfer_transport_ops xfer_tcp_transport_ops;
 void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s);
 void tcp_thread_kick(struct tcp_sock *s);
 void tcp_sock_tune(struct tcp_transport *tt, int fd);
+/* iomu held, s open: brings the owner's epoll interest in s up to date
+ * (out_armed, waiters). */
+void tcp_sock_interest(struct tcp_sock *s);
 /* Frees the target sockets closed this round; one a waiter still pins
  * stays for a later round, unless force (the transport is closing). */
 void tcp_reap(struct tcp_thread *th, bool force);

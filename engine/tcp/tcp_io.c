@@ -660,8 +660,14 @@ static bool send_queued(struct tcp_sock *s, bool direct)
         if (n < 0) {
             if (err == EINTR)
                 continue;
-            if (err != EAGAIN && err != EWOULDBLOCK && !direct)
+            if (err == EAGAIN || err == EWOULDBLOCK) { /* the owner goes on at EPOLLOUT */
+                if (!s->out_armed) {
+                    s->out_armed = true;
+                    tcp_sock_interest(s);
+                }
+            } else if (!direct) {
                 tcp_sock_fail(s, -XFER_ECONN, strerror(err));
+            }
             return false;
         }
         s->last_progress_ms = xfer_now_ms();

@@ -59,10 +59,29 @@ void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s)
     if (th->socks)
         th->socks->th_prev = s;
     th->socks = s;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = s};
+    s->ev_mask = EPOLLIN | EPOLLRDHUP | EPOLLET; /* EPOLLOUT once a send finds it full */
+    struct epoll_event ev = {.events = s->ev_mask, .data.ptr = s};
     if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, s->fd, &ev) < 0)
         xfer_err("tcp: epoll_ctl add %s: %s", s->name, strerror(errno));
     pthread_mutex_unlock(&th->mu);
+}
+
+void tcp_sock_interest(struct tcp_sock *s)
+{
+    uint32_t m = EPOLLRDHUP | EPOLLET;
+    if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST))
+        m |= EPOLLIN;
+    if (s->out_armed)
+        m |= EPOLLOUT;
+    if (m == s->ev_mask || s->fd < 0)
+        return;
+    /* Re-adding a condition that holds (data there, room to send) reports
+     * it at once: nothing that happened meanwhile is missed. */
+    struct epoll_event ev = {.events = m, .data.ptr = s};
+    if (epoll_ctl(s->th->epfd, EPOLL_CTL_MOD, s->fd, &ev) == 0)
+        s->ev_mask = m;
+    else
+        xfer_err("tcp: epoll_ctl mod %s: %s", s->name, strerror(errno));
 }
 
 static void wake(int fd)
@@ -182,8 +201,13 @@ static void *thread_main(void *arg)
                 else
                     s->skipped = true;
             }
-            if (s->fd >= 0 && (ev[i].events & EPOLLOUT))
+            if (s->fd >= 0 && (ev[i].events & EPOLLOUT)) {
                 tcp_sock_writable(s);
+                if (s->fd >= 0 && s->out_armed && !s->tx_head) { /* drained: no more edges */
+                    s->out_armed = false;
+                    tcp_sock_interest(s);
+                }
+            }
             pthread_mutex_unlock(&s->iomu);
         }
         serve_kicks(th);

@@ -114,6 +114,7 @@ static bool waiter_may(struct tcp_sock *s)
 static int read_as_waiter(struct tcp_sock *s, bool ready)
 {
     pthread_mutex_lock(&s->iomu);
+    __atomic_sub_fetch(&s->waiters, 1, __ATOMIC_SEQ_CST);
     ready |= s->skipped;
     s->skipped = false;
     int rc = 0;
@@ -129,6 +130,8 @@ static int read_as_waiter(struct tcp_sock *s, bool ready)
         if (s->target && s->rx_blocked)
             rc = -1; /* it stopped reading with data left: polling would spin */
     }
+    if (s->fd >= 0)
+        tcp_sock_interest(s); /* the last waiter gives EPOLLIN back (after reading) */
     bool defer = s->rx_defer;
     pthread_mutex_unlock(&s->iomu);
     if (defer) { /* the owner carries on (and this waiter sleeps as usual) */
@@ -154,13 +157,19 @@ int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, in
     struct pollfd p[3];
     int np = 0;
     for (int i = 0; i < n; i++) {
+        /* While it polls, its owner's epoll leaves EPOLLIN out (its thread
+         * is not woken for what this one reads). fd, taken under iomu, may
+         * be closed by the owner meanwhile: poll then sees a stale or
+         * reused descriptor for at most timeout_ms, and the check under
+         * iomu below ends the waiting. */
+        pthread_mutex_lock(&v[i]->iomu);
         __atomic_add_fetch(&v[i]->waiters, 1, __ATOMIC_SEQ_CST);
-        /* fd is read without iomu: if the owner closes it meanwhile, poll
-         * sees a stale or reused descriptor for at most timeout_ms, and the
-         * check under iomu below ends the waiting. */
-        int fd = __atomic_load_n(&v[i]->fd, __ATOMIC_RELAXED);
-        if (fd >= 0)
+        int fd = v[i]->fd;
+        if (fd >= 0) {
+            tcp_sock_interest(v[i]);
             p[np++] = (struct pollfd){.fd = fd, .events = POLLIN | POLLRDHUP};
+        }
+        pthread_mutex_unlock(&v[i]->iomu);
     }
     int rc = 0;
     bool polled = false;
@@ -173,8 +182,6 @@ int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, in
             rc = -1;
         polled = k >= 0;
     }
-    for (int i = 0; i < n; i++)
-        __atomic_sub_fetch(&v[i]->waiters, 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < n; i++)
         if (read_as_waiter(v[i], !polled || p[i].revents) < 0)
             rc = -1;
