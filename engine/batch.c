@@ -951,13 +951,12 @@ bool xfer_batch_running(const xfer_batch *b)
  * sleep on cv takes over. XFER_WAIT_RX=0 turns it off. */
 static void wait_rx(xfer_batch *b, int64_t end_ns)
 {
-    /* XFER_WAIT_RX_IN=1: the peer's messages too. Off by default: on the
-     * 2-core dev VM it cost more than it saved (docs/perf.md, "Message
-     * waiters"): the socket's progress thread is woken by the same data. */
+    /* XFER_WAIT_RX_IN=0: not the peer's messages (docs/perf.md, "Message
+     * waiters read their peer's socket"). */
     static int off = -1, in_on = -1;
     if (off < 0) {
         const char *env = getenv("XFER_WAIT_RX"), *in_env = getenv("XFER_WAIT_RX_IN");
-        __atomic_store_n(&in_on, in_env && !strcmp(in_env, "1"), __ATOMIC_RELAXED);
+        __atomic_store_n(&in_on, !(in_env && !strcmp(in_env, "0")), __ATOMIC_RELAXED);
         __atomic_store_n(&off, env && !strcmp(env, "0"), __ATOMIC_RELAXED);
     }
     if (off)

@@ -34,8 +34,8 @@ pair() { # label [extra args for both]
 for tr in ${XFER_SENDRECV_TRANSPORTS:-tcp ipc}; do
     echo "== $tr"
     # two progress threads, and waiters reading their peer's message
-    # socket (tcp_wait.c, opt-in XFER_WAIT_RX_IN=1): the socket's owner and
-    # a waiter both want it
+    # socket (tcp_wait.c; XFER_WAIT_RX_IN=0 would turn it off): the
+    # socket's owner and a waiter both want it
     export XFER_TRANSPORTS=$tr XFER_NOTIFY_EXPECT=$tr XFER_TEST_PROGRESS_THREADS=2 XFER_WAIT_RX_IN=1
     [[ $tr == ipc ]] && XFER_TRANSPORTS=ipc,tcp # node files need a tcp port
     pair "$tr"

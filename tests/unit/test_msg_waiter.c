@@ -1,8 +1,6 @@
-/* Waiter-driven receive of messages over tcp (engine/tcp/tcp_wait.c,
- * XFER_WAIT_RX_IN=1): the thread waiting for a SEND or RECV reads the
- * accepted socket its peer's messages arrive on, while that socket's
- * progress thread wants it too.
- * Two engines in this process, one socket each way (so WRITE payloads and
+/* Waiter-driven receive of messages over tcp (engine/tcp/tcp_wait.c): the thread waiting for a SEND
+ * or RECV reads the accepted socket its peer's messages arrive on, while that socket's progress
+ * thread wants it too. Two engines in this process, one socket each way (so WRITE payloads and
  * message frames share it), two progress threads each. Each round, each
  * side may put a WRITE batch (sizes from 1 B to 300 KiB, some cancelled at
  * once: their payload is discarded at the target, which a waiter leaves to
@@ -298,7 +296,7 @@ static void test_messages_and_writes(void **state)
 
 int main(void)
 {
-    setenv("XFER_WAIT_RX_IN", "1", 1); /* opt-in (engine/batch.c), read once */
+    setenv("XFER_WAIT_RX_IN", "1", 1); /* the default, whatever the environment says */
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_messages_and_writes)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
