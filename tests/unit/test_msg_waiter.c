@@ -1,15 +1,16 @@
-/* Waiter-driven receive of messages over tcp (engine/tcp/tcp_wait.c): the thread waiting for a SEND
- * or RECV reads the accepted socket its peer's messages arrive on, while that socket's progress
- * thread wants it too. Two engines in this process, one socket each way (so WRITE payloads and
- * message frames share it), two progress threads each. Each round, each
- * side may put a WRITE batch (sizes from 1 B to 300 KiB, some cancelled at
- * once: their payload is discarded at the target, which a waiter leaves to
- * the owner) on the socket right before its message; A sends a message of
- * a random size (eager and rendezvous), B receives it (blocking, or posted
- * ahead, or from any peer through the batch's fd: no waiter reads then)
- * and echoes it. Every message byte and every WRITE byte that landed is
- * checked. Nothing else is sent between rounds, so a frame that neither a
- * waiter nor the owner reads stalls the round: the deadline fails it. */
+/* Waiter-driven receive of messages over tcp (engine/tcp/tcp_wait.c): the thread
+ * waiting for a SEND or RECV reads the accepted socket its peer's messages arrive
+ * on, while that socket's progress thread wants it too. Two engines in this
+ * process, one socket each way (so WRITE payloads and message frames share it),
+ * two progress threads each. Each round, each side may put a WRITE batch (sizes
+ * from 1 B to 300 KiB, some cancelled at once, some with an item the target
+ * refuses: its payload is discarded there, which a waiter leaves to the owner)
+ * on the socket right before its message; A sends a message of a random size
+ * (eager and rendezvous), B receives it (blocking, or posted ahead, or from any
+ * peer through the batch's fd: no waiter reads then) and echoes it. Every
+ * message byte and every WRITE byte that landed is checked. Nothing else is
+ * sent between rounds, so a frame that neither a waiter nor the owner reads
+ * stalls the round: the deadline fails it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
