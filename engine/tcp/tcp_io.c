@@ -64,28 +64,25 @@ void tcp_sock_destroy(struct tcp_sock *s)
 
 void tcp_reap(struct tcp_thread *th, bool force)
 {
+    /* A closed socket stays while a waiter pins it or it is on the kick
+     * list (a waiter that stopped kicks the owner: tcp_wait.c). */
+    struct tcp_sock *dead = NULL;
     pthread_mutex_lock(&th->mu);
-    struct tcp_sock *s = th->grave;
-    th->grave = NULL;
-    pthread_mutex_unlock(&th->mu);
-    struct tcp_sock *keep = NULL, *keep_tail = NULL;
-    while (s) {
-        struct tcp_sock *next = s->grave_next;
-        if (!force && __atomic_load_n(&s->pins, __ATOMIC_ACQUIRE) > 0) {
-            s->grave_next = keep; /* a waiter may still poll it (tcp_wait.c) */
-            keep = s;
-            if (!keep_tail)
-                keep_tail = s;
+    for (struct tcp_sock **pp = &th->grave; *pp;) {
+        struct tcp_sock *s = *pp;
+        if (force || (!s->kicked && __atomic_load_n(&s->pins, __ATOMIC_ACQUIRE) == 0)) {
+            *pp = s->grave_next;
+            s->grave_next = dead;
+            dead = s;
         } else {
-            tcp_sock_destroy(s);
+            pp = &s->grave_next;
         }
-        s = next;
     }
-    if (keep) {
-        pthread_mutex_lock(&th->mu);
-        keep_tail->grave_next = th->grave;
-        th->grave = keep;
-        pthread_mutex_unlock(&th->mu);
+    pthread_mutex_unlock(&th->mu);
+    while (dead) {
+        struct tcp_sock *next = dead->grave_next;
+        tcp_sock_destroy(dead);
+        dead = next;
     }
 }
 
