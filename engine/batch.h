@@ -74,8 +74,14 @@ struct xfer_batch {
     struct xfer_conn *wait_conn;
     void *wait_chan;
     bool wait_many;
-    bool wait_polling; /* a waiter polls efd too: finishing writes it */
-    bool efd_dirty;    /* written for such a waiter: drain at the next run */
+    /* The one peer every SEND/RECV of this run names (msg_many: several, or
+     * a RECV from any peer), mu: the waiter also reads what that peer sends
+     * (its RTS, FIN), ops->wait_rx with inbound set. */
+    xfer_peer *msg_peer;
+    bool msg_many;
+    bool wait_polling; /* a waiter polls wake_fd too: finishing writes it */
+    int wake_fd;       /* that waiter's thread eventfd (batch.c, waker_fd) */
+    bool wake_hit;     /* finishing wrote it: the waiter drains it */
     /* mu: items ended in one run of chunk ends (xfer_batch_chunks_done_put)
      * share one clock reading, and like ones one count in the statistics:
      * 15 atomic adds and a clock read per item were ~15 % of the

@@ -62,16 +62,27 @@ void tcp_sock_destroy(struct tcp_sock *s)
     free(s);
 }
 
-void tcp_reap(struct tcp_thread *th)
+void tcp_reap(struct tcp_thread *th, bool force)
 {
+    /* A closed socket stays while a waiter pins it or it is on the kick
+     * list (a waiter that stopped kicks the owner: tcp_wait.c). */
+    struct tcp_sock *dead = NULL;
     pthread_mutex_lock(&th->mu);
-    struct tcp_sock *s = th->grave;
-    th->grave = NULL;
+    for (struct tcp_sock **pp = &th->grave; *pp;) {
+        struct tcp_sock *s = *pp;
+        if (force || (!s->kicked && __atomic_load_n(&s->pins, __ATOMIC_ACQUIRE) == 0)) {
+            *pp = s->grave_next;
+            s->grave_next = dead;
+            dead = s;
+        } else {
+            pp = &s->grave_next;
+        }
+    }
     pthread_mutex_unlock(&th->mu);
-    while (s) {
-        struct tcp_sock *next = s->grave_next;
-        tcp_sock_destroy(s);
-        s = next;
+    while (dead) {
+        struct tcp_sock *next = dead->grave_next;
+        tcp_sock_destroy(dead);
+        dead = next;
     }
 }
 
@@ -282,6 +293,8 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
         s->rx_defer = true;
         return;
     }
+    if (s->target)
+        tcp_in_forget(s); /* before it can reach the grave: waiters pin it */
     if (s->fd >= 0) {
         if (s->closing)
             lvl = XFER_LOG_DEBUG;
@@ -445,7 +458,9 @@ static void rx_note(struct tcp_sock *s, uint64_t payload)
 }
 
 /* Moves up to `left` payload bytes into dst (NULL = discard) from the
- * read-ahead buffer or the socket. Returns bytes moved, 0 = later, -1. */
+ * read-ahead buffer or the socket. Returns bytes moved, 0 = later, -1.
+ * Discarding from the socket goes through the owner's scratch buffer: a
+ * waiter leaves that to the owner. */
 static ssize_t payload_in(struct tcp_sock *s, uint8_t *dst, uint64_t left)
 {
     size_t buffered = s->rx_hi - s->rx_lo;
@@ -458,6 +473,10 @@ static ssize_t payload_in(struct tcp_sock *s, uint8_t *dst, uint64_t left)
     }
     if (dst)
         return sock_recv(s, dst, left);
+    if (s->by_waiter) {
+        s->rx_defer = true;
+        return 0;
+    }
     size_t cap = sizeof(s->th->scratch);
     return sock_recv(s, s->th->scratch, left < cap ? (size_t)left : cap);
 }
@@ -662,8 +681,14 @@ static bool send_queued(struct tcp_sock *s, bool direct)
         if (n < 0) {
             if (err == EINTR)
                 continue;
-            if (err != EAGAIN && err != EWOULDBLOCK && !direct)
+            if (err == EAGAIN || err == EWOULDBLOCK) { /* the owner goes on at EPOLLOUT */
+                if (!s->out_armed) {
+                    s->out_armed = true;
+                    tcp_sock_interest(s);
+                }
+            } else if (!direct) {
                 tcp_sock_fail(s, -XFER_ECONN, strerror(err));
+            }
             return false;
         }
         s->last_progress_ms = xfer_now_ms();
@@ -858,6 +883,7 @@ struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr
         t->gdev = xfer_region_device(r);
         t->gsrc = payload;
         t->payload = NULL;
+        __atomic_store_n(&s->tgt_gpu, true, __ATOMIC_RELAXED); /* waiters keep off s */
     }
     if (s->tx_tail)
         s->tx_tail->next = t;
@@ -926,6 +952,8 @@ static int target_header(struct tcp_sock *s)
     s->rx_status = err;
     s->rx_dst = s->rx_region ? (uint8_t *)xfer_region_ptr(s->rx_region) + h->offset : NULL;
     s->rx_gpu = s->rx_region && xfer_region_kind(s->rx_region) == XFER_MEM_CUDA && h->length;
+    if (s->rx_gpu) /* staging is the owner's: waiters keep off s (tcp_wait.c) */
+        __atomic_store_n(&s->tgt_gpu, true, __ATOMIC_RELAXED);
     s->rx_seq = xfer_wire_seq(h);
     s->rx_fgen = 0; /* look its batch up once fences exist */
     s->rx_got = 0;
@@ -1000,6 +1028,10 @@ static void target_readable(struct tcp_sock *s)
 {
     size_t budget = RX_BUDGET;
     while (s->fd >= 0 && !s->rx_blocked) {
+        if (s->by_waiter && s->tgt_gpu) { /* GPU staging: the owner goes on */
+            s->rx_defer = true;
+            break;
+        }
         if (s->rx_state == RX_HDR) {
             int rc = fill_header(s, false);
             if (rc <= 0 || target_header(s) < 0)
@@ -1032,7 +1064,7 @@ static void target_readable(struct tcp_sock *s)
         }
         budget -= (size_t)n;
     }
-    if (s->fd >= 0 && s->tx_head)
+    if (s->fd >= 0 && s->tx_head && !(s->by_waiter && s->tgt_gpu))
         tcp_sock_writable(s);
 }
 
