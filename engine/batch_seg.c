@@ -76,7 +76,7 @@ const struct xfer_seg *xfer_batch_item_segs(const xfer_batch *b, size_t i, size_
 {
     const struct batch_item *bi = &b->items[i];
     *n = bi->nseg ? bi->nseg : 1;
-    return bi->nseg ? b->segs + bi->seg0 : NULL;
+    return bi->nseg && !bi->blk ? b->segs + bi->seg0 : NULL;
 }
 
 void xfer_batch_item_seg(const xfer_batch *b, size_t i, size_t k, struct xfer_item *out)
@@ -85,7 +85,13 @@ void xfer_batch_item_seg(const xfer_batch *b, size_t i, size_t k, struct xfer_it
     *out = bi->it;
     if (!bi->nseg)
         return;
+    struct xfer_block_list bl;
+    struct xfer_seg gen;
     const struct xfer_seg *s = &b->segs[bi->seg0 + k];
+    if (xfer_batch_item_blocks(b, i, &bl)) { /* a block item's, computed */
+        gen = xfer_block_list_seg(&bl, k);
+        s = &gen;
+    }
     out->local_off = s->local_off;
     out->remote_off = s->remote_off;
     out->len = s->len;
