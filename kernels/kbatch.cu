@@ -191,6 +191,16 @@ extern "C" int xfer_kbatch_start_runs(struct xfer_kbatch *b, int exec, uint64_t 
     });
 }
 
+extern "C" int xfer_kbatch_start_blocks(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                                        const struct xfer_block_run *r, size_t nr)
+{
+    if (nr && !r)
+        return -XFER_EINVAL;
+    return kb_start(b, exec, peer_mask, [&](struct xfer_kstage *st, cudaStream_t s) {
+        return xfer_kernels_block_runs(st, r, nr, s);
+    });
+}
+
 extern "C" int xfer_kbatch_poll(struct xfer_kbatch *b, int t)
 {
     if (!b || t < 0 || t >= b->nt || !b->t[t].used)

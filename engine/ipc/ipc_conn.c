@@ -206,16 +206,25 @@ static int group_finish(struct ipc_conn *c, struct ipc_group *g)
  * one pass over a list; a block job's from its ids (the hull of all its
  * ids over the streams it touches: a superset, still inside the region
  * when every segment is, and the engine made sure nothing wraps). */
-static void job_span(struct ipc_job *j)
+struct ids_memo { /* the last id list's extremes, within one take_work (batches running) */
+    const uint64_t *ids;
+    uint32_t n;
+    uint64_t min, max;
+};
+
+static void job_span(struct ipc_job *j, struct ids_memo *m)
 {
     uint64_t lo = UINT64_MAX, hi = 0, top = 0, sum = 0;
     if (j->blocks) {
         const struct xfer_block_list *bl = &j->blk;
-        uint64_t imin = UINT64_MAX, imax = 0;
-        for (uint32_t i = 0; i < bl->nids; i++) {
-            imin = bl->remote_ids[i] < imin ? bl->remote_ids[i] : imin;
-            imax = bl->remote_ids[i] > imax ? bl->remote_ids[i] : imax;
+        if (m->ids != bl->remote_ids || m->n != bl->nids) { /* a request's items share one */
+            *m = (struct ids_memo){bl->remote_ids, bl->nids, UINT64_MAX, 0};
+            for (uint32_t i = 0; i < bl->nids; i++) {
+                m->min = bl->remote_ids[i] < m->min ? bl->remote_ids[i] : m->min;
+                m->max = bl->remote_ids[i] > m->max ? bl->remote_ids[i] : m->max;
+            }
         }
+        uint64_t imin = m->min, imax = m->max;
         for (uint32_t st = j->s0 / bl->nids; st <= (j->s1 - 1) / bl->nids; st++) {
             uint64_t a = bl->remote_base[st] + imin * bl->remote_stride;
             uint64_t z = bl->remote_base[st] + imax * bl->remote_stride + bl->len;
@@ -247,6 +256,7 @@ static size_t take_work(struct ipc_conn *c, struct ipc_job *jobs)
 {
     size_t n = 0, segs = 0;
     uint64_t bytes = 0, cap = c->group_bytes;
+    struct ids_memo memo = {0};
     while (c->qlen && n < IPC_BATCH_MAX && bytes < cap) {
         struct ipc_work *w = &c->q[c->qhead];
         struct ipc_job *j = &jobs[n];
@@ -263,7 +273,7 @@ static size_t take_work(struct ipc_conn *c, struct ipc_job *jobs)
             segs += s1 - s0;
             j->s0 = (uint32_t)s0;
             j->s1 = (uint32_t)s1;
-            job_span(j);
+            job_span(j, &memo);
             c->qseg = s1 < nseg ? s1 : 0;
             if (s1 < nseg) { /* the entry stays for the rest; this job holds b itself */
                 xfer_batch_hold(w->b);
