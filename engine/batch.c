@@ -376,7 +376,7 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
         rc = -XFER_ENOSPC;
     } else if (segs && (rc = segs_reserve(b, nseg)) < 0) {
         /* rc says why */
-    } else if (bl && (rc = blk_reserve_locked(b, bl)) < 0) {
+    } else if (bl && (rc = blk_reserve_locked(b, bl, n)) < 0) {
         /* rc says why */
     } else if (kind != BK_RMA && (rc = names_reserve(b, n)) < 0) {
         /* rc says why */
@@ -416,7 +416,7 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
             b->nsegs += nseg;
         }
         if (bl)
-            blk_store_locked(b, &b->items[b->n], bl);
+            blk_store_locked(b, &b->items[b->n], bl, n);
         rc = (int)b->n;
         b->n += n;
     }
@@ -464,9 +464,10 @@ int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xf
     return append_items(b, it, 1, BK_RMA, 0, segs, n, NULL);
 }
 
-int batch_append_blocks(xfer_batch *b, const struct xfer_item *it, const struct xfer_block_list *bl)
+int batch_append_blocks(xfer_batch *b, const struct xfer_item *items,
+                        const struct xfer_block_list *lists, size_t n)
 {
-    return append_items(b, it, 1, BK_RMA, 0, NULL, 0, bl);
+    return append_items(b, items, n, BK_RMA, 0, NULL, 0, lists);
 }
 
 size_t xfer_batch_count(const xfer_batch *b)

@@ -111,14 +111,15 @@ int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64
 int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
                       size_t n);
 
-/* batch.c: appends block item it (len = its total) described by bl
- * (checked by the caller, batch_blocks.c). */
-int batch_append_blocks(xfer_batch *b, const struct xfer_item *it,
-                        const struct xfer_block_list *bl);
-/* batch_blocks.c, b->mu held: room for bl's words and entry; stores bl as
- * the description of item bi. */
-int blk_reserve_locked(xfer_batch *b, const struct xfer_block_list *bl);
-void blk_store_locked(xfer_batch *b, struct batch_item *bi, const struct xfer_block_list *bl);
+/* batch.c: appends block items items[0..n) (len = each one's total)
+ * described by lists[0..n) (checked by the caller, batch_blocks.c). */
+int batch_append_blocks(xfer_batch *b, const struct xfer_item *items,
+                        const struct xfer_block_list *lists, size_t n);
+/* batch_blocks.c, b->mu held: room for the words and entries of lists
+ * [0..n); stores them as the descriptions of items bi[0..n). */
+int blk_reserve_locked(xfer_batch *b, const struct xfer_block_list *lists, size_t n);
+void blk_store_locked(xfer_batch *b, struct batch_item *bi, const struct xfer_block_list *lists,
+                      size_t n);
 
 /* batch_msg.c, b->mu held: item i ended (the notification fence, FIN of a
  * RECV, unregistering a waiting SEND/RECV); a run starts (bindings reset and

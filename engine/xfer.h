@@ -397,6 +397,12 @@ struct xfer_block_list {
  * index, -XFER_EINVAL (no ids or streams, len 0, more than XFER_SEGS_MAX
  * segments, offsets in it), -XFER_ERANGE (the last error names the id),
  * -XFER_EBUSY, -XFER_ENOMEM. */
+/* The same for items[0..n) with lists[0..n) at once, all or none: lists
+ * sharing an id array by pointer are checked and stored once (a request's
+ * region pairs: one scan of the ids, not one per pair). Returns the first
+ * index. */
+int xfer_batch_add_block_items(xfer_batch *b, const struct xfer_item *items,
+                               const struct xfer_block_list *lists, size_t n);
 int xfer_batch_add_block_item(xfer_batch *b, const struct xfer_item *it,
                               const struct xfer_block_list *bl);
 /* Segment k of block list bl (k < nstreams * nids). */

@@ -162,7 +162,11 @@ int nb_engine_add(const xfer_node_batch *b, xfer_batch *eb, size_t first, size_t
 {
     for (size_t i = first, j; i < end; i = j) {
         int rc;
-        if (b->nseg[i] || b->blk[i]) {
+        if (b->blk[i]) { /* a request's block items: one engine call */
+            for (j = i + 1; j < end && b->blk[j]; j++)
+                ;
+            rc = nb_blocks_add(b, eb, i, j);
+        } else if (b->nseg[i]) {
             j = i + 1;
             rc = nb_item_add(b, eb, i, &b->items[i]);
         } else {

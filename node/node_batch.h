@@ -86,6 +86,9 @@ bool nb_item_blocks(const xfer_node_batch *b, size_t i, struct xfer_block_list *
 size_t nb_item_nseg(const xfer_node_batch *b, size_t i);
 struct xfer_seg nb_item_seg(const xfer_node_batch *b, size_t i, size_t k);
 int nb_item_add(const xfer_node_batch *b, xfer_batch *eb, size_t i, const struct xfer_item *it);
+/* Appends the block items [i, end) of b to eb in one call (their shared
+ * id list checked once). */
+int nb_blocks_add(const xfer_node_batch *b, xfer_batch *eb, size_t i, size_t end);
 /* pool_blocks.c: true when the pool request to rp's peer goes as block
  * items (its connection can expand them: ipc; XFER_POOL_BLOCKS=0 turns it
  * off); emits them for plan pl (room reserved there). */

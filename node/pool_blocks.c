@@ -183,3 +183,15 @@ int nb_item_add(const xfer_node_batch *b, xfer_batch *eb, size_t i, const struct
         return xfer_batch_add_segments(eb, it, b->segs + b->seg0[i], b->nseg[i]);
     return xfer_batch_add(eb, it);
 }
+
+int nb_blocks_add(const xfer_node_batch *b, xfer_batch *eb, size_t i, size_t end)
+{
+    struct xfer_block_list *v = malloc((end - i) * sizeof(*v));
+    if (!v)
+        return -XFER_ENOMEM;
+    for (size_t k = i; k < end; k++)
+        nb_item_blocks(b, k, &v[k - i]);
+    int rc = xfer_batch_add_block_items(eb, b->items + i, v, end - i);
+    free(v);
+    return rc;
+}
