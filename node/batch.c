@@ -123,7 +123,7 @@ int nb_ref(xfer_node_batch *b, const char *node, const char *region)
 }
 
 /* Grows *v (of *cap elements of size each) to hold want; false: no memory. */
-static bool grow(void **v, size_t *cap, size_t want, size_t each)
+bool nb_grow(void **v, size_t *cap, size_t want, size_t each)
 {
     if (want <= *cap)
         return true;
@@ -141,18 +141,18 @@ static bool grow(void **v, size_t *cap, size_t want, size_t each)
 int nb_reserve(xfer_node_batch *b, size_t more, size_t more_segs)
 {
     size_t want = b->nitems + more, cap = b->capitems;
-    bool ok = grow((void **)&b->items, &cap, want, sizeof(*b->items));
+    bool ok = nb_grow((void **)&b->items, &cap, want, sizeof(*b->items));
     cap = b->capitems;
-    ok = ok && grow((void **)&b->item_ref, &cap, want, sizeof(*b->item_ref));
+    ok = ok && nb_grow((void **)&b->item_ref, &cap, want, sizeof(*b->item_ref));
     cap = b->capitems;
-    ok = ok && grow((void **)&b->seg0, &cap, want, sizeof(*b->seg0));
+    ok = ok && nb_grow((void **)&b->seg0, &cap, want, sizeof(*b->seg0));
     cap = b->capitems;
-    ok = ok && grow((void **)&b->nseg, &cap, want, sizeof(*b->nseg));
+    ok = ok && nb_grow((void **)&b->nseg, &cap, want, sizeof(*b->nseg));
     cap = b->capitems;
-    ok = ok && grow((void **)&b->blk, &cap, want, sizeof(*b->blk));
+    ok = ok && nb_grow((void **)&b->blk, &cap, want, sizeof(*b->blk));
     if (ok)
         b->capitems = cap;
-    ok = ok && grow((void **)&b->segs, &b->capsegs, b->nsegs + more_segs, sizeof(*b->segs));
+    ok = ok && nb_grow((void **)&b->segs, &b->capsegs, b->nsegs + more_segs, sizeof(*b->segs));
     if (!ok)
         return node_err(-XFER_ENOMEM, "out of memory for %zu items", want);
     return 0;

@@ -35,21 +35,6 @@ bool nb_blocks_wanted(const xfer_node_batch *b, xfer_peer *peer, size_t nb, uint
            xfer_peer_transport(peer) == XFER_TRANSPORT_IPC;
 }
 
-static bool grow(void **v, size_t *cap, size_t want, size_t each)
-{
-    if (want <= *cap)
-        return true;
-    size_t c = *cap ? 2 * *cap : 64;
-    while (c < want)
-        c *= 2;
-    void *p = realloc(*v, c * each);
-    if (!p)
-        return false;
-    *v = p;
-    *cap = c;
-    return true;
-}
-
 /* Appends one block item over streams ls/rs[0..n) (one region pair). */
 static void emit_item(xfer_node_batch *b, const struct plan *pl, const struct kv_stream *ls,
                       const struct kv_stream *rs, size_t n, uint64_t seg, size_t ids, size_t nids)
@@ -102,8 +87,8 @@ int nb_emit_blocks(xfer_node_batch *b, const struct plan *pl)
     plan_streams(pl, &ps);
     size_t nst = (size_t)ps.layers * ps.halves, nb = pl->nb;
     struct kv_stream *st = malloc(2 * nst * sizeof(*st));
-    if (!st || !grow((void **)&b->bw, &b->capbw, b->nbw + 2 * nb + 2 * nst, sizeof(*b->bw)) ||
-        !grow((void **)&b->blks, &b->capblks, b->nblks + nst, sizeof(*b->blks))) {
+    if (!st || !nb_grow((void **)&b->bw, &b->capbw, b->nbw + 2 * nb + 2 * nst, sizeof(*b->bw)) ||
+        !nb_grow((void **)&b->blks, &b->capblks, b->nblks + nst, sizeof(*b->blks))) {
         free(st);
         return node_err(-XFER_ENOMEM, "out of memory for a block list");
     }
