@@ -71,6 +71,8 @@ def iperf(n):
 def variants(n):
     return [("default", {}, []),
             ("slots %d (cache-resident)" % (2 * n), {}, ["--slots", str(2 * n)]),
+            ("slots %d" % (8 * n), {}, ["--slots", str(8 * n)]),
+            ("slots %d (one batch)" % (16 * n), {}, ["--slots", str(16 * n)]),
             ("chunk 256 KiB", {}, ["--chunk", "262144"]),
             ("chunk 4 MiB", {}, ["--chunk", "4194304"]),
             ("SO_SNDBUF/RCVBUF 4 MiB", {"XFER_TCP_SOCKBUF": "4194304"}, []),

@@ -477,6 +477,37 @@ size_t xfer_batch_count(const xfer_batch *b)
 
 /* ---- completion ------------------------------------------------------------- */
 
+/* Counts the items gathered by run_count. b->mu held. */
+static void run_flush(xfer_batch *b)
+{
+    if (b->run.items)
+        stats_count_items(b->run.sets, b->run.nsets, b->run.op, b->run.items, b->run.bytes,
+                          b->run.lat_us);
+    b->run.items = 0;
+}
+
+/* A successful item ended in a run: gathered with the previous ones if
+ * they are alike (same statistics, op and latency), else those are counted
+ * first. b->mu held. */
+static void run_count(xfer_batch *b, struct stats_set *const *sets, size_t nsets, enum xfer_op op,
+                      uint64_t bytes, uint64_t lat_us)
+{
+    bool like = b->run.items && b->run.nsets == nsets && b->run.op == op && b->run.lat_us == lat_us;
+    for (size_t j = 0; like && j < nsets; j++)
+        like = b->run.sets[j] == sets[j];
+    if (!like) {
+        run_flush(b);
+        for (size_t j = 0; j < nsets; j++)
+            b->run.sets[j] = sets[j];
+        b->run.nsets = nsets;
+        b->run.op = op;
+        b->run.lat_us = lat_us;
+        b->run.bytes = 0;
+    }
+    b->run.items++;
+    b->run.bytes += bytes;
+}
+
 void batch_item_end(xfer_batch *b, size_t i, int status, const char *why)
 {
     struct batch_item *bi = &b->items[i];
@@ -492,7 +523,8 @@ void batch_item_end(xfer_batch *b, size_t i, int status, const char *why)
         snprintf(b->whys[i], sizeof(b->whys[i]), "%s", why && *why ? why : xfer_strerror(status));
     b->n_open--;
     xfer_engine *e = b->engine;
-    uint64_t lat_us = (uint64_t)(xfer_mono_ns() - b->t_submit_ns) / 1000;
+    int64_t now = b->run.now_ns ? b->run.now_ns : xfer_mono_ns();
+    uint64_t lat_us = (uint64_t)(now - b->t_submit_ns) / 1000;
     uint64_t bytes = status == 0 ? bi->it.len : 0;
     struct stats_set *sets[3] = {&e->stats};
     size_t nsets = 1;
@@ -501,7 +533,10 @@ void batch_item_end(xfer_batch *b, size_t i, int status, const char *why)
     int ti = transport_index(bi->tbit);
     if (ti >= 0)
         sets[nsets++] = &e->tstats[ti];
-    stats_count_item(sets, nsets, bi->it.op, bytes, status, lat_us);
+    if (status == 0 && b->run.now_ns)
+        run_count(b, sets, nsets, bi->it.op, bytes, lat_us);
+    else
+        stats_count_item(sets, nsets, bi->it.op, bytes, status, lat_us);
     batch_msg_item_end(b, i, status);
 }
 
@@ -517,6 +552,7 @@ static bool finish_quiet(xfer_batch *b)
 {
     if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0 || b->notes.n_unacked > 0)
         return false;
+    run_flush(b); /* counted before anyone can see the batch done */
     b->state = B_DONE;
     b->result = 0;
     for (size_t i = 0; i < b->n && b->result == 0; i++)
@@ -601,8 +637,11 @@ void xfer_batch_chunks_done_put(const struct xfer_chunk_end *v, size_t n)
             ;
         pthread_mutex_lock(&b->mu);
         bool done = false;
+        b->run.now_ns = xfer_mono_ns();
         for (size_t k = s; k < e; k++)
             done |= chunk_done_locked(b, v[k].i, v[k].bytes, v[k].status, v[k].why);
+        run_flush(b);
+        b->run.now_ns = 0;
         bool last = drop_holds_locked(b, (int)(e - s) - done);
         pthread_mutex_unlock(&b->mu);
         if (done) {

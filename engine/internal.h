@@ -353,6 +353,10 @@ int transport_index(unsigned bit);
 /* One item ended: counted in each of sets[0..n) (node, peer, transport). */
 void stats_count_item(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t bytes,
                       int status, uint64_t lat_us);
+/* items successful items of op, bytes in all, each lat_us: one atomic add
+ * per counter for all of them (items ended together, batch.c). */
+void stats_count_items(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t items,
+                       uint64_t bytes, uint64_t lat_us);
 void stats_count_served(struct stats_set *s, uint64_t bytes, int status);
 /* The sum of the shards (each counter read atomically, the set not). */
 void stats_read(const struct stats_set *s, struct xfer_stats *out);

@@ -35,27 +35,35 @@ static unsigned my_shard(void)
     return mine;
 }
 
-void stats_count_item(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t bytes,
-                      int status, uint64_t lat_us)
+void stats_count_items(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t items,
+                       uint64_t bytes, uint64_t lat_us)
 {
     unsigned k = my_shard();
     int bucket = lat_bucket(lat_us);
     for (size_t j = 0; j < n; j++) {
         struct xfer_stats *s = &sets[j]->sh[k].s;
-        if (status < 0) {
-            ADD(s->errors, 1);
-            continue;
-        }
         if (op == XFER_OP_READ) {
-            ADD(s->ops_read, 1);
+            ADD(s->ops_read, items);
             ADD(s->bytes_read, bytes);
         } else {
-            ADD(s->ops_write, 1);
+            ADD(s->ops_write, items);
             ADD(s->bytes_written, bytes);
         }
-        ADD(s->lat_us_sum, lat_us);
-        ADD(s->lat_hist[bucket], 1);
+        ADD(s->lat_us_sum, lat_us * items);
+        ADD(s->lat_hist[bucket], items);
     }
+}
+
+void stats_count_item(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t bytes,
+                      int status, uint64_t lat_us)
+{
+    if (status >= 0) {
+        stats_count_items(sets, n, op, 1, bytes, lat_us);
+        return;
+    }
+    unsigned k = my_shard();
+    for (size_t j = 0; j < n; j++)
+        ADD(sets[j]->sh[k].s.errors, 1);
 }
 
 void stats_count_served(struct stats_set *set, uint64_t bytes, int status)

@@ -52,6 +52,11 @@ void tcp_sock_destroy(struct tcp_sock *s)
     pthread_mutex_unlock(&s->iomu);
     pthread_mutex_destroy(&s->iomu);
     pthread_mutex_destroy(&s->qmu);
+    while (s->tx_spare) {
+        struct tcp_tx *t = s->tx_spare;
+        s->tx_spare = t->next;
+        free(t);
+    }
     if (s->rxbuf != s->rxsmall)
         free(s->rxbuf);
     free(s);
@@ -199,6 +204,21 @@ static void response_done(struct tcp_tx *t)
     if (t->region)
         xfer_region_release(t->region);
     tcp_tx_free(t);
+}
+
+/* A response sent whole: kept on s's spare list for tcp_queue_response
+ * (both run holding iomu), or freed. */
+static void response_sent(struct tcp_sock *s, struct tcp_tx *t)
+{
+    if (t->slab || t->own || t->gpu || s->tx_nspare >= TCP_TX_SPARE_MAX) {
+        response_done(t);
+        return;
+    }
+    if (t->region)
+        xfer_region_release(t->region);
+    t->next = s->tx_spare;
+    s->tx_spare = t;
+    s->tx_nspare++;
 }
 
 static void drop_list(struct tcp_sock *s, struct tcp_tx *t, const char *why)
@@ -575,7 +595,7 @@ static void tx_advance(struct tcp_sock *s, size_t n)
         tx_pop(s);
         tcp_gpu_tx_sent(t);
         if (s->target)
-            response_done(t);
+            response_sent(s, t);
         else if (t->op == XFER_WIRE_FENCE) /* answered by nothing */
             tcp_tx_free(t);
         else
@@ -806,7 +826,14 @@ static void initiator_read(struct tcp_sock *s)
 struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
                                   int status, xfer_region *r, uint8_t *payload)
 {
-    struct tcp_tx *t = calloc(1, sizeof(*t));
+    struct tcp_tx *t = s->tx_spare;
+    if (t) {
+        s->tx_spare = t->next;
+        s->tx_nspare--;
+        memset(t, 0, sizeof(*t));
+    } else {
+        t = calloc(1, sizeof(*t));
+    }
     if (!t) {
         if (r)
             xfer_region_release(r);
