@@ -512,7 +512,7 @@ size_t xfer_node_batch_item_segments(const xfer_node_batch *b, size_t i)
 {
     if (!b || i >= b->nitems)
         return 0;
-    return nb_item_nseg(b, i);
+    return nb_item_runs(b, i);
 }
 
 unsigned xfer_node_batch_item_transport(const xfer_node_batch *b, size_t i)

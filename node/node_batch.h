@@ -34,6 +34,8 @@ struct nb_span { /* items [first, end) came from one pool block list */
 struct nb_blk {
     uint64_t len, lstride, rstride;
     uint32_t nids, nstreams;
+    uint32_t runs; /* block runs of the list (consecutive on both sides, memory
+                    * contiguous): what xfer_node_batch_item_segments counts */
     size_t ids, bases;
 };
 
@@ -86,6 +88,9 @@ int nb_engine_add(const xfer_node_batch *b, xfer_batch *eb, size_t first, size_t
  * segment k (vectored or block item); appends item i to eb (any kind). */
 bool nb_item_blocks(const xfer_node_batch *b, size_t i, struct xfer_block_list *out);
 size_t nb_item_nseg(const xfer_node_batch *b, size_t i);
+/* Block runs item i moves (xfer_node_batch_item_segments): its segments,
+ * or for a block item the runs of its list times its streams. */
+size_t nb_item_runs(const xfer_node_batch *b, size_t i);
 struct xfer_seg nb_item_seg(const xfer_node_batch *b, size_t i, size_t k);
 int nb_item_add(const xfer_node_batch *b, xfer_batch *eb, size_t i, const struct xfer_item *it);
 /* Appends the block items [i, end) of b to eb in one call (their shared

@@ -8,7 +8,10 @@
  * segments written here, copied into the engine batch, walked by the ipc
  * worker and turned into kernel descriptors (docs/gpu.md: that CPU work
  * kept the request at 0.25-0.29 of one copy). Other transports keep the
- * vectored items of pool_xfer.c (no change there).
+ * vectored items of pool_xfer.c (no change there). Blocks are not merged
+ * into runs (the GPU copies 16 KiB blocks at full speed; a fully
+ * consecutive list is one segment per stream), but an item still reports
+ * its block runs (xfer_node_batch_item_segments), as vectored items do.
  */
 #include "pool_plan.h"
 
@@ -37,7 +40,8 @@ bool nb_blocks_wanted(const xfer_node_batch *b, xfer_peer *peer, size_t nb, uint
 
 /* Appends one block item over streams ls/rs[0..n) (one region pair). */
 static void emit_item(xfer_node_batch *b, const struct plan *pl, const struct kv_stream *ls,
-                      const struct kv_stream *rs, size_t n, uint64_t seg, size_t ids, size_t nids)
+                      const struct kv_stream *rs, size_t n, uint64_t seg, size_t ids, size_t nids,
+                      uint32_t runs)
 {
     const struct xfer_region_desc *rd = plan_remote_member(pl, rs[0].region);
     size_t k = b->nitems++;
@@ -54,6 +58,7 @@ static void emit_item(xfer_node_batch *b, const struct plan *pl, const struct kv
                                         .rstride = rs[0].stride,
                                         .nids = (uint32_t)nids,
                                         .nstreams = (uint32_t)n,
+                                        .runs = runs,
                                         .ids = ids,
                                         .bases = b->nbw};
     for (size_t s = 0; s < n; s++) {
@@ -62,6 +67,21 @@ static void emit_item(xfer_node_batch *b, const struct plan *pl, const struct kv
     }
     b->nbw += 2 * n;
     b->blk[k] = (uint32_t)++b->nblks;
+}
+
+/* Runs of the list as pool_xfer.c merges them (neighbours consecutive on
+ * both sides, blocks touching in memory on both sides): the block runs
+ * the request moves, whatever the segments the engine copies. */
+static uint32_t list_runs(const struct plan *pl, const struct kv_stream *ls,
+                          const struct kv_stream *rs, size_t nst, uint64_t seg)
+{
+    for (size_t s = 0; s < nst; s++)
+        if (ls[s].stride != seg || rs[s].stride != seg)
+            return (uint32_t)pl->nb;
+    uint32_t runs = pl->nb ? 1 : 0;
+    for (size_t i = 1; i < pl->nb; i++)
+        runs += pl->lb[i] != pl->lb[i - 1] + 1 || pl->rb[i] != pl->rb[i - 1] + 1;
+    return runs;
 }
 
 /* A list consecutive on both sides whose blocks touch in memory on both
@@ -99,6 +119,7 @@ int nb_emit_blocks(xfer_node_batch *b, const struct plan *pl)
             kv_stream_of(plan_remote_geom(pl), pl->l0 + l, h, &rs[l * ps.halves + h]);
         }
     uint64_t seg = ps.seg;
+    uint32_t runs = list_runs(pl, ls, rs, nst, seg);
     if (nb > 1 && one_run(pl, ls, rs, nst, seg)) {
         seg *= nb;
         nb = 1;
@@ -114,7 +135,7 @@ int nb_emit_blocks(xfer_node_batch *b, const struct plan *pl)
                         ls[e].stride == ls[s].stride && rs[e].stride == rs[s].stride;
              e++)
             ;
-        emit_item(b, pl, ls + s, rs + s, e - s, seg, ids, nb);
+        emit_item(b, pl, ls + s, rs + s, e - s, seg, ids, nb, runs);
     }
     free(st);
     xfer_debug("pool %s: %zu blocks x %zu streams as block items", pl->lp->name, pl->nb, nst);
@@ -144,6 +165,15 @@ size_t nb_item_nseg(const xfer_node_batch *b, size_t i)
     if (b->blk[i]) {
         const struct nb_blk *p = &b->blks[b->blk[i] - 1];
         return (size_t)p->nids * p->nstreams;
+    }
+    return b->nseg[i] ? b->nseg[i] : 1;
+}
+
+size_t nb_item_runs(const xfer_node_batch *b, size_t i)
+{
+    if (b->blk[i]) {
+        const struct nb_blk *p = &b->blks[b->blk[i] - 1];
+        return (size_t)p->runs * p->nstreams;
     }
     return b->nseg[i] ? b->nseg[i] : 1;
 }
