@@ -307,6 +307,8 @@ static int bench_latency(struct side *I, struct side *T, int iters, bool with_wr
     if (!res.json && with_write)
         printf("  8 B: send/recv one way (ping-pong / 2) %7.1f us | WRITE + wait / 2 %7.1f us\n",
                res.sr_8, res.write_8);
+    if (!res.json && !with_write && !pre) /* --only sendrecv */
+        printf("  8 B: send/recv one way (ping-pong / 2) %7.1f us\n", res.sr_8);
     if (!res.json && pre)
         printf("  8 B: send/recv one way, receives posted ahead %7.1f us\n", res.sr_8_pre);
     free(v);

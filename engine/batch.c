@@ -10,6 +10,7 @@
  * with hold/put while they refer to it; free() only drops the user's hold.
  */
 #include "batch.h"
+#include "xfer_grow.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -166,6 +167,7 @@ xfer_batch *xfer_batch_new(xfer_engine *e, int *err)
     if (!b)
         goto out;
     b->efd = -1; /* made on first use (batch_efd): most batches never need one */
+    b->wake_fd = -1;
     b->engine = e;
     pthread_mutex_init(&b->mu, NULL);
     xfer_cond_init_mono(&b->cv);
@@ -330,38 +332,6 @@ int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind)
     return 0;
 }
 
-/* Room for nseg more segments. b->mu held. */
-static int segs_reserve(xfer_batch *b, size_t nseg)
-{
-    if (b->nsegs + nseg <= b->capsegs)
-        return 0;
-    size_t cap = b->capsegs ? 2 * b->capsegs : 256;
-    while (cap < b->nsegs + nseg)
-        cap *= 2;
-    struct xfer_seg *v = realloc(b->segs, cap * sizeof(*v));
-    if (!v)
-        return -XFER_ENOMEM;
-    b->segs = v;
-    b->capsegs = cap;
-    return 0;
-}
-
-/* Room for n more peer names (SEND/RECV items). b->mu held. */
-static int names_reserve(xfer_batch *b, size_t n)
-{
-    if (b->nnames + n <= b->capnames)
-        return 0;
-    size_t cap = b->capnames ? 2 * b->capnames : 16;
-    while (cap < b->nnames + n)
-        cap *= 2;
-    char(*v)[XFER_NAME_MAX] = realloc(b->names, cap * sizeof(*v));
-    if (!v)
-        return -XFER_ENOMEM;
-    b->names = v;
-    b->capnames = cap;
-    return 0;
-}
-
 /* Appends n checked items of one kind; returns the first index. With segs
  * (n is 1 then), the item is vectored over segs[0..nseg). */
 static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, uint8_t kind,
@@ -370,28 +340,18 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
 {
     pthread_mutex_lock(&b->mu);
     int rc = 0;
-    if (b->state == B_RUNNING) {
+    if (b->state == B_RUNNING)
         rc = -XFER_EBUSY;
-    } else if (b->n > (size_t)INT_MAX - n) {
+    else if (b->n > (size_t)INT_MAX - n)
         rc = -XFER_ENOSPC;
-    } else if (segs && (rc = segs_reserve(b, nseg)) < 0) {
-        /* rc says why */
-    } else if (bl && (rc = blk_reserve_locked(b, bl, n)) < 0) {
-        /* rc says why */
-    } else if (kind != BK_RMA && (rc = names_reserve(b, n)) < 0) {
-        /* rc says why */
-    } else if (b->n + n > b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 16;
-        while (cap < b->n + n)
-            cap *= 2;
-        struct batch_item *v = realloc(b->items, cap * sizeof(*v));
-        if (v) {
-            b->items = v;
-            b->cap = cap;
-        } else {
-            rc = -XFER_ENOMEM;
-        }
-    }
+    if (rc == 0 && segs)
+        rc = xfer_grow((void **)&b->segs, &b->capsegs, b->nsegs + nseg, sizeof(*b->segs), 256);
+    if (rc == 0 && bl)
+        rc = blk_reserve_locked(b, bl, n);
+    if (rc == 0 && kind != BK_RMA)
+        rc = xfer_grow((void **)&b->names, &b->capnames, b->nnames + n, sizeof(*b->names), 16);
+    if (rc == 0)
+        rc = xfer_grow((void **)&b->items, &b->cap, b->n + n, sizeof(*b->items), 16);
     if (rc == 0) {
         if (b->state == B_DONE) /* adding after a run starts a new one */
             b->state = B_IDLE;
@@ -569,9 +529,11 @@ static bool finish_quiet(xfer_batch *b)
     monitor_unlink(b->engine, b);
     /* The eventfd costs a system call per batch: only once someone has it. */
     uint64_t one = 1;
-    if ((b->fd_used || b->wait_polling) && write(b->efd, &one, sizeof(one)) < 0)
+    if (b->fd_used && write(b->efd, &one, sizeof(one)) < 0)
         xfer_debug("batch eventfd write failed");
-    b->efd_dirty |= b->wait_polling;
+    if (b->wait_polling && write(b->wake_fd, &one, sizeof(one)) < 0)
+        xfer_debug("waiter eventfd write failed");
+    b->wake_hit |= b->wait_polling;
     return true;
 }
 
@@ -767,6 +729,8 @@ void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n)
             xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOTSUP, why);
             continue;
         }
+        if (!batch_segs_remote_ok(b, idx[k], p))
+            continue;
         b->items[idx[k]].tbit = ops->bit;
         idx[m++] = idx[k];
     }
@@ -802,13 +766,12 @@ static int start_run(xfer_batch *b, int deadline_ms)
         }
     }
     uint64_t drain;
-    if ((b->fd_used || b->efd_dirty) && read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+    if (b->fd_used && read(b->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
         xfer_debug("batch eventfd drain failed");
     free(b->whys); /* sized for this run's items at the first failure */
     b->whys = NULL;
     b->nwhys = 0;
     b->all_rma = true;
-    b->efd_dirty = false;
     for (size_t i = 0; i < b->n; i++) {
         struct batch_item *bi = &b->items[i];
         bi->status = -XFER_EINPROGRESS;
@@ -922,7 +885,37 @@ void xfer_batch_wait_hint(xfer_batch *b, struct xfer_conn *c, void *chan)
 
 int xfer_batch_wake_fd(const xfer_batch *b)
 {
-    return b->efd;
+    return b->wake_fd;
+}
+
+/* Each thread that waits with waiter-driven receive has one eventfd for
+ * "your batch ended" (made on its first such wait, closed when the thread
+ * exits): an eventfd per batch cost eventfd2 + close per one-item batch,
+ * i.e. per xfer_send/xfer_recv. */
+static pthread_key_t waker_key;
+static pthread_once_t waker_once = PTHREAD_ONCE_INIT;
+static __thread int waker = -1;
+
+static void waker_close(void *p)
+{
+    close((int)(intptr_t)p - 1);
+}
+
+static void waker_init(void)
+{
+    if (pthread_key_create(&waker_key, waker_close) != 0)
+        xfer_warn("batch: no thread key for waiter eventfds (one leaks per thread)");
+}
+
+static int waker_fd(void)
+{
+    if (waker < 0) {
+        pthread_once(&waker_once, waker_init);
+        waker = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (waker >= 0)
+            pthread_setspecific(waker_key, (void *)(intptr_t)(waker + 1));
+    }
+    return waker;
 }
 
 bool xfer_batch_running(const xfer_batch *b)
@@ -935,39 +928,55 @@ bool xfer_batch_running(const xfer_batch *b)
 #define WAIT_RX_SLICE_MS 20
 
 /* The waiting thread receives on the run's one channel itself (see
- * xfer_batch_wait_hint) until the run ends, end_ns passes, or the
- * transport cannot; then the usual sleep on cv takes over. XFER_WAIT_RX=0
- * turns it off. */
+ * xfer_batch_wait_hint), and on what the peer of its two-sided items sends
+ * (msg_peer: an RTS for its RECV, the FIN of its SEND arrive there), until
+ * the run ends, end_ns passes, or the transport cannot; then the usual
+ * sleep on cv takes over. XFER_WAIT_RX=0 turns it off. */
 static void wait_rx(xfer_batch *b, int64_t end_ns)
 {
-    static int off = -1;
+    /* XFER_WAIT_RX_IN=0: not the peer's messages (docs/perf.md, "Message
+     * waiters read their peer's socket"). */
+    static int off = -1, in_on = -1;
     if (off < 0) {
-        const char *env = getenv("XFER_WAIT_RX");
+        const char *env = getenv("XFER_WAIT_RX"), *in_env = getenv("XFER_WAIT_RX_IN");
+        __atomic_store_n(&in_on, !(in_env && !strcmp(in_env, "0")), __ATOMIC_RELAXED);
         __atomic_store_n(&off, env && !strcmp(env, "0"), __ATOMIC_RELAXED);
     }
     if (off)
         return;
     for (;;) {
         pthread_mutex_lock(&b->mu);
-        struct xfer_conn *c = b->state == B_RUNNING && !b->wait_many ? b->wait_conn : NULL;
-        if (c && !batch_efd(b)) /* the end of the run wakes the poll through it */
-            c = NULL;
-        void *chan = b->wait_chan;
-        xfer_peer *p = b->wait_peer;
-        b->wait_polling = c != NULL; /* the end of the run wakes its poll */
+        bool run = b->state == B_RUNNING;
+        struct xfer_conn *c = run && !b->wait_many ? b->wait_conn : NULL;
+        void *chan = c ? b->wait_chan : NULL;
+        xfer_peer *p = c ? b->wait_peer : NULL;
+        bool in = run && b->msg_peer && !b->msg_many && (!p || p == b->msg_peer) &&
+                  __atomic_load_n(&in_on, __ATOMIC_RELAXED) == 1;
+        if (in)
+            p = b->msg_peer;
+        b->wake_fd = p ? waker_fd() : -1;
+        if (b->wake_fd < 0) /* the end of the run wakes the poll through it */
+            p = NULL;
+        b->wait_polling = p != NULL;
         pthread_mutex_unlock(&b->mu);
         int64_t left_ms = (end_ns - xfer_mono_ns()) / 1000000;
-        if (!c || left_ms <= 0)
+        if (!p || left_ms <= 0)
             return;
         int rc = -1;
         pthread_rwlock_rdlock(&p->conn_lock); /* c is only used if still p's */
-        if (p->conn == c && c->transport->ops->wait_rx)
-            rc = c->transport->ops->wait_rx(
-                c, chan, b, left_ms < WAIT_RX_SLICE_MS ? (int)left_ms : WAIT_RX_SLICE_MS);
+        struct xfer_conn *pc = p->conn;
+        if (pc && (!c || pc == c) && pc->transport->ops->wait_rx)
+            rc = pc->transport->ops->wait_rx(
+                pc, chan, in, b, left_ms < WAIT_RX_SLICE_MS ? (int)left_ms : WAIT_RX_SLICE_MS);
         pthread_rwlock_unlock(&p->conn_lock);
         pthread_mutex_lock(&b->mu);
         b->wait_polling = false;
+        bool hit = b->wake_hit;
+        b->wake_hit = false;
         pthread_mutex_unlock(&b->mu);
+        uint64_t drain;
+        if (hit && read(waker, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+            xfer_debug("waiter eventfd drain failed");
         if (rc < 0)
             return;
     }
@@ -1007,7 +1016,8 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
                    ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     if (limit_ns < 0)
         limit_ns = 0;
-    if (b->state == B_RUNNING && b->wait_conn && !b->wait_many && timeout_ms != 0) {
+    bool rx = (b->wait_conn && !b->wait_many) || (b->msg_peer && !b->msg_many);
+    if (b->state == B_RUNNING && rx && timeout_ms != 0) {
         /* The deadline monitor ends the run at its deadline: stop receiving
          * there, the sleep below then sees the end. */
         int64_t end = xfer_mono_ns() + limit_ns;

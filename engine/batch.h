@@ -18,6 +18,7 @@ enum batch_kind { BK_RMA = 0, BK_SEND, BK_RECV };
  * first word this item added (truncation gives back from there). */
 struct batch_blk {
     uint64_t len, lstride, rstride;
+    uint64_t rmax; /* the largest remote id */
     uint32_t nids, nstreams;
     size_t ids, bases, words0;
 };
@@ -89,8 +90,14 @@ struct xfer_batch {
     struct xfer_conn *wait_conn;
     void *wait_chan;
     bool wait_many;
-    bool wait_polling; /* a waiter polls efd too: finishing writes it */
-    bool efd_dirty;    /* written for such a waiter: drain at the next run */
+    /* The one peer every SEND/RECV of this run names (msg_many: several, or
+     * a RECV from any peer), mu: the waiter also reads what that peer sends
+     * (its RTS, FIN), ops->wait_rx with inbound set. */
+    xfer_peer *msg_peer;
+    bool msg_many;
+    bool wait_polling; /* a waiter polls wake_fd too: finishing writes it */
+    int wake_fd;       /* that waiter's thread eventfd (batch.c, waker_fd) */
+    bool wake_hit;     /* finishing wrote it: the waiter drains it */
     /* mu: items ended in one run of chunk ends (xfer_batch_chunks_done_put)
      * share one clock reading, and like ones one count in the statistics:
      * 15 atomic adds and a clock read per item were ~15 % of the
@@ -117,6 +124,9 @@ void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n);
 int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind);
 /* batch.c: appends an item of that kind (local range checked). */
 int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag);
+/* batch_seg.c: false when vectored item i of running b is refused whole by
+ * the cached descriptor of its remote region at peer p (the item is ended). */
+bool batch_segs_remote_ok(xfer_batch *b, size_t i, xfer_peer *p);
 /* batch.c: appends vectored item it with segs[0..n) (checked by the caller,
  * batch_seg.c); it->len is their total. */
 int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
@@ -129,6 +139,9 @@ int batch_append_blocks(xfer_batch *b, const struct xfer_item *items,
 /* batch_blocks.c, b->mu held: room for the words and entries of lists
  * [0..n); stores them as the descriptions of items bi[0..n). */
 int blk_reserve_locked(xfer_batch *b, const struct xfer_block_list *lists, size_t n);
+/* batch_blocks.c: batch_segs_remote_ok for block item i against a remote
+ * region of access and len (per stream on the largest remote id). */
+bool blk_remote_ok(xfer_batch *b, size_t i, unsigned access, uint64_t len);
 void blk_store_locked(xfer_batch *b, struct batch_item *bi, const struct xfer_block_list *lists,
                       size_t n);
 

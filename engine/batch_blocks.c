@@ -9,8 +9,10 @@
  * Only transports with XFER_CAP_BLOCKS take them (batch_post_to_peer).
  */
 #include "batch.h"
+#include "xfer_grow.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,31 +149,16 @@ static bool ids_shared(const xfer_batch *b, const struct xfer_block_list *lists,
            !memcmp(w + p->nids, bl->remote_ids, bl->nids * sizeof(*w));
 }
 
-static bool grow(void **v, size_t *cap, size_t want, size_t each)
-{
-    if (want <= *cap)
-        return true;
-    size_t c = *cap ? 2 * *cap : 64;
-    while (c < want)
-        c *= 2;
-    void *p = realloc(*v, c * each);
-    if (!p)
-        return false;
-    *v = p;
-    *cap = c;
-    return true;
-}
-
 int blk_reserve_locked(xfer_batch *b, const struct xfer_block_list *lists, size_t n)
 {
     size_t words = 0;
     for (size_t i = 0; i < n; i++)
         words += 2 * (size_t)lists[i].nstreams +
                  (ids_shared(b, lists, i) ? 0 : 2 * (size_t)lists[i].nids);
-    if (!grow((void **)&b->blks, &b->capblks, b->nblks + n, sizeof(*b->blks)) ||
-        !grow((void **)&b->bwords, &b->capbwords, b->nbwords + words, sizeof(*b->bwords)))
-        return -XFER_ENOMEM;
-    return 0;
+    int rc = xfer_grow((void **)&b->blks, &b->capblks, b->nblks + n, sizeof(*b->blks), 16);
+    return rc ? rc
+              : xfer_grow((void **)&b->bwords, &b->capbwords, b->nbwords + words,
+                          sizeof(*b->bwords), 256);
 }
 
 void blk_store_locked(xfer_batch *b, struct batch_item *bi, const struct xfer_block_list *lists,
@@ -190,7 +177,10 @@ void blk_store_locked(xfer_batch *b, struct batch_item *bi, const struct xfer_bl
         uint64_t *w = b->bwords;
         if (shared) {
             p->ids = b->blks[b->nblks - 1].ids;
+            p->rmax = b->blks[b->nblks - 1].rmax;
         } else {
+            uint32_t at;
+            p->rmax = ids_max(bl->remote_ids, bl->nids, &at);
             p->ids = b->nbwords;
             memcpy(w + b->nbwords, bl->local_ids, bl->nids * sizeof(*w));
             memcpy(w + b->nbwords + bl->nids, bl->remote_ids, bl->nids * sizeof(*w));
@@ -221,5 +211,34 @@ bool xfer_batch_item_blocks(const xfer_batch *b, size_t i, struct xfer_block_lis
                                     .local_base = w + p->bases,
                                     .remote_base = w + p->bases + p->nstreams,
                                     .nstreams = p->nstreams};
+    return true;
+}
+
+bool blk_remote_ok(xfer_batch *b, size_t i, unsigned access, uint64_t len)
+{
+    const struct batch_item *bi = &b->items[i];
+    const struct batch_blk *p = &b->blks[bi->blk - 1];
+    if (!(access & (bi->it.op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W))) {
+        xfer_batch_chunk_done(b, i, 0, -XFER_EACCES,
+                              "the remote region does not allow this operation");
+        return false;
+    }
+    struct xfer_block_list bl;
+    xfer_batch_item_blocks(b, i, &bl);
+    bool ok = true;
+    for (uint32_t s = 0; ok && s < p->nstreams; s++) /* no wrap: checked at add */
+        ok = xfer_range_ok(bl.remote_base[s] + p->rmax * p->rstride, p->len, len);
+    for (uint64_t k = 0; !ok && k < bi->nseg; k++) { /* the first one outside, named */
+        struct xfer_seg sg = xfer_block_list_seg(&bl, k);
+        if (xfer_range_ok(sg.remote_off, sg.len, len))
+            continue;
+        char why[128];
+        snprintf(why, sizeof(why),
+                 "remote [%" PRIu64 ", +%" PRIu64 ") outside the region of %" PRIu64
+                 " bytes: no block moved",
+                 sg.remote_off, sg.len, len);
+        xfer_batch_seg_fail(b, i, k, -XFER_ERANGE, why);
+        return false;
+    }
     return true;
 }

@@ -163,6 +163,8 @@ void batch_msg_item_end(xfer_batch *b, size_t i, int status)
 void batch_msg_start(xfer_batch *b)
 {
     notes_start(&b->notes);
+    b->msg_peer = NULL;
+    b->msg_many = false;
     /* READ/WRITE only and no bindings: nothing to count or register */
     for (size_t i = 0; i < b->n && !(b->all_rma && b->notes.n == 0); i++) {
         struct batch_item *bi = &b->items[i];
@@ -170,6 +172,9 @@ void batch_msg_start(xfer_batch *b)
             notes_count(&b->notes, bi->it.peer);
             continue;
         }
+        xfer_peer *mp = bi->kind == BK_RECV ? bi->want : bi->it.peer;
+        b->msg_many |= !mp || (b->msg_peer && b->msg_peer != mp);
+        b->msg_peer = mp;
         int rc;
         if (bi->kind == BK_RECV) { /* a former run may have made it a READ */
             bi->it.op = XFER_OP_RECV;

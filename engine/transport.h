@@ -133,10 +133,12 @@ struct xfer_transport_ops {
     /* Optional waiter-driven receive: the thread in xfer_batch_wait(b) waits
      * for chan of c itself (at most timeout_ms) and reads what arrived on it,
      * completing chunks without a hand-off through the progress thread.
-     * Called with c's peer connection lock held for reading, only for a
-     * channel the transport named with xfer_batch_wait_hint. < 0: cannot
-     * (the waiter sleeps on the batch as usual). */
-    int (*wait_rx)(struct xfer_conn *c, void *chan, xfer_batch *b, int timeout_ms);
+     * Called with c's peer connection lock held for reading, with a
+     * channel the transport named with xfer_batch_wait_hint or NULL; inbound:
+     * b's SEND/RECV items all name c's peer, so the waiter may also read the
+     * channel that peer's messages to us arrive on (an RTS, a FIN). < 0:
+     * cannot (the waiter sleeps on the batch as usual). */
+    int (*wait_rx)(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms);
 };
 
 struct xfer_transport {

@@ -72,8 +72,6 @@ struct xfer_node_batch {
 
 /* Ref index of node[/region] (resolved and held on first use), or a code. */
 int nb_ref(xfer_node_batch *b, const char *node, const char *region);
-/* *v holds at least want elements of each bytes (*cap, grown by doubling). */
-bool nb_grow(void **v, size_t *cap, size_t want, size_t each);
 /* Room for more items (items, item_ref, seg0, nseg) and more_segs segments. */
 int nb_reserve(xfer_node_batch *b, size_t more, size_t more_segs);
 /* Appends items [first, nitems) to the engine batch; on failure drops them

@@ -14,6 +14,7 @@
  * its block runs (xfer_node_batch_item_segments), as vectored items do.
  */
 #include "pool_plan.h"
+#include "xfer_grow.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -107,8 +108,9 @@ int nb_emit_blocks(xfer_node_batch *b, const struct plan *pl)
     plan_streams(pl, &ps);
     size_t nst = (size_t)ps.layers * ps.halves, nb = pl->nb;
     struct kv_stream *st = malloc(2 * nst * sizeof(*st));
-    if (!st || !nb_grow((void **)&b->bw, &b->capbw, b->nbw + 2 * nb + 2 * nst, sizeof(*b->bw)) ||
-        !nb_grow((void **)&b->blks, &b->capblks, b->nblks + nst, sizeof(*b->blks))) {
+    if (!st ||
+        xfer_grow((void **)&b->bw, &b->capbw, b->nbw + 2 * nb + 2 * nst, sizeof(*b->bw), 64) ||
+        xfer_grow((void **)&b->blks, &b->capblks, b->nblks + nst, sizeof(*b->blks), 16)) {
         free(st);
         return node_err(-XFER_ENOMEM, "out of memory for a block list");
     }

@@ -49,7 +49,8 @@
 #define TCP_GPU_MAX_DEV     16
 #define TCP_FENCES          4096u /* target: cancelled batches remembered (tcp_fence.c) */
 #define TCP_FENCES_RESEND   64u   /* initiator: recent fences sent again on new connections */
-#define TCP_TX_SPARE_MAX    256u  /* target: sent responses kept per socket for reuse */
+#define TCP_IN_SLOTS        256u /* target: peers whose message socket is remembered (tcp_wait.c) */
+#define TCP_TX_SPARE_MAX    256u /* target: sent responses kept per socket for reuse */
 
 struct tcp_transport;
 struct tcp_thread;
@@ -131,6 +132,16 @@ struct tcp_sock {
      * the one holding iomu is such a waiter, and what it left to the owner
      * (a full rx budget, a failure to carry out: iomu). */
     int waiters;
+    int pins;     /* target: waiters that may poll it (atomic); tcp_reap keeps it meanwhile */
+    int in_slot;  /* target: 1 + its entry in tt->in_sock, 0 = none (tt->in_mu; atomic) */
+    bool tgt_gpu; /* target, iomu: served GPU memory: staging is the owner's, waiters keep off */
+    bool skipped; /* iomu: the owner left a readable edge to a polling waiter */
+    /* The owner's epoll interest (iomu; tcp_sock_interest): EPOLLOUT only
+     * after a send found the socket full (out_armed), EPOLLIN taken out
+     * while waiters poll (its progress thread is then not woken by data
+     * a waiter reads). */
+    bool out_armed;
+    uint32_t ev_mask; /* as last given to epoll_ctl */
     bool by_waiter;
     bool rx_defer;
     bool fail_defer;
@@ -238,7 +249,12 @@ struct tcp_transport {
     struct tcp_fence fences[TCP_FENCES]; /* ring, oldest replaced */
     int fence_head[TCP_FENCES];          /* hash buckets */
     uint64_t fence_n, fence_gen;         /* recorded so far; bumped per record */
-    pthread_mutex_t sent_mu;             /* initiator: recent fences */
+    /* Target: per peer (hash of its node id; a collision forgets the
+     * older), the accepted socket its last message arrived on: a waiter
+     * for that peer's messages reads it (tcp_wait.c). */
+    pthread_mutex_t in_mu;
+    struct tcp_sock *in_sock[TCP_IN_SLOTS];
+    pthread_mutex_t sent_mu; /* initiator: recent fences */
     uint32_t sent[TCP_FENCES_RESEND];
     unsigned sent_n;
 };
@@ -257,7 +273,12 @@ extern const struct xfer_transport_ops xfer_tcp_transport_ops;
 void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s);
 void tcp_thread_kick(struct tcp_sock *s);
 void tcp_sock_tune(struct tcp_transport *tt, int fd);
-void tcp_reap(struct tcp_thread *th);
+/* iomu held, s open: brings the owner's epoll interest in s up to date
+ * (out_armed, waiters). */
+void tcp_sock_interest(struct tcp_sock *s);
+/* Frees the target sockets closed this round; one a waiter still pins
+ * stays for a later round, unless force (the transport is closing). */
+void tcp_reap(struct tcp_thread *th, bool force);
 
 /* tcp_io.c */
 struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, const char *name);
@@ -269,8 +290,13 @@ void tcp_sock_writable(struct tcp_sock *s);
 bool tcp_sock_send_direct(struct tcp_sock *s);
 /* Owner, iomu held, after a kick: carries out what a waiter left (tcp_wait.c). */
 void tcp_sock_deferred(struct tcp_sock *s);
-/* ops->wait_rx: the waiting thread polls s and reads its responses itself. */
-int tcp_wait_rx(struct xfer_conn *c, void *chan, xfer_batch *b, int timeout_ms);
+/* ops->wait_rx: the waiting thread polls chan (an initiator socket) and,
+ * inbound, the peer's message socket, and reads them itself. */
+int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms);
+/* Target, iomu held: a message arrived on s (remember it for waiters);
+ * s closes (forget it). */
+void tcp_in_note(struct tcp_sock *s);
+void tcp_in_forget(struct tcp_sock *s);
 /* Closes the socket and fails what it carries with -XFER_ECONN; status 0
  * is an orderly close (logged at info), else a warning. Idempotent. */
 void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);
@@ -336,8 +362,6 @@ void tcp_fence_fini(struct tcp_transport *tt);
 void tcp_fence(struct xfer_conn *c, xfer_batch *b);
 /* Initiator: queues the recent fences on new socket s (not yet adopted). */
 void tcp_fence_resend(struct tcp_transport *tt, struct tcp_sock *s);
-/* Appends t to s's queue (not a chunk: no load, no kick); false if s is dead. */
-bool tcp_sock_append(struct tcp_sock *s, struct tcp_tx *t);
 /* Target: a FENCE header is in s->rh. */
 void tcp_fence_frame_in(struct tcp_sock *s);
 /* Target: before WRITE payload of batch s->rx_seq goes into a region: true
@@ -350,6 +374,9 @@ void tcp_fence_leave(struct tcp_sock *s);
 /* Queues t on the least loaded live socket of tc, or the first live one
  * (kick[k] set for socket k); false if every socket is dead. */
 bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_live);
+/* Appends t to s's queue (no kick); its load counts until it completes
+ * (not a FENCE's: it has no completion). false if s is dead. */
+bool tcp_sock_append(struct tcp_sock *s, struct tcp_tx *t);
 int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out);
 void tcp_disconnect(struct xfer_conn *c);
 unsigned tcp_conn_state(struct xfer_conn *c);

@@ -62,16 +62,27 @@ void tcp_sock_destroy(struct tcp_sock *s)
     free(s);
 }
 
-void tcp_reap(struct tcp_thread *th)
+void tcp_reap(struct tcp_thread *th, bool force)
 {
+    /* A closed socket stays while a waiter pins it or it is on the kick
+     * list (a waiter that stopped kicks the owner: tcp_wait.c). */
+    struct tcp_sock *dead = NULL;
     pthread_mutex_lock(&th->mu);
-    struct tcp_sock *s = th->grave;
-    th->grave = NULL;
+    for (struct tcp_sock **pp = &th->grave; *pp;) {
+        struct tcp_sock *s = *pp;
+        if (force || (!s->kicked && __atomic_load_n(&s->pins, __ATOMIC_ACQUIRE) == 0)) {
+            *pp = s->grave_next;
+            s->grave_next = dead;
+            dead = s;
+        } else {
+            pp = &s->grave_next;
+        }
+    }
     pthread_mutex_unlock(&th->mu);
-    while (s) {
-        struct tcp_sock *next = s->grave_next;
-        tcp_sock_destroy(s);
-        s = next;
+    while (dead) {
+        struct tcp_sock *next = dead->grave_next;
+        tcp_sock_destroy(dead);
+        dead = next;
     }
 }
 
@@ -140,8 +151,11 @@ static uint64_t chunk_load(const struct tcp_tx *t)
     return XFER_WIRE_HDR_LEN + t->len;
 }
 
-/* Initiator chunk finished (status 0: all its bytes arrived/landed). */
-void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why)
+/* Ends an initiator chunk: its staging and load go, the batch (or message)
+ * hears of it, t is freed. keep_open: the chunk gives its hold on the item
+ * back without bytes or status (tcp_chunk_release). */
+static void chunk_end(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why,
+                      bool keep_open)
 {
     if (t->op == XFER_WIRE_FENCE) { /* no batch, no load, no response */
         tcp_tx_free(t);
@@ -151,24 +165,25 @@ void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const 
     __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
     if (t->msg) { /* an engine message: status is the target engine's answer */
         xfer_msg_done(t->msg, status, why);
-        tcp_tx_free(t);
-        return;
-    }
-    if (status < 0 && t->seg != UINT32_MAX) {
+    } else if (status < 0 && t->seg != UINT32_MAX) {
         xfer_batch_seg_fail(t->b, t->idx, t->seg, status, why);
         xfer_batch_put(t->b);
     } else {
-        xfer_batch_chunk_done_put(t->b, t->idx, status == 0 ? t->len : 0, status, why);
+        uint64_t got = status == 0 && !keep_open ? t->len : 0;
+        xfer_batch_chunk_done_put(t->b, t->idx, got, status, why);
     }
     tcp_tx_free(t);
 }
 
+/* Initiator chunk finished (status 0: all its bytes arrived/landed). */
+void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why)
+{
+    chunk_end(s, t, status, why, false);
+}
+
 void tcp_chunk_release(struct tcp_sock *s, struct tcp_tx *t)
 {
-    tcp_gpu_tx_release(t);
-    __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
-    xfer_batch_chunk_done_put(t->b, t->idx, 0, 0, NULL); /* no bytes: the item stays open */
-    tcp_tx_free(t);
+    chunk_end(s, t, 0, NULL, true); /* no bytes: the item stays open */
 }
 
 /* Reports the chunk ends collected by chunk_done_later. */
@@ -278,6 +293,8 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
         s->rx_defer = true;
         return;
     }
+    if (s->target)
+        tcp_in_forget(s); /* before it can reach the grave: waiters pin it */
     if (s->fd >= 0) {
         if (s->closing)
             lvl = XFER_LOG_DEBUG;
@@ -441,7 +458,9 @@ static void rx_note(struct tcp_sock *s, uint64_t payload)
 }
 
 /* Moves up to `left` payload bytes into dst (NULL = discard) from the
- * read-ahead buffer or the socket. Returns bytes moved, 0 = later, -1. */
+ * read-ahead buffer or the socket. Returns bytes moved, 0 = later, -1.
+ * Discarding from the socket goes through the owner's scratch buffer: a
+ * waiter leaves that to the owner. */
 static ssize_t payload_in(struct tcp_sock *s, uint8_t *dst, uint64_t left)
 {
     size_t buffered = s->rx_hi - s->rx_lo;
@@ -454,6 +473,10 @@ static ssize_t payload_in(struct tcp_sock *s, uint8_t *dst, uint64_t left)
     }
     if (dst)
         return sock_recv(s, dst, left);
+    if (s->by_waiter) {
+        s->rx_defer = true;
+        return 0;
+    }
     size_t cap = sizeof(s->th->scratch);
     return sock_recv(s, s->th->scratch, left < cap ? (size_t)left : cap);
 }
@@ -658,8 +681,14 @@ static bool send_queued(struct tcp_sock *s, bool direct)
         if (n < 0) {
             if (err == EINTR)
                 continue;
-            if (err != EAGAIN && err != EWOULDBLOCK && !direct)
+            if (err == EAGAIN || err == EWOULDBLOCK) { /* the owner goes on at EPOLLOUT */
+                if (!s->out_armed) {
+                    s->out_armed = true;
+                    tcp_sock_interest(s);
+                }
+            } else if (!direct) {
                 tcp_sock_fail(s, -XFER_ECONN, strerror(err));
+            }
             return false;
         }
         s->last_progress_ms = xfer_now_ms();
@@ -854,6 +883,7 @@ struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr
         t->gdev = xfer_region_device(r);
         t->gsrc = payload;
         t->payload = NULL;
+        __atomic_store_n(&s->tgt_gpu, true, __ATOMIC_RELAXED); /* waiters keep off s */
     }
     if (s->tx_tail)
         s->tx_tail->next = t;
@@ -922,6 +952,8 @@ static int target_header(struct tcp_sock *s)
     s->rx_status = err;
     s->rx_dst = s->rx_region ? (uint8_t *)xfer_region_ptr(s->rx_region) + h->offset : NULL;
     s->rx_gpu = s->rx_region && xfer_region_kind(s->rx_region) == XFER_MEM_CUDA && h->length;
+    if (s->rx_gpu) /* staging is the owner's: waiters keep off s (tcp_wait.c) */
+        __atomic_store_n(&s->tgt_gpu, true, __ATOMIC_RELAXED);
     s->rx_seq = xfer_wire_seq(h);
     s->rx_fgen = 0; /* look its batch up once fences exist */
     s->rx_got = 0;
@@ -996,6 +1028,10 @@ static void target_readable(struct tcp_sock *s)
 {
     size_t budget = RX_BUDGET;
     while (s->fd >= 0 && !s->rx_blocked) {
+        if (s->by_waiter && s->tgt_gpu) { /* GPU staging: the owner goes on */
+            s->rx_defer = true;
+            break;
+        }
         if (s->rx_state == RX_HDR) {
             int rc = fill_header(s, false);
             if (rc <= 0 || target_header(s) < 0)
@@ -1028,7 +1064,7 @@ static void target_readable(struct tcp_sock *s)
         }
         budget -= (size_t)n;
     }
-    if (s->fd >= 0 && s->tx_head)
+    if (s->fd >= 0 && s->tx_head && !(s->by_waiter && s->tgt_gpu))
         tcp_sock_writable(s);
 }
 

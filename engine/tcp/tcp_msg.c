@@ -71,6 +71,7 @@ int tcp_msg_header(struct tcp_sock *s)
         tcp_sock_fail(s, -XFER_EPROTO, "message frame over XFER_MSG_FRAME_MAX");
         return -1;
     }
+    tcp_in_note(s); /* a waiter for this peer's messages reads s (tcp_wait.c) */
     s->rx_msg = malloc(s->rh.length ? s->rh.length : 1);
     s->rx_dst = s->rx_msg; /* NULL (no memory): discarded, answered ENOMEM */
     s->rx_region = NULL;

@@ -59,10 +59,29 @@ void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s)
     if (th->socks)
         th->socks->th_prev = s;
     th->socks = s;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = s};
+    s->ev_mask = EPOLLIN | EPOLLRDHUP | EPOLLET; /* EPOLLOUT once a send finds it full */
+    struct epoll_event ev = {.events = s->ev_mask, .data.ptr = s};
     if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, s->fd, &ev) < 0)
         xfer_err("tcp: epoll_ctl add %s: %s", s->name, strerror(errno));
     pthread_mutex_unlock(&th->mu);
+}
+
+void tcp_sock_interest(struct tcp_sock *s)
+{
+    uint32_t m = EPOLLRDHUP | EPOLLET;
+    if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST))
+        m |= EPOLLIN;
+    if (s->out_armed)
+        m |= EPOLLOUT;
+    if (m == s->ev_mask || s->fd < 0)
+        return;
+    /* Re-adding a condition that holds (data there, room to send) reports
+     * it at once: nothing that happened meanwhile is missed. */
+    struct epoll_event ev = {.events = m, .data.ptr = s};
+    if (epoll_ctl(s->th->epfd, EPOLL_CTL_MOD, s->fd, &ev) == 0)
+        s->ev_mask = m;
+    else
+        xfer_err("tcp: epoll_ctl mod %s: %s", s->name, strerror(errno));
 }
 
 static void wake(int fd)
@@ -174,13 +193,21 @@ static void *thread_main(void *arg)
                 continue;
             }
             pthread_mutex_lock(&s->iomu);
-            /* A waiter polling s reads it (tcp_wait.c), and reads once more
-             * after it stopped polling: this edge is not lost. */
-            if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) &&
-                !__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST))
-                tcp_sock_readable(s);
-            if (s->fd >= 0 && (ev[i].events & EPOLLOUT))
+            /* A waiter polling s reads it (tcp_wait.c), and once more after
+             * it stopped polling if skipped: this edge is not lost. */
+            if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) {
+                if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST))
+                    tcp_sock_readable(s);
+                else
+                    s->skipped = true;
+            }
+            if (s->fd >= 0 && (ev[i].events & EPOLLOUT)) {
                 tcp_sock_writable(s);
+                if (s->fd >= 0 && s->out_armed && !s->tx_head) { /* drained: no more edges */
+                    s->out_armed = false;
+                    tcp_sock_interest(s);
+                }
+            }
             pthread_mutex_unlock(&s->iomu);
         }
         serve_kicks(th);
@@ -192,7 +219,7 @@ static void *thread_main(void *arg)
             check_timeouts(th);
             next_check = now + 100;
         }
-        tcp_reap(th);
+        tcp_reap(th, false);
     }
     return NULL;
 }
@@ -218,37 +245,14 @@ static int thread_start(struct tcp_transport *tt, struct tcp_thread *th)
 
 static int listen_on(struct tcp_transport *tt, const char *addr, uint16_t port)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    char ports[8];
-    snprintf(ports, sizeof(ports), "%u", port);
-    int rc = getaddrinfo(addr, ports, &hints, &res);
-    if (rc != 0) {
-        xfer_engine_set_error(tt->engine, "tcp: listen address %s: %s", addr, gai_strerror(rc));
-        return -XFER_EINVAL;
+    char why[160];
+    uint16_t bound;
+    int rc = xfer_listen_tcp(addr, port, 256, false, &tt->listen_fd, &bound, why, sizeof(why));
+    if (rc < 0) {
+        xfer_engine_set_error(tt->engine, "tcp: %s", why);
+        return rc;
     }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (fd >= 0)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 256) < 0) {
-        xfer_engine_set_error(tt->engine, "tcp: cannot listen on %s:%u: %s", addr, port,
-                              strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(res);
-        return -XFER_EIO;
-    }
-    freeaddrinfo(res);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    uint16_t bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                    : ((struct sockaddr_in *)&ss)->sin_port);
     xfer_engine_set_data_port(tt->engine, bound);
-    tt->listen_fd = fd;
     return 0;
 }
 
@@ -406,7 +410,7 @@ static void tcp_close(struct xfer_transport *t)
         while (th->socks) { /* target sockets; initiators left with their peers */
             struct tcp_sock *s = th->socks;
             tcp_sock_fail_as(s, XFER_LOG_DEBUG, "transport closing");
-            tcp_reap(th);
+            tcp_reap(th, true);
             if (th->socks == s) { /* an initiator socket nobody released */
                 th->socks = s->th_next;
             }
@@ -428,6 +432,7 @@ static void tcp_close(struct xfer_transport *t)
     tcp_slab_free(tt->spare); /* every chunk was freed with its socket above */
     pthread_cond_destroy(&tt->hs_cv);
     pthread_mutex_destroy(&tt->hs_mu);
+    pthread_mutex_destroy(&tt->in_mu);
     tcp_fence_fini(tt);
     free(tt);
 }
@@ -443,6 +448,7 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->engine = e;
     tt->listen_fd = -1;
     pthread_mutex_init(&tt->hs_mu, NULL);
+    pthread_mutex_init(&tt->in_mu, NULL);
     xfer_cond_init_mono(&tt->hs_cv);
     tcp_fence_init(tt);
     const char *sb = getenv("XFER_TCP_SOCKBUF");
@@ -475,6 +481,7 @@ fail:
     if (!tt->threads) {
         pthread_cond_destroy(&tt->hs_cv);
         pthread_mutex_destroy(&tt->hs_mu);
+        pthread_mutex_destroy(&tt->in_mu);
         tcp_fence_fini(tt);
         free(tt);
         return rc;

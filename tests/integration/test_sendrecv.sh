@@ -33,7 +33,10 @@ pair() { # label [extra args for both]
 
 for tr in ${XFER_SENDRECV_TRANSPORTS:-tcp ipc}; do
     echo "== $tr"
-    export XFER_TRANSPORTS=$tr XFER_NOTIFY_EXPECT=$tr
+    # two progress threads, and waiters reading their peer's message
+    # socket (tcp_wait.c; XFER_WAIT_RX_IN=0 would turn it off): the
+    # socket's owner and a waiter both want it
+    export XFER_TRANSPORTS=$tr XFER_NOTIFY_EXPECT=$tr XFER_TEST_PROGRESS_THREADS=2 XFER_WAIT_RX_IN=1
     [[ $tr == ipc ]] && XFER_TRANSPORTS=ipc,tcp # node files need a tcp port
     pair "$tr"
     wait "$PID_a"; ra=$?
@@ -44,7 +47,7 @@ done
 
 for ktr in ${XFER_SENDRECV_KILL:-tcp ipc}; do
     echo "== $ktr, peer killed with messages pending"
-    export XFER_TRANSPORTS=$ktr XFER_NOTIFY_EXPECT=$ktr
+    export XFER_TRANSPORTS=$ktr XFER_NOTIFY_EXPECT=$ktr XFER_TEST_PROGRESS_THREADS=1 XFER_WAIT_RX_IN=0
     [[ $ktr == ipc ]] && XFER_TRANSPORTS=ipc,tcp
     count=50
     rm -f "$CORE_TMP"/go*

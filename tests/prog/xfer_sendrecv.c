@@ -516,6 +516,8 @@ int main(int argc, char **argv)
     cfg.transports = node_transports();
     cfg.io_timeout_ms = 2000;
     cfg.connect_timeout_ms = 3000;
+    if (getenv("XFER_TEST_PROGRESS_THREADS"))
+        cfg.progress_threads = atoi(getenv("XFER_TEST_PROGRESS_THREADS"));
     int rc;
     c.e = xfer_engine_new(&cfg, &rc);
     CHECK(c.e, "engine: %s", xfer_strerror(rc));
