@@ -10,6 +10,7 @@
  * with hold/put while they refer to it; free() only drops the user's hold.
  */
 #include "batch.h"
+#include "xfer_grow.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -324,38 +325,6 @@ int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind)
     return 0;
 }
 
-/* Room for nseg more segments. b->mu held. */
-static int segs_reserve(xfer_batch *b, size_t nseg)
-{
-    if (b->nsegs + nseg <= b->capsegs)
-        return 0;
-    size_t cap = b->capsegs ? 2 * b->capsegs : 256;
-    while (cap < b->nsegs + nseg)
-        cap *= 2;
-    struct xfer_seg *v = realloc(b->segs, cap * sizeof(*v));
-    if (!v)
-        return -XFER_ENOMEM;
-    b->segs = v;
-    b->capsegs = cap;
-    return 0;
-}
-
-/* Room for n more peer names (SEND/RECV items). b->mu held. */
-static int names_reserve(xfer_batch *b, size_t n)
-{
-    if (b->nnames + n <= b->capnames)
-        return 0;
-    size_t cap = b->capnames ? 2 * b->capnames : 16;
-    while (cap < b->nnames + n)
-        cap *= 2;
-    char(*v)[XFER_NAME_MAX] = realloc(b->names, cap * sizeof(*v));
-    if (!v)
-        return -XFER_ENOMEM;
-    b->names = v;
-    b->capnames = cap;
-    return 0;
-}
-
 /* Appends n checked items of one kind; returns the first index. With segs
  * (n is 1 then), the item is vectored over segs[0..nseg). */
 static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, uint8_t kind,
@@ -363,26 +332,16 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
 {
     pthread_mutex_lock(&b->mu);
     int rc = 0;
-    if (b->state == B_RUNNING) {
+    if (b->state == B_RUNNING)
         rc = -XFER_EBUSY;
-    } else if (b->n > (size_t)INT_MAX - n) {
+    else if (b->n > (size_t)INT_MAX - n)
         rc = -XFER_ENOSPC;
-    } else if (segs && (rc = segs_reserve(b, nseg)) < 0) {
-        /* rc says why */
-    } else if (kind != BK_RMA && (rc = names_reserve(b, n)) < 0) {
-        /* rc says why */
-    } else if (b->n + n > b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 16;
-        while (cap < b->n + n)
-            cap *= 2;
-        struct batch_item *v = realloc(b->items, cap * sizeof(*v));
-        if (v) {
-            b->items = v;
-            b->cap = cap;
-        } else {
-            rc = -XFER_ENOMEM;
-        }
-    }
+    if (rc == 0 && segs)
+        rc = xfer_grow((void **)&b->segs, &b->capsegs, b->nsegs + nseg, sizeof(*b->segs), 256);
+    if (rc == 0 && kind != BK_RMA)
+        rc = xfer_grow((void **)&b->names, &b->capnames, b->nnames + n, sizeof(*b->names), 16);
+    if (rc == 0)
+        rc = xfer_grow((void **)&b->items, &b->cap, b->n + n, sizeof(*b->items), 16);
     if (rc == 0) {
         if (b->state == B_DONE) /* adding after a run starts a new one */
             b->state = B_IDLE;
@@ -748,6 +707,8 @@ void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n)
             xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOTSUP, why);
             continue;
         }
+        if (!batch_segs_remote_ok(b, idx[k], p))
+            continue;
         b->items[idx[k]].tbit = ops->bit;
         idx[m++] = idx[k];
     }

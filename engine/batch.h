@@ -108,6 +108,9 @@ void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n);
 int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind);
 /* batch.c: appends an item of that kind (local range checked). */
 int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag);
+/* batch_seg.c: false when vectored item i of running b is refused whole by
+ * the cached descriptor of its remote region at peer p (the item is ended). */
+bool batch_segs_remote_ok(xfer_batch *b, size_t i, xfer_peer *p);
 /* batch.c: appends vectored item it with segs[0..n) (checked by the caller,
  * batch_seg.c); it->len is their total. */
 int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,

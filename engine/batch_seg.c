@@ -11,6 +11,7 @@
 #include "batch.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 
 /* Checks the segments against the local region; -XFER_E* with the failing
  * segment in the engine's last error. */
@@ -89,4 +90,36 @@ void xfer_batch_item_seg(const xfer_batch *b, size_t i, size_t k, struct xfer_it
     out->local_off = s->local_off;
     out->remote_off = s->remote_off;
     out->len = s->len;
+}
+
+/* All or nothing: a vectored item is checked whole against the peer's
+ * cached descriptor of its remote region (when it has one of the item's
+ * generation) before any transport moves a byte of it: the access its op
+ * needs and every segment's bounds. The owner checks again where it runs
+ * (it alone knows lease rules, and a region it re-registered). */
+bool batch_segs_remote_ok(xfer_batch *b, size_t i, xfer_peer *p)
+{
+    const struct batch_item *bi = &b->items[i];
+    struct xfer_region_brief rd;
+    if (!bi->nseg || xfer_peer_region_brief(p, bi->it.remote_id, &rd) < 0 ||
+        rd.gen != bi->it.remote_gen)
+        return true;
+    if (!(rd.access & (bi->it.op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W))) {
+        xfer_batch_chunk_done(b, i, 0, -XFER_EACCES,
+                              "the remote region does not allow this operation");
+        return false;
+    }
+    for (uint32_t k = 0; k < bi->nseg; k++) {
+        const struct xfer_seg *s = &b->segs[bi->seg0 + k];
+        if (!xfer_range_ok(s->remote_off, s->len, rd.len)) {
+            char why[128];
+            snprintf(why, sizeof(why),
+                     "remote [%" PRIu64 ", +%" PRIu64 ") outside the region of %" PRIu64
+                     " bytes: no segment moved",
+                     s->remote_off, s->len, rd.len);
+            xfer_batch_seg_fail(b, i, k, -XFER_ERANGE, why);
+            return false;
+        }
+    }
+    return true;
 }

@@ -6,8 +6,12 @@
 #include "xfer_err.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -117,5 +121,40 @@ int xfer_frame_recv(int fd, size_t max, int timeout_ms, uint8_t **out, size_t *l
     }
     *out = buf;
     *len = n;
+    return 0;
+}
+
+int xfer_listen_tcp(const char *addr, uint16_t port, int backlog, bool nonblock, int *fd,
+                    uint16_t *bound, char *why, size_t why_len)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char ports[8];
+    snprintf(ports, sizeof(ports), "%u", port);
+    int rc = getaddrinfo(addr, ports, &hints, &res);
+    if (rc != 0) {
+        snprintf(why, why_len, "listen address '%s' is not an IP address: %s", addr,
+                 gai_strerror(rc));
+        return -XFER_EINVAL;
+    }
+    int s = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+    int one = 1;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+        bind(s, res->ai_addr, res->ai_addrlen) || listen(s, backlog) ||
+        getsockname(s, (struct sockaddr *)&ss, &sl)) {
+        snprintf(why, why_len, "cannot listen on %s:%u: %s", addr, port, strerror(errno));
+        if (s >= 0)
+            close(s);
+        freeaddrinfo(res);
+        return -XFER_EIO;
+    }
+    freeaddrinfo(res);
+    *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                            : ((struct sockaddr_in *)&ss)->sin_port);
+    *fd = s;
     return 0;
 }

@@ -19,6 +19,7 @@
  * its memory windows with xfer_region_lease_window and re-checks them with
  * xfer_region_lease_admits (deadlines: its CM thread).
  */
+#include "xfer_grow.h"
 #include "internal.h"
 #include "xfer_io.h"
 
@@ -150,17 +151,7 @@ static int rule_cmp(const void *a, const void *b)
 
 static int table_reserve(struct guard_table *g, size_t more)
 {
-    if (g->n + more <= g->cap)
-        return 0;
-    size_t cap = g->cap ? g->cap : 16;
-    while (cap < g->n + more)
-        cap *= 2;
-    struct guard_rule *v = realloc(g->v, cap * sizeof(*v));
-    if (!v)
-        return -XFER_ENOMEM;
-    g->v = v;
-    g->cap = cap;
-    return 0;
+    return xfer_grow((void **)&g->v, &g->cap, g->n + more, sizeof(*g->v), 16);
 }
 
 static void table_finish(struct guard_table *g)

@@ -12,6 +12,7 @@
 #include "frame.h"
 #include "mono_clock.h" /* xfer_mono_ns, xfer_mono_after_ms, xfer_cond_init_mono */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,14 @@ int xfer_io_wait(int fd, short events, int64_t deadline_ms);
 int xfer_io_write_all(int fd, const void *buf, size_t len, int64_t deadline_ms);
 int xfer_io_read_all(int fd, void *buf, size_t len, int64_t deadline_ms);
 
+/* Listens on TCP addr:port (a numeric IPv4 or IPv6 address; port 0: any
+ * free one): *fd gets the socket (SOCK_CLOEXEC, SO_REUSEADDR, and
+ * SOCK_NONBLOCK when nonblock), *bound the port it got. 0, -XFER_EINVAL
+ * (addr is not an IP address) or -XFER_EIO (socket, bind or listen
+ * failed), the reason in why. The transports' data and control listeners
+ * and xferd's control port. */
+int xfer_listen_tcp(const char *addr, uint16_t port, int backlog, bool nonblock, int *fd,
+                    uint16_t *bound, char *why, size_t why_len);
 /* Writes the frame within timeout_ms: 0, -XFER_EINVAL (too long),
  * -XFER_ECONN, -XFER_ETIMEDOUT. */
 int xfer_frame_send(int fd, const void *buf, size_t len, int timeout_ms);

@@ -1,5 +1,6 @@
 /* Engine helper around the batched copy: per-device stage + stream, and
  * tickets (events) that a transport's progress loop can poll. */
+#include "klaunch.h"
 #include "xfer_err.h"
 #include "xfer_kernels.h"
 
@@ -99,22 +100,10 @@ static int kb_dev_ready(struct xfer_kbatch *b, int d, uint64_t mask)
     }
     mask &= ~(1ull << d);
     for (int p = 0; p < b->ndev && (mask & ~k->peer_on); p++) {
-        uint64_t bit = 1ull << p;
-        if (!(mask & bit) || (k->peer_on & bit))
-            continue;
-        int can = 0;
-        if (!(k->peer_bad & bit) && cudaDeviceCanAccessPeer(&can, d, p) == cudaSuccess && can) {
-            e = cudaDeviceEnablePeerAccess(p, 0);
-            if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) {
-                (void)cudaGetLastError();
-                k->peer_on |= bit;
-                continue;
-            }
+        if ((mask & (1ull << p)) && !kpeer_reach(d, p, &k->peer_on, &k->peer_bad)) {
+            snprintf(b->err, sizeof(b->err), "GPU %d cannot access GPU %d as a peer", d, p);
+            return -XFER_ENOTSUP;
         }
-        k->peer_bad |= bit;
-        snprintf(b->err, sizeof(b->err), "GPU %d cannot access GPU %d as a peer", d, p);
-        (void)cudaGetLastError();
-        return -XFER_ENOTSUP;
     }
     return 0;
 }

@@ -278,6 +278,31 @@ unsigned kgrid_blocks(uint64_t total, struct kgrid g)
     return (unsigned)((total + g.chunk - 1) / g.chunk);
 }
 
+bool kpeer_reach(int dev, int peer, uint64_t *on, uint64_t *bad)
+{
+    if (peer == dev)
+        return true;
+    if (peer < 0 || peer >= 64)
+        return false;
+    uint64_t bit = 1ull << peer;
+    if (*on & bit)
+        return true;
+    if (*bad & bit)
+        return false;
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, dev, peer) == cudaSuccess && can) {
+        cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+        (void)cudaGetLastError(); /* AlreadyEnabled is sticky until read */
+        if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) {
+            *on |= bit;
+            return true;
+        }
+    }
+    (void)cudaGetLastError();
+    *bad |= bit;
+    return false;
+}
+
 #define KBULK_SMEM (128 + KBULK_STAGES * KBULK_SUB)
 
 /* The bulk kernels need more than the default 48 KiB of dynamic shared

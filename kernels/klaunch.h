@@ -32,6 +32,15 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
                        uint32_t layers, uint64_t block_bytes, uint64_t block_stride, char *buf,
                        int scatter, struct kgrid g, cudaStream_t st);
 
+/* Whether kernels on GPU dev (the current device) can read memory of GPU
+ * peer: the same GPU, or a peer whose access from dev is enabled (here, on
+ * the first ask). *on / *bad cache the answer per peer (bit peer) so the
+ * CUDA calls run once per pair; peers outside [0, 64) are never reached.
+ * Without peer access a kernel reading the peer's memory faults (an illegal
+ * address that kills the context): callers copy with the copy engine or
+ * refuse instead. */
+bool kpeer_reach(int dev, int peer, uint64_t *on, uint64_t *bad);
+
 /* Loads the TCPX unpack kernel on the current device (kunpack.cu), for
  * xfer_kernels_preload. */
 cudaError_t kunpack_preload(void);

@@ -390,36 +390,6 @@ static int run_host(struct xfer_unpacker *u, char *dst, bool dst_dev, const char
     return 0;
 }
 
-/* Whether a kernel on u's GPU can read memory of GPU d: the same GPU, or a
- * peer whose access is enabled here (once). A bounce buffer on another GPU
- * is read over NVLink/PCIe that way; without peer access a kernel reading it
- * faults (an illegal address that kills the context), so the caller copies
- * with the copy engine instead, which reaches any GPU. */
-static bool kernel_reaches(struct xfer_unpacker *u, int d)
-{
-    if (d == u->device)
-        return true;
-    if (d < 0 || d >= 64)
-        return false;
-    uint64_t bit = 1ull << d;
-    if (u->peer_on & bit)
-        return true;
-    if (u->peer_bad & bit)
-        return false;
-    int can = 0;
-    if (cudaDeviceCanAccessPeer(&can, u->device, d) == cudaSuccess && can) {
-        cudaError_t e = cudaDeviceEnablePeerAccess(d, 0);
-        (void)cudaGetLastError();
-        if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) {
-            u->peer_on |= bit;
-            return true;
-        }
-    }
-    (void)cudaGetLastError();
-    u->peer_bad |= bit;
-    return false;
-}
-
 extern "C" int xfer_unpacker_start(struct xfer_unpacker *u, enum xfer_unpack_method m, void *dst,
                                    const void *bounce, const struct xfer_unpack_frag *f, size_t n)
 {
@@ -436,7 +406,9 @@ extern "C" int xfer_unpacker_start(struct xfer_unpacker *u, enum xfer_unpack_met
     bool bounce_dev = bounce_gpu >= 0;
     if (m != XFER_UNPACK_HOST && !dst_dev)
         m = XFER_UNPACK_HOST; /* the GPU cannot write pageable host memory */
-    if (m == XFER_UNPACK_KERNEL && (!dbounce || (bounce_dev && !kernel_reaches(u, bounce_gpu))))
+    if (m == XFER_UNPACK_KERNEL &&
+        (!dbounce ||
+         (bounce_dev && !kpeer_reach(u->device, bounce_gpu, &u->peer_on, &u->peer_bad))))
         m = XFER_UNPACK_D2D; /* nor read it, nor another GPU without peer access */
     u->last = m;
     int rc = 0;

@@ -4,6 +4,7 @@
  * restarted peer or a re-registered region are re-resolved and run once
  * more as a second engine batch within the same deadline.
  */
+#include "xfer_grow.h"
 #include "node_batch.h"
 #include "xfer_io.h" /* xfer_now_ms */
 
@@ -118,37 +119,19 @@ int nb_ref(xfer_node_batch *b, const char *node, const char *region)
     return (int)b->nrefs++;
 }
 
-/* Grows *v (of *cap elements of size each) to hold want; false: no memory. */
-static bool grow(void **v, size_t *cap, size_t want, size_t each)
-{
-    if (want <= *cap)
-        return true;
-    size_t n = *cap ? *cap : 64;
-    while (n < want)
-        n *= 2;
-    void *w = realloc(*v, n * each);
-    if (w) {
-        *v = w;
-        *cap = n;
-    }
-    return w != NULL;
-}
-
 int nb_reserve(xfer_node_batch *b, size_t more, size_t more_segs)
 {
-    size_t want = b->nitems + more, cap = b->capitems;
-    bool ok = grow((void **)&b->items, &cap, want, sizeof(*b->items));
-    cap = b->capitems;
-    ok = ok && grow((void **)&b->item_ref, &cap, want, sizeof(*b->item_ref));
-    cap = b->capitems;
-    ok = ok && grow((void **)&b->seg0, &cap, want, sizeof(*b->seg0));
-    cap = b->capitems;
-    ok = ok && grow((void **)&b->nseg, &cap, want, sizeof(*b->nseg));
-    if (ok)
-        b->capitems = cap;
-    ok = ok && grow((void **)&b->segs, &b->capsegs, b->nsegs + more_segs, sizeof(*b->segs));
-    if (!ok)
+    /* The four per-item arrays share capitems: each grows from it alike, and
+     * it moves only when all four did (a partial failure regrows next time). */
+    size_t want = b->nitems + more, c1 = b->capitems, c2 = c1, c3 = c1, c4 = c1;
+    if (xfer_grow((void **)&b->items, &c1, want, sizeof(*b->items), 64) ||
+        xfer_grow((void **)&b->item_ref, &c2, want, sizeof(*b->item_ref), 64) ||
+        xfer_grow((void **)&b->seg0, &c3, want, sizeof(*b->seg0), 64) ||
+        xfer_grow((void **)&b->nseg, &c4, want, sizeof(*b->nseg), 64))
         return node_err(-XFER_ENOMEM, "out of memory for %zu items", want);
+    b->capitems = c1;
+    if (xfer_grow((void **)&b->segs, &b->capsegs, b->nsegs + more_segs, sizeof(*b->segs), 64))
+        return node_err(-XFER_ENOMEM, "out of memory for %zu segments", b->nsegs + more_segs);
     return 0;
 }
 

@@ -6,6 +6,7 @@
  */
 #include "ctl_conn.h"
 #include "frame.h"
+#include "xfer_io.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -496,36 +497,8 @@ bool conn_admit(struct conn *c)
 static int listen_tcp(struct ctl_server *s, char *why, size_t wl)
 {
     struct xferd *d = s->d;
-    struct sockaddr_storage ss = {0};
-    socklen_t sl;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, d->cfg.listen, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons(d->cfg.ctrl_port);
-        sl = sizeof(*a4);
-    } else if (inet_pton(AF_INET6, d->cfg.listen, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons(d->cfg.ctrl_port);
-        sl = sizeof(*a6);
-    } else {
-        snprintf(why, wl, "listen address '%s' is not an IP address", d->cfg.listen);
-        return -XFER_EINVAL;
-    }
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-        bind(fd, (struct sockaddr *)&ss, sl) || listen(fd, 128) ||
-        getsockname(fd, (struct sockaddr *)&ss, &sl)) {
-        snprintf(why, wl, "control port %s:%u: %s", d->cfg.listen, d->cfg.ctrl_port,
-                 strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -XFER_EIO;
-    }
-    d->ctrl_port = ntohs(ss.ss_family == AF_INET ? a4->sin_port : a6->sin6_port);
-    s->tcp_fd = fd;
-    return 0;
+    return xfer_listen_tcp(d->cfg.listen, d->cfg.ctrl_port, 128, true, &s->tcp_fd, &d->ctrl_port,
+                           why, wl);
 }
 
 static int listen_unix(struct ctl_server *s, char *why, size_t wl)

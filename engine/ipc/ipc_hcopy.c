@@ -8,6 +8,7 @@
  * memory is a silent loss), not each segment. A failing part names its
  * first failing segment; the job reports the lowest one.
  */
+#include "xfer_grow.h"
 #include "ipc_copy.h"
 
 #include <stdio.h>
@@ -71,16 +72,8 @@ static void hpart_run(void *arg, size_t k)
  * allocated per group once it has grown). */
 static struct ipc_hpart *parts_room(struct ipc_conn *c, size_t used, size_t n)
 {
-    if (used + n > c->hparts_cap) {
-        size_t cap = c->hparts_cap ? c->hparts_cap : 64;
-        while (cap < used + n)
-            cap *= 2;
-        void *p = realloc(c->hparts, cap * sizeof(struct ipc_hpart));
-        if (!p)
-            return NULL;
-        c->hparts = p;
-        c->hparts_cap = cap;
-    }
+    if (xfer_grow(&c->hparts, &c->hparts_cap, used + n, sizeof(struct ipc_hpart), 64))
+        return NULL;
     return (struct ipc_hpart *)c->hparts + used;
 }
 

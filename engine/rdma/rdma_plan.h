@@ -59,6 +59,7 @@ struct xfer_rdma_chunk {
     uint64_t seq;   /* set when posted */
     uint8_t retries;
     bool signaled;
+    bool drain;     /* not a chunk: the WR that reports a broken QP's last WRs */
     int status;     /* set by completion accounting */
     bool retryable; /* flushed: did nothing wrong itself */
     const char *why;

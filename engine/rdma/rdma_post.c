@@ -12,6 +12,8 @@
 
 void xrdma_chunk_finish(struct xfer_rdma_chunk *ch, bool io_begun)
 {
+    if (ch->drain) /* a QP's drain WR (post_drain_locked): no chunk */
+        return;
     if (ch->msg) { /* an engine message's SEND, not data */
         xrdma_msg_sent(ch);
         return;
@@ -187,14 +189,40 @@ static void assign_locked(struct rdma_conn *c, uint32_t *room, struct share *sh)
         xrdma_win_pump_locked(c);
 }
 
-/* A post failed after unsignaled WRs went out: no completion would ever
- * report them, so the QP is moved to error, which flushes every WR with a
- * completion; the CM thread then re-establishes it. s->lock held. */
+/* A QP in error flushes only the WRs still outstanding: unsignaled WRs the
+ * NIC already finished report nothing, so a ring ending in them would never
+ * drain. A signaled WR posted behind them (flushed at once) completes them
+ * in order, as the kernel's ib_drain_sq does; it is no chunk (drain). No
+ * need when the last WR posted was signaled: its completion reports them. */
+static void post_drain_locked(struct rdma_slot *s)
+{
+    if (s->unsignaled == 0 || s->ring.n >= s->depth)
+        return; /* a full ring's last WR was signaled (post_chunk) */
+    struct ibv_send_wr wr = {.wr_id = xrdma_wr_id(s, s->next_seq),
+                             .opcode = IBV_WR_RDMA_WRITE,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad = NULL;
+    int rc = ibv_post_send(s->id->qp, &wr, &bad);
+    if (rc) {
+        xfer_err("rdma: QP %u: cannot post the drain WR (%s): %u chunks wait for teardown",
+                 s->index, strerror(rc), s->ring.n);
+        return;
+    }
+    struct xfer_rdma_chunk ch = {.drain = true, .seq = s->next_seq++, .signaled = true};
+    xfer_rdma_ring_push(&s->ring, &ch);
+    s->unsignaled = 0;
+}
+
+/* A post failed, or a WR of s must not go on: the QP is moved to error,
+ * which flushes every WR still outstanding with a completion (post_drain
+ * reports the ones already done); the CM thread then re-establishes it.
+ * s->lock held. */
 bool xrdma_break_qp_locked(struct rdma_slot *s)
 {
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
     s->state = SLOT_ERROR;
     ibv_modify_qp(s->id->qp, &a, IBV_QP_STATE);
+    post_drain_locked(s);
     if (s->ring.n == 0) {
         s->state = SLOT_DEAD;
         return true; /* nothing will complete: the CM thread must look now */
@@ -202,18 +230,48 @@ bool xrdma_break_qp_locked(struct rdma_slot *s)
     return false;
 }
 
-/* Posts one QP's share; what cannot be posted goes back to the queue. The
- * live chunks are picked (io_begin) before posting, so that the last WR
- * actually posted is the signaled one. */
+/* Puts the list head..tail back at the head of c's queue (c->lock held). */
+static void requeue_locked(struct rdma_conn *c, struct rdma_pending *head,
+                           struct rdma_pending *tail)
+{
+    if (!head)
+        return;
+    tail->next = c->head;
+    if (!c->head)
+        c->tail = tail;
+    c->head = head;
+}
+
+/* ibv_post_send refused a WR of s (s->lock held, READY): rc is what it
+ * returned. A full send queue (ENOMEM) is waited out when the last WR
+ * posted was signaled: its completion reports every WR before it and pumps
+ * the queue again. Otherwise no completion would ever report the
+ * unsignaled WRs already posted (or none would come at all), so the QP goes
+ * to error, which flushes them, and is re-established. */
+static void post_refused_locked(struct rdma_conn *c, struct rdma_slot *s, int rc, bool *kick)
+{
+    if (rc == ENOMEM && s->ring.n > 0 && s->unsignaled == 0) {
+        xfer_debug("rdma: send queue of QP %u to %s full: chunks re-queued", s->index,
+                   c->peer.node_id);
+        return;
+    }
+    xfer_warn("rdma: ibv_post_send to %s failed (%s): QP re-established", c->peer.node_id,
+              rc > 0 ? strerror(rc) : "no reason given");
+    *kick = xrdma_break_qp_locked(s) || *kick;
+}
+
+/* Posts one QP's share. The live chunks are picked (io_begin) before
+ * posting, so that the last WR actually posted is the signaled one. What is
+ * not posted (the QP went to error meanwhile, its send queue is full, or
+ * the post was refused) goes back to the head of the queue for the next
+ * pump, on this QP or another: a chunk whose own post failed counts a try,
+ * RDMA_MAX_RETRIES at most, as a flushed chunk does, then fails -XFER_EIO. */
 static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *sh)
 {
     pthread_mutex_lock(&s->lock);
     if (s->state != SLOT_READY || s->uid != sh->uid) { /* went to error meanwhile */
         pthread_mutex_unlock(&s->lock);
-        sh->tail->next = c->head;
-        if (!c->head)
-            c->tail = sh->tail;
-        c->head = sh->head;
+        requeue_locked(c, sh->head, sh->tail);
         return;
     }
     struct rdma_pending *go = NULL, **tail = &go;
@@ -228,24 +286,42 @@ static void post_share(struct rdma_conn *c, struct rdma_slot *s, struct share *s
             free(p);
         }
     }
-    bool kick = false;
+    bool kick = false, stop = false;
+    struct rdma_pending *back = NULL, *back_tail = NULL, *failed = NULL;
     for (struct rdma_pending *p = go, *n; p; p = n) {
         n = p->next;
-        struct xfer_rdma_chunk *ch = &p->c;
-        if (s->state != SLOT_READY || post_chunk(c->t, s, ch, n == NULL)) {
-            if (s->state == SLOT_READY) {
-                xfer_warn("rdma: ibv_post_send to %s failed: QP re-established", c->peer.node_id);
-                kick = xrdma_break_qp_locked(s);
-            }
-            ch->status = -XFER_EIO;
-            ch->why = "ibv_post_send refused the work request";
-            pthread_mutex_unlock(&s->lock);
-            xrdma_chunk_finish(ch, true);
-            pthread_mutex_lock(&s->lock);
+        p->next = NULL;
+        bool tried = !stop && s->state == SLOT_READY;
+        int rc = tried ? post_chunk(c->t, s, &p->c, n == NULL) : 0;
+        if (tried && rc == 0) {
+            free(p);
+            continue;
         }
-        free(p);
+        if (tried) { /* this chunk's own post failed: nothing behind it goes now */
+            stop = true;
+            post_refused_locked(c, s, rc, &kick);
+            if (++p->c.retries > RDMA_MAX_RETRIES) {
+                p->c.status = -XFER_EIO;
+                p->c.why = "ibv_post_send refused the work request";
+                p->next = failed;
+                failed = p;
+                continue;
+            }
+        }
+        xfer_batch_io_end(p->c.b, p->c.item); /* not posted: the NIC never had it */
+        if (back_tail)
+            back_tail->next = p;
+        else
+            back = p;
+        back_tail = p;
     }
     pthread_mutex_unlock(&s->lock);
+    requeue_locked(c, back, back_tail);
+    for (struct rdma_pending *p = failed, *n; p; p = n) {
+        n = p->next;
+        xrdma_chunk_finish(&p->c, true);
+        free(p);
+    }
     if (kick)
         xrdma_cm_kick(c->t);
 }

@@ -60,6 +60,8 @@ static void finish_all(struct rdma_conn *c, struct xfer_rdma_chunk *done, size_t
 {
     for (size_t i = 0; i < n; i++) {
         struct xfer_rdma_chunk *ch = &done[i];
+        if (ch->drain) /* the marker behind a broken QP's last WRs: no chunk */
+            continue;
         window_refused(ch);
         if (ch->msg) {
             xrdma_msg_sent(ch);

@@ -362,8 +362,6 @@ void tcp_fence_fini(struct tcp_transport *tt);
 void tcp_fence(struct xfer_conn *c, xfer_batch *b);
 /* Initiator: queues the recent fences on new socket s (not yet adopted). */
 void tcp_fence_resend(struct tcp_transport *tt, struct tcp_sock *s);
-/* Appends t to s's queue (not a chunk: no load, no kick); false if s is dead. */
-bool tcp_sock_append(struct tcp_sock *s, struct tcp_tx *t);
 /* Target: a FENCE header is in s->rh. */
 void tcp_fence_frame_in(struct tcp_sock *s);
 /* Target: before WRITE payload of batch s->rx_seq goes into a region: true
@@ -376,6 +374,9 @@ void tcp_fence_leave(struct tcp_sock *s);
 /* Queues t on the least loaded live socket of tc, or the first live one
  * (kick[k] set for socket k); false if every socket is dead. */
 bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_live);
+/* Appends t to s's queue (no kick); its load counts until it completes
+ * (not a FENCE's: it has no completion). false if s is dead. */
+bool tcp_sock_append(struct tcp_sock *s, struct tcp_tx *t);
 int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struct xfer_conn **out);
 void tcp_disconnect(struct xfer_conn *c);
 unsigned tcp_conn_state(struct xfer_conn *c);

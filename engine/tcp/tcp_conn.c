@@ -214,6 +214,34 @@ static struct tcp_sock *pick_socket(struct tcp_conn *tc, bool first_live)
     return best;
 }
 
+/* Appends the list head..tail to s's queue, adding load bytes to s->load
+ * (taken off as the chunks complete); gpu: it holds GPU chunks. false if s
+ * is dead (the list is still the caller's). */
+static bool sock_splice(struct tcp_sock *s, struct tcp_tx *head, struct tcp_tx *tail, bool gpu,
+                        uint64_t load)
+{
+    pthread_mutex_lock(&s->qmu);
+    bool ok = !s->dead;
+    if (ok) {
+        if (s->q_tail)
+            s->q_tail->next = head;
+        else
+            s->q_head = head;
+        s->q_tail = tail;
+        s->gpu_seen |= gpu;
+        __atomic_add_fetch(&s->load, load, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&s->qmu);
+    return ok;
+}
+
+bool tcp_sock_append(struct tcp_sock *s, struct tcp_tx *t)
+{
+    /* a FENCE has no completion to take its load off again */
+    uint64_t load = t->op == XFER_WIRE_FENCE ? 0 : XFER_WIRE_HDR_LEN + t->len;
+    return sock_splice(s, t, t, t->gpu, load);
+}
+
 /* Queues t on a live socket; false if every socket is dead. */
 bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_live)
 {
@@ -221,19 +249,7 @@ bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_l
         struct tcp_sock *s = pick_socket(tc, first_live);
         if (!s)
             return false;
-        pthread_mutex_lock(&s->qmu);
-        bool ok = !s->dead;
-        if (ok) {
-            if (s->q_tail)
-                s->q_tail->next = t;
-            else
-                s->q_head = t;
-            s->q_tail = t;
-            s->gpu_seen |= t->gpu;
-            __atomic_add_fetch(&s->load, XFER_WIRE_HDR_LEN + t->len, __ATOMIC_RELAXED);
-        }
-        pthread_mutex_unlock(&s->qmu);
-        if (ok) {
+        if (tcp_sock_append(s, t)) {
             for (int k = 0; k < tc->n; k++)
                 if (tc->socks[k] == s)
                     kick[k] = true;
@@ -343,19 +359,7 @@ static uint32_t splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kic
         if (!q[k].head)
             continue;
         struct tcp_sock *s = tc->socks[k];
-        pthread_mutex_lock(&s->qmu);
-        bool ok = !s->dead;
-        if (ok) {
-            if (s->q_tail)
-                s->q_tail->next = q[k].head;
-            else
-                s->q_head = q[k].head;
-            s->q_tail = q[k].tail;
-            s->gpu_seen |= q[k].gpu;
-            __atomic_add_fetch(&s->load, q[k].added, __ATOMIC_RELAXED);
-        }
-        pthread_mutex_unlock(&s->qmu);
-        if (ok) {
+        if (sock_splice(s, q[k].head, q[k].tail, q[k].gpu, q[k].added)) {
             kick[k] = true;
             queued += q[k].n;
             continue;

@@ -127,23 +127,6 @@ static struct tcp_tx *fence_tx(uint32_t seq)
     return t;
 }
 
-bool tcp_sock_append(struct tcp_sock *s, struct tcp_tx *t)
-{
-    pthread_mutex_lock(&s->qmu);
-    bool ok = !s->dead;
-    if (ok) {
-        if (s->q_tail)
-            s->q_tail->next = t;
-        else
-            s->q_head = t;
-        s->q_tail = t;
-        if (t->op != XFER_WIRE_FENCE) /* its completion takes it off again */
-            __atomic_add_fetch(&s->load, XFER_WIRE_HDR_LEN + t->len, __ATOMIC_RELAXED);
-    }
-    pthread_mutex_unlock(&s->qmu);
-    return ok;
-}
-
 /* Appends a FENCE for seq to s's queue; false if s is dead (or no memory). */
 static bool queue_fence(struct tcp_sock *s, uint32_t seq)
 {

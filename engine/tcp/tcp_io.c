@@ -151,8 +151,11 @@ static uint64_t chunk_load(const struct tcp_tx *t)
     return XFER_WIRE_HDR_LEN + t->len;
 }
 
-/* Initiator chunk finished (status 0: all its bytes arrived/landed). */
-void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why)
+/* Ends an initiator chunk: its staging and load go, the batch (or message)
+ * hears of it, t is freed. keep_open: the chunk gives its hold on the item
+ * back without bytes or status (tcp_chunk_release). */
+static void chunk_end(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why,
+                      bool keep_open)
 {
     if (t->op == XFER_WIRE_FENCE) { /* no batch, no load, no response */
         tcp_tx_free(t);
@@ -162,24 +165,25 @@ void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const 
     __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
     if (t->msg) { /* an engine message: status is the target engine's answer */
         xfer_msg_done(t->msg, status, why);
-        tcp_tx_free(t);
-        return;
-    }
-    if (status < 0 && t->seg != UINT32_MAX) {
+    } else if (status < 0 && t->seg != UINT32_MAX) {
         xfer_batch_seg_fail(t->b, t->idx, t->seg, status, why);
         xfer_batch_put(t->b);
     } else {
-        xfer_batch_chunk_done_put(t->b, t->idx, status == 0 ? t->len : 0, status, why);
+        uint64_t got = status == 0 && !keep_open ? t->len : 0;
+        xfer_batch_chunk_done_put(t->b, t->idx, got, status, why);
     }
     tcp_tx_free(t);
 }
 
+/* Initiator chunk finished (status 0: all its bytes arrived/landed). */
+void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why)
+{
+    chunk_end(s, t, status, why, false);
+}
+
 void tcp_chunk_release(struct tcp_sock *s, struct tcp_tx *t)
 {
-    tcp_gpu_tx_release(t);
-    __atomic_sub_fetch(&s->load, chunk_load(t), __ATOMIC_RELAXED);
-    xfer_batch_chunk_done_put(t->b, t->idx, 0, 0, NULL); /* no bytes: the item stays open */
-    tcp_tx_free(t);
+    chunk_end(s, t, 0, NULL, true); /* no bytes: the item stays open */
 }
 
 /* Reports the chunk ends collected by chunk_done_later. */

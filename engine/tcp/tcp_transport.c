@@ -245,37 +245,14 @@ static int thread_start(struct tcp_transport *tt, struct tcp_thread *th)
 
 static int listen_on(struct tcp_transport *tt, const char *addr, uint16_t port)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    char ports[8];
-    snprintf(ports, sizeof(ports), "%u", port);
-    int rc = getaddrinfo(addr, ports, &hints, &res);
-    if (rc != 0) {
-        xfer_engine_set_error(tt->engine, "tcp: listen address %s: %s", addr, gai_strerror(rc));
-        return -XFER_EINVAL;
+    char why[160];
+    uint16_t bound;
+    int rc = xfer_listen_tcp(addr, port, 256, false, &tt->listen_fd, &bound, why, sizeof(why));
+    if (rc < 0) {
+        xfer_engine_set_error(tt->engine, "tcp: %s", why);
+        return rc;
     }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (fd >= 0)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 256) < 0) {
-        xfer_engine_set_error(tt->engine, "tcp: cannot listen on %s:%u: %s", addr, port,
-                              strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(res);
-        return -XFER_EIO;
-    }
-    freeaddrinfo(res);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    uint16_t bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                    : ((struct sockaddr_in *)&ss)->sin_port);
     xfer_engine_set_data_port(tt->engine, bound);
-    tt->listen_fd = fd;
     return 0;
 }
 

@@ -10,6 +10,7 @@
  * deadlines never wait for the plugin; a cancelled chunk still runs its
  * plugin request to the end so both sides stay in step.
  */
+#include "xfer_grow.h"
 #include "tcpx.h"
 #include "xfer_io.h"
 
@@ -30,17 +31,9 @@ void tcpx_ctrl_queue(struct tcpx_link *l, const struct xfer_wire_hdr *h, const v
                      size_t len)
 {
     size_t need = l->tx_len + XFER_WIRE_HDR_LEN + len;
-    if (need > l->tx_cap) {
-        size_t cap = l->tx_cap ? 2 * l->tx_cap : 64 * XFER_WIRE_HDR_LEN;
-        while (cap < need)
-            cap *= 2;
-        uint8_t *p = realloc(l->tx, cap);
-        if (!p) {
-            tcpx_link_fail(l, -XFER_ENOMEM, "out of memory for a control frame");
-            return;
-        }
-        l->tx = p;
-        l->tx_cap = cap;
+    if (xfer_grow((void **)&l->tx, &l->tx_cap, need, 1, 64 * XFER_WIRE_HDR_LEN)) {
+        tcpx_link_fail(l, -XFER_ENOMEM, "out of memory for a control frame");
+        return;
     }
     xfer_wire_encode(h, l->tx + l->tx_len);
     l->tx_len += XFER_WIRE_HDR_LEN;

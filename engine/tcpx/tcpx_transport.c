@@ -53,36 +53,12 @@ void tcpx_kick(struct tcpx_transport *tt)
 static int listen_on(struct tcpx_transport *tt, const char *addr)
 {
     const char *p = getenv("XFER_TCPX_PORT");
-    char ports[8];
-    snprintf(ports, sizeof(ports), "%d", p ? atoi(p) : 0);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    int rc = getaddrinfo(addr, ports, &hints, &res);
-    if (rc != 0) {
-        xfer_engine_set_error(tt->engine, "tcpx: listen address %s: %s", addr, gai_strerror(rc));
-        return -XFER_EINVAL;
-    }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    if (fd >= 0)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 64) < 0) {
-        xfer_engine_set_error(tt->engine, "tcpx: cannot listen on %s:%s: %s", addr, ports,
-                              strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(res);
-        return -XFER_EIO;
-    }
-    freeaddrinfo(res);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    tt->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                              : ((struct sockaddr_in *)&ss)->sin_port);
-    tt->listen_fd = fd;
-    return 0;
+    char why[160];
+    int rc = xfer_listen_tcp(addr, (uint16_t)(p ? atoi(p) : 0), 64, false, &tt->listen_fd,
+                             &tt->port, why, sizeof(why));
+    if (rc < 0)
+        xfer_engine_set_error(tt->engine, "tcpx: %s", why);
+    return rc;
 }
 
 struct hs_job {

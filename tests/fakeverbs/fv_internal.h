@@ -237,9 +237,12 @@ bool fv_is_mw_key(uint32_t key);
 int fv_mw_check(struct fv_qp *qp, uint32_t key, uint64_t addr, uint64_t len, int need);
 enum ibv_wc_status fv_mw_bind(struct fv_qp *qp, const struct fv_wr *w);
 enum ibv_wc_status fv_mw_invalidate(struct fv_qp *qp, uint32_t key);
-/* Test faults around binds (fv_mw.c, XFER_FAKEVERBS_MW_FAULT). */
-enum fv_mw_fault { FV_FAULT_NONE, FV_FAULT_POST, FV_FAULT_BIND, FV_FAULT_KILL };
+/* Test faults (fv_mw.c, XFER_FAKEVERBS_MW_FAULT): around binds, and a full
+ * send queue for RDMA READ/WRITE posts. */
+enum fv_mw_fault { FV_FAULT_NONE, FV_FAULT_POST, FV_FAULT_BIND, FV_FAULT_KILL, FV_FAULT_FULL };
 enum fv_mw_fault fv_mw_fault_next(bool post);
+bool fv_fault_sq_full(void);            /* the next READ/WRITE post: refuse it (ENOMEM) */
+unsigned fv_fault_fired(void);          /* faults fired since the list was set */
 void fv_mw_fault_set(const char *spec); /* replaces the list, counts from 0 */
 /* A destroyed QP's type-2 windows are no longer bound. */
 void fv_mw_forget_qp(struct fv_qp *qp);

@@ -25,8 +25,13 @@
  *   kill:N  the N-th bind the NIC runs finds its QP's link lost first (the
  *           QP dies between the ask and the bind): the QP goes to error, the
  *           bind and everything behind it are flushed, the peer's QP fails
- * post counts posts; bind and kill count the binds run. Each firing says so
- * on stderr ("fakeverbs: fault: ..."). */
+ *   full:N  the N-th ibv_post_send of an RDMA READ or WRITE to a working
+ *           QP (RTS) finds the send queue full (ENOMEM), as a NIC whose
+ *           queue holds fewer WRs than it granted, or one that counts a WR
+ *           as several slots
+ * post counts posts of binds; bind and kill count the binds run; full
+ * counts READ/WRITE posts to working QPs. Each firing says so on stderr ("fakeverbs:
+ * fault: ...") and counts in fv_fault_fired(). */
 #include "fv_internal.h"
 
 #include <errno.h>
@@ -48,13 +53,13 @@ static struct {
         enum fv_mw_fault kind;
         unsigned at;
     } v[FAULTS_MAX];
-    unsigned posts, runs;
+    unsigned posts, runs, rdma, fired;
 } faults = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void faults_parse_locked(const char *spec)
 {
     faults.n = 0;
-    faults.posts = faults.runs = 0;
+    faults.posts = faults.runs = faults.rdma = faults.fired = 0;
     faults.read = true;
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", spec ? spec : "");
@@ -67,6 +72,7 @@ static void faults_parse_locked(const char *spec)
                              : !strncmp(t, "post:", 5) ? FV_FAULT_POST
                              : !strncmp(t, "bind:", 5) ? FV_FAULT_BIND
                              : !strncmp(t, "kill:", 5) ? FV_FAULT_KILL
+                             : !strncmp(t, "full:", 5) ? FV_FAULT_FULL
                                                        : FV_FAULT_NONE;
         if (k == FV_FAULT_NONE)
             fprintf(stderr, "fakeverbs: XFER_FAKEVERBS_MW_FAULT: '%s' ignored\n", t);
@@ -82,25 +88,48 @@ void fv_mw_fault_set(const char *spec)
     pthread_mutex_unlock(&faults.lock);
 }
 
-/* The fault for the next bind posted (post) or run (run), FV_FAULT_NONE. */
-enum fv_mw_fault fv_mw_fault_next(bool post)
+/* Counts an event of kind's counter and returns kind when a fault of that
+ * kind is armed for this count, else FV_FAULT_NONE. */
+static enum fv_mw_fault fault_at(unsigned *counter, enum fv_mw_fault kind, enum fv_mw_fault other)
 {
-    static const char *const names[] = {"", "post", "bind", "kill"};
     pthread_mutex_lock(&faults.lock);
     if (!faults.read)
         faults_parse_locked(getenv("XFER_FAKEVERBS_MW_FAULT"));
-    unsigned k = post ? ++faults.posts : ++faults.runs;
+    unsigned k = ++*counter;
     enum fv_mw_fault f = FV_FAULT_NONE;
     for (int i = 0; i < faults.n && f == FV_FAULT_NONE; i++)
-        if (faults.v[i].at == k && (faults.v[i].kind == FV_FAULT_POST) == post)
+        if (faults.v[i].at == k && (faults.v[i].kind == kind || faults.v[i].kind == other))
             f = faults.v[i].kind;
+    faults.fired += f != FV_FAULT_NONE;
     pthread_mutex_unlock(&faults.lock);
+    static const char *const names[] = {"", "post", "bind", "kill", "full"};
     if (f != FV_FAULT_NONE)
-        fprintf(stderr, "fakeverbs: fault: %s:%u (memory window bind %s)\n", names[f], k,
-                f == FV_FAULT_POST   ? "not posted"
-                : f == FV_FAULT_BIND ? "failed"
-                                     : "flushed: its QP lost its link first");
+        fprintf(stderr, "fakeverbs: fault: %s:%u (%s)\n", names[f], k,
+                f == FV_FAULT_POST   ? "memory window bind not posted"
+                : f == FV_FAULT_BIND ? "memory window bind failed"
+                : f == FV_FAULT_KILL ? "memory window bind flushed: its QP lost its link first"
+                                     : "send queue full");
     return f;
+}
+
+/* The fault for the next bind posted (post) or run (run), FV_FAULT_NONE. */
+enum fv_mw_fault fv_mw_fault_next(bool post)
+{
+    return post ? fault_at(&faults.posts, FV_FAULT_POST, FV_FAULT_POST)
+                : fault_at(&faults.runs, FV_FAULT_BIND, FV_FAULT_KILL);
+}
+
+bool fv_fault_sq_full(void)
+{
+    return fault_at(&faults.rdma, FV_FAULT_FULL, FV_FAULT_FULL) == FV_FAULT_FULL;
+}
+
+unsigned fv_fault_fired(void)
+{
+    pthread_mutex_lock(&faults.lock);
+    unsigned n = faults.fired;
+    pthread_mutex_unlock(&faults.lock);
+    return n;
 }
 
 /* ---- windows ------------------------------------------------------------- */

@@ -294,12 +294,16 @@ void fv_free_out(struct fv_out *o)
 /* Moves the QP to ERR: stops its link, waits until no thread touches user
  * memory, then completes every outstanding WR, sent or not — the oldest
  * with `first` (e.g. RETRY_EXC when the peer vanished), the rest with
- * WR_FLUSH_ERR — and
- * flushes posted receives. After this no buffer of a flushed WR is touched. */
+ * WR_FLUSH_ERR — and flushes posted receives. After this no buffer of a
+ * flushed WR is touched. A QP already in error (the application moved it
+ * there, which stops the link and so wakes its reader here too) flushes
+ * everything: the link ending is its doing, not the oldest WR's fault. */
 void fv_qp_to_error(struct fv_qp *qp, enum ibv_wc_status first)
 {
     pthread_mutex_lock(&qp->lock);
     bool was_err = qp->st == IBV_QPS_ERR;
+    if (was_err)
+        first = IBV_WC_WR_FLUSH_ERR;
     set_state_locked(qp, IBV_QPS_ERR, false);
     if (qp->sock >= 0)
         shutdown(qp->sock, SHUT_RDWR);
@@ -403,7 +407,10 @@ static int post_one(struct fv_qp *qp, struct ibv_send_wr *wr)
         pthread_mutex_unlock(&qp->lock);
         return EINVAL;
     }
-    if (qp->sq_posted - __atomic_load_n(&qp->sq_reclaimed, __ATOMIC_ACQUIRE) >= qp->max_send_wr) {
+    if (qp->sq_posted - __atomic_load_n(&qp->sq_reclaimed, __ATOMIC_ACQUIRE) >= qp->max_send_wr ||
+        (qp->st == IBV_QPS_RTS &&
+         (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_READ) &&
+         fv_fault_sq_full())) { /* the second: a test fault (fv_mw.c) */
         pthread_mutex_unlock(&qp->lock);
         return ENOMEM; /* send queue full */
     }

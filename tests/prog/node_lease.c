@@ -397,9 +397,20 @@ static int check(const char *self, const char *node, const char *transports, con
     /* renewal extends: 800 ms lease kept alive for 2.4 s */
     t0 = now_ms();
     CHECK(cmd("grant 2 %s 800 30", C) == 0, "grant 2");
+    int64_t last = now_ms(); /* the last renewal the owner confirmed */
     while (now_ms() - t0 < 2400) {
+        int before = fails;
+        int64_t asked = now_ms();
         CHECK(cmd("renew 2 800") == 0, "renew 2");
+        int64_t confirmed = now_ms();
         read_expect("renewed lease", (uint64_t[]){30}, 1, NULL, 0);
+        if (fails > before) /* an 800 ms lease lapses if this process or the owner stalls */
+            fprintf(stderr,
+                    "renewed lease: renewal asked %lld ms after the last one confirmed, "
+                    "confirmed %lld ms later, read done %lld ms after that\n",
+                    (long long)(asked - last), (long long)(confirmed - asked),
+                    (long long)(now_ms() - confirmed));
+        last = confirmed;
         struct timespec ts = {0, 150 * 1000000};
         nanosleep(&ts, NULL); /* the renewal period under test */
     }

@@ -10,9 +10,12 @@
 #include <cmocka.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "batch.h"
+#include "xfer_grow.h"
 #include "internal.h"
 
 /* ---- fake transport: remembers what was posted ---- */
@@ -259,6 +262,73 @@ static void test_unconnected_peer_fails_fast(void **state)
     xfer_batch_free(b);
 }
 
+/* The one grow helper: doubles from first, keeps the contents, and refuses
+ * a size that overflows without touching the array. */
+static void test_grow_keeps_contents(void **state)
+{
+    (void)state;
+    uint32_t *v = NULL;
+    size_t cap = 0;
+    assert_int_equal(xfer_grow((void **)&v, &cap, 0, sizeof(*v), 16), 0);
+    assert_null(v); /* nothing wanted: nothing allocated */
+    assert_int_equal(xfer_grow((void **)&v, &cap, 5, sizeof(*v), 16), 0);
+    assert_int_equal(cap, 16);
+    for (uint32_t i = 0; i < 16; i++)
+        v[i] = i * 7;
+    assert_int_equal(xfer_grow((void **)&v, &cap, 17, sizeof(*v), 16), 0);
+    assert_int_equal(cap, 32);
+    assert_int_equal(xfer_grow((void **)&v, &cap, 100, sizeof(*v), 16), 0);
+    assert_int_equal(cap, 128);
+    for (uint32_t i = 0; i < 16; i++)
+        assert_int_equal(v[i], i * 7);
+    uint32_t *was = v;
+    assert_int_equal(xfer_grow((void **)&v, &cap, SIZE_MAX / 2, sizeof(*v), 16), -XFER_ENOMEM);
+    assert_int_equal(xfer_grow((void **)&v, &cap, SIZE_MAX, 1, 16), -XFER_ENOMEM);
+    assert_ptr_equal(v, was);
+    assert_int_equal(cap, 128);
+    free(v);
+}
+
+/* Items, segments and names grow past their first capacity (16, 256, 16)
+ * with what was added kept in order. */
+static void test_batch_arrays_grow(void **state)
+{
+    struct fixture *f = *state;
+    xfer_batch *b = xfer_batch_new(f->e, NULL);
+    struct xfer_item it = item(f, XFER_OP_WRITE, 0, 0);
+    for (uint32_t i = 0; i < 120; i++) {
+        struct xfer_seg segs[3];
+        for (uint32_t k = 0; k < 3; k++)
+            segs[k] = (struct xfer_seg){i * 64 + k * 16, i * 100 + k, 8 + k};
+        assert_int_equal(xfer_batch_add_segments(b, &it, segs, 3), (int)(2 * i));
+        struct xfer_item one = item(f, XFER_OP_READ, i, 1);
+        assert_int_equal(xfer_batch_add(b, &one), (int)(2 * i + 1));
+    }
+    assert_int_equal(xfer_batch_count(b), 240);
+    assert_int_equal(b->nsegs, 360);
+    assert_true(b->capsegs >= 360 && b->cap >= 240);
+    for (uint32_t i = 0; i < 120; i++) {
+        const struct batch_item *bi = &b->items[2 * i];
+        assert_int_equal(bi->nseg, 3);
+        for (uint32_t k = 0; k < 3; k++) {
+            const struct xfer_seg *sg = &b->segs[bi->seg0 + k];
+            assert_int_equal(sg->local_off, i * 64 + k * 16);
+            assert_int_equal(sg->remote_off, i * 100 + k);
+            assert_int_equal(sg->len, 8 + k);
+        }
+        assert_int_equal(b->items[2 * i + 1].it.local_off, i);
+    }
+    for (uint32_t j = 0; j < 20; j++) /* RECVs from anyone: a name each */
+        assert_int_equal(xfer_batch_add_recv(b, f->r, j * 8, 8, NULL, j), (int)(240 + j));
+    assert_int_equal(b->nnames, 20);
+    assert_true(b->capnames >= 20);
+    for (uint32_t j = 0; j < 20; j++) {
+        assert_int_equal(b->items[240 + j].name, j + 1);
+        assert_int_equal(b->items[240 + j].tag, j);
+    }
+    xfer_batch_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -270,6 +340,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hold_outlives_free_and_gates_resubmit, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unconnected_peer_fails_fast, setup, teardown),
+        cmocka_unit_test(test_grow_keeps_contents),
+        cmocka_unit_test_setup_teardown(test_batch_arrays_grow, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,8 @@
  * teardown with a batch running, and a descriptor naming another node whose
  * id shares the answering node's first 16 bytes (refused: the connect reply
  * carries the whole id), and notifications racing the re-establishment of
- * the QP that carries them. Everything must end, nothing may leak. */
+ * the QP that carries them, and posts refused by a full send queue.
+ * Everything must end, nothing may leak. */
 #include "rdma/rdma.h"
 #include "xfer.h"
 
@@ -96,6 +97,55 @@ static void test_deep_queue(void **state)
     assert_memory_equal(dst, src, 16 << 20);
     xfer_batch_free(b);
     pair_close(&x);
+    unsetenv("XFER_RDMA_SQ_DEPTH");
+    unsetenv("XFER_RDMA_SIGNAL_EVERY");
+}
+
+/* The stand-in's test faults (tests/fakeverbs/fv_mw.c): full:N refuses the
+ * N-th RDMA READ/WRITE post with ENOMEM, a full send queue. */
+void fv_mw_fault_set(const char *spec);
+unsigned fv_fault_fired(void);
+
+static int faults_off(void **state)
+{
+    (void)state;
+    fv_mw_fault_set(NULL);
+    return 0;
+}
+
+/* Posts refused with a full send queue (ENOMEM) are re-queued, not failed:
+ * with every WR signaled (the queue is mostly waited out on the same QP)
+ * and with one in 64 (unsignaled WRs are out: the QP is re-established and
+ * a drain WR reports them), a WRITE and a READ of 1024 chunks each meet six
+ * refusals and still move every byte. */
+static void test_send_queue_full(void **state)
+{
+    (void)state;
+    static const char *const every[] = {"1", "64"};
+    for (int v = 0; v < 2; v++) {
+        setenv("XFER_RDMA_SQ_DEPTH", "16", 1);
+        setenv("XFER_RDMA_SIGNAL_EVERY", every[v], 1);
+        struct pair x;
+        pair_open(&x, 16 << 20, 16 << 10);
+        uint8_t *src = xfer_region_ptr(x.rb), *dst = xfer_region_ptr(x.ra);
+        for (size_t i = 0; i < (16 << 20); i++)
+            src[i] = (uint8_t)(i * 131 + (i >> 12) + v);
+        for (int op = 0; op < 2; op++) {
+            fv_mw_fault_set("full:1,full:5,full:6,full:100,full:400,full:1000");
+            xfer_batch *b = big_batch(&x, op ? XFER_OP_READ : XFER_OP_WRITE, 4, 4 << 20);
+            assert_int_equal(xfer_batch_submit(b, 20000), 0);
+            int rc = xfer_batch_wait(b, -1);
+            if (rc)
+                fail_msg("signal every %s, %s: %s (%s)", every[v], op ? "READ" : "WRITE",
+                         xfer_strerror(rc), xfer_batch_item_error(b, 0));
+            assert_int_equal(fv_fault_fired(), 6);
+            assert_memory_equal(dst, src, 16 << 20);
+            memset(src, 0, 16 << 20); /* the READ brings it back */
+            xfer_batch_free(b);
+        }
+        fv_mw_fault_set(NULL);
+        pair_close(&x);
+    }
     unsetenv("XFER_RDMA_SQ_DEPTH");
     unsetenv("XFER_RDMA_SIGNAL_EVERY");
 }
@@ -318,6 +368,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deep_queue),
+        cmocka_unit_test_teardown(test_send_queue_full, faults_off),
         cmocka_unit_test(test_cancel_in_flight),
         cmocka_unit_test(test_target_deregisters),
         cmocka_unit_test(test_peer_removed_in_flight),
