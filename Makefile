@@ -149,6 +149,7 @@ demo: deps
 	@B=$(B) bash mk/demo.sh
 
 bench: deps
+	@bash mk/deps.sh bench
 	@$(MAKE) --no-print-directory all
 	@B=$(B) bash bench/run.sh
 

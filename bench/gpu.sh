@@ -9,7 +9,8 @@
 #      one-copy D2D ceiling and one cudaMemcpyAsync per block; host pools
 #      over tcp and ipc as the comparison row; each also over ipc with
 #      XFER_POOL_VECTORED=0 (one item per block run, the path before
-#      vectored items) as the before/after of the same build
+#      vectored items) and with XFER_POOL_BLOCKS=0 (vectored items, the
+#      path before block items) as the before/after of the same build
 # Output to stdout and $XFER_BENCH_GPU_OUT (default $B/bench-gpu.txt).
 # Without a CUDA device every part says so and the run exits 77.
 set -u
@@ -37,6 +38,10 @@ pool() { # pool MEMFLAG: a server with both transports, then a run per transport
     # the path before vectored items (one plain item per block run), same build
     echo "-- ipc, XFER_POOL_VECTORED=0 (one item per block run: the earlier path)"
     XFER_POOL_VECTORED=0 timeout 300 "$B/bench/bench_pool_gpu" run bp-cli-ipc0 bp-srv \
+        --transports ipc $1 || rc=1
+    # over ipc pool requests are block items; the vectored items before them
+    echo "-- ipc, XFER_POOL_BLOCKS=0 (vectored items: the path before block items)"
+    XFER_POOL_BLOCKS=0 timeout 300 "$B/bench/bench_pool_gpu" run bp-cli-ipcv bp-srv \
         --transports ipc $1 || rc=1
     kill $srv
     wait $srv 2>/dev/null

@@ -231,6 +231,8 @@ static void batch_destroy(xfer_batch *b)
     pthread_mutex_destroy(&b->mu);
     free(b->items);
     free(b->segs);
+    free(b->blks);
+    free(b->bwords);
     free(b->names);
     free(b->whys);
     free(b);
@@ -265,6 +267,7 @@ int xfer_batch_reset(xfer_batch *b)
     if (rc == 0) {
         b->n = 0;
         b->nsegs = 0;
+        b->nblks = b->nbwords = 0;
         b->nnames = 0;
         b->state = B_IDLE;
         notes_free(&b->notes);
@@ -291,8 +294,12 @@ void batch_truncate(xfer_batch *b, size_t n)
     pthread_mutex_lock(&b->mu);
     if (b->state != B_RUNNING && n < b->n) {
         for (size_t i = n; i < b->n; i++) { /* segments and names go with their items */
-            if (b->items[i].nseg && b->items[i].seg0 < b->nsegs)
+            if (b->items[i].nseg && !b->items[i].blk && b->items[i].seg0 < b->nsegs)
                 b->nsegs = b->items[i].seg0;
+            if (b->items[i].blk && b->items[i].blk <= b->nblks) {
+                b->nbwords = b->blks[b->items[i].blk - 1].words0;
+                b->nblks = b->items[i].blk - 1;
+            }
             if (b->items[i].name && b->items[i].name <= b->nnames)
                 b->nnames = b->items[i].name - 1;
         }
@@ -328,7 +335,8 @@ int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind)
 /* Appends n checked items of one kind; returns the first index. With segs
  * (n is 1 then), the item is vectored over segs[0..nseg). */
 static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, uint8_t kind,
-                        uint64_t tag, const struct xfer_seg *segs, size_t nseg)
+                        uint64_t tag, const struct xfer_seg *segs, size_t nseg,
+                        const struct xfer_block_list *bl)
 {
     pthread_mutex_lock(&b->mu);
     int rc = 0;
@@ -338,6 +346,8 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
         rc = -XFER_ENOSPC;
     if (rc == 0 && segs)
         rc = xfer_grow((void **)&b->segs, &b->capsegs, b->nsegs + nseg, sizeof(*b->segs), 256);
+    if (rc == 0 && bl)
+        rc = blk_reserve_locked(b, bl, n);
     if (rc == 0 && kind != BK_RMA)
         rc = xfer_grow((void **)&b->names, &b->capnames, b->nnames + n, sizeof(*b->names), 16);
     if (rc == 0)
@@ -365,6 +375,8 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
             b->items[b->n].nseg = (uint32_t)nseg;
             b->nsegs += nseg;
         }
+        if (bl)
+            blk_store_locked(b, &b->items[b->n], bl, n);
         rc = (int)b->n;
         b->n += n;
     }
@@ -392,7 +404,7 @@ int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
         ok_local = it->local;
         ok_peer = it->peer;
     }
-    return append_items(b, items, n, BK_RMA, 0, NULL, 0);
+    return append_items(b, items, n, BK_RMA, 0, NULL, 0, NULL);
 }
 
 int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
@@ -403,13 +415,19 @@ int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
 int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag)
 {
     int rc = batch_item_check(b->engine, it, kind);
-    return rc ? rc : append_items(b, it, 1, kind, tag, NULL, 0);
+    return rc ? rc : append_items(b, it, 1, kind, tag, NULL, 0, NULL);
 }
 
 int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
                       size_t n)
 {
-    return append_items(b, it, 1, BK_RMA, 0, segs, n);
+    return append_items(b, it, 1, BK_RMA, 0, segs, n, NULL);
+}
+
+int batch_append_blocks(xfer_batch *b, const struct xfer_item *items,
+                        const struct xfer_block_list *lists, size_t n)
+{
+    return append_items(b, items, n, BK_RMA, 0, NULL, 0, lists);
 }
 
 size_t xfer_batch_count(const xfer_batch *b)
@@ -702,8 +720,12 @@ void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n)
     size_t m = 0;
     struct caps_memo memo = {0};
     for (size_t k = 0; k < n; k++) {
-        if (!caps_fit(p, ops->caps, &b->items[idx[k]].it, &memo)) {
-            snprintf(why, sizeof(why), "transport %s cannot move this memory kind", ops->name);
+        bool blocks_ok = !b->items[idx[k]].blk || (ops->caps & XFER_CAP_BLOCKS);
+        if (!blocks_ok || !caps_fit(p, ops->caps, &b->items[idx[k]].it, &memo)) {
+            snprintf(why, sizeof(why),
+                     blocks_ok ? "transport %s cannot move this memory kind"
+                               : "transport %s cannot expand block items (add segments instead)",
+                     ops->name);
             xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOTSUP, why);
             continue;
         }

@@ -12,6 +12,17 @@ enum batch_state { B_IDLE, B_RUNNING, B_DONE };
 
 enum batch_kind { BK_RMA = 0, BK_SEND, BK_RECV };
 
+/* A block item's description: ids at b->bwords[ids] (nids local, then nids
+ * remote; shared with the previous block item when equal), stream bases at
+ * b->bwords[bases] (nstreams local, then nstreams remote). words0: the
+ * first word this item added (truncation gives back from there). */
+struct batch_blk {
+    uint64_t len, lstride, rstride;
+    uint64_t rmax; /* the largest remote id */
+    uint32_t nids, nstreams;
+    size_t ids, bases, words0;
+};
+
 #define BATCH_WHY_MAX 96
 
 struct batch_item {
@@ -25,6 +36,7 @@ struct batch_item {
     size_t seg0;
     uint32_t nseg;
     int32_t bad_seg; /* the segment that failed it, -1 = none */
+    uint32_t blk;    /* block items (batch_blocks.c): 1 + index in b->blks, 0 = none */
     /* two-sided (batch_msg.c) */
     uint8_t kind;     /* enum batch_kind */
     bool matched;     /* RECV: a message was assigned to it */
@@ -58,6 +70,10 @@ struct xfer_batch {
     struct batch_notes notes; /* bound notifications (notify_bind.c) */
     struct xfer_seg *segs;    /* segments of the vectored items, in item order */
     size_t nsegs, capsegs;
+    struct batch_blk *blks; /* block items' descriptions, in item order */
+    size_t nblks, capblks;
+    uint64_t *bwords; /* their ids and stream bases */
+    size_t nbwords, capbwords;
     /* Node ids of the SEND/RECV items' peers (the peer of a SEND, the sender
      * of a matched RECV), in item order: copies, valid after the peer is
      * removed (xfer_batch_item_msg). */
@@ -114,6 +130,19 @@ bool batch_segs_remote_ok(xfer_batch *b, size_t i, xfer_peer *p);
 /* batch.c: appends vectored item it with segs[0..n) (checked by the caller,
  * batch_seg.c); it->len is their total. */
 int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
+                      size_t n);
+
+/* batch.c: appends block items items[0..n) (len = each one's total)
+ * described by lists[0..n) (checked by the caller, batch_blocks.c). */
+int batch_append_blocks(xfer_batch *b, const struct xfer_item *items,
+                        const struct xfer_block_list *lists, size_t n);
+/* batch_blocks.c, b->mu held: room for the words and entries of lists
+ * [0..n); stores them as the descriptions of items bi[0..n). */
+int blk_reserve_locked(xfer_batch *b, const struct xfer_block_list *lists, size_t n);
+/* batch_blocks.c: batch_segs_remote_ok for block item i against a remote
+ * region of access and len (per stream on the largest remote id). */
+bool blk_remote_ok(xfer_batch *b, size_t i, unsigned access, uint64_t len);
+void blk_store_locked(xfer_batch *b, struct batch_item *bi, const struct xfer_block_list *lists,
                       size_t n);
 
 /* batch_msg.c, b->mu held: item i ended (the notification fence, FIN of a

@@ -77,7 +77,7 @@ const struct xfer_seg *xfer_batch_item_segs(const xfer_batch *b, size_t i, size_
 {
     const struct batch_item *bi = &b->items[i];
     *n = bi->nseg ? bi->nseg : 1;
-    return bi->nseg ? b->segs + bi->seg0 : NULL;
+    return bi->nseg && !bi->blk ? b->segs + bi->seg0 : NULL;
 }
 
 void xfer_batch_item_seg(const xfer_batch *b, size_t i, size_t k, struct xfer_item *out)
@@ -86,7 +86,13 @@ void xfer_batch_item_seg(const xfer_batch *b, size_t i, size_t k, struct xfer_it
     *out = bi->it;
     if (!bi->nseg)
         return;
+    struct xfer_block_list bl;
+    struct xfer_seg gen;
     const struct xfer_seg *s = &b->segs[bi->seg0 + k];
+    if (xfer_batch_item_blocks(b, i, &bl)) { /* a block item's, computed */
+        gen = xfer_block_list_seg(&bl, k);
+        s = &gen;
+    }
     out->local_off = s->local_off;
     out->remote_off = s->remote_off;
     out->len = s->len;
@@ -104,6 +110,8 @@ bool batch_segs_remote_ok(xfer_batch *b, size_t i, xfer_peer *p)
     if (!bi->nseg || xfer_peer_region_brief(p, bi->it.remote_id, &rd) < 0 ||
         rd.gen != bi->it.remote_gen)
         return true;
+    if (bi->blk) /* no segment array: checked on its largest id */
+        return blk_remote_ok(b, i, rd.access, rd.len);
     if (!(rd.access & (bi->it.op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W))) {
         xfer_batch_chunk_done(b, i, 0, -XFER_EACCES,
                               "the remote region does not allow this operation");

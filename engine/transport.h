@@ -46,6 +46,7 @@ enum xfer_transport_cap {
     XFER_CAP_CUDA_MEM = 1u << 1,  /* can move CUDA device memory */
     XFER_CAP_SAME_HOST = 1u << 2, /* only reaches peers with the same host_id */
     XFER_CAP_NEEDS_REG = 1u << 3, /* regions must be registered with reg_mem */
+    XFER_CAP_BLOCKS = 1u << 4,    /* expands block items itself (xfer_batch_item_blocks) */
 };
 
 enum xfer_conn_state_bits {
@@ -237,6 +238,11 @@ const struct xfer_item *xfer_batch_item(const xfer_batch *b, size_t i);
 const struct xfer_seg *xfer_batch_item_segs(const xfer_batch *b, size_t i, size_t *n);
 /* Item i narrowed to its segment k (a plain item: k = 0, the item). */
 void xfer_batch_item_seg(const xfer_batch *b, size_t i, size_t k, struct xfer_item *out);
+/* Block item i (xfer_batch_add_block_item): its description, pointers into
+ * the batch valid while it runs, and true; false for other items. Its
+ * segments are also what xfer_batch_item_seg gives (one at a time);
+ * xfer_batch_item_segs gives NULL for it. */
+bool xfer_batch_item_blocks(const xfer_batch *b, size_t i, struct xfer_block_list *out);
 /* Ends item i with status (< 0) like xfer_batch_chunk_done, naming its
  * segment k as the one that failed (xfer_batch_item_failed_segment). */
 void xfer_batch_seg_fail(xfer_batch *b, size_t i, size_t k, int status, const char *why);

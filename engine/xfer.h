@@ -369,6 +369,49 @@ struct xfer_seg {
  * error names it), -XFER_EBUSY (batch running), -XFER_ENOMEM. */
 int xfer_batch_add_segments(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
                             size_t n);
+/* A block item is a vectored item whose segments are described, not listed:
+ * nstreams x nids segments of len bytes, segment k = (stream k / nids, id
+ * k % nids) at local_base[stream] + local_ids[id] * local_stride here and
+ * remote_base[stream] + remote_ids[id] * remote_stride there. A KV pool
+ * request (512 block ids over a layer's K and V halves) is then ~8 KiB of
+ * ids instead of 1,024 segments per region pair, and a transport that
+ * knows the form (ipc: XFER_CAP_BLOCKS) checks it on the largest id and
+ * lets the GPU expand it (docs/engine.md, "Block items"). */
+struct xfer_block_list {
+    uint64_t len; /* bytes per segment, > 0 */
+    uint64_t local_stride, remote_stride;
+    const uint64_t *local_ids; /* nids each */
+    const uint64_t *remote_ids;
+    uint32_t nids;
+    const uint64_t *local_base; /* nstreams each */
+    const uint64_t *remote_base;
+    uint32_t nstreams;
+};
+
+/* Appends one block item (it as for xfer_batch_add_segments; the arrays
+ * are copied, equal id lists of consecutive calls stored once). The local
+ * side is checked on each stream's largest id (offsets past 2^64 refused),
+ * the remote side's arithmetic too; its bounds where the item runs. Only
+ * transports with XFER_CAP_BLOCKS take such items (ipc); others fail them
+ * with -XFER_ENOTSUP (use xfer_batch_add_segments there). Returns the
+ * index, -XFER_EINVAL (no ids or streams, len 0, more than XFER_SEGS_MAX
+ * segments, offsets in it), -XFER_ERANGE (the last error names the id),
+ * -XFER_EBUSY, -XFER_ENOMEM. */
+/* The same for items[0..n) with lists[0..n) at once, all or none: lists
+ * sharing an id array by pointer are checked and stored once (a request's
+ * region pairs: one scan of the ids, not one per pair). Returns the first
+ * index. */
+int xfer_batch_add_block_items(xfer_batch *b, const struct xfer_item *items,
+                               const struct xfer_block_list *lists, size_t n);
+int xfer_batch_add_block_item(xfer_batch *b, const struct xfer_item *it,
+                              const struct xfer_block_list *bl);
+/* Segment k of block list bl (k < nstreams * nids). */
+static inline struct xfer_seg xfer_block_list_seg(const struct xfer_block_list *bl, uint64_t k)
+{
+    uint64_t s = k / bl->nids, i = k % bl->nids;
+    return (struct xfer_seg){bl->local_base[s] + bl->local_ids[i] * bl->local_stride,
+                             bl->remote_base[s] + bl->remote_ids[i] * bl->remote_stride, bl->len};
+}
 /* Index of the segment whose failure ended vectored item i, or -1 (plain
  * item, no failure, or a failure of the whole item: deadline, cancel, a
  * lost connection). */

@@ -164,6 +164,36 @@ struct kv_walk {
     }
 };
 
+/* Pieces of block runs in bytes [pos, hi) of their concatenation; run r
+ * holds pos. Segment k of a run (from its s0 on) lies at base[k / nids] +
+ * ids[k % nids] * stride on each side: the expansion the CPU used to do
+ * per segment (32,768 descriptors for one KV pool request), here per
+ * piece, two divisions each. */
+struct block_walk {
+    const kbrun *runs;
+    const uint64_t *start;
+    uint32_t r;
+    uint64_t pos, hi;
+    __device__ bool next(kpiece &p)
+    {
+        if (pos >= hi)
+            return false;
+        while (start[r + 1] <= pos)
+            r++;
+        const kbrun &R = runs[r];
+        uint64_t rel = pos - start[r], q = rel / R.len, off = rel - q * R.len;
+        uint64_t k = R.s0 + q, st = k / R.nids, i = k - st * R.nids;
+        char *a = R.a + R.a_base[st] + R.a_ids[i] * R.a_stride + off;
+        char *b = R.b + R.b_base[st] + R.b_ids[i] * R.b_stride + off;
+        uint64_t take = min(R.len - off, hi - pos);
+        p.dst = R.a_is_dst ? a : b;
+        p.src = R.a_is_dst ? b : a;
+        p.len = (uint32_t)take;
+        pos += take;
+        return true;
+    }
+};
+
 /* Default variants (chosen by measurement, docs/kernels.md): KAUTO for any
  * batch, KAUTO_ALIGNED when every piece has src == dst modulo 16 (the bulk
  * engine, 64 threads: 1-3 % ahead of vec4 on one H200, equal across GPUs). */
@@ -233,6 +263,28 @@ __global__ void __launch_bounds__(512, KMINBLOCKS(V))
     w.hi = min(w.pos + chunk, total);
     w.q = w.pos / block_bytes;
     w.off = w.pos - w.q * block_bytes;
+    run_block<V>(w);
+}
+
+/* Block b copies bytes [b*chunk, (b+1)*chunk) of the runs' concatenation. */
+template <int V>
+__global__ void __launch_bounds__(512, KMINBLOCKS(V))
+    block_runs_kernel(const kbrun *__restrict__ runs, const uint64_t *__restrict__ start,
+                      uint32_t nr, uint64_t total, uint64_t chunk)
+{
+    block_walk w;
+    w.runs = runs, w.start = start;
+    w.pos = (uint64_t)blockIdx.x * chunk;
+    w.hi = min(w.pos + chunk, total);
+    uint32_t lo = 0, hi = nr; /* the last run starting at or before pos */
+    while (hi - lo > 1) {
+        uint32_t mid = (lo + hi) / 2;
+        if (start[mid] <= w.pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    w.r = lo;
     run_block<V>(w);
 }
 
@@ -400,6 +452,42 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
     return cudaGetLastError();
 }
 
+static int blk_smem_set[64];
+
+cudaError_t klaunch_block_runs(const struct kbrun *runs, const uint64_t *start, uint32_t nr,
+                               uint64_t total, struct kgrid g, cudaStream_t st)
+{
+    unsigned blocks = kgrid_blocks(total, g);
+    if (!total)
+        return cudaSuccess;
+    if ((total + g.chunk - 1) / g.chunk > 0x7fffffffu)
+        return cudaErrorInvalidValue;
+    switch (g.variant) {
+    case KV_VEC4:
+        KLAUNCH(block_runs_kernel, KV_VEC4, g, blocks, st, runs, start, nr, total, g.chunk);
+        break;
+    case KV_VEC8:
+        KLAUNCH(block_runs_kernel, KV_VEC8, g, blocks, st, runs, start, nr, total, g.chunk);
+        break;
+    case KV_VEC4S:
+        KLAUNCH(block_runs_kernel, KV_VEC4S, g, blocks, st, runs, start, nr, total, g.chunk);
+        break;
+    case KV_VEC8S:
+        KLAUNCH(block_runs_kernel, KV_VEC8S, g, blocks, st, runs, start, nr, total, g.chunk);
+        break;
+    case KV_BULK: {
+        cudaError_t e = bulk_smem(block_runs_kernel<KV_BULK>, blk_smem_set);
+        if (e != cudaSuccess)
+            return e;
+        KLAUNCH(block_runs_kernel, KV_BULK, g, blocks, st, runs, start, nr, total, g.chunk);
+        break;
+    }
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
 /* Loading a kernel: asking for its attributes makes CUDA load it. */
 template <class K> static cudaError_t kfunc_load(K *kernel)
 {
@@ -425,6 +513,11 @@ extern "C" int xfer_kernels_preload(int device)
         [] { return kfunc_load(kv_kernel<KV_VEC4S>); },
         [] { return kfunc_load(kv_kernel<KV_VEC8S>); },
         [] { return kfunc_load(kv_kernel<KV_BULK>); },
+        [] { return kfunc_load(block_runs_kernel<KV_VEC4>); },
+        [] { return kfunc_load(block_runs_kernel<KV_VEC8>); },
+        [] { return kfunc_load(block_runs_kernel<KV_VEC4S>); },
+        [] { return kfunc_load(block_runs_kernel<KV_VEC8S>); },
+        [] { return kfunc_load(block_runs_kernel<KV_BULK>); },
         kunpack_preload, /* tcpx's receive unpack (kunpack.cu) */
     };
     for (size_t i = 0; e == cudaSuccess && i < sizeof(loads) / sizeof(loads[0]); i++)
@@ -436,6 +529,8 @@ extern "C" int xfer_kernels_preload(int device)
         e = bulk_smem(batched_copy_kernel<KV_BULK>, copy_smem_set);
     if (e == cudaSuccess && major >= 9)
         e = bulk_smem(kv_kernel<KV_BULK>, kv_smem_set);
+    if (e == cudaSuccess && major >= 9)
+        e = bulk_smem(block_runs_kernel<KV_BULK>, blk_smem_set);
     if (e != cudaSuccess)
         (void)cudaGetLastError();
     if (saved >= 0)

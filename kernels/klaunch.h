@@ -32,6 +32,21 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
                        uint32_t layers, uint64_t block_bytes, uint64_t block_stride, char *buf,
                        int scatter, struct kgrid g, cudaStream_t st);
 
+/* A block run as the kernel reads it (kstage.cu stages it): device
+ * pointers to its stream bases and ids, and its first segment. */
+struct kbrun {
+    char *a, *b;
+    const uint64_t *a_base, *b_base, *a_ids, *b_ids;
+    uint64_t a_stride, b_stride, len;
+    uint64_t s0, nids, a_is_dst;
+};
+
+/* runs: nr block runs; start: nr + 1 prefix sums of their bytes (start[nr]
+ * == total); both in device memory. Each thread block finds its run by a
+ * binary search and computes every address from the ids. */
+cudaError_t klaunch_block_runs(const struct kbrun *runs, const uint64_t *start, uint32_t nr,
+                               uint64_t total, struct kgrid g, cudaStream_t st);
+
 /* Whether kernels on GPU dev (the current device) can read memory of GPU
  * peer: the same GPU, or a peer whose access from dev is enabled (here, on
  * the first ask). *on / *bad cache the answer per peer (bit peer) so the

@@ -103,3 +103,43 @@ int xfer_kref_kv_scatter(const struct xfer_kv_layout *lay, const uint64_t *ids, 
 {
     return kref_kv(lay, ids, n_ids, (char *)buf, 1);
 }
+
+int xfer_block_runs_check(const struct xfer_block_run *r, size_t nr, uint64_t *total, size_t *bad)
+{
+    uint64_t sum = 0;
+    for (size_t x = 0; x < nr; x++) {
+        const struct xfer_block_run *q = &r[x];
+        uint64_t n = (uint64_t)q->s1 - q->s0;
+        *bad = x;
+        if (!q->a || !q->b || !q->a_base || !q->b_base || !q->a_ids || !q->b_ids || !q->len ||
+            !q->nids || q->s0 >= q->s1 || q->s1 > (uint64_t)q->nstreams * q->nids ||
+            q->len > (UINT64_MAX - sum) / n)
+            return -XFER_EINVAL;
+        sum += n * q->len;
+    }
+    *total = sum;
+    return 0;
+}
+
+/* Address of segment k's bytes on one side. */
+static char *blk_addr(char *base, const uint64_t *sb, const uint64_t *ids, uint64_t stride,
+                      uint32_t nids, uint64_t k)
+{
+    return base + sb[k / nids] + ids[k % nids] * stride;
+}
+
+int xfer_kref_block_runs(const struct xfer_block_run *r, size_t nr)
+{
+    uint64_t total;
+    size_t bad;
+    int rc = xfer_block_runs_check(r, nr, &total, &bad);
+    for (size_t x = 0; rc == 0 && x < nr; x++) {
+        const struct xfer_block_run *q = &r[x];
+        for (uint64_t k = q->s0; k < q->s1; k++) {
+            char *a = blk_addr(q->a, q->a_base, q->a_ids, q->a_stride, q->nids, k);
+            char *b = blk_addr(q->b, q->b_base, q->b_ids, q->b_stride, q->nids, k);
+            memcpy(q->a_is_dst ? a : b, q->a_is_dst ? b : a, q->len);
+        }
+    }
+    return rc;
+}

@@ -393,6 +393,90 @@ extern "C" int xfer_kernels_batched_copy_runs(struct xfer_kstage *s, const struc
     return copy_launch(s, sl, n, total, g, stream);
 }
 
+/* Words of staging run x's arrays need: its stream bases, and its id
+ * arrays unless the run before shares them by pointer (the runs of one
+ * request do: the engine stores a request's ids once). */
+static size_t brun_words(const struct xfer_block_run *r, size_t x)
+{
+    size_t w = 2 * (size_t)r[x].nstreams;
+    bool same = x > 0 && r[x - 1].nids == r[x].nids;
+    w += same && r[x - 1].a_ids == r[x].a_ids ? 0 : r[x].nids;
+    w += same && r[x - 1].b_ids == r[x].b_ids ? 0 : r[x].nids;
+    return w;
+}
+
+/* Fills the slot: nr device runs, nr + 1 byte prefix sums, then the
+ * arrays; *mis: OR of a ^ b of every stream's start (the 16-byte test;
+ * strides not multiples of 16 count as misaligned). */
+static void brun_fill(const struct xfer_block_run *r, size_t nr, struct kslot *sl, uint64_t *mis)
+{
+    struct kbrun *run = (struct kbrun *)sl->host;
+    uint64_t *start = (uint64_t *)(run + nr), *w = start + nr + 1;
+    const uint64_t *dw = (const uint64_t *)((char *)sl->dev + ((char *)w - (char *)sl->host));
+    uint64_t acc = 0, m = 0;
+    size_t at = 0, a_ids = 0, b_ids = 0;
+    for (size_t x = 0; x < nr; x++) {
+        const struct xfer_block_run *q = &r[x];
+        bool same = x > 0 && r[x - 1].nids == q->nids;
+        if (!(same && r[x - 1].a_ids == q->a_ids)) {
+            memcpy(w + at, q->a_ids, q->nids * sizeof(*w));
+            a_ids = at;
+            at += q->nids;
+        }
+        if (!(same && r[x - 1].b_ids == q->b_ids)) {
+            memcpy(w + at, q->b_ids, q->nids * sizeof(*w));
+            b_ids = at;
+            at += q->nids;
+        }
+        memcpy(w + at, q->a_base, q->nstreams * sizeof(*w));
+        memcpy(w + at + q->nstreams, q->b_base, q->nstreams * sizeof(*w));
+        for (uint32_t k = 0; k < q->nstreams; k++)
+            m |= ((uintptr_t)q->a + q->a_base[k]) ^ ((uintptr_t)q->b + q->b_base[k]);
+        m |= (q->a_stride | q->b_stride) & 15;
+        run[x] = (struct kbrun){q->a,       q->b,       dw + at,     dw + at + q->nstreams,
+                                dw + a_ids, dw + b_ids, q->a_stride, q->b_stride,
+                                q->len,     q->s0,      q->nids,     (uint64_t)q->a_is_dst};
+        at += 2 * (size_t)q->nstreams;
+        start[x] = acc;
+        acc += (uint64_t)(q->s1 - q->s0) * q->len;
+    }
+    start[nr] = acc;
+    *mis = m;
+}
+
+extern "C" int xfer_kernels_block_runs(struct xfer_kstage *s, const struct xfer_block_run *r,
+                                       size_t nr, void *stream)
+{
+    if (!s)
+        return no_stage();
+    uint64_t total = 0, mis = 0;
+    size_t bad = 0;
+    if ((nr && !r) || nr >= UINT32_MAX)
+        return stage_failx(s, -XFER_EINVAL, "bad block run array");
+    int rc = xfer_block_runs_check(r, nr, &total, &bad);
+    if (rc)
+        return stage_failx(s, rc, "block run %zu: NULL array, no length or bad segment range", bad);
+    if (!total)
+        return 0;
+    device_scope ds(s->device);
+    if (!ds.ok)
+        return stage_failx(s, -XFER_ENODEV, "cannot select device %d", s->device);
+    size_t words = 0;
+    for (size_t x = 0; x < nr; x++)
+        words += brun_words(r, x);
+    size_t bytes = nr * sizeof(struct kbrun) + (nr + 1 + words) * sizeof(uint64_t);
+    struct kslot *sl;
+    if ((rc = slot_get(s, bytes, &sl)))
+        return rc;
+    brun_fill(r, nr, sl, &mis);
+    struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, (mis & 15) == 0);
+    const struct kbrun *druns = (const struct kbrun *)sl->dev;
+    const uint64_t *dstart = (const uint64_t *)(druns + nr);
+    cudaStream_t st = (cudaStream_t)stream;
+    return stage_run(s, sl, bytes, st,
+                     [&] { return klaunch_block_runs(druns, dstart, (uint32_t)nr, total, g, st); });
+}
+
 static int kv_run(struct xfer_kstage *s, const struct xfer_kv_layout *lay, const uint64_t *ids,
                   size_t n_ids, char *buf, int scatter, void *stream)
 {

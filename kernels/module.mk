@@ -6,6 +6,7 @@ else
 LIB_SRCS += kernels/nocuda.c
 endif
 TEST_PROGS += test_kernels:tests/gpu/test_kernels.c
+TEST_PROGS += test_kblocks:tests/gpu/test_kblocks.c
 BENCH_PROGS += bench_kernels:bench/bench_kernels.c
 TEST_PROGS += test_gpu_stage:tests/gpu/test_gpu_stage.c
 # TCPX receive unpack (docs/tcpx.md): CPU reference and checks always, the

@@ -96,6 +96,13 @@ int xfer_kbatch_start_runs(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
     return -XFER_ENODEV;
 }
 
+int xfer_kbatch_start_blocks(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                             const struct xfer_block_run *r, size_t nr)
+{
+    (void)b, (void)exec, (void)peer_mask, (void)r, (void)nr;
+    return -XFER_ENODEV;
+}
+
 int xfer_kbatch_poll(struct xfer_kbatch *b, int ticket)
 {
     (void)b, (void)ticket;
@@ -112,4 +119,11 @@ const char *xfer_kbatch_last_error(const struct xfer_kbatch *b)
 {
     (void)b;
     return "built without CUDA";
+}
+
+int xfer_kernels_block_runs(struct xfer_kstage *s, const struct xfer_block_run *r, size_t nr,
+                            void *stream)
+{
+    (void)s, (void)r, (void)nr, (void)stream;
+    return -XFER_ENODEV;
 }

@@ -126,6 +126,34 @@ uint64_t xfer_copy_runs_fill(const struct xfer_copy_run *r, size_t nr, struct xf
 int xfer_kernels_batched_copy_runs(struct xfer_kstage *s, const struct xfer_copy_run *r, size_t nr,
                                    uint64_t total, void *stream);
 
+/* Block lists as copies, the addressing done on the GPU from block ids
+ * (the engine's block items, engine/xfer.h struct xfer_block_list):
+ * segment k of nstreams x nids (stream k / nids, id k % nids) is len bytes
+ * between a + a_base[stream] + a_ids[id] * a_stride and b + b_base[stream]
+ * + b_ids[id] * b_stride, into a when a_is_dst, else into b; a run copies
+ * its segments [s0, s1). The arrays are read before a call returns (runs
+ * sharing an id array by pointer upload it once): a KV pool request of
+ * 512 blocks x 64 streams is ~10 KiB of staging instead of 786 KiB of
+ * descriptors written by the CPU. */
+struct xfer_block_run {
+    char *a, *b;
+    const uint64_t *a_base, *b_base; /* nstreams each */
+    const uint64_t *a_ids, *b_ids;   /* nids each */
+    uint64_t a_stride, b_stride, len;
+    uint32_t nstreams, nids;
+    uint32_t s0, s1;
+    int a_is_dst;
+};
+/* Checks runs r[0..nr) (no NULL arrays, len > 0, s0 < s1 <= nstreams *
+ * nids, no byte total past 2^64; the addresses are the caller's): 0 and
+ * *total, or -XFER_EINVAL with the bad run in *bad. No CUDA. */
+int xfer_block_runs_check(const struct xfer_block_run *r, size_t nr, uint64_t *total, size_t *bad);
+/* One launch of every segment of runs r[0..nr) on `stream`. */
+int xfer_kernels_block_runs(struct xfer_kstage *s, const struct xfer_block_run *r, size_t nr,
+                            void *stream);
+/* CPU reference (host memory): the same copies with memcpy. */
+int xfer_kref_block_runs(const struct xfer_block_run *r, size_t nr);
+
 /* Copies layout's blocks ids[0..n_ids) of every layer into buf (gather) or
  * buf into them (scatter), in one launch. ids are read before the call
  * returns. -XFER_ERANGE if an id >= num_blocks, -XFER_EINVAL for a bad
@@ -167,6 +195,9 @@ int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
 /* The same for segment runs (xfer_kernels_batched_copy_runs). */
 int xfer_kbatch_start_runs(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
                            const struct xfer_copy_run *r, size_t nr, uint64_t total);
+/* The same for block runs (xfer_kernels_block_runs). */
+int xfer_kbatch_start_blocks(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                             const struct xfer_block_run *r, size_t nr);
 /* 0 when the ticket's copies are done (the ticket is then freed),
  * -XFER_EINPROGRESS while running, else the CUDA error (ticket freed). */
 int xfer_kbatch_poll(struct xfer_kbatch *b, int ticket);

@@ -5,6 +5,8 @@
 #   mk/deps.sh deploy   plus the deployment tests' packages: a container
 #                       engine, a base-image builder, an ELF editor (make
 #                       deps-deploy); kept apart so plain `make test` stays light
+#   mk/deps.sh bench    plus the peers `make bench` measures beside xfer and its
+#                       plotter: ucx_perftest (ucx-utils), gnuplot (make bench)
 set -eu
 pkgs=(build-essential pkg-config libhiredis-dev libevent-dev libprotobuf-c-dev
       protobuf-c-compiler libssl-dev libcmocka-dev libibverbs-dev librdmacm-dev
@@ -14,6 +16,9 @@ what=deps
 if [[ ${1:-} == deploy ]]; then
     what=deps-deploy
     pkgs+=(podman podman-compose runc debootstrap patchelf uidmap netavark aardvark-dns iptables)
+elif [[ ${1:-} == bench ]]; then
+    what=bench
+    pkgs+=(ucx-utils gnuplot-nox)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

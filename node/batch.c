@@ -55,6 +55,7 @@ int xfer_node_batch_reset(xfer_node_batch *b)
     b->retry_idx = NULL;
     b->nitems = 0;
     b->nsegs = 0;
+    b->nblks = b->nbw = 0;
     b->submitted = b->retried = false;
     b->first_other = 0;
     return 0;
@@ -75,6 +76,9 @@ void xfer_node_batch_free(xfer_node_batch *b)
     free(b->seg0);
     free(b->nseg);
     free(b->segs);
+    free(b->blk);
+    free(b->blks);
+    free(b->bw);
     free(b->retry_idx);
     free(b->refs);
     free(b);
@@ -121,13 +125,14 @@ int nb_ref(xfer_node_batch *b, const char *node, const char *region)
 
 int nb_reserve(xfer_node_batch *b, size_t more, size_t more_segs)
 {
-    /* The four per-item arrays share capitems: each grows from it alike, and
-     * it moves only when all four did (a partial failure regrows next time). */
-    size_t want = b->nitems + more, c1 = b->capitems, c2 = c1, c3 = c1, c4 = c1;
+    /* The five per-item arrays share capitems: each grows from it alike, and
+     * it moves only when all five did (a partial failure regrows next time). */
+    size_t want = b->nitems + more, c1 = b->capitems, c2 = c1, c3 = c1, c4 = c1, c5 = c1;
     if (xfer_grow((void **)&b->items, &c1, want, sizeof(*b->items), 64) ||
         xfer_grow((void **)&b->item_ref, &c2, want, sizeof(*b->item_ref), 64) ||
         xfer_grow((void **)&b->seg0, &c3, want, sizeof(*b->seg0), 64) ||
-        xfer_grow((void **)&b->nseg, &c4, want, sizeof(*b->nseg), 64))
+        xfer_grow((void **)&b->nseg, &c4, want, sizeof(*b->nseg), 64) ||
+        xfer_grow((void **)&b->blk, &c5, want, sizeof(*b->blk), 64))
         return node_err(-XFER_ENOMEM, "out of memory for %zu items", want);
     b->capitems = c1;
     if (xfer_grow((void **)&b->segs, &b->capsegs, b->nsegs + more_segs, sizeof(*b->segs), 64))
@@ -139,11 +144,15 @@ int nb_engine_add(const xfer_node_batch *b, xfer_batch *eb, size_t first, size_t
 {
     for (size_t i = first, j; i < end; i = j) {
         int rc;
-        if (b->nseg[i]) {
+        if (b->blk[i]) { /* a request's block items: one engine call */
+            for (j = i + 1; j < end && b->blk[j]; j++)
+                ;
+            rc = nb_blocks_add(b, eb, i, j);
+        } else if (b->nseg[i]) {
             j = i + 1;
-            rc = xfer_batch_add_segments(eb, &b->items[i], b->segs + b->seg0[i], b->nseg[i]);
+            rc = nb_item_add(b, eb, i, &b->items[i]);
         } else {
-            for (j = i + 1; j < end && !b->nseg[j]; j++)
+            for (j = i + 1; j < end && !b->nseg[j] && !b->blk[j]; j++)
                 ;
             rc = xfer_batch_add_many(eb, b->items + i, j - i);
         }
@@ -161,6 +170,10 @@ int nb_commit(xfer_node_batch *b, size_t first)
     if (rc < 0) {
         if (first < b->nitems && b->nseg[first])
             b->nsegs = b->seg0[first];
+        if (first < b->nitems && b->blk[first]) { /* the block list's words go too */
+            b->nbw = b->blks[b->blk[first] - 1].ids;
+            b->nblks = b->blk[first] - 1;
+        }
         b->nitems = first;
         xfer_batch_truncate(b->eb, had); /* the items this call did append */
         return node_err(rc, "%s", xfer_engine_last_error(b->n->eng));
@@ -220,6 +233,7 @@ int xfer_node_batch_add(xfer_node_batch *b, enum xfer_op op, xfer_region *local,
         return rc;
     size_t i = b->nitems++;
     b->nseg[i] = 0;
+    b->blk[i] = 0;
     b->items[i] = (struct xfer_item){.op = op,
                                      .local = local,
                                      .local_off = local_off,
@@ -387,8 +401,7 @@ static void retry(xfer_node_batch *b)
         it.peer = r->ref.peer;
         it.remote_id = r->ref.rd.id;
         it.remote_gen = r->ref.rd.gen;
-        if ((b->nseg[i] ? xfer_batch_add_segments(b->eb2, &it, b->segs + b->seg0[i], b->nseg[i])
-                        : xfer_batch_add(b->eb2, &it)) < 0)
+        if (nb_item_add(b, b->eb2, i, &it) < 0)
             goto drop;
     }
     xfer_info("batch: retrying %zu items after a restarted peer or re-registered region", nre);
@@ -481,7 +494,7 @@ size_t xfer_node_batch_item_segments(const xfer_node_batch *b, size_t i)
 {
     if (!b || i >= b->nitems)
         return 0;
-    return b->nseg[i] ? b->nseg[i] : 1;
+    return nb_item_runs(b, i);
 }
 
 unsigned xfer_node_batch_item_transport(const xfer_node_batch *b, size_t i)

@@ -28,6 +28,17 @@ struct nb_span { /* items [first, end) came from one pool block list */
     uint32_t *ids; /* remote member region ids, in layout order */
 };
 
+/* A block item's description (pool block lists over ipc, pool_blocks.c):
+ * ids at bw[ids] (nids local, then nids remote; shared by the items of one
+ * add_blocks call), stream bases at bw[bases] (nstreams local, then remote). */
+struct nb_blk {
+    uint64_t len, lstride, rstride;
+    uint32_t nids, nstreams;
+    uint32_t runs; /* block runs of the list (consecutive on both sides, memory
+                    * contiguous): what xfer_node_batch_item_segments counts */
+    size_t ids, bases;
+};
+
 struct xfer_node_batch {
     xfer_node *n;
     unsigned require;
@@ -41,6 +52,11 @@ struct xfer_node_batch {
     uint32_t *nseg;
     struct xfer_seg *segs;
     size_t nsegs, capsegs;
+    uint32_t *blk; /* block items: 1 + index in blks, 0 = none (nseg is 0) */
+    struct nb_blk *blks;
+    size_t nblks, capblks;
+    uint64_t *bw;
+    size_t nbw, capbw;
     int32_t *retry_idx; /* item -> index in eb2, -1 = not retried */
     size_t nitems, capitems;
     struct nb_ref *refs;
@@ -64,6 +80,26 @@ int nb_commit(xfer_node_batch *b, size_t first);
 /* Adds items [first, end) of b to engine batch eb, plain runs at once and
  * each vectored item with its segments; the first failure's code. */
 int nb_engine_add(const xfer_node_batch *b, xfer_batch *eb, size_t first, size_t end);
+
+/* pool_blocks.c: item i's block list (pointers into b, valid until it
+ * changes) and true, or false for other items; its segment count; its
+ * segment k (vectored or block item); appends item i to eb (any kind). */
+bool nb_item_blocks(const xfer_node_batch *b, size_t i, struct xfer_block_list *out);
+size_t nb_item_nseg(const xfer_node_batch *b, size_t i);
+/* Block runs item i moves (xfer_node_batch_item_segments): its segments,
+ * or for a block item the runs of its list times its streams. */
+size_t nb_item_runs(const xfer_node_batch *b, size_t i);
+struct xfer_seg nb_item_seg(const xfer_node_batch *b, size_t i, size_t k);
+int nb_item_add(const xfer_node_batch *b, xfer_batch *eb, size_t i, const struct xfer_item *it);
+/* Appends the block items [i, end) of b to eb in one call (their shared
+ * id list checked once). */
+int nb_blocks_add(const xfer_node_batch *b, xfer_batch *eb, size_t i, size_t end);
+/* pool_blocks.c: true when the pool request to rp's peer goes as block
+ * items (its connection can expand them: ipc; XFER_POOL_BLOCKS=0 turns it
+ * off); emits them for plan pl (room reserved there). */
+struct plan;
+bool nb_blocks_wanted(const xfer_node_batch *b, xfer_peer *peer, size_t nb, uint64_t segs);
+int nb_emit_blocks(xfer_node_batch *b, const struct plan *pl);
 
 /* pool_xfer.c: forgets the spans; the reason a failed pool item failed,
  * naming its remote blocks (those of segment seg of a vectored item, when

@@ -11,6 +11,7 @@
  */
 #include "node_batch.h"
 #include "node_pool.h"
+#include "pool_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,15 +134,20 @@ static int rpool_get(xfer_node *n, const char *node, const char *name, struct rp
     return 0;
 }
 
-struct plan {
-    enum xfer_op op;
-    const xfer_kv_pool *lp;
-    const struct rpool *rp;
-    const uint64_t *lb, *rb;
-    size_t nb;
-    uint32_t l0, nl;
-    uint32_t ref;
-};
+const struct xfer_region_desc *plan_remote_member(const struct plan *pl, uint32_t region)
+{
+    return &pl->rp->rd[region];
+}
+
+xfer_peer *plan_remote_peer(const struct plan *pl)
+{
+    return pl->rp->ref.peer;
+}
+
+const struct xfer_kv_geom *plan_remote_geom(const struct plan *pl)
+{
+    return &pl->rp->geom;
+}
 
 static int check_blocks(const struct plan *pl)
 {
@@ -193,6 +199,7 @@ static void emit_stream(xfer_node_batch *b, const struct plan *pl, xfer_region *
             b->item_ref[k] = pl->ref;
             b->seg0[k] = b->nsegs;
             b->nseg[k] = 0;
+            b->blk[k] = 0;
             b->items[k] = (struct xfer_item){.op = pl->op,
                                              .local = local,
                                              .peer = pl->rp->ref.peer,
@@ -233,27 +240,34 @@ static void unvector(xfer_node_batch *b, size_t first, size_t first_seg)
             b->item_ref[dst] = b->item_ref[i];
             b->items[dst] = it;
             b->nseg[dst] = 0;
+            b->blk[dst] = 0;
         }
     b->nitems = n;
     b->nsegs = first_seg;
+}
+
+void plan_streams(const struct plan *pl, struct plan_streams *ps)
+{
+    const struct xfer_kv_geom *lg = &pl->lp->geom, *rg = &pl->rp->geom;
+    bool both_bm = lg->layout == XFER_KV_BLOCK_MAJOR && rg->layout == XFER_KV_BLOCK_MAJOR;
+    bool halves = kv_halves_adjacent(lg) && kv_halves_adjacent(rg);
+    ps->halves = halves ? 1 : lg->kv;
+    ps->layers = both_bm ? 1 : pl->nl;
+    ps->seg = (halves ? lg->kv : 1) * lg->block_bytes * (both_bm ? pl->nl : 1);
 }
 
 /* Streams: per layer and half, or per layer (halves adjacent on both
  * sides), or one for the whole layer range (both block-major). */
 static void emit_all(xfer_node_batch *b, const struct plan *pl, size_t first)
 {
-    const struct xfer_kv_geom *lg = &pl->lp->geom, *rg = &pl->rp->geom;
-    uint64_t B = lg->block_bytes;
-    bool both_bm = lg->layout == XFER_KV_BLOCK_MAJOR && rg->layout == XFER_KV_BLOCK_MAJOR;
-    bool halves = kv_halves_adjacent(lg) && kv_halves_adjacent(rg);
-    uint32_t nh = halves ? 1 : lg->kv, layers = both_bm ? 1 : pl->nl;
-    uint64_t seg = (halves ? lg->kv : 1) * B * (both_bm ? pl->nl : 1);
-    for (uint32_t l = pl->l0; l < pl->l0 + layers; l++)
-        for (uint32_t h = 0; h < nh; h++) {
+    struct plan_streams ps;
+    plan_streams(pl, &ps);
+    for (uint32_t l = pl->l0; l < pl->l0 + ps.layers; l++)
+        for (uint32_t h = 0; h < ps.halves; h++) {
             struct kv_stream ls, rs;
-            kv_stream_of(lg, l, h, &ls);
-            kv_stream_of(rg, l, h, &rs);
-            emit_stream(b, pl, pl->lp->regions[ls.region], &pl->rp->rd[rs.region], &ls, &rs, seg,
+            kv_stream_of(&pl->lp->geom, l, h, &ls);
+            kv_stream_of(&pl->rp->geom, l, h, &rs);
+            emit_stream(b, pl, pl->lp->regions[ls.region], &pl->rp->rd[rs.region], &ls, &rs, ps.seg,
                         first);
         }
 }
@@ -310,16 +324,18 @@ const char *nb_pool_item_why(const xfer_node_batch *b, size_t i, int st, int64_t
     size_t reg = 0;
     while (reg < sp->nregions && sp->ids[reg] != it->remote_id)
         reg++;
-    if (reg == sp->nregions || !b->nseg[i])
+    size_t nseg = nb_item_nseg(b, i);
+    if (reg == sp->nregions || (!b->nseg[i] && !b->blk[i]))
         return NULL;
     /* the segment that failed the item, else the item's first (its layer) */
-    const struct xfer_seg *sg = &b->segs[b->seg0[i] + (seg >= 0 && seg < b->nseg[i] ? seg : 0)];
+    struct xfer_seg sgv = nb_item_seg(b, i, seg >= 0 && (size_t)seg < nseg ? (size_t)seg : 0);
+    const struct xfer_seg *sg = &sgv;
     struct kv_loc loc;
     kv_locate(&sp->geom, reg, sg->remote_off, &loc);
     uint64_t n = (sg->len + loc.stride - 1) / loc.stride;
     char blocks[48], half[8] = "";
     if (seg < 0)
-        snprintf(blocks, sizeof(blocks), "%u block runs", b->nseg[i]);
+        snprintf(blocks, sizeof(blocks), "%zu block runs", nseg);
     else if (n > 1)
         snprintf(blocks, sizeof(blocks), "blocks %llu-%llu", (unsigned long long)loc.block,
                  (unsigned long long)(loc.block + n - 1));
@@ -381,15 +397,22 @@ int xfer_node_batch_add_blocks(xfer_node_batch *b, enum xfer_op op, xfer_kv_pool
     uint32_t halves =
         kv_halves_adjacent(&p->geom) && kv_halves_adjacent(&rp->geom) ? 1 : p->geom.kv;
     size_t first = b->nitems, first_seg = b->nsegs, segs = (size_t)nlayers * halves * nb;
+    size_t first_blk = b->nblks, first_bw = b->nbw;
+    bool blocks = !vectored_off() && nb_blocks_wanted(b, rp->ref.peer, nb, segs);
     size_t want = vectored_off() ? segs : segs / XFER_SEGS_MAX + nlayers * halves;
-    if (!rc && nb && (rc = nb_reserve(b, want, segs)) == 0) {
+    if (!rc && nb && (rc = nb_reserve(b, want, blocks ? 0 : segs)) == 0) {
         pl.ref = (uint32_t)ri;
-        emit_all(b, &pl, first);
-        if (vectored_off())
+        if (blocks)
+            rc = nb_emit_blocks(b, &pl);
+        else
+            emit_all(b, &pl, first);
+        if (!rc && vectored_off())
             unvector(b, first, first_seg);
-        if ((rc = span_add(b, rp, first)) != 0) {
+        if (rc || (rc = span_add(b, rp, first)) != 0) {
             b->nitems = first;
             b->nsegs = first_seg;
+            b->nblks = first_blk;
+            b->nbw = first_bw;
         } else if ((rc = nb_commit(b, first)) != 0)
             free(b->spans[--b->nspans].ids);
     }

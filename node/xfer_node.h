@@ -238,8 +238,9 @@ XFER_API const char *xfer_node_batch_item_error(const xfer_node_batch *b, size_t
  * or an item that never started). */
 XFER_API unsigned xfer_node_batch_item_transport(const xfer_node_batch *b, size_t i);
 /* Segments of item i: 1 for an item added by address, the number of block
- * runs for a pool item (a vectored item, xfer_batch_add_segments); 0 for
- * no such item. */
+ * runs for a pool item (a vectored item, xfer_batch_add_segments; over ipc
+ * a block item, xfer_batch_add_block_item, which moves each block of a run
+ * as its own piece); 0 for no such item. */
 XFER_API size_t xfer_node_batch_item_segments(const xfer_node_batch *b, size_t i);
 /* Clears items and releases their peers so b can be filled again. */
 XFER_API int xfer_node_batch_reset(xfer_node_batch *b);

@@ -2,6 +2,7 @@
 TEST_PROGS += xfer_node:tests/prog/xfer_node.c
 TEST_PROGS += xfer_random:tests/prog/xfer_random.c
 TEST_PROGS += xfer_vec:tests/prog/xfer_vec.c
+TEST_PROGS += xfer_blocks:tests/prog/xfer_blocks.c
 TEST_PROGS += xfer_raw:tests/prog/xfer_raw.c
 TEST_PROGS += xfer_retry:tests/prog/xfer_retry.c
 TEST_PROGS += xfer_notify:tests/prog/xfer_notify.c

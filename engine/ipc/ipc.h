@@ -278,13 +278,16 @@ void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kwait *w, size_t strid
  * (xfer_kbatch_start_runs), nothing per segment here. */
 struct ipc_krun {
     struct xfer_copy_run run;
+    struct xfer_block_run blk; /* a block job's run instead (is_blk): the GPU expands it */
+    bool is_blk;
     uint64_t bytes;
     int exec, other; /* as in ipc_kcopy */
     struct ipc_kwait w;
     size_t job; /* caller's index */
 };
 /* One launch per GPU pair of runs v[0..n) with >= XFER_KBATCH_MIN_ITEMS
- * segments; v[i].w.ticket as in ipc_kbatch_start. */
+ * segments, and one per GPU pair of block runs (any number of segments:
+ * nothing per segment is staged); v[i].w.ticket as in ipc_kbatch_start. */
 void ipc_kbatch_start_runs(struct xfer_kbatch **kb, struct ipc_krun *v, size_t n);
 
 /* ---- direct copies without the owner (ipc_direct.c, docs/ipc.md) ------- */

@@ -51,8 +51,8 @@ static void job_refuse(struct ipc_conn *c, struct ipc_job *j, unsigned need)
     if (!(d.access & need))
         return ipc_job_fail(j, -XFER_EACCES, "remote region %s is '%s'", d.name,
                             xfer_access_str(d.access));
-    for (uint32_t k = j->s0; j->segs && k < j->s1; k++) { /* name the segment */
-        const struct xfer_seg *s = &j->segs[k];
+    for (uint32_t k = j->s0; ipc_job_vec(j) && k < j->s1; k++) { /* name the segment */
+        struct xfer_seg sg = ipc_job_seg(j, k), *s = &sg;
         if (xfer_range_ok(s->remote_off, s->len, d.len))
             continue;
         j->bad = k;
@@ -147,7 +147,7 @@ static void group_start(struct ipc_conn *c, struct ipc_group *g)
     for (size_t i = 0; i < g->n; i++) {
         struct ipc_job *j = &g->jobs[i];
         j->it = *xfer_batch_item(j->b, j->i);
-        if (j->segs) { /* checked as the hull of its segments (take_work) */
+        if (ipc_job_vec(j)) { /* checked as the hull of its segments (take_work) */
             j->it.remote_off = j->lo;
             j->it.len = j->hi - j->lo;
         }
@@ -169,7 +169,7 @@ static void group_debug(const struct ipc_group *g)
     size_t segs = 0;
     uint64_t bytes = 0;
     for (size_t i = 0; i < g->n; i++) {
-        segs += g->jobs[i].segs ? g->jobs[i].s1 - g->jobs[i].s0 : 1;
+        segs += ipc_job_vec(&g->jobs[i]) ? g->jobs[i].s1 - g->jobs[i].s0 : 1;
         bytes += g->jobs[i].bytes;
     }
     int64_t end = xfer_mono_us();
@@ -202,44 +202,78 @@ static int group_finish(struct ipc_conn *c, struct ipc_group *g)
  * while a finished group is released and the next one pinned. */
 #define IPC_GROUP_MIB_DEFAULT 256
 
-/* Vectored items become jobs of up to IPC_VEC_SEGS_MAX segments; a group
- * holds at most IPC_ACQV_SEGS_MAX segments (one IPC_ACQV_REQ). */
+/* Bytes, longest segment and remote hull of segments [s0, s1) of j, in
+ * one pass over a list; a block job's from its ids (the hull of all its
+ * ids over the streams it touches: a superset, still inside the region
+ * when every segment is, and the engine made sure nothing wraps). */
+struct ids_memo { /* the last id list's extremes, within one take_work (batches running) */
+    const uint64_t *ids;
+    uint32_t n;
+    uint64_t min, max;
+};
+
+static void job_span(struct ipc_job *j, struct ids_memo *m)
+{
+    uint64_t lo = UINT64_MAX, hi = 0, top = 0, sum = 0;
+    if (j->blocks) {
+        const struct xfer_block_list *bl = &j->blk;
+        if (m->ids != bl->remote_ids || m->n != bl->nids) { /* a request's items share one */
+            *m = (struct ids_memo){bl->remote_ids, bl->nids, UINT64_MAX, 0};
+            for (uint32_t i = 0; i < bl->nids; i++) {
+                m->min = bl->remote_ids[i] < m->min ? bl->remote_ids[i] : m->min;
+                m->max = bl->remote_ids[i] > m->max ? bl->remote_ids[i] : m->max;
+            }
+        }
+        uint64_t imin = m->min, imax = m->max;
+        for (uint32_t st = j->s0 / bl->nids; st <= (j->s1 - 1) / bl->nids; st++) {
+            uint64_t a = bl->remote_base[st] + imin * bl->remote_stride;
+            uint64_t z = bl->remote_base[st] + imax * bl->remote_stride + bl->len;
+            lo = a < lo ? a : lo;
+            hi = z > hi ? z : hi;
+        }
+        j->bytes = (uint64_t)(j->s1 - j->s0) * bl->len;
+        j->maxseg = bl->len;
+        j->lo = lo;
+        j->hi = hi;
+        return;
+    }
+    for (size_t k = j->s0; k < j->s1; k++) {
+        uint64_t len = j->segs[k].len, ro = j->segs[k].remote_off;
+        sum += len;
+        top = len > top ? len : top;
+        lo = ro < lo ? ro : lo;
+        hi = ro + len > hi ? ro + len : hi;
+    }
+    j->bytes = sum;
+    j->maxseg = top;
+    j->lo = lo;
+    j->hi = hi;
+}
+
+/* Vectored and block items become jobs of up to IPC_VEC_SEGS_MAX segments;
+ * a group holds at most IPC_ACQV_SEGS_MAX segments (one IPC_ACQV_REQ). */
 static size_t take_work(struct ipc_conn *c, struct ipc_job *jobs)
 {
     size_t n = 0, segs = 0;
     uint64_t bytes = 0, cap = c->group_bytes;
+    struct ids_memo memo = {0};
     while (c->qlen && n < IPC_BATCH_MAX && bytes < cap) {
         struct ipc_work *w = &c->q[c->qhead];
         struct ipc_job *j = &jobs[n];
         size_t nseg;
         const struct xfer_seg *sv = xfer_batch_item_segs(w->b, w->i, &nseg);
-        *j = (struct ipc_job){.b = w->b, .i = w->i, .ticket = -1, .bad = -1};
-        if (!sv) {
+        *j = (struct ipc_job){.b = w->b, .i = w->i, .ticket = -1, .bad = -1, .segs = sv};
+        j->blocks = xfer_batch_item_blocks(w->b, w->i, &j->blk);
+        if (!ipc_job_vec(j)) {
             j->bytes = xfer_batch_item(w->b, w->i)->len;
         } else {
             size_t s0 = c->qseg, s1 = nseg - s0 > IPC_VEC_SEGS_MAX ? s0 + IPC_VEC_SEGS_MAX : nseg;
             if (segs + (s1 - s0) > IPC_ACQV_SEGS_MAX)
                 break; /* the next group's */
             segs += s1 - s0;
-            *j = (struct ipc_job){.b = w->b,
-                                  .i = w->i,
-                                  .ticket = -1,
-                                  .bad = -1,
-                                  .segs = sv,
-                                  .s0 = (uint32_t)s0,
-                                  .s1 = (uint32_t)s1};
-            uint64_t lo = UINT64_MAX, hi = 0, top = 0, sum = 0; /* one pass over the list */
-            for (size_t k = s0; k < s1; k++) {
-                uint64_t len = sv[k].len, ro = sv[k].remote_off;
-                sum += len;
-                top = len > top ? len : top;
-                lo = ro < lo ? ro : lo;
-                hi = ro + len > hi ? ro + len : hi;
-            }
-            j->bytes = sum;
-            j->maxseg = top;
-            j->lo = lo;
-            j->hi = hi;
+            j->s0 = (uint32_t)s0;
+            j->s1 = (uint32_t)s1;
+            job_span(j, &memo);
             c->qseg = s1 < nseg ? s1 : 0;
             if (s1 < nseg) { /* the entry stays for the rest; this job holds b itself */
                 xfer_batch_hold(w->b);

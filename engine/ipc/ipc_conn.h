@@ -21,11 +21,13 @@ struct ipc_job {
     /* vectored items: the item's segments, this job's are [s0, s1) */
     const struct xfer_seg *segs;
     uint32_t s0, s1;
-    uint64_t bytes;  /* what this job moves */
-    uint64_t maxseg; /* vectored: its longest segment */
-    uint64_t lo, hi; /* vectored: the hull of its segments' remote ranges */
-    int64_t bad;     /* the item's segment that failed it, -1 = none */
-    int *tickets;    /* vectored: CUDA copies outside batched launches */
+    bool blocks;                /* a block item: its segments are computed from blk */
+    struct xfer_block_list blk; /* (xfer_batch_item_blocks), segs is NULL */
+    uint64_t bytes;             /* what this job moves */
+    uint64_t maxseg;            /* vectored: its longest segment */
+    uint64_t lo, hi;            /* vectored: the hull of its segments' remote ranges */
+    int64_t bad;                /* the item's segment that failed it, -1 = none */
+    int *tickets;               /* vectored: CUDA copies outside batched launches */
     size_t ntickets;
     const struct ipc_map *map;
     uint32_t slot;
@@ -36,6 +38,18 @@ struct ipc_job {
     int ticket;     /* CUDA copy in flight, else -1 */
     char why[200];
 };
+
+/* A job over a segment list (vectored or block item), not a plain range. */
+static inline bool ipc_job_vec(const struct ipc_job *j)
+{
+    return j->segs || j->blocks;
+}
+
+/* Segment k of a vectored or block job. */
+static inline struct xfer_seg ipc_job_seg(const struct ipc_job *j, uint32_t k)
+{
+    return j->blocks ? xfer_block_list_seg(&j->blk, k) : j->segs[k];
+}
 
 void ipc_job_fail(struct ipc_job *j, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -60,9 +60,9 @@ static bool seg_copy_cuda(struct ipc_conn *c, struct ipc_job *j, uint32_t k)
         ipc_job_fail(j, -XFER_ENOMEM, "out of memory for copy tickets");
         return false;
     }
-    const struct xfer_seg *s = &j->segs[k];
-    int rc = cuda_start(c, j, (char *)xfer_region_ptr(j->it.local) + s->local_off, s->remote_off,
-                        s->len);
+    struct xfer_seg s = ipc_job_seg(j, k);
+    int rc =
+        cuda_start(c, j, (char *)xfer_region_ptr(j->it.local) + s.local_off, s.remote_off, s.len);
     if (rc < 0) {
         j->status = rc;
         j->bad = k;
@@ -120,8 +120,8 @@ static bool vjob_copy_cuda(struct ipc_conn *c, struct ipc_group *g, struct ipc_j
     char *remote = job_cuda_sides(j, &ldev, &rdev), *local = xfer_region_ptr(j->it.local);
     bool any = false;
     for (uint32_t k = j->s0; k < j->s1 && !j->status; k++) {
-        const struct xfer_seg *s = &j->segs[k];
-        if (!kc_push(g, j, i, k, local + s->local_off, remote + s->remote_off, s->len, ldev, rdev))
+        struct xfer_seg s = ipc_job_seg(j, k);
+        if (!kc_push(g, j, i, k, local + s.local_off, remote + s.remote_off, s.len, ldev, rdev))
             any |= seg_copy_cuda(c, j, k);
     }
     return any;
@@ -136,6 +136,31 @@ static bool kr_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
     char *remote = job_cuda_sides(j, &ldev, &rdev);
     if (!g->kr || ldev < 0 || rdev < 0 || j->maxseg >= IPC_KBATCH_MAX_ITEM)
         return false;
+    bool rd = j->it.op == XFER_OP_READ;
+    if (j->blocks) { /* the ids and bases as they are: the GPU computes each address */
+        const struct xfer_block_list *bl = &j->blk;
+        g->kr[g->nkr++] = (struct ipc_krun){.blk = {.a = (char *)xfer_region_ptr(j->it.local),
+                                                    .b = remote,
+                                                    .a_base = bl->local_base,
+                                                    .b_base = bl->remote_base,
+                                                    .a_ids = bl->local_ids,
+                                                    .b_ids = bl->remote_ids,
+                                                    .a_stride = bl->local_stride,
+                                                    .b_stride = bl->remote_stride,
+                                                    .len = bl->len,
+                                                    .nstreams = bl->nstreams,
+                                                    .nids = bl->nids,
+                                                    .s0 = j->s0,
+                                                    .s1 = j->s1,
+                                                    .a_is_dst = rd},
+                                            .is_blk = true,
+                                            .bytes = j->bytes,
+                                            .exec = rdev,
+                                            .other = ldev,
+                                            .w = {.ticket = -1},
+                                            .job = i};
+        return true;
+    }
     _Static_assert(sizeof(struct xfer_seg) == 3 * sizeof(uint64_t) &&
                        offsetof(struct xfer_seg, local_off) == 0 &&
                        offsetof(struct xfer_seg, remote_off) == 8,
@@ -145,7 +170,7 @@ static bool kr_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
                                   .b = remote,
                                   .segs = (const uint64_t *)(const void *)(j->segs + j->s0),
                                   .n = j->s1 - j->s0,
-                                  .a_is_dst = j->it.op == XFER_OP_READ},
+                                  .a_is_dst = rd},
                           .bytes = j->bytes,
                           .exec = rdev,
                           .other = ldev,
@@ -212,9 +237,9 @@ void ipc_jobs_copy_start(struct ipc_conn *c, struct ipc_group *g)
         char *local = (char *)xfer_region_ptr(j->it.local) + j->it.local_off;
         bool cuda = j->map->mech == IPC_MECH_CUDA || j->map->mech == IPC_MECH_CUMEM ||
                     xfer_region_kind(j->it.local) == XFER_MEM_CUDA;
-        if (cuda && j->segs && kr_defer(g, j, i)) {
+        if (cuda && ipc_job_vec(j) && kr_defer(g, j, i)) {
             continue;
-        } else if (cuda && j->segs) {
+        } else if (cuda && ipc_job_vec(j)) {
             any_cuda |= vjob_copy_cuda(c, g, j, i);
         } else if (cuda && kc_defer(g, j, i)) {
             continue;

@@ -32,8 +32,8 @@ struct ipc_hpart {
 /* Segment k of j: a plain job is its own one segment. */
 static struct xfer_seg job_seg(const struct ipc_job *j, uint32_t k)
 {
-    if (j->segs)
-        return j->segs[k];
+    if (ipc_job_vec(j))
+        return ipc_job_seg(j, k);
     return (struct xfer_seg){j->it.local_off, j->it.remote_off, j->it.len};
 }
 
@@ -64,7 +64,7 @@ static void hpart_run(void *arg, size_t k)
         struct xfer_seg sg = job_seg(p->j, s);
         uint64_t off = p->len ? p->off : 0, len = p->len ? p->len : sg.len;
         if ((p->status = seg_copy(p, base + sg.local_off + off, sg.remote_off + off, len)) < 0)
-            p->bad = p->j->segs ? (int64_t)s : -1;
+            p->bad = ipc_job_vec(p->j) ? (int64_t)s : -1;
     }
 }
 
@@ -80,7 +80,7 @@ static struct ipc_hpart *parts_room(struct ipc_conn *c, size_t used, size_t n)
 /* Cuts job j into parts after the first *np; false when out of memory. */
 static bool job_parts(struct ipc_conn *c, struct ipc_job *j, size_t *np)
 {
-    uint32_t a = j->segs ? j->s0 : 0, b = j->segs ? j->s1 : 1, from = a;
+    uint32_t a = ipc_job_vec(j) ? j->s0 : 0, b = ipc_job_vec(j) ? j->s1 : 1, from = a;
     uint64_t acc = 0;
     for (uint32_t s = a; s < b; s++) {
         uint64_t len = job_seg(j, s).len;

@@ -83,34 +83,56 @@ void ipc_kbatch_finish(struct xfer_kbatch *kb, struct ipc_kwait *w, size_t strid
 #undef KW
 }
 
+/* Launches the runs of v[0..n) in which[0..k) (one GPU pair, one kind):
+ * segment runs only from XFER_KBATCH_MIN_ITEMS segments on. */
+static void start_pair(struct xfer_kbatch *kb, struct ipc_krun *v, const size_t *which, size_t k,
+                       bool blk)
+{
+    struct xfer_copy_run r[IPC_BATCH_MAX];
+    struct xfer_block_run br[IPC_BATCH_MAX];
+    size_t segs = 0;
+    uint64_t total = 0;
+    for (size_t x = 0; x < k; x++) {
+        const struct ipc_krun *q = &v[which[x]];
+        if (blk)
+            br[x] = q->blk;
+        else
+            r[x] = q->run;
+        segs += blk ? q->blk.s1 - q->blk.s0 : q->run.n;
+        total += q->bytes;
+    }
+    if (k == 0 || (!blk && segs < XFER_KBATCH_MIN_ITEMS))
+        return;
+    const struct ipc_krun *f = &v[which[0]];
+    uint64_t mask = pair_mask(f->exec, f->other);
+    int t = blk ? xfer_kbatch_start_blocks(kb, f->exec, mask, br, k)
+                : xfer_kbatch_start_runs(kb, f->exec, mask, r, k, total);
+    for (size_t x = 0; launched(kb, t, f->exec) && x < k; x++)
+        v[which[x]].w.ticket = t;
+}
+
 void ipc_kbatch_start_runs(struct xfer_kbatch **kb, struct ipc_krun *v, size_t n)
 {
     if (n == 0 || getenv("XFER_IPC_NO_KBATCH"))
         return;
     if (!*kb && xfer_kbatch_new(kb) < 0)
         return;
-    struct xfer_copy_run r[IPC_BATCH_MAX];
-    size_t which[IPC_BATCH_MAX];
+    size_t which[IPC_BATCH_MAX], bwhich[IPC_BATCH_MAX];
     bool seen[IPC_BATCH_MAX] = {false}; /* runs of a pair already launched */
     for (size_t i = 0; i < n && i < IPC_BATCH_MAX; i++) {
         if (seen[i])
             continue;
-        size_t k = 0, segs = 0;
-        uint64_t total = 0;
+        size_t k = 0, kb_ = 0;
         for (size_t j = i; j < n && j < IPC_BATCH_MAX; j++) { /* every run of v[i]'s pair */
             if (seen[j] || v[j].exec != v[i].exec || v[j].other != v[i].other)
                 continue;
             seen[j] = true;
-            r[k] = v[j].run;
-            which[k++] = j;
-            segs += v[j].run.n;
-            total += v[j].bytes;
+            if (v[j].is_blk)
+                bwhich[kb_++] = j;
+            else
+                which[k++] = j;
         }
-        if (segs < XFER_KBATCH_MIN_ITEMS)
-            continue;
-        int t =
-            xfer_kbatch_start_runs(*kb, v[i].exec, pair_mask(v[i].exec, v[i].other), r, k, total);
-        for (size_t x = 0; launched(*kb, t, v[i].exec) && x < k; x++)
-            v[which[x]].w.ticket = t;
+        start_pair(*kb, v, which, k, false);
+        start_pair(*kb, v, bwhich, kb_, true);
     }
 }

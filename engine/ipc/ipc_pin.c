@@ -43,7 +43,7 @@ static int acquire_plain(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
     struct ipc_acq_req req[IPC_BATCH_MAX];
     size_t map_of[IPC_BATCH_MAX], k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (jobs[i].status || jobs[i].skip || jobs[i].segs)
+        if (jobs[i].status || jobs[i].skip || ipc_job_vec(&jobs[i]))
             continue;
         const struct xfer_item *it = &jobs[i].it;
         req[k] = (struct ipc_acq_req){.id = it->remote_id,
@@ -82,7 +82,7 @@ static int acquire_plain(struct ipc_conn *c, struct ipc_job *jobs, size_t n)
  * (lists) those the owner wants the ranges of. */
 static bool acqv_wants(const struct ipc_job *j, bool lists)
 {
-    return j->segs && !j->status && !j->skip && !j->pinned && (!lists || j->need_list);
+    return ipc_job_vec(j) && !j->status && !j->skip && !j->pinned && (!lists || j->need_list);
 }
 
 /* Builds the IPC_ACQV_REQ (map_of: record -> job) in c->acqv. A hull
@@ -126,8 +126,10 @@ static int acqv_build(struct ipc_conn *c, const struct ipc_job *jobs, size_t n, 
             continue;
         }
         struct xfer_range *v = (void *)at;
-        for (uint32_t s = j->s0; s < j->s1; s++)
-            v[s - j->s0] = (struct xfer_range){j->segs[s].remote_off, j->segs[s].len};
+        for (uint32_t s = j->s0; s < j->s1; s++) { /* a block job's computed here */
+            struct xfer_seg sg = ipc_job_seg(j, s);
+            v[s - j->s0] = (struct xfer_range){sg.remote_off, sg.len};
+        }
         at += q->nseg * sizeof(*v);
     }
     return 0;
@@ -138,9 +140,11 @@ static int acqv_build(struct ipc_conn *c, const struct ipc_job *jobs, size_t n, 
  * answer), else the region. */
 static int64_t hull_bad_segment(const struct ipc_job *j)
 {
-    for (uint32_t s = j->s0; j->map && s < j->s1; s++)
-        if (!xfer_range_ok(j->segs[s].remote_off, j->segs[s].len, j->map->len))
+    for (uint32_t s = j->s0; j->map && s < j->s1; s++) {
+        struct xfer_seg sg = ipc_job_seg(j, s);
+        if (!xfer_range_ok(sg.remote_off, sg.len, j->map->len))
             return s;
+    }
     return -1;
 }
 
@@ -157,7 +161,7 @@ static void acqv_refused(struct ipc_conn *c, struct ipc_job *j, const struct ipc
             ipc_map_forget(&c->maps, j->it.remote_id);
         return;
     }
-    const struct xfer_seg *s = &j->segs[bad];
+    struct xfer_seg sg = ipc_job_seg(j, (uint32_t)bad), *s = &sg;
     j->bad = bad;
     ipc_job_fail(j, r->status, "owner refused remote %llu+%llu of region %u: %s",
                  (unsigned long long)s->remote_off, (unsigned long long)s->len, j->it.remote_id,

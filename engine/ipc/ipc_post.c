@@ -107,8 +107,10 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     int rc = c->broken || c->stop ? -XFER_ECONN : 0;
     for (size_t k = 0; rc == 0 && k < n; k++) {
         const struct xfer_item *it = xfer_batch_item(b, idx[k]);
-        size_t nseg; /* vectored items go to the worker: one owner check for the list */
-        bool plain = !xfer_batch_item_segs(b, idx[k], &nseg);
+        size_t nseg; /* vectored and block items go to the worker: one owner check each */
+        struct xfer_block_list bl; /* block items too */
+        bool plain =
+            !xfer_batch_item_segs(b, idx[k], &nseg) && !xfer_batch_item_blocks(b, idx[k], &bl);
         bool room = it->len <= ps->budget;
         struct ipc_direct *dk =
             plain && c->direct.head && (room || c->t->pool) ? ipc_direct_get(&c->direct, it) : NULL;

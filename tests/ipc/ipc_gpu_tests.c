@@ -3,7 +3,8 @@
  * WRITE, data checked by checksums computed on the GPU: GPU->GPU on one
  * device, across devices (when two are visible), CPU->GPU, GPU->CPU,
  * CPU->CPU, cuMem (POSIX fd) allocations, and the explicit errors (freed
- * allocation; with --hidden-peer, a GPU the initiator cannot see).
+ * allocation; with --hidden-peer, a GPU the initiator cannot see), vectored
+ * and block items GPU<->GPU and GPU<->CPU.
  * `ipc_node bench`: throughput of ipc against memcpy and cudaMemcpyPeerAsync.
  */
 #include "ipc_test.h"
@@ -168,6 +169,54 @@ static int vec_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
     return 0;
 }
 
+/* One block item (xfer_batch_add_block_item, the form KV pool requests
+ * take over ipc) of 2 streams (the region's halves) x n ids of GLEN / 2n
+ * bytes, remote ids the reverse of local ones: GPU<->GPU the ids go to the
+ * GPU and the kernel computes every address (n > 4096: several ipc jobs,
+ * each a part of the segment range); GPU<->CPU the worker computes them. */
+static int blk_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l,
+                     const char *rname, enum xfer_op op, size_t n)
+{
+    const struct xfer_region_desc *d = owner_region(o, rname);
+    uint64_t s = GLEN / (2 * n), base[2] = {0, GLEN / 2};
+    CHECK(fill_source(o, l, rname, op) == 0, "fill");
+    uint64_t *lid = malloc(n * sizeof(*lid)), *rid = malloc(n * sizeof(*rid));
+    xfer_batch *b = xfer_batch_new(e, NULL);
+    CHECK(b && lid && rid, "batch");
+    for (size_t i = 0; i < n; i++)
+        lid[i] = i, rid[i] = n - 1 - i;
+    struct xfer_block_list bl = {.len = s,
+                                 .local_stride = s,
+                                 .remote_stride = s,
+                                 .local_ids = lid,
+                                 .remote_ids = rid,
+                                 .nids = (uint32_t)n,
+                                 .local_base = base,
+                                 .remote_base = base,
+                                 .nstreams = 2};
+    struct xfer_item it = {
+        .op = op, .local = l->r, .peer = p, .remote_id = d->id, .remote_gen = d->gen};
+    CHECK(xfer_batch_add_block_item(b, &it, &bl) == 0, "add_block_item: %s",
+          xfer_engine_last_error(e));
+    int rc = xfer_batch_submit(b, DEADLINE);
+    if (rc == 0)
+        rc = xfer_batch_wait(b, -1);
+    CHECK(rc == 0, "block item: %s (%s)", xfer_strerror(rc), xfer_batch_item_error(b, 0));
+    xfer_batch_free(b);
+    for (size_t k = 0; k < 2 * n; k += n / 61 + 1) {
+        struct xfer_seg sg = xfer_block_list_seg(&bl, k);
+        uint64_t rs, ls;
+        CHECK(owner_sum(o, rname, sg.remote_off, s, &rs) == 0 && lsum(l, sg.local_off, s, &ls) == 0,
+              "sums");
+        CHECK(rs == ls, "block segment %zu checksum mismatch", k);
+    }
+    free(lid);
+    free(rid);
+    printf("ok %-5s block item of 2 x %zu ids of %llu B, local %s remote %s\n",
+           op == XFER_OP_READ ? "READ" : "WRITE", n, (unsigned long long)s, l->name, rname);
+    return 0;
+}
+
 static int add_local(xfer_engine *e, struct lreg *l, size_t len)
 {
     if (l->dev < 0)
@@ -251,6 +300,12 @@ int run_gpu_tests(int argc, char **argv)
           vec_batch(&o, e, p, &l[0], "g0", XFER_OP_READ, 4096) ||
           vec_batch(&o, e, p, &l[0], "h", XFER_OP_WRITE, 256) ||
           vec_batch(&o, e, p, &l[0], "h", XFER_OP_READ, 256);
+    bad = bad || blk_batch(&o, e, p, &l[0], far, XFER_OP_WRITE, 2048) ||
+          blk_batch(&o, e, p, &l[0], far, XFER_OP_READ, 2048) ||
+          blk_batch(&o, e, p, &l[0], "g0", XFER_OP_WRITE, 16384) ||
+          blk_batch(&o, e, p, &l[0], "g0", XFER_OP_READ, 16384) ||
+          blk_batch(&o, e, p, &l[0], "h", XFER_OP_WRITE, 128) ||
+          blk_batch(&o, e, p, &l[0], "h", XFER_OP_READ, 128);
     if (!bad) {
         char buf[128];
         const struct xfer_region_desc *d = owner_region(&o, "gf");
