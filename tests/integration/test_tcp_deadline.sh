@@ -16,7 +16,7 @@ until [[ -e $ready ]]; do
     ((SECONDS < deadline)) && core_alive "$client" || { cat "$CORE_TMP/stuck.out"; core_fail "client did not start"; }
     sleep 0.05
 done
-kill -STOP "$PID_frozen"
+core_freeze "$PID_frozen" || core_fail "target did not stop" # every thread: kill returns first
 touch "$ready.go"
 wait "$client"; rc=$?
 kill -CONT "$PID_frozen"

@@ -24,7 +24,7 @@ blip() { # blip NAME SOCKETS PHASE
     local client=$!
     CORE_PIDS+=("$client")
     wait_for "$ready" "$client" "$out" "$1: client did not start"
-    kill -STOP "$PID_target"
+    core_freeze "$PID_target" || core_fail "$1: target did not stop" # every thread: kill returns first
     touch "$ready.go"
     wait_for "$ready.cut" "$client" "$out" "$1: sockets not cut"
     kill -CONT "$PID_target"

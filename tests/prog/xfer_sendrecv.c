@@ -264,7 +264,9 @@ static int deadline_phase(struct ctx *c, bool sender)
     return 0;
 }
 
-/* With --stop: the test stops b (SIGSTOP) after FILE and says so in
+/* With --stop: the test stops b (SIGSTOP, then waits until every thread of
+ * b is stopped: kill returns before they all are, and a running progress
+ * thread of b would answer the notification) after FILE and says so in
  * FILE.stopped; a then submits a notification, which b cannot answer, says
  * FILE.sent, and b is killed (the message is owed its answer then: ipc's
  * sender leaves it to the connection's worker, tcp's to the socket).
