@@ -118,7 +118,9 @@ def prefill_push(s: Side, sender: str, rid: int, ntok: int, dec_ids) -> None:
     names = list(dec_ids)
     if rid == s.a.bad_request:  # fault: one block addressed past decode's cache
         dec_ids = list(dec_ids)
-        dec_ids[-1] = s.g.num_blocks
+        # Past both halves of the layer tensor: id num_blocks would be V's
+        # block 0 in the K half (in bounds: another request's data).
+        dec_ids[-1] = 2 * s.g.num_blocks
     running = []
     try:
         for l in range(s.g.layers):
