@@ -216,6 +216,30 @@ static void shuffle(uint32_t *a, size_t n)
     }
 }
 
+/* The op's stream and staging on GPU on. */
+static void op_open(struct op *o, int on)
+{
+    CK(cudaSetDevice(on));
+    CK(cudaStreamCreateWithFlags(&o->st, cudaStreamNonBlocking));
+    if (xfer_kstage_new(on, &o->stage))
+        exit(1);
+}
+
+static void op_close(struct op *o)
+{
+    xfer_kstage_free(o->stage);
+    CK(cudaStreamDestroy(o->st));
+}
+
+/* n distinct random ids below nb (<= 4096). */
+static void pick_ids(uint64_t *ids, size_t n, size_t nb)
+{
+    static uint32_t perm[4096];
+    shuffle(perm, nb);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = perm[i];
+}
+
 /* Grid shapes and variants tried (xfer_kernels_tune); entry 0 is automatic. */
 static const struct shape {
     uint64_t chunk;
@@ -242,6 +266,29 @@ static void report(const char *path, const char *what, uint64_t bs, struct gbs g
            what, (unsigned long long)(bs >> 10), g.best, g.med, ceil > 0 ? g.med / ceil : 0);
 }
 
+/* Times fn under each grid shape of sw[0..n) (entry 0 automatic, named
+ * auto_name), reports each and the best; the tuning is reset after. */
+static void sweep_run(const char *path, const struct shape *sw, size_t n, op_fn fn, struct op *o,
+                      const char *auto_name, uint64_t bs, double ceil)
+{
+    struct gbs best = {0, 0};
+    size_t best_i = 0;
+    char name[48];
+    for (size_t v = 0; v < n; v++) {
+        if (sw[v].variant == 5 && skip_bulk)
+            continue;
+        xfer_kernels_tune(sw[v].chunk, sw[v].threads, sw[v].variant);
+        struct gbs g = time_op(fn, o);
+        shape_name(name, sizeof(name), &sw[v]);
+        report(path, v ? name : auto_name, bs, g, ceil);
+        if (g.med > best.med)
+            best = g, best_i = v;
+    }
+    xfer_kernels_tune(0, 0, 0);
+    shape_name(name, sizeof(name), &sw[best_i]);
+    printf("%-12s best: %s\n", path, name);
+}
+
 /* Batched copy of NBLK blocks of bs from src_dev to dst_dev, launched on on. */
 static void bench_copy(const char *path, int src_dev, int dst_dev, int on, uint64_t bs)
 {
@@ -265,36 +312,16 @@ static void bench_copy(const char *path, int src_dev, int dst_dev, int on, uint6
         o.sizes[i] = bs;
     }
     o.big_dst = dst, o.big_src = src, o.dst_dev = dst_dev, o.src_dev = src_dev;
-    CK(cudaSetDevice(on));
-    CK(cudaStreamCreateWithFlags(&o.st, cudaStreamNonBlocking));
-    if (xfer_kstage_new(on, &o.stage))
-        exit(1);
+    op_open(&o, on);
 
     struct gbs ceil = time_op(op_ceiling, &o);
     report(path, "ceiling (1 copy)", bs, ceil, ceil.med);
-    struct gbs best = {0, 0};
-    int best_i = 0;
-    for (size_t v = 0; v < NSWEEP; v++) {
-        if (sweep[v].variant == 5 && skip_bulk)
-            continue;
-        xfer_kernels_tune(sweep[v].chunk, sweep[v].threads, sweep[v].variant);
-        struct gbs g = time_op(op_kernel, &o);
-        char name[48];
-        shape_name(name, sizeof(name), &sweep[v]);
-        report(path, v ? name : "kernel (auto)", bs, g, ceil.med);
-        if (g.med > best.med)
-            best = g, best_i = (int)v;
-    }
-    xfer_kernels_tune(0, 0, 0);
-    char name[48];
-    shape_name(name, sizeof(name), &sweep[best_i]);
-    printf("%-12s best: %s\n", path, name);
+    sweep_run(path, sweep, NSWEEP, op_kernel, &o, "kernel (auto)", bs, ceil.med);
     report(path, "kernel (auto) one-shot", bs, time_op_oneshot(op_kernel, &o), ceil.med);
     report(path, "per-block memcpyAsync", bs, time_op(op_per_block, &o), ceil.med);
     report(path, "cudaMemcpyBatchAsync", bs, time_op(op_batch, &o), ceil.med);
 
-    xfer_kstage_free(o.stage);
-    CK(cudaStreamDestroy(o.st));
+    op_close(&o);
     CK(cudaFree(src));
     CK(cudaFree(dst));
     free(o.d), free(o.dsts), free(o.srcs), free(o.sizes);
@@ -312,25 +339,17 @@ static void bench_kv(const char *path, int a, int b, int on, uint64_t bb)
     memset(&o, 0, sizeof(o));
     void *la[KV_LAYERS], *lb[KV_LAYERS];
     uint64_t ida[KV_IDS], idb[KV_IDS];
-    uint32_t perm[KV_BLOCKS];
     for (int l = 0; l < KV_LAYERS; l++) { /* per-layer tensors, as vLLM has them */
         la[l] = dev_alloc(a, KV_BLOCKS * bb);
         lb[l] = dev_alloc(b, KV_BLOCKS * bb);
     }
-    shuffle(perm, KV_BLOCKS);
-    for (int i = 0; i < KV_IDS; i++)
-        ida[i] = perm[i];
-    shuffle(perm, KV_BLOCKS);
-    for (int i = 0; i < KV_IDS; i++)
-        idb[i] = perm[i];
+    pick_ids(ida, KV_IDS, KV_BLOCKS);
+    pick_ids(idb, KV_IDS, KV_BLOCKS);
     struct xfer_kv_layout A = {KV_LAYERS, KV_BLOCKS, bb, 0, la, NULL, 0};
     struct xfer_kv_layout Bl = {KV_LAYERS, KV_BLOCKS, bb, 0, lb, NULL, 0};
     uint64_t total = (uint64_t)KV_LAYERS * KV_IDS * bb;
     char *src_a = dev_alloc(a, total), *buf_b = dev_alloc(b, total);
-    CK(cudaSetDevice(on));
-    CK(cudaStreamCreateWithFlags(&o.st, cudaStreamNonBlocking));
-    if (xfer_kstage_new(on, &o.stage))
-        exit(1);
+    op_open(&o, on);
     o.bytes = total;
     o.n = KV_IDS;
     o.big_src = src_a, o.big_dst = buf_b, o.src_dev = a, o.dst_dev = b;
@@ -347,8 +366,7 @@ static void bench_kv(const char *path, int a, int b, int on, uint64_t bb)
         report(path, s_name, bb, time_op(op_scatter, &o), ceil.med);
     }
     xfer_kernels_tune(0, 0, 0);
-    xfer_kstage_free(o.stage);
-    CK(cudaStreamDestroy(o.st));
+    op_close(&o);
     for (int l = 0; l < KV_LAYERS; l++) {
         CK(cudaFree(la[l]));
         CK(cudaFree(lb[l]));
@@ -393,14 +411,9 @@ static void bench_block_runs(const char *path, int src_dev, int dst_dev, int on)
     uint64_t layer = 2ull * BR_NB * BR_LEN;
     char *src[BR_LAYERS], *dst[BR_LAYERS];
     static uint64_t sid[BR_IDS], did[BR_IDS], base[2] = {0, (uint64_t)BR_NB * BR_LEN};
-    static uint32_t perm[BR_NB];
     static struct xfer_block_run run[BR_LAYERS];
-    shuffle(perm, BR_NB);
-    for (int i = 0; i < BR_IDS; i++)
-        sid[i] = perm[i];
-    shuffle(perm, BR_NB);
-    for (int i = 0; i < BR_IDS; i++)
-        did[i] = perm[i];
+    pick_ids(sid, BR_IDS, BR_NB);
+    pick_ids(did, BR_IDS, BR_NB);
     for (int l = 0; l < BR_LAYERS; l++) {
         src[l] = dev_alloc(src_dev, layer);
         dst[l] = dev_alloc(dst_dev, layer);
@@ -423,56 +436,24 @@ static void bench_block_runs(const char *path, int src_dev, int dst_dev, int on)
     o.br = run, o.nbr = BR_LAYERS;
     o.big_src = dev_alloc(src_dev, o.bytes), o.big_dst = dev_alloc(dst_dev, o.bytes);
     o.src_dev = src_dev, o.dst_dev = dst_dev;
-    CK(cudaSetDevice(on));
-    CK(cudaStreamCreateWithFlags(&o.st, cudaStreamNonBlocking));
-    if (xfer_kstage_new(on, &o.stage))
-        exit(1);
+    op_open(&o, on);
     struct gbs ceil = time_op(op_ceiling, &o);
     report(path, "kvpool ceiling (1 copy)", BR_LEN, ceil, ceil.med);
     report(path, "kvpool ceiling one-shot", BR_LEN, time_op_oneshot(op_ceiling, &o), ceil.med);
-    struct gbs best = {0, 0};
-    int best_i = 0;
-    for (size_t v = 0; v < sizeof(br_sweep) / sizeof(br_sweep[0]); v++) {
-        xfer_kernels_tune(br_sweep[v].chunk, br_sweep[v].threads, br_sweep[v].variant);
-        struct gbs g = time_op(op_block_runs, &o);
-        char name[48];
-        shape_name(name, sizeof(name), &br_sweep[v]);
-        report(path, v ? name : "blocks (auto)", BR_LEN, g, ceil.med);
-        if (g.med > best.med)
-            best = g, best_i = (int)v;
-    }
-    xfer_kernels_tune(0, 0, 0);
-    char name[48];
-    shape_name(name, sizeof(name), &br_sweep[best_i]);
-    printf("%-12s best: %s\n", path, name);
+    sweep_run(path, br_sweep, sizeof(br_sweep) / sizeof(br_sweep[0]), op_block_runs, &o,
+              "blocks (auto)", BR_LEN, ceil.med);
     report(path, "blocks (auto) one-shot", BR_LEN, time_op_oneshot(op_block_runs, &o), ceil.med);
     o.br_split = BR_LAYERS / 2; /* the ipc worker's two 256 MiB groups */
     report(path, "blocks (auto) 2 launches", BR_LEN, time_op(op_block_runs, &o), ceil.med);
     report(path, "blocks (auto) 2 l. one-shot", BR_LEN, time_op_oneshot(op_block_runs, &o),
            ceil.med);
-    xfer_kstage_free(o.stage);
-    CK(cudaStreamDestroy(o.st));
+    op_close(&o);
     for (int l = 0; l < BR_LAYERS; l++) {
         CK(cudaFree(src[l]));
         CK(cudaFree(dst[l]));
     }
     CK(cudaFree(o.big_src));
     CK(cudaFree(o.big_dst));
-}
-
-static int peer(int a, int b)
-{
-    int can = 0;
-    CK(cudaDeviceCanAccessPeer(&can, a, b));
-    if (!can)
-        return 0;
-    CK(cudaSetDevice(a));
-    cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled)
-        (void)cudaGetLastError();
-    else
-        CK(e);
-    return 1;
 }
 
 int main(int argc, char **argv)
@@ -497,7 +478,7 @@ int main(int argc, char **argv)
            p.multiProcessorCount, NBLK, WARM, reps);
     if (blocks) {
         bench_block_runs("gpu0", 0, 0, 0);
-        if (ndev >= 2 && peer(0, 1) && peer(1, 0)) {
+        if (ndev >= 2 && enable_peer(0, 1) && enable_peer(1, 0)) {
             bench_block_runs("0->1 push", 0, 1, 0);
             bench_block_runs("0->1 pull", 0, 1, 1);
         }
@@ -508,7 +489,7 @@ int main(int argc, char **argv)
         bench_copy("gpu0", 0, 0, 0, sizes[i]);
     for (int i = 0; i < 2; i++)
         bench_kv("gpu0", 0, 0, 0, sizes[i]);
-    if (ndev >= 2 && peer(0, 1) && peer(1, 0)) {
+    if (ndev >= 2 && enable_peer(0, 1) && enable_peer(1, 0)) {
         bench_big("gpu0->gpu1", 0, 1);
         for (int i = 0; i < 3; i++) {
             bench_copy("0->1 push", 0, 1, 0, sizes[i]);
