@@ -238,10 +238,10 @@ static int blk_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
     return 0;
 }
 
-/* A GPU loan ends when the owner guards the region (a lease rule, as for
- * a pool's blocks): block items of it are then refused by the owner
- * (-XFER_ESTALE), not copied through the loan; without the rule they move
- * again (through the owner, then a new loan). */
+/* A lease rule on a GPU region (as for a pool's blocks) ends its GPU loan
+ * (with XFER_IPC_DIRECT_GPU=1 at the owner): block items of it are then
+ * refused by the owner (-XFER_ESTALE), not copied through the loan;
+ * without the rule they move again (through the owner, then a new loan). */
 static int loan_guard(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l)
 {
     const struct xfer_region_desc *d = owner_region(o, "g0");
@@ -261,7 +261,7 @@ static int loan_guard(struct owner *o, xfer_engine *e, xfer_peer *p, const struc
     if (blk_batch(o, e, p, l, "g0", XFER_OP_WRITE, 512) ||
         blk_batch(o, e, p, l, "g0", XFER_OP_READ, 512))
         return 1;
-    printf("ok GPU loan withdrawn by a lease rule: block items refused (%s), moved again after\n",
+    printf("ok lease rule on a GPU region (lent or not): block items refused (%s), moved again after\n",
            q.why);
     return 0;
 }
