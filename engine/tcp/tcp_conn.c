@@ -340,6 +340,61 @@ static size_t n_chunks(uint64_t len, uint64_t chunk)
     return len ? (size_t)((len - 1) / chunk + 1) : 1;
 }
 
+/* Runs. Small plain items that lie back to back here and at the target
+ * (one local region, one remote region and generation, one op and length)
+ * go out as one frame: per-frame costs on both sides (header, request id,
+ * region check, response, completion) were most of a 4 KiB item's. A run is
+ * checked whole against the peer's cached descriptor of the remote region
+ * first (generation, access, bounds), so the target refuses it only for
+ * what all its items share (the region gone or re-registered) or for a
+ * lease rule; a refused run fails each of its items. Without a cached
+ * descriptor items go one by one, as before. */
+struct run_memo {
+    bool valid, ok;
+    uint32_t id;
+    struct xfer_region_brief rd;
+};
+
+static bool run_next(const struct xfer_item *a, uint64_t at, const struct xfer_item *n)
+{
+    return n->op == a->op && n->local == a->local && n->remote_id == a->remote_id &&
+           n->remote_gen == a->remote_gen && n->len == a->len &&
+           n->local_off == a->local_off + at && n->remote_off == a->remote_off + at;
+}
+
+/* How many items from idx[k] (whose one segment is *a) go as one frame of
+ * at most cap bytes: 1 = no run. */
+static uint32_t run_items(struct tcp_conn *tc, xfer_batch *b, const size_t *idx, size_t k, size_t n,
+                          const struct xfer_item *a, uint64_t cap, struct gpu_memo *gm,
+                          struct run_memo *rm)
+{
+    if (k + 1 >= n || a->len == 0 || a->len > TCP_RUN_ITEM_MAX || 2 * a->len > cap ||
+        idx[k + 1] != idx[k] + 1 || gpu_item(tc, a, gm))
+        return 1;
+    if (!rm->valid || rm->id != a->remote_id) {
+        rm->ok = xfer_peer_region_brief(tc->base.peer, a->remote_id, &rm->rd) == 0;
+        rm->id = a->remote_id;
+        rm->valid = true;
+    }
+    unsigned need = a->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
+    if (!rm->ok || rm->rd.gen != a->remote_gen || !(rm->rd.access & need))
+        return 1;
+    uint64_t m = 1, most = cap / a->len;
+    for (size_t j = k + 1; j < n && m < most && idx[j] == idx[k] + m; j++, m++) {
+        size_t nseg;
+        struct xfer_item it;
+        if (xfer_batch_item_segs(b, idx[j], &nseg) || nseg != 1)
+            break;
+        xfer_batch_item_seg(b, idx[j], 0, &it);
+        if (!run_next(a, m * a->len, &it))
+            break;
+    }
+    if (!xfer_range_ok(a->remote_off, m * a->len, rm->rd.len)) /* only what fits goes as one: */
+        m = a->remote_off < rm->rd.len ? (rm->rd.len - a->remote_off) / a->len
+                                       : 1; /* the rest is */
+    return m > 1 ? (uint32_t)m : 1;         /* refused item by item */
+}
+
 /* Chunks bound for one socket, queued under its qmu once. */
 struct sock_list {
     struct tcp_tx *head, *tail;
@@ -369,13 +424,70 @@ static uint32_t splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kic
             t->next = NULL;
             if (tcp_enqueue(tc, t, kick, false) && ++queued)
                 continue;
-            xfer_batch_chunk_done(t->b, t->idx, 0, -XFER_ECONN,
-                                  "every connection to the peer is lost");
-            xfer_batch_put(t->b);
+            for (uint32_t i = 0; i < tcp_tx_items(t); i++) /* a run: each item */
+                xfer_batch_chunk_done_put(t->b, t->idx + i, 0, -XFER_ECONN,
+                                          "every connection to the peer is lost");
             tcp_tx_free(t);
         }
     }
     return queued;
+}
+
+/* A run the target refused goes again item by item on s, so each item gets
+ * the answer it would have had alone (a lease rule may cover only some;
+ * nothing of the run was written). Its n batch holds pass to the n new
+ * chunks. Called by whoever reads s's responses. */
+void tcp_run_split(struct tcp_sock *s, struct tcp_tx *t)
+{
+    uint32_t n = tcp_tx_items(t);
+    struct tcp_slab *slab = tcp_slab_get(s->tt, n);
+    __atomic_sub_fetch(&s->load, XFER_WIRE_HDR_LEN + t->len, __ATOMIC_RELAXED);
+    if (!slab) {
+        tcp_chunk_complete(s, t, -XFER_ENOMEM, "out of memory to send a refused run again");
+        return;
+    }
+    uint64_t req = __atomic_fetch_add(&s->tt->next_req, n, __ATOMIC_RELAXED) + 1;
+    for (uint32_t k = 0; k < n; k++) {
+        struct xfer_item it;
+        xfer_batch_item_seg(t->b, t->idx + k, 0, &it);
+        struct tcp_tx *c = &slab->tx[k];
+        fill_chunk(c, t->b, t->idx + k, &it, 0, it.len, req++);
+        c->seg = UINT32_MAX;
+        c->slab = slab;
+        c->next = k + 1 < n ? &slab->tx[k + 1] : NULL;
+    }
+    slab->refs = (int)n;
+    uint64_t load = n * (uint64_t)XFER_WIRE_HDR_LEN + t->len;
+    tcp_tx_free(t);
+    if (sock_splice(s, slab->tx, &slab->tx[n - 1], false, load)) {
+        tcp_thread_kick(s);
+        return;
+    }
+    for (uint32_t k = 0; k < n; k++) { /* s died meanwhile: no load was added */
+        struct tcp_tx *c = &slab->tx[k];
+        xfer_batch_chunk_done_put(c->b, c->idx, 0, -XFER_ECONN, "connection lost");
+        tcp_tx_free(c);
+    }
+}
+
+/* Queues t on the least loaded live socket of this post (q is rotated by
+ * the post's start). */
+static void place(struct sock_list *q, int nq, struct tcp_tx *t)
+{
+    int best = 0;
+    for (int j = 1; j < nq; j++)
+        if (q[j].load < q[best].load)
+            best = j;
+    struct sock_list *l = &q[best];
+    if (l->tail)
+        l->tail->next = t;
+    else
+        l->head = t;
+    l->tail = t;
+    l->n++;
+    l->gpu |= t->gpu;
+    l->load += XFER_WIRE_HDR_LEN + t->len;
+    l->added += XFER_WIRE_HDR_LEN + t->len;
 }
 
 /* A post of more chunks than this, or of more bytes than this over a
@@ -425,7 +537,9 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     if (total && !slab)
         return -XFER_ENOMEM;
     uint64_t req = __atomic_fetch_add(&tc->tt->next_req, total, __ATOMIC_RELAXED) + 1;
-    size_t used = 0;
+    uint64_t run_cap = chunk < TCP_RUN_MAX ? chunk : TCP_RUN_MAX;
+    struct run_memo rm = {0};
+    size_t used = 0, holds = 0;
     for (size_t k = 0; k < n; k++) {
         size_t nseg;
         bool vec = xfer_batch_item_segs(b, idx[k], &nseg) != NULL;
@@ -443,36 +557,28 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
                                       "peer region changed while posting");
                 break;
             }
+            uint32_t m = vec ? 1 : run_items(tc, b, idx, k, n, it, run_cap, &memo, &rm);
             do {
-                uint64_t len = it->len - off < ch ? it->len - off : ch;
+                uint64_t len = m > 1 ? m * it->len : it->len - off < ch ? it->len - off : ch;
                 struct tcp_tx *t = &slab->tx[used++];
                 fill_chunk(t, b, idx[k], it, off, len, req++);
+                t->nitems = m;
                 t->seg = vec ? (uint32_t)sg : UINT32_MAX;
                 t->slab = slab;
-                int best = 0; /* least loaded live socket (q is rotated by start) */
-                for (int j = 1; j < tc->n; j++)
-                    if (q[j].load < q[best].load)
-                        best = j;
-                struct sock_list *l = &q[best];
-                if (l->tail)
-                    l->tail->next = t;
-                else
-                    l->head = t;
-                l->tail = t;
-                l->n++;
-                l->gpu |= t->gpu;
-                l->load += XFER_WIRE_HDR_LEN + len;
-                l->added += XFER_WIRE_HDR_LEN + len;
+                place(q, tc->n, t);
+                holds += m;
                 off += len;
             } while (off < it->len);
+            k += m - 1; /* a run took the next items too */
         }
     }
-    /* Nothing is queued yet: one batch hold and one slab reference per chunk. */
+    /* Nothing is queued yet: one batch hold per item a chunk carries, one
+     * slab reference per chunk. */
     if (slab && used == 0)
         tcp_slab_free(slab);
     else if (slab)
         slab->refs = (int)used;
-    xfer_batch_hold_n(b, (int)used);
+    xfer_batch_hold_n(b, (int)holds);
     /* q[k] is socket (start + k) % n: put it back in socket order */
     struct sock_list byk[64];
     uint64_t bytes = 0;
