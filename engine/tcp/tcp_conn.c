@@ -261,8 +261,8 @@ bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_l
 
 /* Fills chunk t of item i (all of it: slab memory is reused unzeroed):
  * [off, off+len) of it, request id req. */
-static void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const struct xfer_item *it,
-                       uint64_t off, uint64_t len, uint64_t req)
+static inline void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const struct xfer_item *it,
+                              uint64_t off, uint64_t len, uint64_t req)
 {
     uint8_t *local = (uint8_t *)xfer_region_ptr(it->local) + it->local_off + off;
     *t = (struct tcp_tx){0};
@@ -362,14 +362,27 @@ static bool run_next(const struct xfer_item *a, uint64_t at, const struct xfer_i
            n->local_off == a->local_off + at && n->remote_off == a->remote_off + at;
 }
 
+/* Is item i of b plain and, as its one segment, the next of a's run (at
+ * bytes from a's start)? The item's own fields are compared first: that is
+ * all a batch of items apart costs. */
+static bool run_takes(xfer_batch *b, size_t i, const struct xfer_item *a, uint64_t at)
+{
+    size_t nseg;
+    struct xfer_item seg;
+    if (!run_next(a, at, xfer_batch_item(b, i)) || xfer_batch_item_segs(b, i, &nseg) || nseg != 1)
+        return false;
+    xfer_batch_item_seg(b, i, 0, &seg); /* a block item of one block differs */
+    return run_next(a, at, &seg);
+}
+
 /* How many items from idx[k] (whose one segment is *a) go as one frame of
  * at most cap bytes: 1 = no run. */
 static uint32_t run_items(struct tcp_conn *tc, xfer_batch *b, const size_t *idx, size_t k, size_t n,
                           const struct xfer_item *a, uint64_t cap, struct gpu_memo *gm,
                           struct run_memo *rm)
 {
-    if (k + 1 >= n || a->len == 0 || a->len > TCP_RUN_ITEM_MAX || 2 * a->len > cap ||
-        idx[k + 1] != idx[k] + 1 || gpu_item(tc, a, gm))
+    if (k + 1 >= n || idx[k + 1] != idx[k] + 1 || a->len == 0 || a->len > TCP_RUN_ITEM_MAX ||
+        2 * a->len > cap || !run_takes(b, idx[k + 1], a, a->len) || gpu_item(tc, a, gm))
         return 1;
     if (!rm->valid || rm->id != a->remote_id) {
         rm->ok = xfer_peer_region_brief(tc->base.peer, a->remote_id, &rm->rd) == 0;
@@ -379,16 +392,10 @@ static uint32_t run_items(struct tcp_conn *tc, xfer_batch *b, const size_t *idx,
     unsigned need = a->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
     if (!rm->ok || rm->rd.gen != a->remote_gen || !(rm->rd.access & need))
         return 1;
-    uint64_t m = 1, most = cap / a->len;
-    for (size_t j = k + 1; j < n && m < most && idx[j] == idx[k] + m; j++, m++) {
-        size_t nseg;
-        struct xfer_item it;
-        if (xfer_batch_item_segs(b, idx[j], &nseg) || nseg != 1)
+    uint64_t m = 2, most = cap / a->len;
+    for (size_t j = k + 2; j < n && m < most && idx[j] == idx[k] + m; j++, m++)
+        if (!run_takes(b, idx[j], a, m * a->len))
             break;
-        xfer_batch_item_seg(b, idx[j], 0, &it);
-        if (!run_next(a, m * a->len, &it))
-            break;
-    }
     if (!xfer_range_ok(a->remote_off, m * a->len, rm->rd.len)) /* only what fits goes as one: */
         m = a->remote_off < rm->rd.len ? (rm->rd.len - a->remote_off) / a->len
                                        : 1; /* the rest is */
@@ -522,15 +529,23 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     uint64_t chunk = xfer_engine_config_get(tc->tt->engine)->chunk_bytes;
     chunk = chunk < 4096 ? 4096 : chunk > TCP_MAX_PAYLOAD ? TCP_MAX_PAYLOAD : chunk;
     struct gpu_memo memo = {0};
+    /* At most this many chunks (each segment's, cut at the smaller of the
+     * chunk and a GPU staging slot): the exact count would look each item's
+     * memory kind up twice. */
+    uint64_t least = chunk < TCP_GPU_SLOT ? chunk : TCP_GPU_SLOT;
     size_t total = 0;
     for (size_t k = 0; k < n; k++) { /* each segment of a vectored item */
         size_t nseg;
-        xfer_batch_item_segs(b, idx[k], &nseg);
+        const struct xfer_seg *v = xfer_batch_item_segs(b, idx[k], &nseg);
+        if (!v && nseg == 1) {
+            total += n_chunks(xfer_batch_item(b, idx[k])->len, least);
+            continue;
+        }
         for (size_t sg = 0; sg < nseg; sg++) {
             struct xfer_item it;
-            xfer_batch_item_seg(b, idx[k], sg, &it);
-            uint64_t ch = item_chunk(tc, &it, chunk, &memo);
-            total += ch ? n_chunks(it.len, ch) : 0;
+            if (!v) /* a block item's segments are computed */
+                xfer_batch_item_seg(b, idx[k], sg, &it);
+            total += n_chunks(v ? v[sg].len : it.len, least);
         }
     }
     struct tcp_slab *slab = total ? tcp_slab_get(tc->tt, total) : NULL;

@@ -208,11 +208,17 @@ static void chunk_done_later(struct tcp_sock *s, struct tcp_tx *t)
         tcp_chunk_complete(s, t, 0, NULL);
         return;
     }
+    if (s->ndone == TCP_DONE_MAX)
+        done_flush(s);
     uint32_t n = tcp_tx_items(t);
-    for (uint32_t k = 0; k < n; k++) { /* a run: one entry per item */
-        if (s->ndone == TCP_DONE_MAX)
-            done_flush(s);
-        s->done[s->ndone++] = (struct xfer_chunk_end){t->b, t->idx + k, t->len / n, 0, NULL};
+    if (n == 1) {
+        s->done[s->ndone++] = (struct xfer_chunk_end){t->b, t->idx, t->len, 0, NULL};
+    } else {
+        for (uint32_t k = 0; k < n; k++) { /* a run: one entry per item */
+            if (s->ndone == TCP_DONE_MAX)
+                done_flush(s);
+            s->done[s->ndone++] = (struct xfer_chunk_end){t->b, t->idx + k, t->len / n, 0, NULL};
+        }
     }
     s->done_load += chunk_load(t);
     tcp_tx_free(t); /* its holds on t->b pass to the entries */
