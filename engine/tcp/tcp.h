@@ -198,6 +198,9 @@ struct tcp_sock {
      * row, and whether one of them did not land (tcp_msg.c, "behind") */
     uint32_t landed_seq, landed_n;
     bool landed_bad;
+    /* target, iomu: requests served well in this read, counted at its end
+     * (a count per request was ~90 instructions of a 4 KiB item's) */
+    uint64_t srv_ops, srv_bytes;
     char peer_node[XFER_NAME_MAX]; /* target: the initiator, as its handshake proved */
     uint64_t peer_inc;
     /* payload into GPU memory: received into a staging slot first */

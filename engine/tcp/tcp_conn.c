@@ -343,12 +343,12 @@ static size_t n_chunks(uint64_t len, uint64_t chunk)
 /* Runs. Small plain items that lie back to back here and at the target
  * (one local region, one remote region and generation, one op and length)
  * go out as one frame: per-frame costs on both sides (header, request id,
- * region check, response, completion) were most of a 4 KiB item's. A run is
- * checked whole against the peer's cached descriptor of the remote region
- * first (generation, access, bounds), so the target refuses it only for
- * what all its items share (the region gone or re-registered) or for a
- * lease rule; a refused run fails each of its items. Without a cached
- * descriptor items go one by one, as before. */
+ * region check, response, completion) were most of a 4 KiB item's. The
+ * target checks the run's whole range; a run it refuses goes again item by
+ * item (tcp_run_split), so each item gets the answer it would have had
+ * alone. The peer's cached descriptor of the remote region, when it has
+ * one of the item's generation, spares such round trips: no run where
+ * the op is not allowed, and a run ends where the region does. */
 struct run_memo {
     bool valid, ok;
     uint32_t id;
@@ -390,13 +390,14 @@ static uint32_t run_items(struct tcp_conn *tc, xfer_batch *b, const size_t *idx,
         rm->valid = true;
     }
     unsigned need = a->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
-    if (!rm->ok || rm->rd.gen != a->remote_gen || !(rm->rd.access & need))
+    bool known = rm->ok && rm->rd.gen == a->remote_gen;
+    if (known && !(rm->rd.access & need))
         return 1;
     uint64_t m = 2, most = cap / a->len;
     for (size_t j = k + 2; j < n && m < most && idx[j] == idx[k] + m; j++, m++)
         if (!run_takes(b, idx[j], a, m * a->len))
             break;
-    if (!xfer_range_ok(a->remote_off, m * a->len, rm->rd.len)) /* only what fits goes as one: */
+    if (known && !xfer_range_ok(a->remote_off, m * a->len, rm->rd.len)) /* what fits goes as one: */
         m = a->remote_off < rm->rd.len ? (rm->rd.len - a->remote_off) / a->len
                                        : 1; /* the rest is */
     return m > 1 ? (uint32_t)m : 1;         /* refused item by item */

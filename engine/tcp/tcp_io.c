@@ -913,9 +913,24 @@ struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr
 
 static void served(struct tcp_sock *s, uint64_t bytes, int status)
 {
+    if (status == 0) { /* counted by served_flush */
+        s->srv_ops++;
+        s->srv_bytes += bytes;
+        return;
+    }
     xfer_engine_count_served(s->tt->engine, XFER_TRANSPORT_TCP, bytes, status);
     if (status < 0)
         xfer_debug("tcp: refused request from %s: %s", s->name, xfer_strerror(status));
+}
+
+/* Counts what this read served, before its responses go out (whoever sees
+ * a response sees the count). */
+static void served_flush(struct tcp_sock *s)
+{
+    if (!s->srv_ops)
+        return;
+    xfer_engine_count_served_n(s->tt->engine, XFER_TRANSPORT_TCP, s->srv_ops, s->srv_bytes);
+    s->srv_ops = s->srv_bytes = 0;
 }
 
 /* A chunk of a GPU region must fit one staging slot (our initiators split
@@ -1079,6 +1094,7 @@ static void target_readable(struct tcp_sock *s)
         }
         budget -= (size_t)n;
     }
+    served_flush(s);
     if (s->fd >= 0 && s->tx_head && !(s->by_waiter && s->tgt_gpu))
         tcp_sock_writable(s);
 }
