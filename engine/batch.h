@@ -7,6 +7,7 @@
 #define XFER_BATCH_H
 
 #include "internal.h"
+#include "xfer_blkrec.h"
 
 enum batch_state { B_IDLE, B_RUNNING, B_DONE };
 
@@ -17,10 +18,9 @@ enum batch_kind { BK_RMA = 0, BK_SEND, BK_RECV };
  * b->bwords[bases] (nstreams local, then nstreams remote). words0: the
  * first word this item added (truncation gives back from there). */
 struct batch_blk {
-    uint64_t len, lstride, rstride;
+    struct xfer_blkrec r;
     uint64_t rmax; /* the largest remote id */
-    uint32_t nids, nstreams;
-    size_t ids, bases, words0;
+    size_t words0;
 };
 
 #define BATCH_WHY_MAX 96

@@ -379,6 +379,14 @@ struct ipc_server *ipc_server_start(xfer_engine *e, const char *node_id, uint64_
 void ipc_server_stop(struct ipc_server *s);
 /* Local region r is going or got lease rules: withdraw its loans. */
 void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r);
+/* A thread waiting for a message from node (a RECV's RTS, a SEND's FIN)
+ * reads node's connection to us itself for up to timeout_ms, or until
+ * wake_fd (polled, not read) becomes readable, serving whatever request
+ * arrives as the connection's serving thread would (ipc_serve_rx.c).
+ * 0, or -1: it cannot (no such connection, or it is over). */
+int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms);
+/* ops->wait_rx: the above for the peer of c, while b runs. */
+int ipc_conn_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms);
 
 /* ---- initiator side (ipc_conn.c) ---------------------------------------- */
 

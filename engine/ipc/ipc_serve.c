@@ -11,9 +11,7 @@
  */
 #include "handshake.h"
 #include "xfer_io.h"
-#include "ipc.h"
-
-#define IPC_MAP_TRACK 1024 /* mappings tracked per peer for revocation */
+#include "ipc_serve.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -25,39 +23,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-struct serve_conn {
-    struct ipc_server *srv;
-    int fd;
-    pid_t pid; /* the peer, once it passed the handshake; 0 before */
-    pthread_t thread;
-    bool done; /* thread finished; joined by the reaper */
-    xfer_region **slots;
-    int64_t *pinned_ms;  /* when each slot was pinned */
-    uint32_t *free_next; /* free list threaded through slot indices */
-    uint32_t nslots, free_head;
-    struct ipc_revoked mapped[IPC_MAP_TRACK]; /* (id, gen) this peer mapped */
-    uint32_t nmapped;
-    int64_t revoke_check_ms;       /* last scan of mapped[] for deregistered regions */
-    int64_t lease_check_ms;        /* last scan of slots[] for pins held too long */
-    char peer_node[XFER_NAME_MAX]; /* the initiator, as its handshake proved */
-    uint64_t peer_inc;
-    struct ipc_loans loans; /* regions lent for direct copies (ipc_direct.c) */
-    bool loans_up;
-    struct serve_conn *next;
-};
-
-struct ipc_server {
-    xfer_engine *engine;
-    char node_id[XFER_NAME_MAX];
-    uint64_t incarnation;
-    int listen_fd, stop_fd;
-    pthread_t accept_thread;
-    pthread_mutex_t mu;
-    struct serve_conn *conns;
-    bool stopping;
-    uint8_t probe_cookie[16];
-};
 
 #define SLOT_NONE UINT32_MAX
 
@@ -381,6 +346,40 @@ static int conn_handshake(struct serve_conn *c)
     return rc;
 }
 
+int ipc_serve_one(struct serve_conn *c)
+{
+    struct ipc_hdr h;
+    int rc = ipc_recv(c->fd, &h, c->buf, (uint32_t)c->buf_max, NULL, serve_timeout(c->srv));
+    if (rc == -XFER_EPROTO)
+        xfer_warn("ipc: malformed message from peer %s (bad magic or version, or %u bytes "
+                  "over the limit of %zu), closing",
+                  c->peer_node, h.bytes, c->buf_max);
+    if (rc < 0)
+        return rc;
+    switch (h.type) {
+    case IPC_MAP_REQ:
+        rc = handle_map(c, &h, c->buf);
+        break;
+    case IPC_ACQ_REQ:
+        rc = handle_acquire(c, &h, c->buf);
+        break;
+    case IPC_ACQV_REQ:
+        rc = handle_acquire_vec(c, &h, c->buf);
+        break;
+    case IPC_REL:
+        rc = handle_release(c, &h, c->buf);
+        break;
+    case IPC_MSG_REQ:
+        rc = handle_msg(c, &h, c->buf);
+        break;
+    default:
+        rc = -XFER_EPROTO;
+    }
+    if (rc == -XFER_EPROTO)
+        xfer_warn("ipc: malformed message (type %u) from peer %s, closing", h.type, c->peer_node);
+    return rc;
+}
+
 static void *conn_main(void *arg)
 {
     struct serve_conn *c = arg;
@@ -392,57 +391,34 @@ static void *conn_main(void *arg)
         max = XFER_MSG_FRAME_MAX;
     if (max < IPC_ACQV_BYTES_MAX)
         max = IPC_ACQV_BYTES_MAX;
-    void *buf = malloc(max);
-    int rc = buf ? conn_handshake(c) : -XFER_ENOMEM;
+    c->buf = malloc(max);
+    c->buf_max = max;
+    int rc = c->buf ? conn_handshake(c) : -XFER_ENOMEM;
+    pthread_mutex_lock(&s->mu);
+    c->ready = rc == 0; /* waiters may read it from now on */
+    pthread_mutex_unlock(&s->mu);
     while (rc == 0) {
         pthread_mutex_lock(&s->mu);
         bool stop = s->stopping;
         pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
-        if (holds_dying_too_long(c)) {
+        pthread_mutex_lock(&c->rx_mu);
+        bool revoke = holds_dying_too_long(c);
+        pthread_mutex_unlock(&c->rx_mu);
+        if (revoke) {
             rc = -XFER_ECONN;
             break;
         }
-        rc = ipc_wait_readable(c->fd, 500);
-        if (rc == -XFER_ETIMEDOUT) {
-            rc = 0;
-            continue;
-        }
-        struct ipc_hdr h;
-        if (rc == 0)
-            rc = ipc_recv(c->fd, &h, buf, (uint32_t)max, NULL, serve_timeout(s));
-        if (rc < 0)
-            break;
-        switch (h.type) {
-        case IPC_MAP_REQ:
-            rc = handle_map(c, &h, buf);
-            break;
-        case IPC_ACQ_REQ:
-            rc = handle_acquire(c, &h, buf);
-            break;
-        case IPC_ACQV_REQ:
-            rc = handle_acquire_vec(c, &h, buf);
-            break;
-        case IPC_REL:
-            rc = handle_release(c, &h, buf);
-            break;
-        case IPC_MSG_REQ:
-            rc = handle_msg(c, &h, buf);
-            break;
-        default:
-            rc = -XFER_EPROTO;
-        }
-        if (rc == -XFER_EPROTO)
-            xfer_warn("ipc: malformed message (type %u) from peer, closing", h.type);
+        rc = ipc_rx_serve_step(c, 500);
     }
+    ipc_rx_close(c, rc); /* no waiter reads it from now on */
     /* Loans go before pins: a peer still copying directly must be done. */
     if (c->loans_up)
         ipc_loans_withdraw_all(&c->loans);
     for (uint32_t i = 0; i < c->nslots; i++)
         if (c->slots[i])
             slot_release(c, i);
-    free(buf);
     shutdown(c->fd, SHUT_RDWR);
     if (c->pid)
         ipc_tracer_remove(c->pid); /* a peer that went is no tracer any more */
@@ -455,6 +431,14 @@ static void *conn_main(void *arg)
 static void conn_free(struct serve_conn *c)
 {
     pthread_join(c->thread, NULL);
+    while (__atomic_load_n(&c->pins, __ATOMIC_ACQUIRE) > 0) {
+        /* a waiter still holds it: its poll ends within its slice (the
+         * socket is shut down), then it finds the connection over */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    ipc_rx_fini(c);
+    free(c->buf);
     if (c->loans_up)
         ipc_loans_fini(&c->loans);
     close(c->fd);
@@ -471,7 +455,7 @@ static void reap_conns(struct ipc_server *s, bool all)
     struct serve_conn **pp = &s->conns, *gone = NULL;
     while (*pp) {
         struct serve_conn *c = *pp;
-        if (all || c->done) {
+        if (all || (c->done && __atomic_load_n(&c->pins, __ATOMIC_ACQUIRE) == 0)) {
             *pp = c->next;
             c->next = gone;
             gone = c;
@@ -502,9 +486,15 @@ static void accept_one(struct ipc_server *s)
     c->srv = s;
     c->fd = fd;
     c->free_head = SLOT_NONE;
+    if (ipc_rx_init(c) < 0) {
+        close(fd);
+        free(c);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
         pthread_mutex_unlock(&s->mu);
+        ipc_rx_fini(c);
         close(fd);
         free(c);
         return;

@@ -123,6 +123,7 @@ const struct xfer_transport_ops xfer_ipc_transport_ops = {
     .conn_state = ipc_conn_state,
     .post = ipc_conn_post,
     .send_msg = ipc_conn_send_msg,
+    .wait_rx = ipc_conn_wait_rx,
     .describe_region = ipc_describe_region,
     .region_withdraw = ipc_region_withdraw,
 };

@@ -5,7 +5,7 @@
 # any-tag RECV batches, every byte and index checked; exact-tag receives in
 # reverse tag order (FIFO per sender and tag, messages waiting unmatched);
 # truncation on both sides (eager and rendezvous sizes); a RECV's deadline
-# and cancel. Then (tcp, then ipc) a peer killed with SENDs (eager and
+# and cancel. Then (tcp, ipc, ipc with the message waiter) a peer killed with SENDs (eager and
 # rendezvous) and a RECV pending towards it: all end -XFER_ECONN within half
 # their deadline (ipc: the unix socket's hang-up, ipc_conn_state); b is
 # stopped first and a notification sent to it meanwhile (submit must not
@@ -45,10 +45,13 @@ for tr in ${XFER_SENDRECV_TRANSPORTS:-tcp ipc}; do
     ((ra == 0 && rb == 0)) || core_fail "$tr: a exit $ra, b exit $rb"
 done
 
-for ktr in ${XFER_SENDRECV_KILL:-tcp ipc}; do
+# ipc-w: ipc with a's waiter reading b's connection (ipc_serve_rx.c): it
+# polls it while b is frozen, then reads the hang-up when b is killed.
+for ktr in ${XFER_SENDRECV_KILL:-tcp ipc ipc-w}; do
     echo "== $ktr, peer killed with messages pending"
-    export XFER_TRANSPORTS=$ktr XFER_NOTIFY_EXPECT=$ktr XFER_TEST_PROGRESS_THREADS=1 XFER_WAIT_RX_IN=0
-    [[ $ktr == ipc ]] && XFER_TRANSPORTS=ipc,tcp
+    export XFER_TRANSPORTS=${ktr%-w} XFER_NOTIFY_EXPECT=${ktr%-w} XFER_TEST_PROGRESS_THREADS=1 XFER_WAIT_RX_IN=0
+    [[ $ktr == ipc* ]] && XFER_TRANSPORTS=ipc,tcp
+    [[ $ktr == *-w ]] && XFER_WAIT_RX_IN=1
     count=50
     rm -f "$CORE_TMP"/go*
     pair "kill-$ktr" --ready "$CORE_TMP/go" --stop

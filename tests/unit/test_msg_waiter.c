@@ -1,8 +1,11 @@
-/* Waiter-driven receive of messages over tcp (engine/tcp/tcp_wait.c): the thread
- * waiting for a SEND or RECV reads the accepted socket its peer's messages arrive
- * on, while that socket's progress thread wants it too. Two engines in this
- * process, one socket each way (so WRITE payloads and message frames share it),
- * two progress threads each. Each round, each side may put a WRITE batch (sizes
+/* Waiter-driven receive of messages over tcp (engine/tcp/tcp_wait.c) and ipc
+ * (engine/ipc/ipc_serve_rx.c): the thread waiting for a SEND or RECV reads the
+ * accepted socket its peer's messages arrive on, while that socket's progress
+ * (tcp) or serving (ipc) thread wants it too. Two engines in this process, one
+ * socket each way (so WRITE payloads and message frames share it), two
+ * progress threads each; over ipc once with direct copies and once without
+ * (XFER_IPC_DIRECT=0: every WRITE is a MAP/ACQ/REL exchange on the socket the
+ * messages arrive on, which a waiter may serve). Each round, each side may put a WRITE batch (sizes
  * from 1 B to 300 KiB, some cancelled at once, some with an item the target
  * refuses: its payload is discarded there, which a waiter leaves to the owner)
  * on the socket right before its message; A sends a message of a random size
@@ -70,12 +73,14 @@ static uint8_t *mem(xfer_region *r, uint64_t off)
     return (uint8_t *)xfer_region_ptr(r) + off;
 }
 
+static unsigned transports = XFER_TRANSPORT_TCP; /* of the test running */
+
 static void side_new(struct side *s, const char *name, uint64_t seed)
 {
     struct xfer_engine_config cfg;
     xfer_engine_config_init(&cfg);
     cfg.node_id = name;
-    cfg.transports = XFER_TRANSPORT_TCP;
+    cfg.transports = transports;
     cfg.sockets_per_peer = 1;
     cfg.progress_threads = 2;
     int rc;
@@ -240,9 +245,8 @@ static void *echo_main(void *arg)
     return NULL;
 }
 
-static void test_messages_and_writes(void **state)
+static void messages_and_writes(void)
 {
-    (void)state;
     uint64_t seed = (uint64_t)time(NULL) | 1;
     const char *env = getenv("XFER_TEST_SEED");
     if (env)
@@ -253,6 +257,11 @@ static void test_messages_and_writes(void **state)
     side_new(&B, "waiter-b", seed * 3);
     side_connect(&A, &B);
     side_connect(&B, &A);
+    unsigned want = transports & XFER_TRANSPORT_IPC ? XFER_TRANSPORT_IPC : XFER_TRANSPORT_TCP;
+    assert_int_equal(xfer_peer_connect(A.p), 0);
+    assert_int_equal(xfer_peer_connect(B.p), 0);
+    assert_int_equal(xfer_peer_transport(A.p), want);
+    assert_int_equal(xfer_peer_transport(B.p), want);
     pthread_t th;
     pthread_create(&th, NULL, echo_main, &B);
     uint64_t offs[NLANES], lens[NLANES];
@@ -295,9 +304,34 @@ static void test_messages_and_writes(void **state)
     xfer_engine_free(B.e);
 }
 
+static void test_tcp(void **state)
+{
+    (void)state;
+    transports = XFER_TRANSPORT_TCP;
+    messages_and_writes();
+}
+
+static void test_ipc(void **state)
+{
+    (void)state;
+    transports = XFER_TRANSPORT_IPC | XFER_TRANSPORT_TCP; /* ipc is preferred */
+    setenv("XFER_IPC_DIRECT", "1", 1);
+    messages_and_writes();
+}
+
+static void test_ipc_nodirect(void **state)
+{
+    (void)state;
+    transports = XFER_TRANSPORT_IPC | XFER_TRANSPORT_TCP;
+    setenv("XFER_IPC_DIRECT", "0", 1); /* read per loan and connection */
+    messages_and_writes();
+    unsetenv("XFER_IPC_DIRECT");
+}
+
 int main(void)
 {
     setenv("XFER_WAIT_RX_IN", "1", 1); /* the default, whatever the environment says */
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_messages_and_writes)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_tcp), cmocka_unit_test(test_ipc),
+                                       cmocka_unit_test(test_ipc_nodirect)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

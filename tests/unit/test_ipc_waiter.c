@@ -1,0 +1,190 @@
+/* Bad requests on an ipc connection that a message waiter reads
+ * (engine/ipc/ipc_serve_rx.c). Engines A and B in this process, connected
+ * over ipc; a raw client connects to A claiming to be B (same uid, no
+ * secret: the handshake accepts it), so it is the newest connection of B's
+ * and the one a thread in A waiting for a message from B polls. While that
+ * RECV waits, the raw client sends a bad request: an unknown type, an
+ * oversized or truncated one, a bad header, or a well-formed MSG_REQ whose
+ * engine frame is garbage. A must answer the garbage frame -XFER_EPROTO and
+ * keep the connection, close it for the others (within io_timeout_ms for the
+ * truncated one), and go on serving: the RECV then gets B's real message,
+ * byte for byte, over B's own connection. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "ipc/ipc.h"
+#include "xfer_handshake.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IO_TIMEOUT 400
+#define DEADLINE   10000
+
+struct side {
+    xfer_engine *e;
+    xfer_region *r;
+    xfer_peer *p;
+    struct xfer_peer_desc d;
+};
+
+static void side_new(struct side *s, const char *name)
+{
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = name;
+    cfg.transports = XFER_TRANSPORT_IPC | XFER_TRANSPORT_TCP;
+    cfg.io_timeout_ms = IO_TIMEOUT;
+    int rc;
+    s->e = xfer_engine_new(&cfg, &rc);
+    assert_non_null(s->e);
+    assert_int_equal(xfer_region_alloc(s->e, "buf", 1 << 20, XFER_ACCESS_RW, &s->r), 0);
+    xfer_engine_describe(s->e, &s->d);
+}
+
+/* A raw ipc client of a, claiming to be b: past the handshake and HELLO. */
+static int raw_as(const struct side *a, const struct side *b)
+{
+    char why[256];
+    int fd = ipc_sock_connect(a->d.node_id, a->d.incarnation, 2000, why, sizeof(why));
+    assert_true(fd >= 0);
+    struct xfer_hs_self self = {.node_id = b->d.node_id, .incarnation = b->d.incarnation};
+    struct xfer_hs_peer peer;
+    assert_int_equal(xfer_handshake_client(fd, &self, 2000, &peer, why, sizeof(why)), 0);
+    struct ipc_hello hello;
+    struct ipc_hdr h;
+    int ctl = -1;
+    assert_int_equal(ipc_recv(fd, &h, &hello, sizeof(hello), &ctl, 2000), 0);
+    assert_int_equal(h.type, IPC_HELLO);
+    if (ctl >= 0)
+        close(ctl);
+    return fd;
+}
+
+/* Has a closed fd within ms? (EOF or a reset; anything else it sent is read past) */
+static bool closed_within(int fd, int ms)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int left = ms - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, left) != 1)
+            return false;
+        char buf[256];
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return true;
+    }
+}
+
+struct recv_job {
+    struct side *a;
+    uint64_t tag, got;
+    int rc;
+};
+
+static void *recv_main(void *arg)
+{
+    struct recv_job *j = arg;
+    j->rc = xfer_recv(j->a->e, j->a->r, 4096, 64, j->a->p, j->tag, &j->got, DEADLINE);
+    return NULL;
+}
+
+enum bad { UNKNOWN_TYPE, OVERSIZED, TRUNCATED, BAD_MAGIC, GARBAGE_FRAME, HANG_UP, NBAD };
+
+/* Sends the bad request; true if A must close the connection for it. */
+static bool send_bad(int fd, enum bad k)
+{
+    uint8_t junk[64];
+    memset(junk, 0xab, sizeof(junk));
+    struct ipc_hdr h = {
+        .magic = IPC_MAGIC, .version = IPC_VERSION, .type = IPC_MSG_REQ, .count = 1};
+    switch (k) {
+    case UNKNOWN_TYPE:
+        assert_int_equal(ipc_send(fd, 99, 1, junk, 8, -1, 1000), 0);
+        return true;
+    case OVERSIZED: /* a header announcing 64 MiB: refused before reading it */
+        h.bytes = 64u << 20;
+        assert_int_equal(send(fd, &h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
+        return true;
+    case TRUNCATED: /* 64 bytes announced, 10 sent, then silence */
+        h.bytes = sizeof(junk);
+        assert_int_equal(send(fd, &h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
+        assert_int_equal(send(fd, junk, 10, MSG_NOSIGNAL), 10);
+        return true;
+    case BAD_MAGIC:
+        h.magic = 0x12345678;
+        assert_int_equal(send(fd, &h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
+        return true;
+    case GARBAGE_FRAME: { /* well-formed request, bad engine frame: answered */
+        assert_int_equal(ipc_send(fd, IPC_MSG_REQ, 1, junk, sizeof(junk), -1, 1000), 0);
+        int32_t st = 0;
+        assert_int_equal(ipc_recv(fd, &h, &st, sizeof(st), NULL, 5000), 0);
+        assert_int_equal(h.type, IPC_MSG_RESP);
+        assert_int_equal(st, -XFER_EPROTO);
+        return false;
+    }
+    case HANG_UP:
+    case NBAD:
+        break;
+    }
+    return false;
+}
+
+static void test_bad_requests_while_waiting(void **state)
+{
+    (void)state;
+    struct side A = {0}, B = {0};
+    side_new(&A, "ipcw-a");
+    side_new(&B, "ipcw-b");
+    assert_int_equal(xfer_peer_add(A.e, &B.d, &A.p), 0);
+    assert_int_equal(xfer_peer_add(B.e, &A.d, &B.p), 0);
+    assert_int_equal(xfer_peer_connect(A.p), 0);
+    assert_int_equal(xfer_peer_connect(B.p), 0);
+    assert_int_equal(xfer_peer_transport(A.p), XFER_TRANSPORT_IPC);
+    assert_int_equal(xfer_peer_transport(B.p), XFER_TRANSPORT_IPC);
+    uint8_t *out = xfer_region_ptr(B.r), *in = (uint8_t *)xfer_region_ptr(A.r) + 4096;
+    for (int round = 0; round < 3 * NBAD; round++) {
+        enum bad k = (enum bad)(round % NBAD);
+        int raw = raw_as(&A, &B);
+        struct recv_job j = {.a = &A, .tag = 100 + (uint64_t)round};
+        pthread_t th;
+        pthread_create(&th, NULL, recv_main, &j);
+        bool closes = send_bad(raw, k);
+        if (k == HANG_UP)
+            shutdown(raw, SHUT_RDWR);
+        else if (closes)
+            assert_true(closed_within(raw, IO_TIMEOUT + 4000));
+        else
+            assert_int_equal(send_bad(raw, k), false); /* still served */
+        for (int i = 0; i < 40; i++)
+            out[i] = (uint8_t)(round * 7 + i);
+        assert_int_equal(xfer_send(B.e, B.r, 0, 40, B.p, j.tag, DEADLINE), 0);
+        pthread_join(th, NULL);
+        assert_int_equal(j.rc, 0);
+        assert_int_equal(j.got, 40);
+        assert_memory_equal(in, out, 40);
+        close(raw);
+    }
+    xfer_engine_free(A.e);
+    xfer_engine_free(B.e);
+}
+
+int main(void)
+{
+    setenv("XFER_WAIT_RX_IN", "1", 1); /* the default, whatever the environment says */
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_bad_requests_while_waiting)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
