@@ -50,6 +50,7 @@
 #define TCP_FENCES          4096u /* target: cancelled batches remembered (tcp_fence.c) */
 #define TCP_FENCES_RESEND   64u   /* initiator: recent fences sent again on new connections */
 #define TCP_IN_SLOTS        256u /* target: peers whose message socket is remembered (tcp_wait.c) */
+#define TCP_IN_SOCKS        8    /* target: sockets remembered per peer (tcp_wait.c) */
 #define TCP_TX_SPARE_MAX    256u /* target: sent responses kept per socket for reuse */
 /* Initiator: plain host-memory items of at most TCP_RUN_ITEM_MAX bytes that
  * lie back to back on both sides go out as one frame of up to TCP_RUN_MAX
@@ -144,6 +145,7 @@ struct tcp_sock {
     int waiters;
     int pins;     /* target: waiters that may poll it (atomic); tcp_reap keeps it meanwhile */
     int in_slot;  /* target: 1 + its entry in tt->in_sock, 0 = none (tt->in_mu; atomic) */
+    int in_idx;   /* target: its place in that entry (tt->in_mu) */
     bool tgt_gpu; /* target, iomu: served GPU memory: staging is the owner's, waiters keep off */
     bool skipped; /* iomu: the owner left a readable edge to a polling waiter */
     /* The owner's epoll interest (iomu; tcp_sock_interest): EPOLLOUT only
@@ -263,11 +265,14 @@ struct tcp_transport {
     int fence_head[TCP_FENCES];          /* hash buckets */
     uint64_t fence_n, fence_gen;         /* recorded so far; bumped per record */
     /* Target: per peer (hash of its node id; a collision forgets the
-     * older), the accepted socket its last message arrived on: a waiter
-     * for that peer's messages reads it (tcp_wait.c). */
+     * older), the accepted sockets its messages arrived on (the last
+     * TCP_IN_SOCKS): a waiter for that peer's messages reads them
+     * (tcp_wait.c). */
     pthread_mutex_t in_mu;
-    struct tcp_sock *in_sock[TCP_IN_SLOTS];
-    pthread_mutex_t sent_mu; /* initiator: recent fences */
+    struct tcp_sock *in_sock[TCP_IN_SLOTS][TCP_IN_SOCKS];
+    unsigned in_next[TCP_IN_SLOTS]; /* the place the next one takes when all are used */
+    struct tcp_sock *in_last; /* anyone's last message came on it (atomic; cleared under in_mu) */
+    pthread_mutex_t sent_mu;  /* initiator: recent fences */
     uint32_t sent[TCP_FENCES_RESEND];
     unsigned sent_n;
 };
@@ -306,6 +311,9 @@ void tcp_sock_deferred(struct tcp_sock *s);
 /* ops->wait_rx: the waiting thread polls chan (an initiator socket) and,
  * inbound, the peer's message socket, and reads them itself. */
 int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms);
+/* ops->notif_wait_rx: the same for a thread in xfer_notif_wait, on the
+ * socket node's (NULL: anyone's) last message came on. */
+int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms);
 /* Target, iomu held: a message arrived on s (remember it for waiters);
  * s closes (forget it). */
 void tcp_in_note(struct tcp_sock *s);
