@@ -204,15 +204,10 @@ bool xfer_batch_item_blocks(const xfer_batch *b, size_t i, struct xfer_block_lis
     return true;
 }
 
-bool blk_remote_ok(xfer_batch *b, size_t i, unsigned access, uint64_t len)
+bool blk_ranges_ok(xfer_batch *b, size_t i, uint64_t len)
 {
     const struct batch_item *bi = &b->items[i];
     const struct batch_blk *p = &b->blks[bi->blk - 1];
-    if (!(access & (bi->it.op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W))) {
-        xfer_batch_chunk_done(b, i, 0, -XFER_EACCES,
-                              "the remote region does not allow this operation");
-        return false;
-    }
     struct xfer_block_list bl;
     xfer_batch_item_blocks(b, i, &bl);
     bool ok = true;
