@@ -237,6 +237,9 @@ void *xfer_region_transport_data(const xfer_region *r, unsigned bit);
 void xfer_region_set_transport_data(xfer_region *r, unsigned bit, void *data);
 /* Target-side accounting. */
 void xfer_engine_count_served(xfer_engine *e, unsigned transport_bit, uint64_t bytes, int status);
+/* ops requests served successfully, bytes in all (one count for a run of them). */
+void xfer_engine_count_served_n(xfer_engine *e, unsigned transport_bit, uint64_t ops,
+                                uint64_t bytes);
 
 /* Initiator side: the item and the peer's cached remote region. A
  * vectored item (xfer_batch_add_segments) has local_off = remote_off = 0

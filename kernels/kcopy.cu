@@ -171,14 +171,17 @@ struct kv_walk {
  * ids[k % nids] * stride on each side: the expansion the CPU used to do
  * per segment (32,768 descriptors for one KV pool request), here on the
  * GPU. The divisions run once per thread block and run (seek); then the
- * walk steps (stream, id) along, and the run's fields stay in registers:
- * per piece only the two ids (and bases on a new stream) are loaded. */
+ * walk steps (stream, id) along, and the run's fields stay in registers.
+ * The next segment's two ids are loaded as soon as the current piece is
+ * handed out, so their latency hides behind its copy (the bulk engine's
+ * one thread otherwise waits for them before it can issue the next load). */
 struct block_walk {
     const kbrun *runs;
     const uint64_t *start;
     uint32_t r;
     uint64_t pos, hi, end; /* end: start[r + 1] */
     uint64_t st, i, off;   /* stream, id, offset of pos in its segment */
+    uint64_t ia, ib;       /* ids[i] of each side, loaded ahead */
     kbrun R;
     const char *ab, *bb; /* R.a + a_base[st], R.b + b_base[st] */
     __device__ void seek()
@@ -190,6 +193,8 @@ struct block_walk {
         uint64_t k = R.s0 + q;
         st = k / R.nids;
         i = k - st * R.nids;
+        ia = R.a_ids[i];
+        ib = R.b_ids[i];
         ab = R.a + R.a_base[st];
         bb = R.b + R.b_base[st];
     }
@@ -203,8 +208,8 @@ struct block_walk {
             while (start[r + 1] <= pos);
             seek();
         }
-        const char *a = ab + R.a_ids[i] * R.a_stride + off;
-        const char *b = bb + R.b_ids[i] * R.b_stride + off;
+        const char *a = ab + ia * R.a_stride + off;
+        const char *b = bb + ib * R.b_stride + off;
         uint64_t take = min(R.len - off, hi - pos);
         p.dst = (char *)(R.a_is_dst ? a : b);
         p.src = R.a_is_dst ? b : a;
@@ -218,6 +223,10 @@ struct block_walk {
                 st++;
                 ab = R.a + R.a_base[st];
                 bb = R.b + R.b_base[st];
+            }
+            if (pos < hi) {
+                ia = R.a_ids[i];
+                ib = R.b_ids[i];
             }
         }
         return true;
@@ -311,13 +320,20 @@ __global__ void __launch_bounds__(512, KMINBLOCKS(V))
     w.hi = min(w.pos + chunk, total);
     if (w.pos >= w.hi)
         return;
-    uint32_t lo = 0, hi = nr; /* the last run starting at or before pos */
-    while (hi - lo > 1) {
-        uint32_t mid = (lo + hi) / 2;
-        if (start[mid] <= w.pos)
-            lo = mid;
-        else
-            hi = mid;
+    /* The run holding pos: first guessed as if the runs were of one size
+     * (a request's region pairs are: one latency, two loads side by side),
+     * else a binary search for the last run starting at or before pos. */
+    uint32_t lo = (uint32_t)min((uint64_t)nr - 1, (uint64_t)((double)w.pos / total * nr));
+    if (!(start[lo] <= w.pos && w.pos < start[lo + 1])) {
+        uint32_t hi = nr;
+        lo = 0;
+        while (hi - lo > 1) {
+            uint32_t mid = (lo + hi) / 2;
+            if (start[mid] <= w.pos)
+                lo = mid;
+            else
+                hi = mid;
+        }
     }
     w.r = lo;
     w.seek();
