@@ -13,6 +13,13 @@
  * once). Timed with CUDA events per repetition after warm-ups; best and
  * median of the repetitions. Exits 77 without a GPU.
  *   bench_kernels [reps]      (default 20)
+ *   bench_kernels blocks [reps]
+ *       only the block-runs kernel (xfer_kernels_block_runs, what ipc
+ *       launches for a KV pool request) on the request of issue 16: vLLM
+ *       FlashAttention pools of 32 layers x K/V, 16 KiB blocks, 512 random
+ *       ids per side = 512 MiB, against one cudaMemcpyAsync D2D of 512 MiB,
+ *       with a sweep of variants and grid shapes; as one launch of 32 runs
+ *       and as the ipc worker's two launches of 16 (256 MiB groups)
  */
 #include "xfer.h"
 #include "xfer_kernels.h"
@@ -59,6 +66,8 @@ struct op {
     const struct xfer_kv_layout *kv;
     const uint64_t *ids;
     char *kvbuf;
+    const struct xfer_block_run *br;
+    size_t nbr, br_split; /* runs; launches of br_split runs each (0: one) */
 };
 
 typedef void (*op_fn)(struct op *o);
@@ -111,6 +120,20 @@ static void op_scatter(struct op *o)
     if (rc) {
         fprintf(stderr, "scatter: %s (%s)\n", xfer_strerror(rc), xfer_kstage_last_error(o->stage));
         exit(1);
+    }
+}
+
+static void op_block_runs(struct op *o)
+{
+    size_t step = o->br_split ? o->br_split : o->nbr;
+    for (size_t x = 0; x < o->nbr; x += step) {
+        size_t k = o->nbr - x < step ? o->nbr - x : step;
+        int rc = xfer_kernels_block_runs(o->stage, o->br + x, k, o->st);
+        if (rc) {
+            fprintf(stderr, "block runs: %s (%s)\n", xfer_strerror(rc),
+                    xfer_kstage_last_error(o->stage));
+            exit(1);
+        }
     }
 }
 
@@ -193,6 +216,30 @@ static void shuffle(uint32_t *a, size_t n)
     }
 }
 
+/* The op's stream and staging on GPU on. */
+static void op_open(struct op *o, int on)
+{
+    CK(cudaSetDevice(on));
+    CK(cudaStreamCreateWithFlags(&o->st, cudaStreamNonBlocking));
+    if (xfer_kstage_new(on, &o->stage))
+        exit(1);
+}
+
+static void op_close(struct op *o)
+{
+    xfer_kstage_free(o->stage);
+    CK(cudaStreamDestroy(o->st));
+}
+
+/* n distinct random ids below nb (<= 4096). */
+static void pick_ids(uint64_t *ids, size_t n, size_t nb)
+{
+    static uint32_t perm[4096];
+    shuffle(perm, nb);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = perm[i];
+}
+
 /* Grid shapes and variants tried (xfer_kernels_tune); entry 0 is automatic. */
 static const struct shape {
     uint64_t chunk;
@@ -219,6 +266,29 @@ static void report(const char *path, const char *what, uint64_t bs, struct gbs g
            what, (unsigned long long)(bs >> 10), g.best, g.med, ceil > 0 ? g.med / ceil : 0);
 }
 
+/* Times fn under each grid shape of sw[0..n) (entry 0 automatic, named
+ * auto_name), reports each and the best; the tuning is reset after. */
+static void sweep_run(const char *path, const struct shape *sw, size_t n, op_fn fn, struct op *o,
+                      const char *auto_name, uint64_t bs, double ceil)
+{
+    struct gbs best = {0, 0};
+    size_t best_i = 0;
+    char name[48];
+    for (size_t v = 0; v < n; v++) {
+        if (sw[v].variant == 5 && skip_bulk)
+            continue;
+        xfer_kernels_tune(sw[v].chunk, sw[v].threads, sw[v].variant);
+        struct gbs g = time_op(fn, o);
+        shape_name(name, sizeof(name), &sw[v]);
+        report(path, v ? name : auto_name, bs, g, ceil);
+        if (g.med > best.med)
+            best = g, best_i = v;
+    }
+    xfer_kernels_tune(0, 0, 0);
+    shape_name(name, sizeof(name), &sw[best_i]);
+    printf("%-12s best: %s\n", path, name);
+}
+
 /* Batched copy of NBLK blocks of bs from src_dev to dst_dev, launched on on. */
 static void bench_copy(const char *path, int src_dev, int dst_dev, int on, uint64_t bs)
 {
@@ -242,36 +312,16 @@ static void bench_copy(const char *path, int src_dev, int dst_dev, int on, uint6
         o.sizes[i] = bs;
     }
     o.big_dst = dst, o.big_src = src, o.dst_dev = dst_dev, o.src_dev = src_dev;
-    CK(cudaSetDevice(on));
-    CK(cudaStreamCreateWithFlags(&o.st, cudaStreamNonBlocking));
-    if (xfer_kstage_new(on, &o.stage))
-        exit(1);
+    op_open(&o, on);
 
     struct gbs ceil = time_op(op_ceiling, &o);
     report(path, "ceiling (1 copy)", bs, ceil, ceil.med);
-    struct gbs best = {0, 0};
-    int best_i = 0;
-    for (size_t v = 0; v < NSWEEP; v++) {
-        if (sweep[v].variant == 5 && skip_bulk)
-            continue;
-        xfer_kernels_tune(sweep[v].chunk, sweep[v].threads, sweep[v].variant);
-        struct gbs g = time_op(op_kernel, &o);
-        char name[48];
-        shape_name(name, sizeof(name), &sweep[v]);
-        report(path, v ? name : "kernel (auto)", bs, g, ceil.med);
-        if (g.med > best.med)
-            best = g, best_i = (int)v;
-    }
-    xfer_kernels_tune(0, 0, 0);
-    char name[48];
-    shape_name(name, sizeof(name), &sweep[best_i]);
-    printf("%-12s best: %s\n", path, name);
+    sweep_run(path, sweep, NSWEEP, op_kernel, &o, "kernel (auto)", bs, ceil.med);
     report(path, "kernel (auto) one-shot", bs, time_op_oneshot(op_kernel, &o), ceil.med);
     report(path, "per-block memcpyAsync", bs, time_op(op_per_block, &o), ceil.med);
     report(path, "cudaMemcpyBatchAsync", bs, time_op(op_batch, &o), ceil.med);
 
-    xfer_kstage_free(o.stage);
-    CK(cudaStreamDestroy(o.st));
+    op_close(&o);
     CK(cudaFree(src));
     CK(cudaFree(dst));
     free(o.d), free(o.dsts), free(o.srcs), free(o.sizes);
@@ -289,25 +339,17 @@ static void bench_kv(const char *path, int a, int b, int on, uint64_t bb)
     memset(&o, 0, sizeof(o));
     void *la[KV_LAYERS], *lb[KV_LAYERS];
     uint64_t ida[KV_IDS], idb[KV_IDS];
-    uint32_t perm[KV_BLOCKS];
     for (int l = 0; l < KV_LAYERS; l++) { /* per-layer tensors, as vLLM has them */
         la[l] = dev_alloc(a, KV_BLOCKS * bb);
         lb[l] = dev_alloc(b, KV_BLOCKS * bb);
     }
-    shuffle(perm, KV_BLOCKS);
-    for (int i = 0; i < KV_IDS; i++)
-        ida[i] = perm[i];
-    shuffle(perm, KV_BLOCKS);
-    for (int i = 0; i < KV_IDS; i++)
-        idb[i] = perm[i];
+    pick_ids(ida, KV_IDS, KV_BLOCKS);
+    pick_ids(idb, KV_IDS, KV_BLOCKS);
     struct xfer_kv_layout A = {KV_LAYERS, KV_BLOCKS, bb, 0, la, NULL, 0};
     struct xfer_kv_layout Bl = {KV_LAYERS, KV_BLOCKS, bb, 0, lb, NULL, 0};
     uint64_t total = (uint64_t)KV_LAYERS * KV_IDS * bb;
     char *src_a = dev_alloc(a, total), *buf_b = dev_alloc(b, total);
-    CK(cudaSetDevice(on));
-    CK(cudaStreamCreateWithFlags(&o.st, cudaStreamNonBlocking));
-    if (xfer_kstage_new(on, &o.stage))
-        exit(1);
+    op_open(&o, on);
     o.bytes = total;
     o.n = KV_IDS;
     o.big_src = src_a, o.big_dst = buf_b, o.src_dev = a, o.dst_dev = b;
@@ -324,8 +366,7 @@ static void bench_kv(const char *path, int a, int b, int on, uint64_t bb)
         report(path, s_name, bb, time_op(op_scatter, &o), ceil.med);
     }
     xfer_kernels_tune(0, 0, 0);
-    xfer_kstage_free(o.stage);
-    CK(cudaStreamDestroy(o.st));
+    op_close(&o);
     for (int l = 0; l < KV_LAYERS; l++) {
         CK(cudaFree(la[l]));
         CK(cudaFree(lb[l]));
@@ -349,25 +390,79 @@ static void bench_big(const char *path, int a, int b)
     CK(cudaFree(o.big_dst));
 }
 
-static int peer(int a, int b)
+#define BR_LAYERS 32
+#define BR_NB     2048 /* blocks per pool: [2, 2048, 16 KiB] per layer, 64 MiB */
+#define BR_IDS    512
+#define BR_LEN    16384
+
+/* Grid shapes for the block runs (entry 0 automatic). */
+static const struct shape br_sweep[] = {
+    {0, 0, 0},        {0, 0, 1},         {0, 0, 2},        {0, 0, 5},        {131072, 64, 5},
+    {262144, 64, 5},  {524288, 64, 5},   {262144, 128, 5}, {65536, 128, 5},  {131072, 256, 1},
+    {262144, 256, 1}, {262144, 512, 1},  {131072, 256, 2}, {262144, 256, 2}, {262144, 256, 4},
+    {1048576, 64, 5}, {1048576, 256, 1},
+};
+
+/* The KV pool request of issue 16 as block runs, one GPU or src -> dst. */
+static void bench_block_runs(const char *path, int src_dev, int dst_dev, int on)
 {
-    int can = 0;
-    CK(cudaDeviceCanAccessPeer(&can, a, b));
-    if (!can)
-        return 0;
-    CK(cudaSetDevice(a));
-    cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled)
-        (void)cudaGetLastError();
-    else
-        CK(e);
-    return 1;
+    struct op o;
+    memset(&o, 0, sizeof(o));
+    uint64_t layer = 2ull * BR_NB * BR_LEN;
+    char *src[BR_LAYERS], *dst[BR_LAYERS];
+    static uint64_t sid[BR_IDS], did[BR_IDS], base[2] = {0, (uint64_t)BR_NB * BR_LEN};
+    static struct xfer_block_run run[BR_LAYERS];
+    pick_ids(sid, BR_IDS, BR_NB);
+    pick_ids(did, BR_IDS, BR_NB);
+    for (int l = 0; l < BR_LAYERS; l++) {
+        src[l] = dev_alloc(src_dev, layer);
+        dst[l] = dev_alloc(dst_dev, layer);
+        run[l] = (struct xfer_block_run){.a = dst[l],
+                                         .b = src[l],
+                                         .a_base = base,
+                                         .b_base = base,
+                                         .a_ids = did,
+                                         .b_ids = sid,
+                                         .a_stride = BR_LEN,
+                                         .b_stride = BR_LEN,
+                                         .len = BR_LEN,
+                                         .nstreams = 2,
+                                         .nids = BR_IDS,
+                                         .s0 = 0,
+                                         .s1 = 2 * BR_IDS,
+                                         .a_is_dst = 1};
+    }
+    o.bytes = (uint64_t)BR_LAYERS * 2 * BR_IDS * BR_LEN;
+    o.br = run, o.nbr = BR_LAYERS;
+    o.big_src = dev_alloc(src_dev, o.bytes), o.big_dst = dev_alloc(dst_dev, o.bytes);
+    o.src_dev = src_dev, o.dst_dev = dst_dev;
+    op_open(&o, on);
+    struct gbs ceil = time_op(op_ceiling, &o);
+    report(path, "kvpool ceiling (1 copy)", BR_LEN, ceil, ceil.med);
+    report(path, "kvpool ceiling one-shot", BR_LEN, time_op_oneshot(op_ceiling, &o), ceil.med);
+    sweep_run(path, br_sweep, sizeof(br_sweep) / sizeof(br_sweep[0]), op_block_runs, &o,
+              "blocks (auto)", BR_LEN, ceil.med);
+    report(path, "blocks (auto) one-shot", BR_LEN, time_op_oneshot(op_block_runs, &o), ceil.med);
+    o.br_split = BR_LAYERS / 2; /* the ipc worker's two 256 MiB groups */
+    report(path, "blocks (auto) 2 launches", BR_LEN, time_op(op_block_runs, &o), ceil.med);
+    report(path, "blocks (auto) 2 l. one-shot", BR_LEN, time_op_oneshot(op_block_runs, &o),
+           ceil.med);
+    op_close(&o);
+    for (int l = 0; l < BR_LAYERS; l++) {
+        CK(cudaFree(src[l]));
+        CK(cudaFree(dst[l]));
+    }
+    CK(cudaFree(o.big_src));
+    CK(cudaFree(o.big_dst));
 }
 
 int main(int argc, char **argv)
 {
     static const uint64_t sizes[] = {16384, 65536, 262144};
     int ndev = 0;
+    bool blocks = argc > 1 && !strcmp(argv[1], "blocks");
+    if (blocks)
+        argc--, argv++;
     if (argc > 1)
         reps = atoi(argv[1]);
     if (reps < 3 || reps > MAXREPS)
@@ -381,12 +476,20 @@ int main(int argc, char **argv)
     CK(cudaGetDeviceProperties(&p, 0));
     printf("devices: %d x %s, %d SMs; %d blocks per batch; %d warm-ups, %d reps\n", ndev, p.name,
            p.multiProcessorCount, NBLK, WARM, reps);
+    if (blocks) {
+        bench_block_runs("gpu0", 0, 0, 0);
+        if (ndev >= 2 && enable_peer(0, 1) && enable_peer(1, 0)) {
+            bench_block_runs("0->1 push", 0, 1, 0);
+            bench_block_runs("0->1 pull", 0, 1, 1);
+        }
+        return 0;
+    }
     bench_big("gpu0", 0, 0);
     for (int i = 0; i < 3; i++)
         bench_copy("gpu0", 0, 0, 0, sizes[i]);
     for (int i = 0; i < 2; i++)
         bench_kv("gpu0", 0, 0, 0, sizes[i]);
-    if (ndev >= 2 && peer(0, 1) && peer(1, 0)) {
+    if (ndev >= 2 && enable_peer(0, 1) && enable_peer(1, 0)) {
         bench_big("gpu0->gpu1", 0, 1);
         for (int i = 0; i < 3; i++) {
             bench_copy("0->1 push", 0, 1, 0, sizes[i]);

@@ -1,10 +1,11 @@
 /*
  * Notifications and two-sided messages (docs/notify.md), two engines in this
  * process over one transport (tcp loopback or ipc), each the other's peer:
- *   1. submit -> notification read at the target (a thread waiting on
- *      xfer_notif_fd), for one WRITE item of 4 KiB and of 1 MiB with a bound
- *      notification, against submit -> completion of the same batch without
- *      one (what a sender learns without notifications);
+ *   1. submit -> notification read at the target (a thread waiting in
+ *      xfer_notif_wait, which reads the sender's socket itself;
+ *      XFER_NOTIF_WAIT_RX=0: sleeps on xfer_notif_fd), for one WRITE item of 4 KiB and of 1 MiB
+ * with a bound notification, against submit -> completion of the same batch without one (what a
+ * sender learns without notifications);
  *   2. send/recv of 8 B: half a ping-pong round trip, against half the
  *      round trip of a one-sided 8 B WRITE + wait; then the same ping-pong
  *      with each side's next receive posted before its send (every message
@@ -20,9 +21,13 @@
  * bench/bench_all.py reads it for make bench's table.
  *
  * --only notify|sendrecv|sendrecv-pre runs that part alone, --iters times, without
- * spinning (the initiator sleeps in poll on the notification fd): for
+ * spinning (the initiator waits in xfer_notif_wait): for
  * bench/callgrind_msg.sh, which counts instructions and system calls per
  * notified batch or per send/recv round trip (repeatable on a noisy VM).
+ * --only notify-pp: a notification ping-pong (round trip of two standalone
+ * notifications, each side waiting in xfer_notif_wait; no spinning).
+ * --only notify-read runs part 1 at 4 KiB alone (a reader thread waits in
+ * xfer_notif_wait before each batch is sent: context switches per batch).
  */
 #include "xfer.h"
 
@@ -68,6 +73,7 @@ static double median(double *v, int n)
 }
 
 struct side {
+    const char *name;
     xfer_engine *e;
     xfer_region *r;
     xfer_peer *p; /* the other side */
@@ -78,7 +84,7 @@ static int setup(struct side *s, const char *name, unsigned transports)
 {
     struct xfer_engine_config cfg;
     xfer_engine_config_init(&cfg);
-    cfg.node_id = name;
+    cfg.node_id = s->name = name;
     cfg.transports = transports | XFER_TRANSPORT_TCP; /* tcp: the data port */
     int rc;
     s->e = xfer_engine_new(&cfg, &rc);
@@ -115,6 +121,7 @@ static int connect_pair(struct side *a, struct side *b, unsigned transports)
 
 struct reader {
     xfer_engine *e;
+    const char *from; /* the sender's node id */
     volatile double t_read;
     volatile int seen, stop;
 };
@@ -122,9 +129,8 @@ struct reader {
 static void *reader_main(void *arg)
 {
     struct reader *r = arg;
-    struct pollfd p = {.fd = xfer_notif_fd(r->e), .events = POLLIN};
     while (!r->stop) {
-        if (poll(&p, 1, 100) <= 0)
+        if (xfer_notif_wait(r->e, r->from, 100) <= 0)
             continue;
         struct xfer_notif *n[16];
         int got = xfer_notif_poll(r->e, n, 16);
@@ -140,7 +146,7 @@ static void *reader_main(void *arg)
 
 static void bench_notify(struct side *I, struct side *T, uint64_t size, int iters, int slot)
 {
-    struct reader rd = {.e = T->e};
+    struct reader rd = {.e = T->e, .from = I->name};
     pthread_t th;
     pthread_create(&th, NULL, reader_main, &rd);
     double *with = calloc((size_t)iters, sizeof(double)), *with_done = calloc((size_t)iters, 8),
@@ -190,14 +196,13 @@ static void bench_notify(struct side *I, struct side *T, uint64_t size, int iter
 static int count_notify(struct side *I, struct side *T, int iters)
 {
     struct xfer_item it = {XFER_OP_WRITE, I->r, 0, I->p, T->rd.id, T->rd.gen, 0, 4096};
-    struct pollfd p = {.fd = xfer_notif_fd(T->e), .events = POLLIN};
     for (int k = 0; k < iters; k++) {
         xfer_batch *b = xfer_batch_new(I->e, NULL);
         struct xfer_notif *n = NULL;
         xfer_batch_add(b, &it);
         xfer_batch_notify(b, I->p, "ready", 5);
         xfer_batch_submit(b, 10000);
-        while (poll(&p, 1, 10000) == 1 && xfer_notif_poll(T->e, &n, 1) == 0)
+        while (xfer_notif_wait(T->e, I->name, 10000) > 0 && xfer_notif_poll(T->e, &n, 1) == 0)
             ;
         int rc = xfer_batch_wait(b, -1);
         xfer_batch_free(b);
@@ -208,6 +213,82 @@ static int count_notify(struct side *I, struct side *T, int iters)
         xfer_notif_free(n);
     }
     return 0;
+}
+
+/* --only notify-pp: a notification ping-pong, every wait blocking. Each
+ * side sends a standalone notification without waiting for its
+ * acknowledgement (a batch with no items and one binding), then waits for
+ * the other's in xfer_notif_wait; the acknowledgement is collected after.
+ * A round trip is two notifications: the number issue 15 compares with
+ * the raw TCP ping-pong. */
+static xfer_batch *note_send(struct side *s)
+{
+    xfer_batch *b = xfer_batch_new(s->e, NULL);
+    if (b && (xfer_batch_notify(b, s->p, "pp", 2) < 0 || xfer_batch_submit(b, 10000) < 0)) {
+        xfer_batch_free(b);
+        b = NULL;
+    }
+    return b;
+}
+
+/* Waits for one notification from `from`, then for the acknowledgement of
+ * prev (this side's last one): 0 or < 0. */
+static int note_take(struct side *s, const char *from, xfer_batch *prev)
+{
+    struct xfer_notif *n = NULL;
+    while (!n && xfer_notif_wait(s->e, from, 10000) > 0)
+        xfer_notif_poll(s->e, &n, 1);
+    int rc = n ? 0 : -1;
+    xfer_notif_free(n);
+    if (prev && xfer_batch_wait(prev, -1) != 0)
+        rc = -1;
+    xfer_batch_free(prev);
+    return rc;
+}
+
+struct note_echo {
+    struct side *I, *T;
+    int iters;
+};
+
+static void *note_echo_main(void *arg)
+{
+    struct note_echo *x = arg;
+    xfer_batch *prev = NULL;
+    for (int k = 0; k < x->iters; k++) {
+        if (note_take(x->T, x->I->name, prev) != 0 || !(prev = note_send(x->T))) {
+            fprintf(stderr, "bench: notification echo failed at %d\n", k);
+            break;
+        }
+    }
+    if (prev)
+        xfer_batch_wait(prev, -1);
+    xfer_batch_free(prev);
+    return NULL;
+}
+
+static int bench_note_pp(struct side *I, struct side *T, int iters)
+{
+    double *v = calloc((size_t)iters, sizeof(double));
+    struct note_echo x = {I, T, iters};
+    pthread_t th;
+    pthread_create(&th, NULL, note_echo_main, &x);
+    int rc = 0;
+    for (int k = 0; k < iters; k++) {
+        double t0 = now_us();
+        xfer_batch *b = note_send(I);
+        if (!b || note_take(I, T->name, b) != 0) {
+            fprintf(stderr, "bench: notification ping failed at %d\n", k);
+            rc = 1;
+            break;
+        }
+        v[k] = now_us() - t0;
+    }
+    pthread_join(th, NULL);
+    if (!rc && !res.json)
+        printf("  notification round trip (ping-pong) %7.1f us\n", median(v, iters));
+    free(v);
+    return rc;
 }
 
 /* ---- 2. 8 B latency ------------------------------------------------------------------- */
@@ -443,12 +524,19 @@ int main(int argc, char **argv)
         int rc = 2;
         if (!strcmp(only, "notify"))
             rc = count_notify(&I, &T, iters);
-        else if (!strcmp(only, "sendrecv"))
+        else if (!strcmp(only, "notify-pp"))
+            rc = bench_note_pp(&I, &T, iters);
+        else if (!strcmp(only, "notify-read")) {
+            bench_notify(&I, &T, 4096, iters, 0);
+            rc = 0;
+        } else if (!strcmp(only, "sendrecv"))
             rc = bench_latency(&I, &T, iters, false, false);
         else if (!strcmp(only, "sendrecv-pre"))
             rc = bench_latency(&I, &T, iters, false, true);
         else
-            fprintf(stderr, "bench_notify: --only notify, sendrecv or sendrecv-pre\n");
+            fprintf(
+                stderr,
+                "bench_notify: --only notify, notify-read, notify-pp, sendrecv or sendrecv-pre\n");
         xfer_engine_free(I.e);
         xfer_engine_free(T.e);
         return rc;

@@ -736,7 +736,7 @@ void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n)
             xfer_batch_chunk_done(b, idx[k], 0, -XFER_ENOTSUP, why);
             continue;
         }
-        if (!batch_segs_remote_ok(b, idx[k], p))
+        if (!batch_item_remote_ok(b, idx[k], p))
             continue;
         b->items[idx[k]].tbit = ops->bit;
         idx[m++] = idx[k];

@@ -7,6 +7,7 @@
 #define XFER_BATCH_H
 
 #include "internal.h"
+#include "xfer_blkrec.h"
 
 enum batch_state { B_IDLE, B_RUNNING, B_DONE };
 
@@ -17,10 +18,9 @@ enum batch_kind { BK_RMA = 0, BK_SEND, BK_RECV };
  * b->bwords[bases] (nstreams local, then nstreams remote). words0: the
  * first word this item added (truncation gives back from there). */
 struct batch_blk {
-    uint64_t len, lstride, rstride;
+    struct xfer_blkrec r;
     uint64_t rmax; /* the largest remote id */
-    uint32_t nids, nstreams;
-    size_t ids, bases, words0;
+    size_t words0;
 };
 
 #define BATCH_WHY_MAX 96
@@ -124,9 +124,10 @@ void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n);
 int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind);
 /* batch.c: appends an item of that kind (local range checked). */
 int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag);
-/* batch_seg.c: false when vectored item i of running b is refused whole by
- * the cached descriptor of its remote region at peer p (the item is ended). */
-bool batch_segs_remote_ok(xfer_batch *b, size_t i, xfer_peer *p);
+/* batch_seg.c: false when vectored or block item i of running b is refused
+ * whole by the cached descriptor of its remote region at peer p (the item
+ * is ended); true for other items. */
+bool batch_item_remote_ok(xfer_batch *b, size_t i, xfer_peer *p);
 /* batch.c: appends vectored item it with segs[0..n) (checked by the caller,
  * batch_seg.c); it->len is their total. */
 int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
@@ -139,9 +140,9 @@ int batch_append_blocks(xfer_batch *b, const struct xfer_item *items,
 /* batch_blocks.c, b->mu held: room for the words and entries of lists
  * [0..n); stores them as the descriptions of items bi[0..n). */
 int blk_reserve_locked(xfer_batch *b, const struct xfer_block_list *lists, size_t n);
-/* batch_blocks.c: batch_segs_remote_ok for block item i against a remote
- * region of access and len (per stream on the largest remote id). */
-bool blk_remote_ok(xfer_batch *b, size_t i, unsigned access, uint64_t len);
+/* batch_blocks.c: batch_item_remote_ok's bounds for block item i in a
+ * remote region of len bytes (per stream on the largest remote id). */
+bool blk_ranges_ok(xfer_batch *b, size_t i, uint64_t len);
 void blk_store_locked(xfer_batch *b, struct batch_item *bi, const struct xfer_block_list *lists,
                       size_t n);
 

@@ -144,9 +144,9 @@ static bool ids_shared(const xfer_batch *b, const struct xfer_block_list *lists,
         return false;
     const struct batch_blk *p = &b->blks[b->nblks - 1];
     const struct xfer_block_list *bl = &lists[0];
-    const uint64_t *w = b->bwords + p->ids;
-    return p->nids == bl->nids && !memcmp(w, bl->local_ids, bl->nids * sizeof(*w)) &&
-           !memcmp(w + p->nids, bl->remote_ids, bl->nids * sizeof(*w));
+    const uint64_t *w = b->bwords + p->r.ids;
+    return p->r.nids == bl->nids && !memcmp(w, bl->local_ids, bl->nids * sizeof(*w)) &&
+           !memcmp(w + p->r.nids, bl->remote_ids, bl->nids * sizeof(*w));
 }
 
 int blk_reserve_locked(xfer_batch *b, const struct xfer_block_list *lists, size_t n)
@@ -168,25 +168,25 @@ void blk_store_locked(xfer_batch *b, struct batch_item *bi, const struct xfer_bl
         const struct xfer_block_list *bl = &lists[i];
         struct batch_blk *p = &b->blks[b->nblks];
         bool shared = ids_shared(b, lists, i);
-        *p = (struct batch_blk){.len = bl->len,
-                                .lstride = bl->local_stride,
-                                .rstride = bl->remote_stride,
-                                .nids = bl->nids,
-                                .nstreams = bl->nstreams,
+        *p = (struct batch_blk){.r = {.len = bl->len,
+                                      .lstride = bl->local_stride,
+                                      .rstride = bl->remote_stride,
+                                      .nids = bl->nids,
+                                      .nstreams = bl->nstreams},
                                 .words0 = b->nbwords};
         uint64_t *w = b->bwords;
         if (shared) {
-            p->ids = b->blks[b->nblks - 1].ids;
+            p->r.ids = b->blks[b->nblks - 1].r.ids;
             p->rmax = b->blks[b->nblks - 1].rmax;
         } else {
             uint32_t at;
             p->rmax = ids_max(bl->remote_ids, bl->nids, &at);
-            p->ids = b->nbwords;
+            p->r.ids = b->nbwords;
             memcpy(w + b->nbwords, bl->local_ids, bl->nids * sizeof(*w));
             memcpy(w + b->nbwords + bl->nids, bl->remote_ids, bl->nids * sizeof(*w));
             b->nbwords += 2 * (size_t)bl->nids;
         }
-        p->bases = b->nbwords;
+        p->r.bases = b->nbwords;
         memcpy(w + b->nbwords, bl->local_base, bl->nstreams * sizeof(*w));
         memcpy(w + b->nbwords + bl->nstreams, bl->remote_base, bl->nstreams * sizeof(*w));
         b->nbwords += 2 * (size_t)bl->nstreams;
@@ -200,34 +200,19 @@ bool xfer_batch_item_blocks(const xfer_batch *b, size_t i, struct xfer_block_lis
     const struct batch_item *bi = &b->items[i];
     if (!bi->blk)
         return false;
-    const struct batch_blk *p = &b->blks[bi->blk - 1];
-    const uint64_t *w = b->bwords;
-    *out = (struct xfer_block_list){.len = p->len,
-                                    .local_stride = p->lstride,
-                                    .remote_stride = p->rstride,
-                                    .local_ids = w + p->ids,
-                                    .remote_ids = w + p->ids + p->nids,
-                                    .nids = p->nids,
-                                    .local_base = w + p->bases,
-                                    .remote_base = w + p->bases + p->nstreams,
-                                    .nstreams = p->nstreams};
+    *out = xfer_blkrec_list(&b->blks[bi->blk - 1].r, b->bwords);
     return true;
 }
 
-bool blk_remote_ok(xfer_batch *b, size_t i, unsigned access, uint64_t len)
+bool blk_ranges_ok(xfer_batch *b, size_t i, uint64_t len)
 {
     const struct batch_item *bi = &b->items[i];
     const struct batch_blk *p = &b->blks[bi->blk - 1];
-    if (!(access & (bi->it.op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W))) {
-        xfer_batch_chunk_done(b, i, 0, -XFER_EACCES,
-                              "the remote region does not allow this operation");
-        return false;
-    }
     struct xfer_block_list bl;
     xfer_batch_item_blocks(b, i, &bl);
     bool ok = true;
-    for (uint32_t s = 0; ok && s < p->nstreams; s++) /* no wrap: checked at add */
-        ok = xfer_range_ok(bl.remote_base[s] + p->rmax * p->rstride, p->len, len);
+    for (uint32_t s = 0; ok && s < bl.nstreams; s++) /* no wrap: checked at add */
+        ok = xfer_range_ok(bl.remote_base[s] + p->rmax * bl.remote_stride, bl.len, len);
     for (uint64_t k = 0; !ok && k < bi->nseg; k++) { /* the first one outside, named */
         struct xfer_seg sg = xfer_block_list_seg(&bl, k);
         if (xfer_range_ok(sg.remote_off, sg.len, len))

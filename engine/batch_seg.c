@@ -98,36 +98,43 @@ void xfer_batch_item_seg(const xfer_batch *b, size_t i, size_t k, struct xfer_it
     out->len = s->len;
 }
 
-/* All or nothing: a vectored item is checked whole against the peer's
- * cached descriptor of its remote region (when it has one of the item's
- * generation) before any transport moves a byte of it: the access its op
- * needs and every segment's bounds. The owner checks again where it runs
- * (it alone knows lease rules, and a region it re-registered). */
-bool batch_segs_remote_ok(xfer_batch *b, size_t i, xfer_peer *p)
+/* Segments of vectored item i inside a remote region of len bytes; the
+ * first one outside ends the item, named. */
+static bool segs_ranges_ok(xfer_batch *b, size_t i, uint64_t len)
+{
+    const struct batch_item *bi = &b->items[i];
+    for (uint32_t k = 0; k < bi->nseg; k++) {
+        const struct xfer_seg *s = &b->segs[bi->seg0 + k];
+        if (!xfer_range_ok(s->remote_off, s->len, len)) {
+            char why[128];
+            snprintf(why, sizeof(why),
+                     "remote [%" PRIu64 ", +%" PRIu64 ") outside the region of %" PRIu64
+                     " bytes: no segment moved",
+                     s->remote_off, s->len, len);
+            xfer_batch_seg_fail(b, i, k, -XFER_ERANGE, why);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* All or nothing: a vectored or block item is checked whole against the
+ * peer's cached descriptor of its remote region (when it has one of the
+ * item's generation) before any transport moves a byte of it: the access
+ * its op needs, then the bounds of every segment (a segment array) or of
+ * every stream's largest block (a block list). The owner checks again where
+ * it runs (it alone knows lease rules, and a region it re-registered). */
+bool batch_item_remote_ok(xfer_batch *b, size_t i, xfer_peer *p)
 {
     const struct batch_item *bi = &b->items[i];
     struct xfer_region_brief rd;
     if (!bi->nseg || xfer_peer_region_brief(p, bi->it.remote_id, &rd) < 0 ||
         rd.gen != bi->it.remote_gen)
         return true;
-    if (bi->blk) /* no segment array: checked on its largest id */
-        return blk_remote_ok(b, i, rd.access, rd.len);
     if (!(rd.access & (bi->it.op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W))) {
         xfer_batch_chunk_done(b, i, 0, -XFER_EACCES,
                               "the remote region does not allow this operation");
         return false;
     }
-    for (uint32_t k = 0; k < bi->nseg; k++) {
-        const struct xfer_seg *s = &b->segs[bi->seg0 + k];
-        if (!xfer_range_ok(s->remote_off, s->len, rd.len)) {
-            char why[128];
-            snprintf(why, sizeof(why),
-                     "remote [%" PRIu64 ", +%" PRIu64 ") outside the region of %" PRIu64
-                     " bytes: no segment moved",
-                     s->remote_off, s->len, rd.len);
-            xfer_batch_seg_fail(b, i, k, -XFER_ERANGE, why);
-            return false;
-        }
-    }
-    return true;
+    return bi->blk ? blk_ranges_ok(b, i, rd.len) : segs_ranges_ok(b, i, rd.len);
 }

@@ -214,7 +214,13 @@ uint64_t msg_next_seq(xfer_engine *e);
 
 struct notify_queue { /* received notifications, FIFO ring */
     pthread_mutex_t mu;
-    int efd; /* readable while n > 0 */
+    /* Readable while n > 0, once someone may sleep on it: xfer_notif_fd()
+     * was called (exported), or threads in xfer_notif_wait may poll it
+     * (sleepers). A waiter that queues a notification itself (it read the
+     * socket) writes it for nobody: armed says whether it was written. */
+    int efd;
+    bool exported, armed;
+    int sleepers;
     struct xfer_notif **v;
     size_t cap, head, n;
     uint64_t refused;

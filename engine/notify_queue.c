@@ -5,8 +5,13 @@
  */
 #include "internal.h"
 
+#include "transport.h"
+
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -41,6 +46,19 @@ void notify_queue_destroy(xfer_engine *e)
     pthread_mutex_destroy(&q->mu);
 }
 
+/* The engine this thread waits in xfer_notif_wait for (it is one of that
+ * queue's sleepers), else NULL. */
+static __thread const xfer_engine *waiting_in;
+
+/* mu held: makes efd readable (n > 0). */
+static void arm(struct notify_queue *q)
+{
+    uint64_t one = 1;
+    if (!q->armed && write(q->efd, &one, sizeof(one)) < 0)
+        xfer_debug("notification eventfd write failed");
+    q->armed = true;
+}
+
 int notify_queue_push(xfer_engine *e, struct xfer_notif *n)
 {
     struct notify_queue *q = &e->notifs;
@@ -51,11 +69,10 @@ int notify_queue_push(xfer_engine *e, struct xfer_notif *n)
         rc = -XFER_ENOSPC;
     } else {
         q->v[(q->head + q->n) % q->cap] = n;
-        if (q->n++ == 0) {
-            uint64_t one = 1;
-            if (write(q->efd, &one, sizeof(one)) < 0)
-                xfer_debug("notification eventfd write failed");
-        }
+        q->n++;
+        /* A waiter that read the socket itself needs no wake-up. */
+        if (q->exported || q->sleepers > (waiting_in == e ? 1 : 0))
+            arm(q);
     }
     pthread_mutex_unlock(&q->mu);
     return rc;
@@ -74,7 +91,8 @@ int xfer_notif_poll(xfer_engine *e, struct xfer_notif **out, size_t max)
         q->head = (q->head + 1) % q->cap;
         q->n--;
     }
-    if (k > 0 && q->n == 0) {
+    if (k > 0 && q->n == 0 && q->armed) {
+        q->armed = false;
         uint64_t drain;
         if (read(q->efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
             xfer_debug("notification eventfd drain failed");
@@ -90,7 +108,74 @@ void xfer_notif_free(struct xfer_notif *n)
 
 int xfer_notif_fd(const xfer_engine *e)
 {
-    return e ? e->notifs.efd : -1;
+    if (!e)
+        return -1;
+    /* From now on it is readable whenever the queue is not empty. The
+     * queue is the engine's mutable state (e itself is never const). */
+    struct notify_queue *q = (struct notify_queue *)&e->notifs;
+    pthread_mutex_lock(&q->mu);
+    q->exported = true;
+    if (q->n > 0)
+        arm(q);
+    pthread_mutex_unlock(&q->mu);
+    return q->efd;
+}
+
+int xfer_notif_wake_fd(xfer_engine *e)
+{
+    return e->notifs.efd;
+}
+
+/* A notification waiter polls or reads a socket at most this long at a
+ * time, then checks the queue and its deadline again. */
+#define NOTIF_WAIT_SLICE_MS 20
+
+/* One slice: a transport's waiter-driven receive for node's channel, else
+ * a sleep on the queue's eventfd. */
+static void notif_wait_slice(xfer_engine *e, const char *node, int ms)
+{
+    static int rx_on = -1;
+    if (rx_on < 0) {
+        const char *env = getenv("XFER_NOTIF_WAIT_RX");
+        __atomic_store_n(&rx_on, !(env && !strcmp(env, "0")), __ATOMIC_RELAXED);
+    }
+    for (size_t k = 0; __atomic_load_n(&rx_on, __ATOMIC_RELAXED) && k < e->n_transports; k++) {
+        struct xfer_transport *t = e->transports[k];
+        if (t->ops->notif_wait_rx && t->ops->notif_wait_rx(t, node, ms) >= 0)
+            return;
+    }
+    struct pollfd p = {.fd = e->notifs.efd, .events = POLLIN};
+    if (poll(&p, 1, ms) < 0 && errno != EINTR) /* readable: sleepers > 0 */
+        xfer_debug("notification wait: poll failed");
+}
+
+int xfer_notif_wait(xfer_engine *e, const char *node_id, int timeout_ms)
+{
+    if (!e)
+        return -XFER_EINVAL;
+    struct notify_queue *q = &e->notifs;
+    int64_t end = timeout_ms < 0 ? INT64_MAX : xfer_mono_ns() + (int64_t)timeout_ms * 1000000;
+    const xfer_engine *outer = waiting_in; /* a callback of another engine's wait */
+    waiting_in = e;
+    pthread_mutex_lock(&q->mu);
+    q->sleepers++; /* from here on a push by another thread writes efd */
+    size_t n;
+    while ((n = q->n) == 0) {
+        pthread_mutex_unlock(&q->mu);
+        int64_t left = end - xfer_mono_ns();
+        if (left > 0)
+            notif_wait_slice(e, node_id,
+                             left >= (int64_t)NOTIF_WAIT_SLICE_MS * 1000000
+                                 ? NOTIF_WAIT_SLICE_MS
+                                 : (int)((left + 999999) / 1000000));
+        pthread_mutex_lock(&q->mu);
+        if (left <= 0)
+            break;
+    }
+    q->sleepers--;
+    pthread_mutex_unlock(&q->mu);
+    waiting_in = outer;
+    return n > INT_MAX ? INT_MAX : (int)n;
 }
 
 size_t xfer_notif_pending(xfer_engine *e)

@@ -98,6 +98,21 @@ void stats_read(const struct stats_set *set, struct xfer_stats *out)
 }
 #undef LOAD
 
+void xfer_engine_count_served_n(xfer_engine *e, unsigned transport_bit, uint64_t ops,
+                                uint64_t bytes)
+{
+    unsigned k = my_shard();
+    struct xfer_stats *s = &e->stats.sh[k].s;
+    ADD(s->served_ops, ops);
+    ADD(s->served_bytes, bytes);
+    int i = transport_index(transport_bit);
+    if (i < 0)
+        return;
+    s = &e->tstats[i].sh[k].s;
+    ADD(s->served_ops, ops);
+    ADD(s->served_bytes, bytes);
+}
+
 void xfer_engine_count_served(xfer_engine *e, unsigned transport_bit, uint64_t bytes, int status)
 {
     stats_count_served(&e->stats, bytes, status);

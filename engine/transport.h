@@ -143,6 +143,15 @@ struct xfer_transport_ops {
      * channel that peer's messages to us arrive on (an RTS, a FIN). < 0:
      * cannot (the waiter sleeps on the batch as usual). */
     int (*wait_rx)(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms);
+    /* Optional, the same for a thread in xfer_notif_wait(): waits at most
+     * timeout_ms for the channel messages from node (NULL: from anyone, the
+     * channel the last message came on) arrive on, reads and serves what
+     * arrived, and returns once the notification queue is not empty
+     * (poll xfer_notif_wake_fd() beside the channel: readable while it is
+     * not, except for a notification this thread queued itself), or
+     * timeout_ms passed. No lock held. < 0: no such channel (the caller
+     * sleeps on the wake fd). */
+    int (*notif_wait_rx)(struct xfer_transport *t, const char *node, int timeout_ms);
 };
 
 struct xfer_transport {
@@ -232,6 +241,9 @@ void *xfer_region_transport_data(const xfer_region *r, unsigned bit);
 void xfer_region_set_transport_data(xfer_region *r, unsigned bit, void *data);
 /* Target-side accounting. */
 void xfer_engine_count_served(xfer_engine *e, unsigned transport_bit, uint64_t bytes, int status);
+/* ops requests served successfully, bytes in all (one count for a run of them). */
+void xfer_engine_count_served_n(xfer_engine *e, unsigned transport_bit, uint64_t ops,
+                                uint64_t bytes);
 
 /* Initiator side: the item and the peer's cached remote region. A
  * vectored item (xfer_batch_add_segments) has local_off = remote_off = 0
@@ -299,6 +311,10 @@ void xfer_batch_put(xfer_batch *b);
  * waiting thread receive on chan itself (ops->wait_rx); a second channel
  * turns it off for the run. */
 void xfer_batch_wait_hint(xfer_batch *b, struct xfer_conn *c, void *chan);
+/* For ops->notif_wait_rx: the notification queue's eventfd. Unlike
+ * xfer_notif_fd() it does not make every push write it: only pushes while
+ * a thread waits in xfer_notif_wait (other than the pushing one) do. */
+int xfer_notif_wake_fd(xfer_engine *e);
 /* For ops->wait_rx: an eventfd that becomes readable when b's run ends
  * while the waiter polls (poll it beside the channel; do not read it). */
 int xfer_batch_wake_fd(const xfer_batch *b);

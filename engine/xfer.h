@@ -508,8 +508,20 @@ struct xfer_notif {
 int xfer_notif_poll(xfer_engine *e, struct xfer_notif **out, size_t max);
 void xfer_notif_free(struct xfer_notif *n);
 /* eventfd readable while the receive queue is not empty (level: it is
- * drained by xfer_notif_poll taking the last one). Borrowed, lives with e. */
+ * drained by xfer_notif_poll taking the last one), from the first call of
+ * this function on (until then the engine writes it only for its own
+ * waiters). Borrowed, lives with e. */
 int xfer_notif_fd(const xfer_engine *e);
+/* Waits until a notification is queued or timeout_ms passed (-1: no
+ * limit; the wait is made of bounded slices). While it waits, the calling
+ * thread reads and serves the connection that node_id's messages arrive on
+ * itself (NULL: the one the last message from anyone came on), so the
+ * notification is taken off the socket by the thread that wants it, not
+ * handed over by the transport's thread (tcp; docs/notify.md "Waiting for a
+ * notification"); notifications from other peers wake it too. Returns how
+ * many are queued (> 0; take them with xfer_notif_poll), 0 at the timeout,
+ * or -XFER_EINVAL. XFER_NOTIF_WAIT_RX=0: only sleep on xfer_notif_fd(). */
+int xfer_notif_wait(xfer_engine *e, const char *node_id, int timeout_ms);
 /* Notifications queued now, and refused so far because the queue was full. */
 size_t xfer_notif_pending(xfer_engine *e);
 uint64_t xfer_notif_refused(xfer_engine *e);

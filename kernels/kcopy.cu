@@ -5,6 +5,8 @@
 #include "xfer_err.h"
 #include "xfer_kernels.h"
 
+#include <type_traits>
+
 #define KCOPY_UNROLL 4
 
 /* A piece: one contiguous copy inside one thread block's byte range. */
@@ -167,29 +169,66 @@ struct kv_walk {
 /* Pieces of block runs in bytes [pos, hi) of their concatenation; run r
  * holds pos. Segment k of a run (from its s0 on) lies at base[k / nids] +
  * ids[k % nids] * stride on each side: the expansion the CPU used to do
- * per segment (32,768 descriptors for one KV pool request), here per
- * piece, two divisions each. */
+ * per segment (32,768 descriptors for one KV pool request), here on the
+ * GPU. The divisions run once per thread block and run (seek); then the
+ * walk steps (stream, id) along, and the run's fields stay in registers.
+ * The next segment's two ids are loaded as soon as the current piece is
+ * handed out, so their latency hides behind its copy (the bulk engine's
+ * one thread otherwise waits for them before it can issue the next load). */
 struct block_walk {
     const kbrun *runs;
     const uint64_t *start;
     uint32_t r;
-    uint64_t pos, hi;
+    uint64_t pos, hi, end; /* end: start[r + 1] */
+    uint64_t st, i, off;   /* stream, id, offset of pos in its segment */
+    uint64_t ia, ib;       /* ids[i] of each side, loaded ahead */
+    kbrun R;
+    const char *ab, *bb; /* R.a + a_base[st], R.b + b_base[st] */
+    __device__ void seek()
+    {
+        R = runs[r];
+        end = start[r + 1];
+        uint64_t rel = pos - start[r], q = rel / R.len;
+        off = rel - q * R.len;
+        uint64_t k = R.s0 + q;
+        st = k / R.nids;
+        i = k - st * R.nids;
+        ia = R.a_ids[i];
+        ib = R.b_ids[i];
+        ab = R.a + R.a_base[st];
+        bb = R.b + R.b_base[st];
+    }
     __device__ bool next(kpiece &p)
     {
         if (pos >= hi)
             return false;
-        while (start[r + 1] <= pos)
-            r++;
-        const kbrun &R = runs[r];
-        uint64_t rel = pos - start[r], q = rel / R.len, off = rel - q * R.len;
-        uint64_t k = R.s0 + q, st = k / R.nids, i = k - st * R.nids;
-        char *a = R.a + R.a_base[st] + R.a_ids[i] * R.a_stride + off;
-        char *b = R.b + R.b_base[st] + R.b_ids[i] * R.b_stride + off;
+        if (pos >= end) { /* into the next run (empty ones: none, s0 < s1) */
+            do
+                r++;
+            while (start[r + 1] <= pos);
+            seek();
+        }
+        const char *a = ab + ia * R.a_stride + off;
+        const char *b = bb + ib * R.b_stride + off;
         uint64_t take = min(R.len - off, hi - pos);
-        p.dst = R.a_is_dst ? a : b;
+        p.dst = (char *)(R.a_is_dst ? a : b);
         p.src = R.a_is_dst ? b : a;
         p.len = (uint32_t)take;
         pos += take;
+        off += take;
+        if (off == R.len && pos < end) { /* the next segment of this run */
+            off = 0;
+            if (++i == R.nids) {
+                i = 0;
+                st++;
+                ab = R.a + R.a_base[st];
+                bb = R.b + R.b_base[st];
+            }
+            if (pos < hi) {
+                ia = R.a_ids[i];
+                ib = R.b_ids[i];
+            }
+        }
         return true;
     }
 };
@@ -205,8 +244,11 @@ struct block_walk {
  * per thread, optionally with streaming cache hints; or the bulk engine. */
 enum { KV_VEC4 = 1, KV_VEC8, KV_VEC4S, KV_VEC8S, KV_BULK, KV_NVARIANTS };
 
-/* 8 loads in flight need more than 64 registers per thread. */
-#define KMINBLOCKS(V) (((V) == KV_VEC8 || (V) == KV_VEC8S) ? 1 : 2)
+/* 8 loads in flight need more than 64 registers per thread, and so does
+ * the bulk pipeline's thread with the block walk (316 bytes of spills at
+ * 64); bulk blocks are 64 threads and shared memory limits them to 4 per
+ * SM anyway. */
+#define KMINBLOCKS(V) (((V) == KV_VEC8 || (V) == KV_VEC8S || (V) == KV_BULK) ? 1 : 2)
 
 /* Runs a block's pieces with variant V. */
 template <int V, class W> __device__ __forceinline__ void run_block(W w)
@@ -276,15 +318,25 @@ __global__ void __launch_bounds__(512, KMINBLOCKS(V))
     w.runs = runs, w.start = start;
     w.pos = (uint64_t)blockIdx.x * chunk;
     w.hi = min(w.pos + chunk, total);
-    uint32_t lo = 0, hi = nr; /* the last run starting at or before pos */
-    while (hi - lo > 1) {
-        uint32_t mid = (lo + hi) / 2;
-        if (start[mid] <= w.pos)
-            lo = mid;
-        else
-            hi = mid;
+    if (w.pos >= w.hi)
+        return;
+    /* The run holding pos: first guessed as if the runs were of one size
+     * (a request's region pairs are: one latency, two loads side by side),
+     * else a binary search for the last run starting at or before pos. */
+    uint32_t lo = (uint32_t)min((uint64_t)nr - 1, (uint64_t)((double)w.pos / total * nr));
+    if (!(start[lo] <= w.pos && w.pos < start[lo + 1])) {
+        uint32_t hi = nr;
+        lo = 0;
+        while (hi - lo > 1) {
+            uint32_t mid = (lo + hi) / 2;
+            if (start[mid] <= w.pos)
+                lo = mid;
+            else
+                hi = mid;
+        }
     }
     w.r = lo;
+    w.seek();
     run_block<V>(w);
 }
 
@@ -371,121 +423,81 @@ template <class K> static cudaError_t bulk_smem(K *kernel, int *done)
     return e;
 }
 
-#define KLAUNCH(kernel, V, g, blocks, st, ...)                                                     \
-    kernel<V><<<(blocks), (g).threads, (V) == KV_BULK ? KBULK_SMEM : 0, (st)>>>(__VA_ARGS__)
-
-static int copy_smem_set[64], kv_smem_set[64]; /* per device: bulk attribute set */
-
-cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start, const uint32_t *first,
-                                 uint32_t n, uint64_t total, struct kgrid g, cudaStream_t st)
+/* One launch of kernel (variant V) over `blocks` thread blocks; the bulk
+ * variant first gets its shared memory (smem_set: per device, done). */
+template <int V, class K, class... A>
+static cudaError_t klaunch_one(K *kernel, int *smem_set, unsigned blocks, struct kgrid g,
+                               cudaStream_t st, A... args)
 {
-    int *smem_set = copy_smem_set;
-    unsigned blocks = kgrid_blocks(total, g);
+    if (V == KV_BULK) {
+        cudaError_t e = bulk_smem(kernel, smem_set);
+        if (e != cudaSuccess)
+            return e;
+    }
+    kernel<<<blocks, g.threads, V == KV_BULK ? KBULK_SMEM : 0, st>>>(args...);
+    return cudaGetLastError();
+}
+
+/* What every launch shares: nothing for 0 bytes, the grid's size check,
+ * and the switch from g.variant to the template instance: launch(V) is
+ * called with std::integral_constant<int, V>. */
+template <class L> static cudaError_t kdispatch(uint64_t total, struct kgrid g, L launch)
+{
     if (!total)
         return cudaSuccess;
     if ((total + g.chunk - 1) / g.chunk > 0x7fffffffu)
         return cudaErrorInvalidValue;
     switch (g.variant) {
     case KV_VEC4:
-        KLAUNCH(batched_copy_kernel, KV_VEC4, g, blocks, st, desc, start, first, n, total, g.chunk);
-        break;
+        return launch(std::integral_constant<int, KV_VEC4>());
     case KV_VEC8:
-        KLAUNCH(batched_copy_kernel, KV_VEC8, g, blocks, st, desc, start, first, n, total, g.chunk);
-        break;
+        return launch(std::integral_constant<int, KV_VEC8>());
     case KV_VEC4S:
-        KLAUNCH(batched_copy_kernel, KV_VEC4S, g, blocks, st, desc, start, first, n, total,
-                g.chunk);
-        break;
+        return launch(std::integral_constant<int, KV_VEC4S>());
     case KV_VEC8S:
-        KLAUNCH(batched_copy_kernel, KV_VEC8S, g, blocks, st, desc, start, first, n, total,
-                g.chunk);
-        break;
-    case KV_BULK: {
-        cudaError_t e = bulk_smem(batched_copy_kernel<KV_BULK>, smem_set);
-        if (e != cudaSuccess)
-            return e;
-        KLAUNCH(batched_copy_kernel, KV_BULK, g, blocks, st, desc, start, first, n, total, g.chunk);
-        break;
-    }
+        return launch(std::integral_constant<int, KV_VEC8S>());
+    case KV_BULK:
+        return launch(std::integral_constant<int, KV_BULK>());
     default:
         return cudaErrorInvalidValue;
     }
-    return cudaGetLastError();
+}
+
+static int copy_smem_set[64], kv_smem_set[64], blk_smem_set[64]; /* per device: bulk attribute */
+
+cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start, const uint32_t *first,
+                                 uint32_t n, uint64_t total, struct kgrid g, cudaStream_t st)
+{
+    unsigned blocks = kgrid_blocks(total, g);
+    return kdispatch(total, g, [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        return klaunch_one<V>(batched_copy_kernel<V>, copy_smem_set, blocks, g, st, desc, start,
+                              first, n, total, g.chunk);
+    });
 }
 
 cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t n_ids,
                        uint32_t layers, uint64_t block_bytes, uint64_t block_stride, char *buf,
                        int scatter, struct kgrid g, cudaStream_t st)
 {
-    int *smem_set = kv_smem_set;
     uint64_t total = (uint64_t)layers * n_ids * block_bytes;
     unsigned blocks = kgrid_blocks(total, g);
-    if (!total)
-        return cudaSuccess;
-    if ((total + g.chunk - 1) / g.chunk > 0x7fffffffu)
-        return cudaErrorInvalidValue;
-#define KV_ARGS layer_base, ids, n_ids, block_bytes, block_stride, buf, total, g.chunk, scatter
-    switch (g.variant) {
-    case KV_VEC4:
-        KLAUNCH(kv_kernel, KV_VEC4, g, blocks, st, KV_ARGS);
-        break;
-    case KV_VEC8:
-        KLAUNCH(kv_kernel, KV_VEC8, g, blocks, st, KV_ARGS);
-        break;
-    case KV_VEC4S:
-        KLAUNCH(kv_kernel, KV_VEC4S, g, blocks, st, KV_ARGS);
-        break;
-    case KV_VEC8S:
-        KLAUNCH(kv_kernel, KV_VEC8S, g, blocks, st, KV_ARGS);
-        break;
-    case KV_BULK: {
-        cudaError_t e = bulk_smem(kv_kernel<KV_BULK>, smem_set);
-        if (e != cudaSuccess)
-            return e;
-        KLAUNCH(kv_kernel, KV_BULK, g, blocks, st, KV_ARGS);
-        break;
-    }
-    default:
-        return cudaErrorInvalidValue;
-    }
-#undef KV_ARGS
-    return cudaGetLastError();
+    return kdispatch(total, g, [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        return klaunch_one<V>(kv_kernel<V>, kv_smem_set, blocks, g, st, layer_base, ids, n_ids,
+                              block_bytes, block_stride, buf, total, g.chunk, scatter);
+    });
 }
-
-static int blk_smem_set[64];
 
 cudaError_t klaunch_block_runs(const struct kbrun *runs, const uint64_t *start, uint32_t nr,
                                uint64_t total, struct kgrid g, cudaStream_t st)
 {
     unsigned blocks = kgrid_blocks(total, g);
-    if (!total)
-        return cudaSuccess;
-    if ((total + g.chunk - 1) / g.chunk > 0x7fffffffu)
-        return cudaErrorInvalidValue;
-    switch (g.variant) {
-    case KV_VEC4:
-        KLAUNCH(block_runs_kernel, KV_VEC4, g, blocks, st, runs, start, nr, total, g.chunk);
-        break;
-    case KV_VEC8:
-        KLAUNCH(block_runs_kernel, KV_VEC8, g, blocks, st, runs, start, nr, total, g.chunk);
-        break;
-    case KV_VEC4S:
-        KLAUNCH(block_runs_kernel, KV_VEC4S, g, blocks, st, runs, start, nr, total, g.chunk);
-        break;
-    case KV_VEC8S:
-        KLAUNCH(block_runs_kernel, KV_VEC8S, g, blocks, st, runs, start, nr, total, g.chunk);
-        break;
-    case KV_BULK: {
-        cudaError_t e = bulk_smem(block_runs_kernel<KV_BULK>, blk_smem_set);
-        if (e != cudaSuccess)
-            return e;
-        KLAUNCH(block_runs_kernel, KV_BULK, g, blocks, st, runs, start, nr, total, g.chunk);
-        break;
-    }
-    default:
-        return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return kdispatch(total, g, [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        return klaunch_one<V>(block_runs_kernel<V>, blk_smem_set, blocks, g, st, runs, start, nr,
+                              total, g.chunk);
+    });
 }
 
 /* Loading a kernel: asking for its attributes makes CUDA load it. */

@@ -171,7 +171,7 @@ int nb_commit(xfer_node_batch *b, size_t first)
         if (first < b->nitems && b->nseg[first])
             b->nsegs = b->seg0[first];
         if (first < b->nitems && b->blk[first]) { /* the block list's words go too */
-            b->nbw = b->blks[b->blk[first] - 1].ids;
+            b->nbw = b->blks[b->blk[first] - 1].r.ids;
             b->nblks = b->blk[first] - 1;
         }
         b->nitems = first;

@@ -3,6 +3,7 @@
 #define XFER_NODE_BATCH_H
 
 #include "node_int.h"
+#include "xfer_blkrec.h"
 
 #define NB_NO_REF UINT32_MAX /* item not re-resolvable (pool items) */
 
@@ -32,11 +33,9 @@ struct nb_span { /* items [first, end) came from one pool block list */
  * ids at bw[ids] (nids local, then nids remote; shared by the items of one
  * add_blocks call), stream bases at bw[bases] (nstreams local, then remote). */
 struct nb_blk {
-    uint64_t len, lstride, rstride;
-    uint32_t nids, nstreams;
-    uint32_t runs; /* block runs of the list (consecutive on both sides, memory
-                    * contiguous): what xfer_node_batch_item_segments counts */
-    size_t ids, bases;
+    struct xfer_blkrec r; /* the list, over bw (the engine's record) */
+    uint32_t runs;        /* block runs of the list (consecutive on both sides, memory
+                           * contiguous): what xfer_node_batch_item_segments counts */
 };
 
 struct xfer_node_batch {

@@ -54,14 +54,14 @@ static void emit_item(xfer_node_batch *b, const struct plan *pl, const struct kv
                                      .peer = plan_remote_peer(pl),
                                      .remote_id = rd->id,
                                      .remote_gen = rd->gen};
-    b->blks[b->nblks] = (struct nb_blk){.len = seg,
-                                        .lstride = ls[0].stride,
-                                        .rstride = rs[0].stride,
-                                        .nids = (uint32_t)nids,
-                                        .nstreams = (uint32_t)n,
-                                        .runs = runs,
-                                        .ids = ids,
-                                        .bases = b->nbw};
+    b->blks[b->nblks] = (struct nb_blk){.r = {.len = seg,
+                                              .lstride = ls[0].stride,
+                                              .rstride = rs[0].stride,
+                                              .nids = (uint32_t)nids,
+                                              .nstreams = (uint32_t)n,
+                                              .ids = ids,
+                                              .bases = b->nbw},
+                                        .runs = runs};
     for (size_t s = 0; s < n; s++) {
         b->bw[b->nbw + s] = ls[s].base;
         b->bw[b->nbw + n + s] = rs[s].base;
@@ -148,17 +148,7 @@ bool nb_item_blocks(const xfer_node_batch *b, size_t i, struct xfer_block_list *
 {
     if (!b->blk[i])
         return false;
-    const struct nb_blk *p = &b->blks[b->blk[i] - 1];
-    const uint64_t *w = b->bw;
-    *out = (struct xfer_block_list){.len = p->len,
-                                    .local_stride = p->lstride,
-                                    .remote_stride = p->rstride,
-                                    .local_ids = w + p->ids,
-                                    .remote_ids = w + p->ids + p->nids,
-                                    .nids = p->nids,
-                                    .local_base = w + p->bases,
-                                    .remote_base = w + p->bases + p->nstreams,
-                                    .nstreams = p->nstreams};
+    *out = xfer_blkrec_list(&b->blks[b->blk[i] - 1].r, b->bw);
     return true;
 }
 
@@ -166,7 +156,7 @@ size_t nb_item_nseg(const xfer_node_batch *b, size_t i)
 {
     if (b->blk[i]) {
         const struct nb_blk *p = &b->blks[b->blk[i] - 1];
-        return (size_t)p->nids * p->nstreams;
+        return (size_t)p->r.nids * p->r.nstreams;
     }
     return b->nseg[i] ? b->nseg[i] : 1;
 }
@@ -175,7 +165,7 @@ size_t nb_item_runs(const xfer_node_batch *b, size_t i)
 {
     if (b->blk[i]) {
         const struct nb_blk *p = &b->blks[b->blk[i] - 1];
-        return (size_t)p->runs * p->nstreams;
+        return (size_t)p->runs * p->r.nstreams;
     }
     return b->nseg[i] ? b->nseg[i] : 1;
 }

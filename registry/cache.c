@@ -151,7 +151,8 @@ static int node_from_reply(xfer_registry *r, redisReply *rep, const char *node_i
         rc = reg_parse_node(rep, node_id, out);
     freeReplyObject(rep);
     if (rc == -XFER_ENOENT) {
-        reg_cache_drop_node(r, node_id);
+        if (!reg_outage_recent(r)) /* else its owner may just not have rewritten it yet */
+            reg_cache_drop_node(r, node_id);
         return reg_set_err(-XFER_ENOENT, "unknown node '%s' (no xfer:node:{%s} in redis)", node_id,
                            node_id);
     }
@@ -160,6 +161,16 @@ static int node_from_reply(xfer_registry *r, redisReply *rep, const char *node_i
     if (!rc)
         reg_cache_store_node(r, out);
     return rc;
+}
+
+/* Whether a lookup that failed with rc serves its cached copy (have): Redis
+ * unreachable, or the key missing shortly after an outage — a failover
+ * longer than the TTL loses the keys of live nodes until they write them
+ * again, and a missing key then does not mean the node left (a "leave"
+ * event, or the reaper after the outage, still drops it). */
+static bool serve_cached(xfer_registry *r, int rc, bool have)
+{
+    return have && (rc == -XFER_EUNAVAIL || (rc == -XFER_ENOENT && reg_outage_recent(r)));
 }
 
 int xfer_registry_fetch_node(xfer_registry *r, const char *node_id, struct xfer_node_desc *out)
@@ -192,7 +203,7 @@ int xfer_registry_lookup_node(xfer_registry *r, const char *node_id, struct xfer
         return 0;
     }
     int rc = xfer_registry_fetch_node(r, node_id, out);
-    if (rc == -XFER_EUNAVAIL && have) {
+    if (serve_cached(r, rc, have)) {
         xfer_debug("registry: serving cached node %s (%s)", node_id, xfer_registry_last_error(r));
         *out = old;
         return 0;
@@ -274,18 +285,24 @@ int xfer_registry_lookup_region(xfer_registry *r, const char *node_id, const cha
     }
     redisReply *rep;
     int rc = fetch_region(r, node_id, name, &inc, &rep);
-    if (rc == -XFER_EUNAVAIL && have) {
-        xfer_debug("registry: serving cached region %s/%s", node_id, name);
+    bool fetched = rc == 0;
+    if (fetched) {
+        rc = reg_parse_region(rep, node_id, name, out);
+        freeReplyObject(rep);
+        if (rc == -XFER_ENOENT)
+            reg_set_err(rc, "unknown region '%s' on node '%s'", name, node_id);
+    }
+    if (serve_cached(r, rc, have)) {
+        xfer_debug("registry: serving cached region %s/%s (%s)", node_id, name,
+                   xfer_registry_last_error(r));
         *out = old;
         return 0;
     }
-    if (rc)
+    if (!fetched)
         return rc;
-    rc = reg_parse_region(rep, node_id, name, out);
-    freeReplyObject(rep);
     if (rc == -XFER_ENOENT) {
         reg_cache_drop_region(r, node_id, name);
-        return reg_set_err(-XFER_ENOENT, "unknown region '%s' on node '%s'", name, node_id);
+        return rc;
     }
     if (rc == -XFER_EPROTO)
         xfer_warn("registry: %s", xfer_registry_last_error(r));

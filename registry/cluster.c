@@ -448,7 +448,10 @@ static int run_slot(struct rcl *c, const struct rcl_batch *b, size_t i, size_t j
         } else if (worst == R_RETRY && !strncmp(last, "CLUSTERDOWN", 11)) {
             c->map_ok = false;
         } /* ASK inside MULTI and TRYAGAIN: the same node again, a bit later */
-        rc = -XFER_EPROTO;
+        /* Still CLUSTERDOWN/TRYAGAIN/... after the last try: the cluster is
+         * unavailable (a failover in progress), not misbehaving — callers
+         * serve their cache and the handle reconnects and republishes. */
+        rc = worst == R_RETRY ? -XFER_EUNAVAIL : -XFER_EPROTO;
     }
     set_err(c, "slot %d: gave up after %d tries: %s", slot, RCL_MAX_TRIES, last);
     return rc;

@@ -110,6 +110,12 @@ void reg_reply_note(xfer_registry *r, const redisReply *rep)
         r->demoted = true;
 }
 
+bool reg_outage_recent(xfer_registry *r)
+{
+    uint64_t t = atomic_load(&r->outage_ms);
+    return t && reg_now_ms() - t < (uint64_t)r->cfg.ttl_ms + (uint64_t)r->cfg.backoff_max_ms;
+}
+
 int reg_backoff_next(const xfer_registry *r, int *backoff_ms)
 {
     int b = *backoff_ms;
@@ -142,6 +148,8 @@ int reg_conn_ensure(xfer_registry *r)
     else
         xfer_info("registry: connected to %s:%d (%s)", r->prim_host, r->prim_port, r->url_shown);
     atomic_store(&r->connected, true);
+    if (atomic_load(&r->outage_ms)) /* the owners' rewrites are still to come */
+        atomic_store(&r->outage_ms, reg_now_ms());
     r->backoff_ms = r->cfg.backoff_min_ms;
     if (r->own_valid)
         r->need_republish = true;
@@ -183,6 +191,7 @@ int reg_conn_fail(xfer_registry *r, const char *what)
     r->demoted = false;
     atomic_store(&r->connected, false);
     atomic_fetch_add(&r->cmd_failures, 1);
+    atomic_store(&r->outage_ms, reg_now_ms());
     r->next_connect_ms = reg_now_ms() + (uint64_t)reg_backoff_next(r, &r->backoff_ms);
     if (r->own_valid)
         r->need_republish = true;

@@ -73,6 +73,11 @@ static int reap_cluster(xfer_registry *r, const char *before)
 
 int reg_reap_locked(xfer_registry *r)
 {
+    /* Right after an outage nobody could heartbeat, and a failover longer
+     * than the TTL lost the keys of live nodes: their owners write them again
+     * at their next heartbeat or reconnect, so a "leave" now would be false. */
+    if (reg_outage_recent(r))
+        return 0;
     char before[24];
     uint64_t now = reg_wall_ms(), ttl = (uint64_t)r->cfg.ttl_ms;
     snprintf(before, sizeof(before), "%llu", (unsigned long long)(now > ttl ? now - ttl : 0));

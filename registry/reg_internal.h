@@ -82,7 +82,9 @@ struct xfer_registry {
     uint64_t next_connect_ms;
     int backoff_ms;
     atomic_bool connected;
-    atomic_uint cmd_failures; /* bumped by reg_conn_fail; the watcher resubscribes on change */
+    atomic_uint cmd_failures;   /* bumped by reg_conn_fail; the watcher resubscribes on change */
+    _Atomic uint64_t outage_ms; /* reg_now_ms() of the last reg_conn_fail, or of the
+                                   reconnect after it (0: none yet) */
     bool need_republish;
     bool purge_pending; /* first publish: delete regions of an old incarnation */
     bool own_valid;
@@ -162,6 +164,12 @@ int reg_read_pexpire_replies(xfer_registry *r, size_t n, bool *gone);
 void reg_reply_note(xfer_registry *r, const redisReply *rep);
 /* "ERR ..." reply -> -XFER_EPROTO with its text recorded; else 0. */
 int reg_reply_check(const redisReply *rep, const char *what);
+/* True while a node's keys missing from Redis may be an outage's doing, not
+ * the node's: within ttl_ms + backoff_max_ms of this handle's last command
+ * failure or the reconnect after it (a failover longer than a TTL, or a
+ * restart, loses keys that their live owners write again at their next
+ * heartbeat or reconnect). */
+bool reg_outage_recent(xfer_registry *r);
 /* Next backoff delay after a failure (doubling, bounded, jittered). */
 int reg_backoff_next(const xfer_registry *r, int *backoff_ms);
 

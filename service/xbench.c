@@ -12,7 +12,8 @@
  *   xfer_bench [--op write|read] [--size BYTES] [--batch N] [--depth N]
  *              [--sockets N] [--threads N] [--transport tcp|ipc]
  *              [--chunk BYTES] [--seconds S] [--warmup S] [--count N]
- *              [--slots N] [--verify] [--fresh] [--warm-scratch] [--json]
+ *              [--slots N] [--gap BYTES] [--verify] [--fresh] [--warm-scratch]
+ *              [--json]
  *
  * --fresh measures the first pass over freshly allocated regions: neither
  * side touches its memory before, and the run is one pass (each of the
@@ -28,6 +29,11 @@
  * --slots N makes the items reuse N item-sized slots of both regions (as
  * `ucx_perftest` puts one buffer over and over: a working set that stays in
  * the caches); by default every item in flight has its own slot.
+ *
+ * --gap BYTES leaves that many bytes between consecutive slots on both
+ * sides. Items back to back (the default) go over tcp as runs, several
+ * items a frame (docs/perf.md, "Runs of small items"); with a gap every item
+ * is its own frame, which measures the engine's per-item cost.
  *
  * --count stops after N batches (or --seconds, whichever comes first): with
  * two counts under `valgrind --tool=callgrind`, the difference of the
@@ -62,15 +68,15 @@ struct opts {
     unsigned transport;
     uint64_t chunk;
     double seconds, warmup;
-    uint64_t count, slots;
+    uint64_t count, slots, gap;
     bool verify, json, fresh, warm_scratch;
 };
 
 static uint64_t region_bytes(const struct opts *o)
 {
     uint64_t n = o->slots ? o->slots : (uint64_t)o->batch * (uint64_t)o->depth;
-    uint64_t want = o->size * n;
-    if (want / o->size != n || want > REGION_MAX)
+    uint64_t stride = o->size + o->gap, want = stride * n;
+    if (want / stride != n || want > REGION_MAX)
         want = REGION_MAX;
     if (want < o->size)
         want = o->size; /* one item always fits */
@@ -139,12 +145,13 @@ static int run_target(const struct opts *o, int out_fd, int done_fd)
 static void fill(xfer_batch *b, const struct opts *o, enum xfer_op op, xfer_region *l, xfer_peer *p,
                  const struct xfer_region_desc *rd, int d)
 {
-    uint64_t slots = rd->len / o->size;
+    uint64_t stride = o->size + o->gap, slots = rd->len / stride;
+    slots = slots ? slots : 1; /* one item always fits */
     if (o->slots && o->slots < slots)
         slots = o->slots;
     xfer_batch_reset(b);
     for (int k = 0; k < o->batch; k++) {
-        uint64_t off = ((uint64_t)d * (uint64_t)o->batch + (uint64_t)k) % slots * o->size;
+        uint64_t off = ((uint64_t)d * (uint64_t)o->batch + (uint64_t)k) % slots * stride;
         struct xfer_item it = {op, l, off, p, rd->id, rd->gen, off, o->size};
         xfer_batch_add(b, &it);
     }
@@ -243,12 +250,12 @@ static void print(const struct opts *o, const struct result *r)
     const char *tr = o->transport == XFER_TRANSPORT_IPC ? "ipc" : "tcp";
     if (o->json) {
         printf("{\"op\":\"%s\",\"transport\":\"%s\",\"size\":%llu,\"batch\":%d,\"depth\":%d,"
-               "\"sockets\":%d,\"threads\":%d,\"seconds\":%.3f,\"batches\":%llu,"
+               "\"sockets\":%d,\"threads\":%d,\"gap\":%llu,\"seconds\":%.3f,\"batches\":%llu,"
                "\"gbps\":%.6g,\"ops\":%.1f,\"lat_us\":{\"p50\":%.2f,\"p99\":%.2f,"
                "\"p999\":%.2f},\"verified\":%s}\n",
                op, tr, (unsigned long long)o->size, o->batch, o->depth, o->sockets, o->threads,
-               r->secs, (unsigned long long)r->batches, gbps, ops, p50 * 1e6, p99 * 1e6, p999 * 1e6,
-               o->verify ? "true" : "false");
+               (unsigned long long)o->gap, r->secs, (unsigned long long)r->batches, gbps, ops,
+               p50 * 1e6, p99 * 1e6, p999 * 1e6, o->verify ? "true" : "false");
         return;
     }
     printf("%s %s size=%llu batch=%d depth=%d sockets=%d threads=%d: %.3f GB/s, %.0f ops/s, "
@@ -317,31 +324,21 @@ static int usage(void)
     fprintf(stderr,
             "usage: %s [--op write|read] [--size BYTES] [--batch N] [--depth N]\n"
             "  [--sockets N] [--threads N] [--transport tcp|ipc] [--chunk BYTES]\n"
-            "  [--seconds S] [--warmup S] [--count N] [--slots N] [--verify] [--fresh]\n"
-            "  [--warm-scratch] [--json]\n",
+            "  [--seconds S] [--warmup S] [--count N] [--slots N] [--gap BYTES] [--verify]\n"
+            "  [--fresh] [--warm-scratch] [--json]\n",
             prog);
     return 2;
 }
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-    static const struct option lo[] = {{"op", 1, 0, 'o'},
-                                       {"size", 1, 0, 's'},
-                                       {"batch", 1, 0, 'b'},
-                                       {"depth", 1, 0, 'd'},
-                                       {"sockets", 1, 0, 'k'},
-                                       {"threads", 1, 0, 'n'},
-                                       {"transport", 1, 0, 'T'},
-                                       {"chunk", 1, 0, 'c'},
-                                       {"seconds", 1, 0, 't'},
-                                       {"warmup", 1, 0, 'w'},
-                                       {"verify", 0, 0, 'v'},
-                                       {"json", 0, 0, 'j'},
-                                       {"count", 1, 0, 'N'},
-                                       {"fresh", 0, 0, 'F'},
-                                       {"slots", 1, 0, 'S'},
-                                       {"warm-scratch", 0, 0, 'W'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"op", 1, 0, 'o'},           {"size", 1, 0, 's'},    {"batch", 1, 0, 'b'},
+        {"depth", 1, 0, 'd'},        {"sockets", 1, 0, 'k'}, {"threads", 1, 0, 'n'},
+        {"transport", 1, 0, 'T'},    {"chunk", 1, 0, 'c'},   {"seconds", 1, 0, 't'},
+        {"warmup", 1, 0, 'w'},       {"verify", 0, 0, 'v'},  {"json", 0, 0, 'j'},
+        {"count", 1, 0, 'N'},        {"fresh", 0, 0, 'F'},   {"slots", 1, 0, 'S'},
+        {"warm-scratch", 0, 0, 'W'}, {"gap", 1, 0, 'G'},     {0, 0, 0, 0}};
     *o = (struct opts){.op = XFER_OP_WRITE,
                        .size = 8,
                        .batch = 1,
@@ -395,6 +392,9 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'W':
             o->warm_scratch = true;
             break;
+        case 'G':
+            o->gap = bench_size(optarg);
+            break;
         case 'v':
             o->verify = true;
             break;
@@ -413,7 +413,8 @@ static int parse(int argc, char **argv, struct opts *o)
     if (optind != argc || o->size == 0 || o->size > (256ull << 20) || o->batch < 1 ||
         o->batch > 4096 || o->depth < 1 || o->depth > 1024 || o->sockets < 1 || o->sockets > 64 ||
         o->threads < 1 || o->threads > 64 || !(o->seconds > 0) || o->warmup < 0 ||
-        (o->fresh && o->verify) || o->slots > (1u << 20) || (o->slots && o->fresh))
+        (o->fresh && o->verify) || o->slots > (1u << 20) || (o->slots && o->fresh) ||
+        o->gap > (256ull << 20))
         return usage();
     if (o->fresh) { /* one pass, nothing of it touched before */
         o->warm_scratch = true;

@@ -289,6 +289,28 @@ struct ipc_krun {
  * segments, and one per GPU pair of block runs (any number of segments:
  * nothing per segment is staged); v[i].w.ticket as in ipc_kbatch_start. */
 void ipc_kbatch_start_runs(struct xfer_kbatch **kb, struct ipc_krun *v, size_t n);
+/* Segments [s0, s1) of block list bl between local (our region's start)
+ * and remote (the owner's region as mapped here) as a run for the kernel:
+ * into local for a READ (rd), else into remote. */
+static inline struct xfer_block_run ipc_block_run(char *local, char *remote,
+                                                  const struct xfer_block_list *bl, uint32_t s0,
+                                                  uint32_t s1, bool rd)
+{
+    return (struct xfer_block_run){.a = local,
+                                   .b = remote,
+                                   .a_base = bl->local_base,
+                                   .b_base = bl->remote_base,
+                                   .a_ids = bl->local_ids,
+                                   .b_ids = bl->remote_ids,
+                                   .a_stride = bl->local_stride,
+                                   .b_stride = bl->remote_stride,
+                                   .len = bl->len,
+                                   .nstreams = bl->nstreams,
+                                   .nids = bl->nids,
+                                   .s0 = s0,
+                                   .s1 = s1,
+                                   .a_is_dst = rd};
+}
 
 /* ---- direct copies without the owner (ipc_direct.c, docs/ipc.md) ------- */
 
@@ -333,8 +355,11 @@ uint32_t ipc_loan_add(struct ipc_loans *l, xfer_engine *e, xfer_region *r, uint3
 void ipc_loans_withdraw(struct ipc_loans *l, xfer_region *r);
 /* The one place that decides whether a region may be copied without asking
  * the owner: host memfd memory the peer may read (a write-only region
- * cannot be enforced by the MMU), without lease rules (guarded ranges need
- * the owner's check per access), XFER_IPC_DIRECT not 0. */
+ * cannot be enforced by the MMU) or, with XFER_IPC_DIRECT_GPU=1 (opt-in:
+ * not yet run on a GPU, docs/ipc.md), CUDA memory (GPU loans: the peer's
+ * CUDA IPC mapping reaches all of it anyway; the peer honours the access
+ * the owner answered), without lease rules (guarded ranges need the
+ * owner's check per access), XFER_IPC_DIRECT not 0. */
 bool ipc_direct_allowed(xfer_region *r);
 
 /* Initiator: regions lent to us, looked up under the connection's lock. */
@@ -343,6 +368,7 @@ struct ipc_direct {
     unsigned access;
     uint64_t len;
     char *base;  /* the owner's memory, mapped by the ipc_map entry */
+    int dev;     /* GPU loan: the GPU of base (CUDA IPC mapping); -1 host memory */
     int users;   /* copies running on this entry (atomic) */
     bool listed; /* still in the table */
     struct ipc_direct *next;
@@ -359,6 +385,9 @@ void ipc_direct_fini(struct ipc_direct_table *t);
 /* With the lock: the entry for item it if it may be copied directly (a
  * user is counted: ipc_direct_copy drops it), else NULL. */
 struct ipc_direct *ipc_direct_get(struct ipc_direct_table *t, const struct xfer_item *it);
+/* The same for a GPU loan (GPU memory on both sides, ipc_dgpu.c): the
+ * entry if the owner lent the item's remote region and allows its op. */
+struct ipc_direct *ipc_direct_get_gpu(struct ipc_direct_table *t, const struct xfer_item *it);
 /* A copy holds its pin for one piece at a time, so a withdrawal (and hence
  * a deregistration) waits for one piece at most, whatever the item size. */
 #define IPC_DIRECT_PIECE (256u << 10)
@@ -387,6 +416,9 @@ void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r);
  * 0, or -1: it cannot (no such connection, or it is over). */
 int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms,
                        int spin_us);
+/* ops->notif_wait_rx: the above for a thread in xfer_notif_wait, until a
+ * notification is queued (node NULL: -1, the caller sleeps). */
+int ipc_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms);
 /* ops->wait_rx: the above for the peer of c, while b runs. */
 int ipc_conn_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms);
 

@@ -92,6 +92,8 @@ struct ipc_conn {
     bool link_broken;                  /* link_mu */
     struct ipc_direct_table direct;    /* entries: mu */
     int64_t direct_check_ms;           /* last direct_check */
+    pthread_mutex_t dkb_mu;            /* GPU loan launches and their poller (ipc_dgpu.c) */
+    struct ipc_dgpu *dgpu;             /* dkb_mu; made on the first launch */
 };
 
 /* ipc_pin.c: pins every checked job at the owner (IPC_ACQ_REQ for plain
@@ -118,6 +120,19 @@ void ipc_link_lazy(struct ipc_conn *c);
 void ipc_link_worker_msgs(struct ipc_conn *c);
 /* The connection is going: whatever is owed fails (-XFER_ECONN). */
 void ipc_link_fini(struct ipc_conn *c);
+
+/* ipc_dgpu.c, the posting thread: launches the block items idx[0..n) of
+ * GPU loans (entries d[k], one user each, dropped here or by the
+ * completion) and reports them when their kernel is done. Returns how many
+ * it left for the worker, their indices in back (room for n): withdrawn
+ * loans, items outside the loan or of another GPU pair, a failed launch.
+ * The connection's loan poller (a thread started with the first launch)
+ * reports them. */
+size_t ipc_dgpu_post(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struct ipc_direct **d,
+                     size_t n, size_t *back);
+/* The connection is closing (nothing posts any more): reports what is in
+ * flight once its kernels are done, ends the poller. */
+void ipc_dgpu_fini(struct ipc_conn *c);
 
 /* Queues items for the worker (which asks the owner); on failure reports
  * them failed and returns < 0. */

@@ -138,27 +138,15 @@ static bool kr_defer(struct ipc_group *g, struct ipc_job *j, size_t i)
         return false;
     bool rd = j->it.op == XFER_OP_READ;
     if (j->blocks) { /* the ids and bases as they are: the GPU computes each address */
-        const struct xfer_block_list *bl = &j->blk;
-        g->kr[g->nkr++] = (struct ipc_krun){.blk = {.a = (char *)xfer_region_ptr(j->it.local),
-                                                    .b = remote,
-                                                    .a_base = bl->local_base,
-                                                    .b_base = bl->remote_base,
-                                                    .a_ids = bl->local_ids,
-                                                    .b_ids = bl->remote_ids,
-                                                    .a_stride = bl->local_stride,
-                                                    .b_stride = bl->remote_stride,
-                                                    .len = bl->len,
-                                                    .nstreams = bl->nstreams,
-                                                    .nids = bl->nids,
-                                                    .s0 = j->s0,
-                                                    .s1 = j->s1,
-                                                    .a_is_dst = rd},
-                                            .is_blk = true,
-                                            .bytes = j->bytes,
-                                            .exec = rdev,
-                                            .other = ldev,
-                                            .w = {.ticket = -1},
-                                            .job = i};
+        g->kr[g->nkr++] =
+            (struct ipc_krun){.blk = ipc_block_run((char *)xfer_region_ptr(j->it.local), remote,
+                                                   &j->blk, j->s0, j->s1, rd),
+                              .is_blk = true,
+                              .bytes = j->bytes,
+                              .exec = rdev,
+                              .other = ldev,
+                              .w = {.ticket = -1},
+                              .job = i};
         return true;
     }
     _Static_assert(sizeof(struct xfer_seg) == 3 * sizeof(uint64_t) &&

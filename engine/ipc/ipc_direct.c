@@ -41,8 +41,14 @@ bool ipc_direct_allowed(xfer_region *r)
         return false;
     struct xfer_region_desc d;
     xfer_region_describe(r, &d);
+    if (xfer_region_guard_count(r) != 0)
+        return false;
+    if (xfer_region_kind(r) == XFER_MEM_CUDA) { /* GPU loans: opt-in until measured */
+        env = getenv("XFER_IPC_DIRECT_GPU");
+        return env && !strcmp(env, "1");
+    }
     return xfer_region_kind(r) == XFER_MEM_HOST && xfer_region_memfd(r) >= 0 &&
-           (d.access & XFER_ACCESS_R) && xfer_region_guard_count(r) == 0;
+           (d.access & XFER_ACCESS_R);
 }
 
 int ipc_loans_init(struct ipc_loans *l, int sock, int timeout_ms)
@@ -202,9 +208,18 @@ void ipc_direct_fini(struct ipc_direct_table *t)
     t->ctl = NULL;
 }
 
+/* The owner's memory as this side reaches it: the memfd mapping, or the
+ * opened CUDA IPC mapping (NULL for CMA). */
+static char *map_base(const struct ipc_map *m)
+{
+    return m->cuda ? (char *)ipc_cuda_import_ptr(m->cuda) : (char *)m->base;
+}
+
 void ipc_direct_note(struct ipc_direct_table *t, const struct ipc_map *m)
 {
-    if (!t->ctl || m->mech != IPC_MECH_MEMFD || m->ctl_slot >= t->nslots || !m->base)
+    bool gpu = m->mech == IPC_MECH_CUDA || m->mech == IPC_MECH_CUMEM;
+    if (!t->ctl || (m->mech != IPC_MECH_MEMFD && !gpu) || m->ctl_slot >= t->nslots ||
+        !map_base(m) || (gpu && !m->cuda))
         return;
     for (struct ipc_direct *d = t->head; d; d = d->next)
         if (d->id == m->id && d->gen == m->gen)
@@ -217,7 +232,8 @@ void ipc_direct_note(struct ipc_direct_table *t, const struct ipc_map *m)
                              .slot = m->ctl_slot,
                              .access = m->access,
                              .len = m->len,
-                             .base = m->base,
+                             .base = map_base(m),
+                             .dev = gpu ? ipc_cuda_import_device(m->cuda) : -1,
                              .listed = true,
                              .next = t->head};
     t->head = d;
@@ -230,7 +246,7 @@ struct ipc_direct *ipc_direct_unlist(struct ipc_direct_table *t, const struct ip
         struct ipc_direct *d = *pp;
         bool live = false;
         for (const struct ipc_map *m = mc->live; m && !live; m = m->next)
-            live = m->id == d->id && m->gen == d->gen && m->base == d->base;
+            live = m->id == d->id && m->gen == d->gen && map_base(m) == d->base;
         if (live) {
             pp = &d->next;
             continue;
@@ -254,10 +270,10 @@ void ipc_direct_free(struct ipc_direct *list)
     }
 }
 
-struct ipc_direct *ipc_direct_get(struct ipc_direct_table *t, const struct xfer_item *it)
+/* The listed entry for it's remote region (moved to the front), if the
+ * owner's answer allows it's op; a user is counted. */
+static struct ipc_direct *direct_find(struct ipc_direct_table *t, const struct xfer_item *it)
 {
-    if (!t->ctl || it->len > t->max_item || xfer_region_kind(it->local) != XFER_MEM_HOST)
-        return NULL;
     unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
     for (struct ipc_direct *d, **pp = &t->head; (d = *pp); pp = &d->next) {
         if (d->id != it->remote_id || d->gen != it->remote_gen)
@@ -268,12 +284,36 @@ struct ipc_direct *ipc_direct_get(struct ipc_direct_table *t, const struct xfer_
             t->head = d;
         }
         /* The owner's answer decides, not the published descriptor. */
-        if (!(d->access & need) || !xfer_range_ok(it->remote_off, it->len, d->len))
+        if (!(d->access & need))
             return NULL;
         __atomic_add_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
         return d;
     }
     return NULL;
+}
+
+struct ipc_direct *ipc_direct_get(struct ipc_direct_table *t, const struct xfer_item *it)
+{
+    if (!t->ctl || it->len > t->max_item || xfer_region_kind(it->local) != XFER_MEM_HOST)
+        return NULL;
+    struct ipc_direct *d = direct_find(t, it);
+    if (d && (d->dev >= 0 || !xfer_range_ok(it->remote_off, it->len, d->len))) {
+        __atomic_sub_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
+        return NULL; /* a GPU loan, or outside: the owner answers */
+    }
+    return d;
+}
+
+struct ipc_direct *ipc_direct_get_gpu(struct ipc_direct_table *t, const struct xfer_item *it)
+{
+    if (!t->ctl || xfer_region_kind(it->local) != XFER_MEM_CUDA)
+        return NULL;
+    struct ipc_direct *d = direct_find(t, it);
+    if (d && d->dev < 0) {
+        __atomic_sub_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
+        return NULL;
+    }
+    return d;
 }
 
 int ipc_direct_piece(struct ipc_direct_table *t, const struct ipc_direct *d, xfer_batch *b,

@@ -183,7 +183,11 @@ int ipc_map_get(struct ipc_map_cache *mc, int fd, uint32_t id, uint32_t gen, enu
                           .mech = r.mech,
                           .access = r.access,
                           .len = r.len,
-                          .ctl_slot = r.mech == IPC_MECH_MEMFD ? r.ctl_slot : IPC_SLOT_NONE};
+                          /* memfd loans, and CUDA ones (GPU loans, ipc_dgpu.c) */
+                          .ctl_slot = r.mech == IPC_MECH_MEMFD || r.mech == IPC_MECH_CUDA ||
+                                              r.mech == IPC_MECH_CUMEM
+                                          ? r.ctl_slot
+                                          : IPC_SLOT_NONE};
     rc = map_open(m, &r, got_fd, why, why_len);
     if (rc < 0) {
         map_free(m);

@@ -101,16 +101,20 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
                        struct post_state *ps)
 {
     size_t slow[IPC_DIRECT_POST_MAX], fast[IPC_DIRECT_POST_MAX], pool[IPC_DIRECT_POST_MAX];
-    size_t ns = 0, nf = 0, np = 0;
-    struct ipc_direct *d[IPC_DIRECT_POST_MAX], *pd[IPC_DIRECT_POST_MAX];
+    size_t gpu[IPC_DIRECT_POST_MAX], ns = 0, nf = 0, np = 0, ng = 0;
+    struct ipc_direct *d[IPC_DIRECT_POST_MAX], *pd[IPC_DIRECT_POST_MAX], *gd[IPC_DIRECT_POST_MAX];
     pthread_mutex_lock(&c->mu);
     int rc = c->broken || c->stop ? -XFER_ECONN : 0;
     for (size_t k = 0; rc == 0 && k < n; k++) {
         const struct xfer_item *it = xfer_batch_item(b, idx[k]);
-        size_t nseg; /* vectored and block items go to the worker: one owner check each */
-        struct xfer_block_list bl; /* block items too */
-        bool plain =
-            !xfer_batch_item_segs(b, idx[k], &nseg) && !xfer_batch_item_blocks(b, idx[k], &bl);
+        size_t nseg;               /* vectored items go to the worker: one owner check each */
+        struct xfer_block_list bl; /* block items too, but GPU loans' (ipc_dgpu.c) */
+        bool vec = xfer_batch_item_segs(b, idx[k], &nseg) != NULL;
+        bool blk = !vec && xfer_batch_item_blocks(b, idx[k], &bl), plain = !vec && !blk;
+        if (blk && c->direct.head && (gd[ng] = ipc_direct_get_gpu(&c->direct, it))) {
+            gpu[ng++] = idx[k];
+            continue;
+        }
         bool room = it->len <= ps->budget;
         struct ipc_direct *dk =
             plain && c->direct.head && (room || c->t->pool) ? ipc_direct_get(&c->direct, it) : NULL;
@@ -128,7 +132,7 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     /* A dead owner's memory stays mapped here: copying into it would be a
      * silent loss. One poll per window that copies directly (the worker
      * learns it otherwise only from its next round trip). */
-    if (rc == 0 && (nf || np) && ipc_sock_hung_up(c->fd))
+    if (rc == 0 && (nf || np || ng) && ipc_sock_hung_up(c->fd))
         rc = -XFER_ECONN;
     if (rc == 0 && ns)
         rc = queue_locked(c, b, slow, ns);
@@ -136,8 +140,12 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     if (rc < 0) { /* none started: the direct ones are let go unstarted */
         direct_unget(d, nf);
         direct_unget(pd, np);
+        direct_unget(gd, ng);
         return rc;
     }
+    size_t nback = ng ? ipc_dgpu_post(c, b, gpu, gd, ng, slow) : 0;
+    if (nback) /* withdrawn meanwhile, or not launched: the owner decides */
+        ipc_conn_queue(c, b, slow, nback);
     if (np && !ps->post) /* room for every pool item this post can still have */
         ps->post = ipc_post_new(ps->left);
     size_t k = 0;
@@ -169,8 +177,10 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
     size_t k = 0;
     for (; k < n; k += IPC_DIRECT_POST_MAX) {
         size_t w = n - k < IPC_DIRECT_POST_MAX ? n - k : IPC_DIRECT_POST_MAX;
-        /* spent, and no copy threads to take the rest: it queues in one go */
-        if (!c->t->pool && ps.budget < xfer_batch_item(b, idx[k])->len) {
+        /* spent, and no copy threads to take the rest: it queues in one go
+         * (GPU memory here: its block items may be GPU loans) */
+        const struct xfer_item *it = xfer_batch_item(b, idx[k]);
+        if (!c->t->pool && ps.budget < it->len && xfer_region_kind(it->local) == XFER_MEM_HOST) {
             pthread_mutex_lock(&c->mu);
             rc = queue_locked(c, b, idx + k, n - k);
             pthread_mutex_unlock(&c->mu);

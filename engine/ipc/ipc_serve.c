@@ -157,7 +157,9 @@ static int handle_map(struct serve_conn *c, const struct ipc_hdr *h, const void 
         snprintf(m.why, sizeof(m.why), "region %u gen %u: %s", q.id, q.gen, xfer_strerror(err));
     } else {
         describe_reach(r, &m, &fd);
-        m.ctl_slot = m.status == 0 && m.mech == IPC_MECH_MEMFD && c->loans_up
+        bool lendable = m.mech == IPC_MECH_MEMFD || m.mech == IPC_MECH_CUDA ||
+                        m.mech == IPC_MECH_CUMEM; /* GPU loans: ipc_dgpu.c */
+        m.ctl_slot = m.status == 0 && lendable && c->loans_up
                          ? ipc_loan_add(&c->loans, s->engine, r, q.id, q.gen)
                          : IPC_SLOT_NONE;
         xfer_region_release(r);

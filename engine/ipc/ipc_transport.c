@@ -125,6 +125,7 @@ const struct xfer_transport_ops xfer_ipc_transport_ops = {
     .post = ipc_conn_post,
     .send_msg = ipc_conn_send_msg,
     .wait_rx = ipc_conn_wait_rx,
+    .notif_wait_rx = ipc_notif_wait_rx,
     .describe_region = ipc_describe_region,
     .region_withdraw = ipc_region_withdraw,
 };

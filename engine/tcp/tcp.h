@@ -50,7 +50,14 @@
 #define TCP_FENCES          4096u /* target: cancelled batches remembered (tcp_fence.c) */
 #define TCP_FENCES_RESEND   64u   /* initiator: recent fences sent again on new connections */
 #define TCP_IN_SLOTS        256u /* target: peers whose message socket is remembered (tcp_wait.c) */
+#define TCP_IN_SOCKS        8    /* target: sockets remembered per peer (tcp_wait.c) */
 #define TCP_TX_SPARE_MAX    256u /* target: sent responses kept per socket for reuse */
+/* Initiator: plain host-memory items of at most TCP_RUN_ITEM_MAX bytes that
+ * lie back to back on both sides go out as one frame of up to TCP_RUN_MAX
+ * bytes (and at most chunk_bytes): per-frame costs were most of a 4 KiB
+ * item's (docs/perf.md, "Runs of small items"). */
+#define TCP_RUN_ITEM_MAX (64u << 10)
+#define TCP_RUN_MAX      (256u << 10)
 
 struct tcp_transport;
 struct tcp_thread;
@@ -69,8 +76,12 @@ struct tcp_tx {
     bool detached; /* fenced mid-frame: the rest goes out of own (or a GPU slot) */
     uint8_t *own;  /* detached copy of a WRITE payload (tcp_fence.c) */
     /* initiator chunk */
-    xfer_batch *b; /* held */
+    xfer_batch *b; /* held, once per item it carries */
     size_t idx;
+    /* A run (tcp_conn.c, "Runs"): items idx .. idx + nitems - 1 of b, each
+     * len / nitems bytes, contiguous here and at the target, moved as one
+     * frame; 0 or 1 = one chunk of item idx. */
+    uint32_t nitems;
     uint32_t seg; /* segment of a vectored item (named if it fails), UINT32_MAX = plain */
     uint8_t op;   /* XFER_WIRE_WRITE_REQ / READ_REQ */
     uint64_t req_id;
@@ -134,6 +145,7 @@ struct tcp_sock {
     int waiters;
     int pins;     /* target: waiters that may poll it (atomic); tcp_reap keeps it meanwhile */
     int in_slot;  /* target: 1 + its entry in tt->in_sock, 0 = none (tt->in_mu; atomic) */
+    int in_idx;   /* target: its place in that entry (tt->in_mu) */
     bool tgt_gpu; /* target, iomu: served GPU memory: staging is the owner's, waiters keep off */
     bool skipped; /* iomu: the owner left a readable edge to a polling waiter */
     /* The owner's epoll interest (iomu; tcp_sock_interest): EPOLLOUT only
@@ -188,6 +200,9 @@ struct tcp_sock {
      * row, and whether one of them did not land (tcp_msg.c, "behind") */
     uint32_t landed_seq, landed_n;
     bool landed_bad;
+    /* target, iomu: requests served well in this read, counted at its end
+     * (a count per request was ~90 instructions of a 4 KiB item's) */
+    uint64_t srv_ops, srv_bytes;
     char peer_node[XFER_NAME_MAX]; /* target: the initiator, as its handshake proved */
     uint64_t peer_inc;
     /* payload into GPU memory: received into a staging slot first */
@@ -250,11 +265,14 @@ struct tcp_transport {
     int fence_head[TCP_FENCES];          /* hash buckets */
     uint64_t fence_n, fence_gen;         /* recorded so far; bumped per record */
     /* Target: per peer (hash of its node id; a collision forgets the
-     * older), the accepted socket its last message arrived on: a waiter
-     * for that peer's messages reads it (tcp_wait.c). */
+     * older), the accepted sockets its messages arrived on (the last
+     * TCP_IN_SOCKS): a waiter for that peer's messages reads them
+     * (tcp_wait.c). */
     pthread_mutex_t in_mu;
-    struct tcp_sock *in_sock[TCP_IN_SLOTS];
-    pthread_mutex_t sent_mu; /* initiator: recent fences */
+    struct tcp_sock *in_sock[TCP_IN_SLOTS][TCP_IN_SOCKS];
+    unsigned in_next[TCP_IN_SLOTS]; /* the place the next one takes when all are used */
+    struct tcp_sock *in_last; /* anyone's last message came on it (atomic; cleared under in_mu) */
+    pthread_mutex_t sent_mu;  /* initiator: recent fences */
     uint32_t sent[TCP_FENCES_RESEND];
     unsigned sent_n;
 };
@@ -293,6 +311,9 @@ void tcp_sock_deferred(struct tcp_sock *s);
 /* ops->wait_rx: the waiting thread polls chan (an initiator socket) and,
  * inbound, the peer's message socket, and reads them itself. */
 int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms);
+/* ops->notif_wait_rx: the same for a thread in xfer_notif_wait, on the
+ * socket node's (NULL: anyone's) last message came on. */
+int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms);
 /* Target, iomu held: a message arrived on s (remember it for waiters);
  * s closes (forget it). */
 void tcp_in_note(struct tcp_sock *s);
@@ -303,6 +324,11 @@ void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);
 void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *why);
 void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms);
 void tcp_tx_free(struct tcp_tx *t);
+/* Items an initiator chunk carries (a run: several). */
+static inline uint32_t tcp_tx_items(const struct tcp_tx *t)
+{
+    return t->nitems > 1 ? t->nitems : 1;
+}
 /* Target: queues the response op to request req (r pinned: payload from
  * it, released when sent). NULL when out of memory (socket failed). */
 struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
@@ -381,5 +407,8 @@ int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struc
 void tcp_disconnect(struct xfer_conn *c);
 unsigned tcp_conn_state(struct xfer_conn *c);
 int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n);
+/* Initiator, reading s: the target refused run t; its items go again one
+ * frame each (or fail if that cannot be). */
+void tcp_run_split(struct tcp_sock *s, struct tcp_tx *t);
 
 #endif

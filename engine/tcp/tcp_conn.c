@@ -261,8 +261,8 @@ bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_l
 
 /* Fills chunk t of item i (all of it: slab memory is reused unzeroed):
  * [off, off+len) of it, request id req. */
-static void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const struct xfer_item *it,
-                       uint64_t off, uint64_t len, uint64_t req)
+static inline void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const struct xfer_item *it,
+                              uint64_t off, uint64_t len, uint64_t req)
 {
     uint8_t *local = (uint8_t *)xfer_region_ptr(it->local) + it->local_off + off;
     *t = (struct tcp_tx){0};
@@ -340,6 +340,69 @@ static size_t n_chunks(uint64_t len, uint64_t chunk)
     return len ? (size_t)((len - 1) / chunk + 1) : 1;
 }
 
+/* Runs. Small plain items that lie back to back here and at the target
+ * (one local region, one remote region and generation, one op and length)
+ * go out as one frame: per-frame costs on both sides (header, request id,
+ * region check, response, completion) were most of a 4 KiB item's. The
+ * target checks the run's whole range; a run it refuses goes again item by
+ * item (tcp_run_split), so each item gets the answer it would have had
+ * alone. The peer's cached descriptor of the remote region, when it has
+ * one of the item's generation, spares such round trips: no run where
+ * the op is not allowed, and a run ends where the region does. */
+struct run_memo {
+    bool valid, ok;
+    uint32_t id;
+    struct xfer_region_brief rd;
+};
+
+static bool run_next(const struct xfer_item *a, uint64_t at, const struct xfer_item *n)
+{
+    return n->op == a->op && n->local == a->local && n->remote_id == a->remote_id &&
+           n->remote_gen == a->remote_gen && n->len == a->len &&
+           n->local_off == a->local_off + at && n->remote_off == a->remote_off + at;
+}
+
+/* Is item i of b plain and, as its one segment, the next of a's run (at
+ * bytes from a's start)? The item's own fields are compared first: that is
+ * all a batch of items apart costs. */
+static bool run_takes(xfer_batch *b, size_t i, const struct xfer_item *a, uint64_t at)
+{
+    size_t nseg;
+    struct xfer_item seg;
+    if (!run_next(a, at, xfer_batch_item(b, i)) || xfer_batch_item_segs(b, i, &nseg) || nseg != 1)
+        return false;
+    xfer_batch_item_seg(b, i, 0, &seg); /* a block item of one block differs */
+    return run_next(a, at, &seg);
+}
+
+/* How many items from idx[k] (whose one segment is *a) go as one frame of
+ * at most cap bytes: 1 = no run. */
+static uint32_t run_items(struct tcp_conn *tc, xfer_batch *b, const size_t *idx, size_t k, size_t n,
+                          const struct xfer_item *a, uint64_t cap, struct gpu_memo *gm,
+                          struct run_memo *rm)
+{
+    if (k + 1 >= n || idx[k + 1] != idx[k] + 1 || a->len == 0 || a->len > TCP_RUN_ITEM_MAX ||
+        2 * a->len > cap || !run_takes(b, idx[k + 1], a, a->len) || gpu_item(tc, a, gm))
+        return 1;
+    if (!rm->valid || rm->id != a->remote_id) {
+        rm->ok = xfer_peer_region_brief(tc->base.peer, a->remote_id, &rm->rd) == 0;
+        rm->id = a->remote_id;
+        rm->valid = true;
+    }
+    unsigned need = a->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
+    bool known = rm->ok && rm->rd.gen == a->remote_gen;
+    if (known && !(rm->rd.access & need))
+        return 1;
+    uint64_t m = 2, most = cap / a->len;
+    for (size_t j = k + 2; j < n && m < most && idx[j] == idx[k] + m; j++, m++)
+        if (!run_takes(b, idx[j], a, m * a->len))
+            break;
+    if (known && !xfer_range_ok(a->remote_off, m * a->len, rm->rd.len)) /* what fits goes as one: */
+        m = a->remote_off < rm->rd.len ? (rm->rd.len - a->remote_off) / a->len
+                                       : 1; /* the rest is */
+    return m > 1 ? (uint32_t)m : 1;         /* refused item by item */
+}
+
 /* Chunks bound for one socket, queued under its qmu once. */
 struct sock_list {
     struct tcp_tx *head, *tail;
@@ -369,13 +432,70 @@ static uint32_t splice_lists(struct tcp_conn *tc, struct sock_list *q, bool *kic
             t->next = NULL;
             if (tcp_enqueue(tc, t, kick, false) && ++queued)
                 continue;
-            xfer_batch_chunk_done(t->b, t->idx, 0, -XFER_ECONN,
-                                  "every connection to the peer is lost");
-            xfer_batch_put(t->b);
+            for (uint32_t i = 0; i < tcp_tx_items(t); i++) /* a run: each item */
+                xfer_batch_chunk_done_put(t->b, t->idx + i, 0, -XFER_ECONN,
+                                          "every connection to the peer is lost");
             tcp_tx_free(t);
         }
     }
     return queued;
+}
+
+/* A run the target refused goes again item by item on s, so each item gets
+ * the answer it would have had alone (a lease rule may cover only some;
+ * nothing of the run was written). Its n batch holds pass to the n new
+ * chunks. Called by whoever reads s's responses. */
+void tcp_run_split(struct tcp_sock *s, struct tcp_tx *t)
+{
+    uint32_t n = tcp_tx_items(t);
+    struct tcp_slab *slab = tcp_slab_get(s->tt, n);
+    __atomic_sub_fetch(&s->load, XFER_WIRE_HDR_LEN + t->len, __ATOMIC_RELAXED);
+    if (!slab) {
+        tcp_chunk_complete(s, t, -XFER_ENOMEM, "out of memory to send a refused run again");
+        return;
+    }
+    uint64_t req = __atomic_fetch_add(&s->tt->next_req, n, __ATOMIC_RELAXED) + 1;
+    for (uint32_t k = 0; k < n; k++) {
+        struct xfer_item it;
+        xfer_batch_item_seg(t->b, t->idx + k, 0, &it);
+        struct tcp_tx *c = &slab->tx[k];
+        fill_chunk(c, t->b, t->idx + k, &it, 0, it.len, req++);
+        c->seg = UINT32_MAX;
+        c->slab = slab;
+        c->next = k + 1 < n ? &slab->tx[k + 1] : NULL;
+    }
+    slab->refs = (int)n;
+    uint64_t load = n * (uint64_t)XFER_WIRE_HDR_LEN + t->len;
+    tcp_tx_free(t);
+    if (sock_splice(s, slab->tx, &slab->tx[n - 1], false, load)) {
+        tcp_thread_kick(s);
+        return;
+    }
+    for (uint32_t k = 0; k < n; k++) { /* s died meanwhile: no load was added */
+        struct tcp_tx *c = &slab->tx[k];
+        xfer_batch_chunk_done_put(c->b, c->idx, 0, -XFER_ECONN, "connection lost");
+        tcp_tx_free(c);
+    }
+}
+
+/* Queues t on the least loaded live socket of this post (q is rotated by
+ * the post's start). */
+static void place(struct sock_list *q, int nq, struct tcp_tx *t)
+{
+    int best = 0;
+    for (int j = 1; j < nq; j++)
+        if (q[j].load < q[best].load)
+            best = j;
+    struct sock_list *l = &q[best];
+    if (l->tail)
+        l->tail->next = t;
+    else
+        l->head = t;
+    l->tail = t;
+    l->n++;
+    l->gpu |= t->gpu;
+    l->load += XFER_WIRE_HDR_LEN + t->len;
+    l->added += XFER_WIRE_HDR_LEN + t->len;
 }
 
 /* A post of more chunks than this, or of more bytes than this over a
@@ -410,22 +530,32 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     uint64_t chunk = xfer_engine_config_get(tc->tt->engine)->chunk_bytes;
     chunk = chunk < 4096 ? 4096 : chunk > TCP_MAX_PAYLOAD ? TCP_MAX_PAYLOAD : chunk;
     struct gpu_memo memo = {0};
+    /* At most this many chunks (each segment's, cut at the smaller of the
+     * chunk and a GPU staging slot): the exact count would look each item's
+     * memory kind up twice. */
+    uint64_t least = chunk < TCP_GPU_SLOT ? chunk : TCP_GPU_SLOT;
     size_t total = 0;
     for (size_t k = 0; k < n; k++) { /* each segment of a vectored item */
         size_t nseg;
-        xfer_batch_item_segs(b, idx[k], &nseg);
+        const struct xfer_seg *v = xfer_batch_item_segs(b, idx[k], &nseg);
+        if (!v && nseg == 1) {
+            total += n_chunks(xfer_batch_item(b, idx[k])->len, least);
+            continue;
+        }
         for (size_t sg = 0; sg < nseg; sg++) {
             struct xfer_item it;
-            xfer_batch_item_seg(b, idx[k], sg, &it);
-            uint64_t ch = item_chunk(tc, &it, chunk, &memo);
-            total += ch ? n_chunks(it.len, ch) : 0;
+            if (!v) /* a block item's segments are computed */
+                xfer_batch_item_seg(b, idx[k], sg, &it);
+            total += n_chunks(v ? v[sg].len : it.len, least);
         }
     }
     struct tcp_slab *slab = total ? tcp_slab_get(tc->tt, total) : NULL;
     if (total && !slab)
         return -XFER_ENOMEM;
     uint64_t req = __atomic_fetch_add(&tc->tt->next_req, total, __ATOMIC_RELAXED) + 1;
-    size_t used = 0;
+    uint64_t run_cap = chunk < TCP_RUN_MAX ? chunk : TCP_RUN_MAX;
+    struct run_memo rm = {0};
+    size_t used = 0, holds = 0;
     for (size_t k = 0; k < n; k++) {
         size_t nseg;
         bool vec = xfer_batch_item_segs(b, idx[k], &nseg) != NULL;
@@ -443,36 +573,28 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
                                       "peer region changed while posting");
                 break;
             }
+            uint32_t m = vec ? 1 : run_items(tc, b, idx, k, n, it, run_cap, &memo, &rm);
             do {
-                uint64_t len = it->len - off < ch ? it->len - off : ch;
+                uint64_t len = m > 1 ? m * it->len : it->len - off < ch ? it->len - off : ch;
                 struct tcp_tx *t = &slab->tx[used++];
                 fill_chunk(t, b, idx[k], it, off, len, req++);
+                t->nitems = m;
                 t->seg = vec ? (uint32_t)sg : UINT32_MAX;
                 t->slab = slab;
-                int best = 0; /* least loaded live socket (q is rotated by start) */
-                for (int j = 1; j < tc->n; j++)
-                    if (q[j].load < q[best].load)
-                        best = j;
-                struct sock_list *l = &q[best];
-                if (l->tail)
-                    l->tail->next = t;
-                else
-                    l->head = t;
-                l->tail = t;
-                l->n++;
-                l->gpu |= t->gpu;
-                l->load += XFER_WIRE_HDR_LEN + len;
-                l->added += XFER_WIRE_HDR_LEN + len;
+                place(q, tc->n, t);
+                holds += m;
                 off += len;
             } while (off < it->len);
+            k += m - 1; /* a run took the next items too */
         }
     }
-    /* Nothing is queued yet: one batch hold and one slab reference per chunk. */
+    /* Nothing is queued yet: one batch hold per item a chunk carries, one
+     * slab reference per chunk. */
     if (slab && used == 0)
         tcp_slab_free(slab);
     else if (slab)
         slab->refs = (int)used;
-    xfer_batch_hold_n(b, (int)used);
+    xfer_batch_hold_n(b, (int)holds);
     /* q[k] is socket (start + k) % n: put it back in socket order */
     struct sock_list byk[64];
     uint64_t bytes = 0;

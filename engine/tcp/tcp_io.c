@@ -169,8 +169,10 @@ static void chunk_end(struct tcp_sock *s, struct tcp_tx *t, int status, const ch
         xfer_batch_seg_fail(t->b, t->idx, t->seg, status, why);
         xfer_batch_put(t->b);
     } else {
-        uint64_t got = status == 0 && !keep_open ? t->len : 0;
-        xfer_batch_chunk_done_put(t->b, t->idx, got, status, why);
+        uint32_t n = tcp_tx_items(t); /* a run ends each of its items */
+        uint64_t got = status == 0 && !keep_open ? t->len / n : 0;
+        for (uint32_t k = 0; k < n; k++)
+            xfer_batch_chunk_done_put(t->b, t->idx + k, got, status, why);
     }
     tcp_tx_free(t);
 }
@@ -208,9 +210,18 @@ static void chunk_done_later(struct tcp_sock *s, struct tcp_tx *t)
     }
     if (s->ndone == TCP_DONE_MAX)
         done_flush(s);
-    s->done[s->ndone++] = (struct xfer_chunk_end){t->b, t->idx, t->len, 0, NULL};
+    uint32_t n = tcp_tx_items(t);
+    if (n == 1) {
+        s->done[s->ndone++] = (struct xfer_chunk_end){t->b, t->idx, t->len, 0, NULL};
+    } else {
+        for (uint32_t k = 0; k < n; k++) { /* a run: one entry per item */
+            if (s->ndone == TCP_DONE_MAX)
+                done_flush(s);
+            s->done[s->ndone++] = (struct xfer_chunk_end){t->b, t->idx + k, t->len / n, 0, NULL};
+        }
+    }
     s->done_load += chunk_load(t);
-    tcp_tx_free(t); /* its hold on t->b passes to the entry */
+    tcp_tx_free(t); /* its holds on t->b pass to the entries */
 }
 
 static void response_done(struct tcp_tx *t)
@@ -729,6 +740,10 @@ static struct tcp_tx *inflight_pop(struct tcp_sock *s)
 
 static void remote_refused(struct tcp_sock *s, struct tcp_tx *t, int status)
 {
+    if (tcp_tx_items(t) > 1 && status != -XFER_ECANCELED) {
+        tcp_run_split(s, t); /* each item gets its own answer */
+        return;
+    }
     char why[160];
     snprintf(why, sizeof(why), "target %s refused: %s", s->name, xfer_strerror(status));
     tcp_chunk_complete(s, t, status, why);
@@ -898,9 +913,24 @@ struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr
 
 static void served(struct tcp_sock *s, uint64_t bytes, int status)
 {
+    if (status == 0) { /* counted by served_flush */
+        s->srv_ops++;
+        s->srv_bytes += bytes;
+        return;
+    }
     xfer_engine_count_served(s->tt->engine, XFER_TRANSPORT_TCP, bytes, status);
     if (status < 0)
         xfer_debug("tcp: refused request from %s: %s", s->name, xfer_strerror(status));
+}
+
+/* Counts what this read served, before its responses go out (whoever sees
+ * a response sees the count). */
+static void served_flush(struct tcp_sock *s)
+{
+    if (!s->srv_ops)
+        return;
+    xfer_engine_count_served_n(s->tt->engine, XFER_TRANSPORT_TCP, s->srv_ops, s->srv_bytes);
+    s->srv_ops = s->srv_bytes = 0;
 }
 
 /* A chunk of a GPU region must fit one staging slot (our initiators split
@@ -1064,6 +1094,7 @@ static void target_readable(struct tcp_sock *s)
         }
         budget -= (size_t)n;
     }
+    served_flush(s);
     if (s->fd >= 0 && s->tx_head && !(s->by_waiter && s->tgt_gpu))
         tcp_sock_writable(s);
 }

@@ -508,6 +508,7 @@ const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .conn_state = tcp_conn_state,
     .post = tcp_post,
     .wait_rx = tcp_wait_rx,
+    .notif_wait_rx = tcp_notif_wait_rx,
     .send_msg = tcp_send_msg,
     .fence = tcp_fence,
 };

@@ -52,46 +52,85 @@ static unsigned in_hash(const char *node)
     return h % TCP_IN_SLOTS;
 }
 
+/* in_mu held: s leaves its place. */
+static void in_drop(struct tcp_sock *s)
+{
+    int k = s->in_slot - 1;
+    if (k >= 0 && s->tt->in_sock[k][s->in_idx] == s)
+        s->tt->in_sock[k][s->in_idx] = NULL;
+    __atomic_store_n(&s->in_slot, 0, __ATOMIC_RELAXED);
+}
+
 void tcp_in_note(struct tcp_sock *s)
 {
+    struct tcp_transport *tt = s->tt;
+    /* the socket anyone's last message came on: xfer_notif_wait for any
+     * peer reads that peer's. Only this socket's reader stores s (iomu),
+     * and its forget (same lock, before close) takes it back out. */
+    if (__atomic_load_n(&tt->in_last, __ATOMIC_RELAXED) != s)
+        __atomic_store_n(&tt->in_last, s, __ATOMIC_RELEASE);
     if (__atomic_load_n(&s->in_slot, __ATOMIC_RELAXED))
         return; /* already remembered (cleared only under in_mu: racy is fine) */
-    struct tcp_transport *tt = s->tt;
     unsigned k = in_hash(s->peer_node);
+    struct tcp_sock **v = tt->in_sock[k];
     pthread_mutex_lock(&tt->in_mu);
-    struct tcp_sock *old = tt->in_sock[k];
-    if (old && old != s)
-        __atomic_store_n(&old->in_slot, 0, __ATOMIC_RELAXED);
-    tt->in_sock[k] = s;
+    int free_at = -1;
+    for (int j = 0; j < TCP_IN_SOCKS; j++) {
+        if (v[j] && strcmp(v[j]->peer_node, s->peer_node) != 0)
+            in_drop(v[j]); /* another peer with the same hash: forgotten */
+        if (!v[j] && free_at < 0)
+            free_at = j;
+    }
+    if (free_at < 0) { /* all used: the oldest place goes */
+        free_at = (int)(tt->in_next[k]++ % TCP_IN_SOCKS);
+        in_drop(v[free_at]);
+    }
+    v[free_at] = s;
+    s->in_idx = free_at;
     __atomic_store_n(&s->in_slot, (int)k + 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&tt->in_mu);
 }
 
 void tcp_in_forget(struct tcp_sock *s)
 {
-    if (!__atomic_load_n(&s->in_slot, __ATOMIC_RELAXED))
-        return;
     struct tcp_transport *tt = s->tt;
+    if (!__atomic_load_n(&s->in_slot, __ATOMIC_RELAXED) &&
+        __atomic_load_n(&tt->in_last, __ATOMIC_ACQUIRE) != s)
+        return;
     pthread_mutex_lock(&tt->in_mu);
-    int k = s->in_slot - 1;
-    if (k >= 0 && tt->in_sock[k] == s)
-        tt->in_sock[k] = NULL;
-    __atomic_store_n(&s->in_slot, 0, __ATOMIC_RELAXED);
+    struct tcp_sock *me = s;
+    __atomic_compare_exchange_n(&tt->in_last, &me, NULL, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    in_drop(s);
     pthread_mutex_unlock(&tt->in_mu);
 }
 
-/* The accepted socket node's messages last came on, pinned; NULL if none
- * is known or it carried GPU memory. */
-static struct tcp_sock *in_pin(struct tcp_transport *tt, const char *node)
+/* The accepted sockets node's messages came on (node NULL: those of the
+ * peer whose message came last), pinned, into out[TCP_IN_SOCKS]; how many.
+ * Sockets that carried GPU memory are left out. */
+static int in_pin(struct tcp_transport *tt, const char *node, struct tcp_sock **out)
 {
+    int n = 0;
     pthread_mutex_lock(&tt->in_mu);
-    struct tcp_sock *s = tt->in_sock[in_hash(node)];
-    if (s && (strcmp(s->peer_node, node) != 0 || __atomic_load_n(&s->tgt_gpu, __ATOMIC_RELAXED)))
-        s = NULL;
-    if (s)
+    if (!node) { /* in_last is live while in_mu is held (forget clears it under it) */
+        struct tcp_sock *last = __atomic_load_n(&tt->in_last, __ATOMIC_ACQUIRE);
+        node = last ? last->peer_node : NULL;
+    }
+    struct tcp_sock **v = node ? tt->in_sock[in_hash(node)] : NULL;
+    for (int j = 0; v && j < TCP_IN_SOCKS; j++) {
+        struct tcp_sock *s = v[j];
+        if (!s || strcmp(s->peer_node, node) != 0 || __atomic_load_n(&s->tgt_gpu, __ATOMIC_RELAXED))
+            continue;
         __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+        out[n++] = s;
+    }
     pthread_mutex_unlock(&tt->in_mu);
-    return s;
+    return n;
+}
+
+static void in_unpin(struct tcp_sock **v, int n)
+{
+    for (int j = 0; j < n; j++)
+        __atomic_sub_fetch(&v[j]->pins, 1, __ATOMIC_ACQ_REL);
 }
 
 /* ---- waiting ------------------------------------------------------------------------- */
@@ -141,20 +180,12 @@ static int read_as_waiter(struct tcp_sock *s, bool ready)
     return rc;
 }
 
-int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms)
+/* Polls v[0..n) and wake_fd (unless done() already holds) for at most
+ * timeout_ms, then reads what arrived as the sockets' owners would. */
+static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void *), void *arg,
+                      int timeout_ms)
 {
-    struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
-    struct tcp_sock *v[2];
-    int n = 0;
-    struct tcp_sock *s = chan;
-    if (s && !s->target && waiter_may(s))
-        v[n++] = s;
-    struct tcp_sock *in = inbound ? in_pin(tc->tt, xfer_peer_desc_get(c->peer)->node_id) : NULL;
-    if (in)
-        v[n++] = in;
-    if (n == 0)
-        return -1;
-    struct pollfd p[3];
+    struct pollfd p[1 + TCP_IN_SOCKS + 1];
     int np = 0;
     for (int i = 0; i < n; i++) {
         /* While it polls, its owner's epoll leaves EPOLLIN out (its thread
@@ -172,20 +203,61 @@ int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, in
         pthread_mutex_unlock(&v[i]->iomu);
     }
     int rc = 0;
-    bool polled = false;
-    if (np == n && xfer_batch_running(b)) {
-        /* The owner may have taken the answer just before we polled: the
-         * end of the run then wakes us through the waiter's eventfd. */
-        p[np++] = (struct pollfd){.fd = xfer_batch_wake_fd(b), .events = POLLIN};
+    bool polled = false, done_before = np == n && done(arg);
+    if (np == n && !done_before) {
+        /* The owner may have taken what we wait for just before we polled:
+         * wake_fd then wakes us. */
+        p[np++] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
         int k = poll(p, (nfds_t)np, timeout_ms);
         if (k < 0 && errno != EINTR)
             rc = -1;
         polled = k >= 0;
     }
+    /* Not polled: read all (a socket closed meanwhile), or none but what
+     * the owner skipped (done before the poll: nothing to wait for). */
     for (int i = 0; i < n; i++)
-        if (read_as_waiter(v[i], !polled || p[i].revents) < 0)
+        if (read_as_waiter(v[i], polled ? p[i].revents != 0 : !done_before) < 0)
             rc = -1;
-    if (in)
-        __atomic_sub_fetch(&in->pins, 1, __ATOMIC_ACQ_REL);
+    return rc;
+}
+
+static bool batch_ended(void *b)
+{
+    return !xfer_batch_running(b);
+}
+
+int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms)
+{
+    struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
+    struct tcp_sock *v[1 + TCP_IN_SOCKS];
+    int n = 0;
+    struct tcp_sock *s = chan;
+    if (s && !s->target && waiter_may(s))
+        v[n++] = s;
+    int n_in = inbound ? in_pin(tc->tt, xfer_peer_desc_get(c->peer)->node_id, v + n) : 0;
+    n += n_in;
+    if (n == 0)
+        return -1;
+    /* The end of the run writes the batch's wake fd while a waiter polls. */
+    int rc = wait_socks(v, n, xfer_batch_wake_fd(b), batch_ended, b, timeout_ms);
+    in_unpin(v + n - n_in, n_in);
+    return rc;
+}
+
+static bool notif_queued(void *e)
+{
+    return xfer_notif_pending(e) > 0;
+}
+
+int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms)
+{
+    struct tcp_transport *tt = container_of(t, struct tcp_transport, base);
+    struct tcp_sock *v[TCP_IN_SOCKS];
+    int n = in_pin(tt, node, v);
+    if (n == 0)
+        return -1;
+    /* The queue's eventfd is readable while a notification is queued. */
+    int rc = wait_socks(v, n, xfer_notif_wake_fd(tt->engine), notif_queued, tt->engine, timeout_ms);
+    in_unpin(v, n);
     return rc;
 }

@@ -4,6 +4,7 @@ named), standalone both ways, iterator and async iterator, back-pressure."""
 
 import asyncio
 import hashlib
+import time
 
 import numpy as np
 import pytest
@@ -91,6 +92,26 @@ def test_standalone_both_ways_and_async(me, peers, redis_url, node_name):
 
     assert asyncio.run(run()) == [b"three", b"four"]
     assert list(eng.notifications(timeout=0)) == []
+
+
+def test_wait_notification_reads_the_sender(me, peers, redis_url, node_name):
+    eng, reg = me
+    srv = peers("--node", "s-" + node_name, "--redis", redis_url, "--region", "r:4096:r")
+    p = reg.connect(eng, "s-" + node_name)
+    t0 = time.monotonic()
+    assert eng.wait_notification(p, timeout=0.2) == 0  # nothing sent: bounded
+    assert 0.19 <= time.monotonic() - t0 < 5
+    for k in range(20):  # a ping-pong: each side waits for the other's
+        eng.notify(p, f"ping {k}")
+        assert srv.cmd(op="notifs", count=1, wait=10)["notifs"][0]["data"] == f"ping {k}"
+        srv.cmd(op="notify", node="c-" + node_name, msg=f"pong {k}")
+        who = (p, "s-" + node_name, None)[k % 3]  # Peer, node id, any
+        assert eng.wait_notification(who, timeout=10) == 1
+        (n,) = eng.poll_notifications()
+        assert (n.sender, n.data) == ("s-" + node_name, f"pong {k}".encode())
+    srv.cmd(op="notify", node="c-" + node_name, msg="last")
+    assert [n.data for n in eng.notifications(timeout=5, peer=p)] == [b"last"]
+    assert eng.wait_notification("nobody", timeout=0) == 0
 
 
 def test_queue_full_is_back_pressure(me, peers, redis_url, node_name):

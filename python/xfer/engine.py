@@ -179,11 +179,11 @@ def _stats(s: _lib.Stats) -> dict:
 class _Notifications:
     """What Engine.notifications() returns: iterable and async-iterable."""
 
-    def __init__(self, engine: "Engine", timeout: Optional[float]):
-        self._engine, self._timeout = engine, timeout
+    def __init__(self, engine: "Engine", timeout: Optional[float], peer=None):
+        self._engine, self._timeout, self._peer = engine, timeout, peer
 
     def __iter__(self):
-        return _notify.iterate(self._engine, self._timeout)
+        return _notify.iterate(self._engine, self._timeout, self._peer)
 
     def __aiter__(self):
         return _notify.aiterate(self._engine)
@@ -481,10 +481,19 @@ class Engine:
         """Queued notifications, oldest first (never blocks)."""
         return _notify.poll(self, max_count)
 
-    def notifications(self, timeout: Optional[float] = None):
+    def notifications(self, timeout: Optional[float] = None, peer=None):
         """Iterator over notifications as they arrive; ends after timeout
-        seconds without one (None = never). ``async for`` works too."""
-        return _Notifications(self, timeout)
+        seconds without one (None = never). While it waits, the iterating
+        thread reads the connection of peer (a Peer or node id; None: the
+        last sender) itself. ``async for`` works too (on the eventfd)."""
+        return _Notifications(self, timeout, peer)
+
+    def wait_notification(self, peer=None, timeout: Optional[float] = None) -> int:
+        """Blocks until a notification is queued or timeout seconds passed
+        (None = no limit); returns how many are queued (0: timeout). While
+        it waits, this thread reads the connection of peer (a Peer or node
+        id; None: the last sender) itself (xfer_notif_wait)."""
+        return _notify.wait(self, peer, timeout)
 
     def notification_fd(self) -> int:
         """eventfd readable while notifications are queued."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import select
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, AsyncIterator, Iterator, Optional
@@ -61,21 +60,29 @@ def poll(engine: "Engine", max_count: int = 64) -> list:
     return [_take(arr[i]) for i in range(n)]
 
 
-def iterate(engine: "Engine", timeout: Optional[float]) -> Iterator[Notification]:
+def wait(engine: "Engine", peer=None, timeout: Optional[float] = None) -> int:
+    """xfer_notif_wait: blocks until a notification is queued (returns how
+    many) or timeout seconds passed (0; None = no limit). Meanwhile this
+    thread reads the connection peer's messages arrive on itself (peer: a
+    Peer, a node id, or None for the sender of the last message)."""
+    node = getattr(peer, "node_id", peer)
+    node = node.encode() if isinstance(node, str) else node
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:  # slices of at most 0.5 s: Ctrl-C gets through between them
+        left = 0.5 if end is None else min(0.5, max(0.0, end - time.monotonic()))
+        n = check(_lib.notif_wait(engine.handle, node, int(left * 1000)), engine.last_error, "notifications")
+        if n > 0 or (end is not None and time.monotonic() >= end):
+            return n
+
+
+def iterate(engine: "Engine", timeout: Optional[float], peer=None) -> Iterator[Notification]:
     """Yields notifications as they arrive; stops after timeout seconds
-    without one (None = never)."""
-    fd = _lib.notif_fd(engine.handle)
+    without one (None = never). Waits in xfer_notif_wait (see wait())."""
     while True:
         got = poll(engine)
         yield from got
-        if got:
-            continue
-        start = time.monotonic()
-        r, _, _ = select.select([fd], [], [], timeout)
-        if not r:
+        if not got and wait(engine, peer, timeout) == 0:
             return
-        if timeout is not None:
-            timeout = max(0.0, timeout - (time.monotonic() - start))
 
 
 async def aiterate(engine: "Engine") -> AsyncIterator[Notification]:

@@ -15,33 +15,11 @@
 #include "xfer.h"
 #include "xfer_kernels.h"
 
+#include "tests/gpu/gpu_test.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static uint64_t rnd_below(uint64_t n)
-{
-    return n ? rnd() % n : 0;
-}
 
 #define MAXIDS  600
 #define MAXRUNS 3
@@ -198,46 +176,6 @@ static void cpu_checks(unsigned rounds)
 }
 
 #if XFER_WITH_CUDA
-#include <cuda_runtime_api.h>
-#include "tests/gpu/gpu_check.h"
-
-struct arena {
-    int dev;
-    size_t len;
-    char *d, *h;
-};
-
-static void arena_init(struct arena *ar, int dev, size_t len)
-{
-    ar->dev = dev, ar->len = len;
-    if (!(ar->h = malloc(len)))
-        exit(1);
-    for (size_t i = 0; i < len; i++)
-        ar->h[i] = (char)rnd();
-    CK(cudaSetDevice(dev));
-    CK(cudaMalloc((void **)&ar->d, len));
-    CK(cudaMemcpy(ar->d, ar->h, len, cudaMemcpyHostToDevice));
-}
-
-static void arena_free(struct arena *ar)
-{
-    CK(cudaSetDevice(ar->dev));
-    CK(cudaFree(ar->d));
-    free(ar->h);
-}
-
-static void arena_same(const struct arena *ar, const char *what)
-{
-    char *got = malloc(ar->len);
-    if (!got)
-        exit(1);
-    CK(cudaMemcpy(got, ar->d, ar->len, cudaMemcpyDeviceToHost));
-    size_t i = 0;
-    while (i < ar->len && got[i] == ar->h[i])
-        i++;
-    EXPECT(i == ar->len, "%s: first difference at byte %zu of %zu", what, i, ar->len);
-    free(got);
-}
 
 /* Cycles through variants and grid shapes (tiny chunks: pieces cross
  * thread-block boundaries everywhere); the bulk ones on aligned input. */
@@ -303,8 +241,8 @@ static void run_pair(int a, int b, int on, unsigned rounds)
     CK(cudaSetDevice(on));
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     struct arena A, B;
-    arena_init(&A, a, 6u << 20);
-    arena_init(&B, b, 6u << 20);
+    arena_init(&A, a, 6u << 20, 1);
+    arena_init(&B, b, 6u << 20, 1);
     char what[80];
     for (unsigned r = 0; r < rounds; r++) {
         bool aligned = tune_round(r);
@@ -324,20 +262,6 @@ static void run_pair(int a, int b, int on, unsigned rounds)
     printf("ok: gpu%d <-> gpu%d launched on gpu%d, %u rounds\n", a, b, on, rounds);
 }
 
-static int enable_peer(int a, int b)
-{
-    int can = 0;
-    CK(cudaDeviceCanAccessPeer(&can, a, b));
-    if (!can)
-        return 0;
-    CK(cudaSetDevice(a));
-    cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled)
-        (void)cudaGetLastError();
-    else
-        CK(e);
-    return 1;
-}
 #endif
 
 int main(int argc, char **argv)

@@ -16,71 +16,9 @@
 
 #if XFER_WITH_CUDA
 #include <cuda_runtime_api.h>
-#include "tests/gpu/gpu_check.h"
+#include "tests/gpu/gpu_test.h"
 
-static int failures;
 static int aligned_only; /* rounds for the bulk variant: src == dst modulo 16 */
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static uint64_t rnd_below(uint64_t n)
-{
-    return n ? rnd() % n : 0;
-}
-
-/* A device buffer and its host mirror, same size. */
-struct arena {
-    int dev;
-    size_t len;
-    char *d;
-    char *h;
-};
-
-static void arena_init(struct arena *a, int dev, size_t len, int random)
-{
-    a->dev = dev;
-    a->len = len;
-    a->h = malloc(len);
-    if (!a->h)
-        exit(1);
-    for (size_t i = 0; i < len; i++)
-        a->h[i] = random ? (char)rnd() : (char)0xa5;
-    CK(cudaSetDevice(dev));
-    CK(cudaMalloc((void **)&a->d, len));
-    CK(cudaMemcpy(a->d, a->h, len, cudaMemcpyHostToDevice));
-}
-
-static void arena_free(struct arena *a)
-{
-    CK(cudaSetDevice(a->dev));
-    CK(cudaFree(a->d));
-    free(a->h);
-}
-
-/* Device arena equals host mirror; reports the first differing offset. */
-static int arena_same(const struct arena *a, const char *what)
-{
-    char *got = malloc(a->len);
-    if (!got)
-        exit(1);
-    CK(cudaMemcpy(got, a->d, a->len, cudaMemcpyDeviceToHost));
-    int same = memcmp(got, a->h, a->len) == 0;
-    if (!same) {
-        size_t i = 0;
-        while (got[i] == a->h[i])
-            i++;
-        EXPECT(0, "%s: first difference at byte %zu of %zu (got %02x want %02x)", what, i, a->len,
-               (unsigned char)got[i], (unsigned char)a->h[i]);
-    }
-    free(got);
-    return same;
-}
 
 /* A random length: zero, tiny, odd, 16-multiple or large. */
 static uint64_t rnd_len(void)
@@ -322,21 +260,6 @@ static void run_pair(int a, int b, int on, unsigned rounds)
     CK(cudaStreamDestroy(stream));
     xfer_kstage_free(st);
     printf("ok: gpu%d -> gpu%d launched on gpu%d, %u rounds\n", a, b, on, rounds);
-}
-
-static int enable_peer(int a, int b)
-{
-    int can = 0;
-    CK(cudaDeviceCanAccessPeer(&can, a, b));
-    if (!can)
-        return 0;
-    CK(cudaSetDevice(a));
-    cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled)
-        (void)cudaGetLastError();
-    else
-        CK(e);
-    return 1;
 }
 
 int main(int argc, char **argv)

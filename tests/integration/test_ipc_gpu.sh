@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ipc transport, CUDA memory, two processes: the matrix (GPU->GPU on one
 # device and across devices, CPU<->GPU both ways, CPU->CPU, cuMem POSIX-fd
-# allocations), READ and WRITE, checksums computed on the GPU; a freed
+# allocations), READ and WRITE, checksums computed on the GPU (also with
+# GPU loans, XFER_IPC_DIRECT_GPU=1); a freed
 # allocation; with 2+ GPUs, an owner GPU the initiator cannot see.
 # Exit 77 ("skipped: no CUDA device") where there is none.
 set -u
@@ -9,6 +10,13 @@ node=$B/tests/ipc_node
 [[ -x $node ]] || { echo "missing $node"; exit 1; }
 out=$(timeout --kill-after=5 600 "$node" gpu 2>&1)
 rc=$?
+echo "$out"
+((rc == 0)) || exit $rc
+# again with GPU loans (opt-in: owner lends CUDA regions, block items are
+# launched by the posting thread, docs/ipc.md "GPU loans")
+out=$(XFER_IPC_DIRECT_GPU=1 timeout --kill-after=5 600 "$node" gpu 2>&1)
+rc=$?
+echo "GPU loans (XFER_IPC_DIRECT_GPU=1):"
 echo "$out"
 ((rc == 0)) || exit $rc
 if grep -q "[2-9] GPU(s) visible" <<<"$out"; then

@@ -123,7 +123,7 @@ grep -q "metrics on .*:$P1" "$SVC_DIR/m3.log" || fail "no clear error: $(tail -n
 svc_kill m3
 
 # ---- known peers come from registry events, not Redis per scrape -----------------
-kill -STOP "$REDIS_PID"
+pid_freeze "$REDIS_PID" || { kill -CONT "$REDIS_PID"; fail "redis did not stop"; } # every thread
 t0=$(date +%s%N)
 out=$(scrape "$P1") || { kill -CONT "$REDIS_PID"; fail "no scrape while Redis is stopped"; }
 ms=$((($(date +%s%N) - t0) / 1000000))

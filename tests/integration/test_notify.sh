@@ -16,6 +16,9 @@
 #  5. (tcp) notifications racing a reconnect: a stream of standalone
 #     notifications while the receiver is frozen past io_timeout and resumed;
 #     every acknowledged one arrived exactly once, none twice.
+# The storm's receiver, and tcp with 3 progress threads, wait in
+# xfer_notif_wait (XFER_TEST_NOTIF_WAIT: the waiting thread reads the
+# sender's sockets itself) instead of sleeping on the queue's fd.
 # Parts 1-3 run over ipc twice: with direct copies (the submitter copies and
 # sends the notification) and with XFER_IPC_DIRECT=0 (items through the
 # connection's worker, notifications from the message thread on the same
@@ -66,6 +69,9 @@ one_transport() { # transport progress-threads [label]
 
 storm() {
     export XFER_TRANSPORTS=tcp XFER_NOTIFY_EXPECT=tcp XFER_TEST_PROGRESS_THREADS=1
+    # the receiver waits in xfer_notif_wait for any peer: its thread reads
+    # the sender's sockets while they are cut and replaced
+    export XFER_TEST_NOTIF_WAIT=any
     echo "== tcp, notifications racing a reconnect"
     core_start_prog storm "$N" serve --mb 1 || exit 1
     local acked=$CORE_TMP/storm.acked
@@ -87,6 +93,9 @@ storm() {
     local missing
     missing=$(sort "$acked" | comm -23 - <(sort "$CORE_TMP/storm.node.storm") | head -3)
     [[ -z $missing ]] || core_fail "acknowledged but never received: $missing"
+    grep -q "notif_wait: empty queue, 150 ms: 0 after" "$CORE_TMP/storm.log" ||
+        core_fail "xfer_notif_wait bounds"
+    unset XFER_TEST_NOTIF_WAIT
 }
 
 if [[ -n ${XFER_NOTIFY_ONLY:-} ]]; then
@@ -109,5 +118,13 @@ if [[ " ${XFER_NOTIFY_TRANSPORTS:-tcp ipc} " == *" ipc "* ]]; then
     one_transport ipc 1 nodirect
     unset XFER_IPC_DIRECT
 fi
-one_transport tcp 3
+# the receiver waits in xfer_notif_wait for the sender: its thread reads
+# the sender's 4 sockets (WRITE payloads, notifications behind them, bad
+# frames) beside the 3 progress threads
+XFER_TEST_NOTIF_WAIT=notify-sender one_transport tcp 3 notif-wait
+if [[ " ${XFER_NOTIFY_TRANSPORTS:-tcp ipc} " == *" ipc "* ]]; then
+    # the receiver's thread in xfer_notif_wait reads the sender's ipc
+    # connection itself (ipc_notif_wait_rx)
+    XFER_TEST_NOTIF_WAIT=notify-sender one_transport ipc 1 notif-wait
+fi
 echo "PASS"

@@ -13,7 +13,6 @@ set -u
 cd "${XFER_ROOT:-.}"
 B=${B:-build}
 source tests/lib/service.sh
-source tests/lib/freeze.sh
 # Under ASan (make test SAN=1) freed memory waits in a 256 MB quarantine
 # before reuse, which the RSS bound below would count as growth: keep it small.
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8:allocator_release_to_os_interval_ms=100

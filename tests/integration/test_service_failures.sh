@@ -111,8 +111,8 @@ out=$(ctl n1 copy n1/r1 n2/r1 16 2>&1) && fail "copy to a stopped node succeeded
 echo "SIGTERM: n2 drained and left; then: $out"
 ctl n1 peers
 
-# --- A frozen peer (SIGSTOP): the client's timeout bounds the wait.
-kill -STOP "${SVC_PID[n3]}"
+# --- A frozen peer (SIGSTOP, every thread): the client's timeout bounds the wait.
+pid_freeze "${SVC_PID[n3]}" || fail "n3 did not stop"
 start=$(now_ms)
 out=$(CTL_TIMEOUT=1500 ctl n1 copy n1/r1 n3/r1 1M 2>&1) && fail "copy to a frozen node succeeded"
 took=$(($(now_ms) - start))

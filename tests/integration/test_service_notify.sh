@@ -11,7 +11,6 @@ set -u
 cd "${XFER_ROOT:-.}"
 B=${B:-build}
 source tests/lib/service.sh
-source tests/lib/freeze.sh
 trap 'for p in $(jobs -p); do kill "$p" 2>/dev/null; done; svc_cleanup; redis_stop' EXIT
 svc_init
 redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"

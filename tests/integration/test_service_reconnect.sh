@@ -18,7 +18,7 @@ svc_wait_ready a
 svc_wait_ready b
 wait_for 10 ctl a copy a/r1 b/r1 4096 || fail "warm-up copy a -> b: $(ctl a copy a/r1 b/r1 4096 2>&1)"
 
-kill -STOP "${SVC_PID[b]}"
+pid_freeze "${SVC_PID[b]}" || fail "b did not stop" # every thread: a half-stopped b still answers
 t0=$SECONDS
 out=$(CTL_TIMEOUT=20000 ctl a copy a/r1 b/r1 4194304 2>&1) && fail "copy to a frozen node succeeded"
 echo "copy to frozen b failed after $((SECONDS - t0)) s: $out"

@@ -169,51 +169,100 @@ static int vec_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
     return 0;
 }
 
-/* One block item (xfer_batch_add_block_item, the form KV pool requests
- * take over ipc) of 2 streams (the region's halves) x n ids of GLEN / 2n
- * bytes, remote ids the reverse of local ones: GPU<->GPU the ids go to the
- * GPU and the kernel computes every address (n > 4096: several ipc jobs,
- * each a part of the segment range); GPU<->CPU the worker computes them. */
-static int blk_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l,
-                     const char *rname, enum xfer_op op, size_t n)
+/* A block item of 2 streams (the region's halves) x n ids of GLEN / 2n
+ * bytes, remote ids the reverse of local ones, submitted and waited for:
+ * its status (q keeps the list for checking). */
+struct blk_req {
+    uint64_t *lid, *rid, base[2];
+    struct xfer_block_list bl;
+    char why[256];
+};
+
+static int blk_submit(xfer_engine *e, xfer_peer *p, const struct lreg *l,
+                      const struct xfer_region_desc *d, enum xfer_op op, size_t n,
+                      struct blk_req *q)
 {
-    const struct xfer_region_desc *d = owner_region(o, rname);
-    uint64_t s = GLEN / (2 * n), base[2] = {0, GLEN / 2};
-    CHECK(fill_source(o, l, rname, op) == 0, "fill");
-    uint64_t *lid = malloc(n * sizeof(*lid)), *rid = malloc(n * sizeof(*rid));
+    uint64_t s = GLEN / (2 * n);
+    q->base[0] = 0, q->base[1] = GLEN / 2;
+    q->lid = malloc(n * sizeof(*q->lid)), q->rid = malloc(n * sizeof(*q->rid));
     xfer_batch *b = xfer_batch_new(e, NULL);
-    CHECK(b && lid && rid, "batch");
+    CHECK(b && q->lid && q->rid, "batch");
     for (size_t i = 0; i < n; i++)
-        lid[i] = i, rid[i] = n - 1 - i;
-    struct xfer_block_list bl = {.len = s,
-                                 .local_stride = s,
-                                 .remote_stride = s,
-                                 .local_ids = lid,
-                                 .remote_ids = rid,
-                                 .nids = (uint32_t)n,
-                                 .local_base = base,
-                                 .remote_base = base,
-                                 .nstreams = 2};
+        q->lid[i] = i, q->rid[i] = n - 1 - i;
+    q->bl = (struct xfer_block_list){.len = s,
+                                     .local_stride = s,
+                                     .remote_stride = s,
+                                     .local_ids = q->lid,
+                                     .remote_ids = q->rid,
+                                     .nids = (uint32_t)n,
+                                     .local_base = q->base,
+                                     .remote_base = q->base,
+                                     .nstreams = 2};
     struct xfer_item it = {
         .op = op, .local = l->r, .peer = p, .remote_id = d->id, .remote_gen = d->gen};
-    CHECK(xfer_batch_add_block_item(b, &it, &bl) == 0, "add_block_item: %s",
+    CHECK(xfer_batch_add_block_item(b, &it, &q->bl) == 0, "add_block_item: %s",
           xfer_engine_last_error(e));
     int rc = xfer_batch_submit(b, DEADLINE);
     if (rc == 0)
         rc = xfer_batch_wait(b, -1);
-    CHECK(rc == 0, "block item: %s (%s)", xfer_strerror(rc), xfer_batch_item_error(b, 0));
+    snprintf(q->why, sizeof(q->why), "%s", rc ? xfer_batch_item_error(b, 0) : "");
     xfer_batch_free(b);
+    return rc;
+}
+
+/* One block item (the form KV pool requests take over ipc), its segments
+ * checked by checksums: GPU<->GPU the ids go to the GPU and the kernel
+ * computes every address (n > 4096: several ipc jobs, each a part of the
+ * segment range; once the owner lent the region, a GPU loan launched by
+ * the posting thread, ipc_dgpu.c); GPU<->CPU the worker computes them. */
+static int blk_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l,
+                     const char *rname, enum xfer_op op, size_t n)
+{
+    const struct xfer_region_desc *d = owner_region(o, rname);
+    struct blk_req q;
+    CHECK(fill_source(o, l, rname, op) == 0, "fill");
+    int rc = blk_submit(e, p, l, d, op, n, &q);
+    CHECK(rc == 0, "block item: %s (%s)", xfer_strerror(rc), q.why);
+    uint64_t s = q.bl.len;
     for (size_t k = 0; k < 2 * n; k += n / 61 + 1) {
-        struct xfer_seg sg = xfer_block_list_seg(&bl, k);
+        struct xfer_seg sg = xfer_block_list_seg(&q.bl, k);
         uint64_t rs, ls;
         CHECK(owner_sum(o, rname, sg.remote_off, s, &rs) == 0 && lsum(l, sg.local_off, s, &ls) == 0,
               "sums");
         CHECK(rs == ls, "block segment %zu checksum mismatch", k);
     }
-    free(lid);
-    free(rid);
+    free(q.lid);
+    free(q.rid);
     printf("ok %-5s block item of 2 x %zu ids of %llu B, local %s remote %s\n",
            op == XFER_OP_READ ? "READ" : "WRITE", n, (unsigned long long)s, l->name, rname);
+    return 0;
+}
+
+/* A lease rule on a GPU region (as for a pool's blocks) ends its GPU loan
+ * (with XFER_IPC_DIRECT_GPU=1 at the owner): block items of it are then
+ * refused by the owner (-XFER_ESTALE), not copied through the loan;
+ * without the rule they move again (through the owner, then a new loan). */
+static int loan_guard(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l)
+{
+    const struct xfer_region_desc *d = owner_region(o, "g0");
+    char ans[128];
+    struct blk_req q;
+    if (blk_batch(o, e, p, l, "g0", XFER_OP_READ, 512)) /* lent by now (mapped above) */
+        return 1;
+    CHECK(owner_cmd(o, ans, sizeof(ans), "GUARD g0") == 0, "guard: %s", ans);
+    for (int op = XFER_OP_READ; op <= XFER_OP_WRITE; op++) {
+        int rc = blk_submit(e, p, l, d, (enum xfer_op)op, 512, &q);
+        CHECK(rc == -XFER_ESTALE, "block item of a guarded (lent) region: %s (%s), want ESTALE",
+              xfer_strerror(rc), q.why);
+        free(q.lid);
+        free(q.rid);
+    }
+    CHECK(owner_cmd(o, ans, sizeof(ans), "UNGUARD g0") == 0, "unguard: %s", ans);
+    if (blk_batch(o, e, p, l, "g0", XFER_OP_WRITE, 512) ||
+        blk_batch(o, e, p, l, "g0", XFER_OP_READ, 512))
+        return 1;
+    printf("ok lease rule on a GPU region (lent or not): block items refused (%s), moved again after\n",
+           q.why);
     return 0;
 }
 
@@ -305,7 +354,7 @@ int run_gpu_tests(int argc, char **argv)
           blk_batch(&o, e, p, &l[0], "g0", XFER_OP_WRITE, 16384) ||
           blk_batch(&o, e, p, &l[0], "g0", XFER_OP_READ, 16384) ||
           blk_batch(&o, e, p, &l[0], "h", XFER_OP_WRITE, 128) ||
-          blk_batch(&o, e, p, &l[0], "h", XFER_OP_READ, 128);
+          blk_batch(&o, e, p, &l[0], "h", XFER_OP_READ, 128) || loan_guard(&o, e, p, &l[0]);
     if (!bad) {
         char buf[128];
         const struct xfer_region_desc *d = owner_region(&o, "gf");

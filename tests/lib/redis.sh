@@ -59,7 +59,7 @@ redis_restart() {
 
 redis_stop() {
     if [[ -n ${REDIS_PID:-} ]]; then
-        kill "$REDIS_PID" 2>/dev/null
+        kill "$REDIS_PID" 2>/dev/null && kill -CONT "$REDIS_PID" 2>/dev/null # a frozen one too
         local deadline=$((SECONDS + 5))
         while kill -0 "$REDIS_PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.05; done
         kill -9 "$REDIS_PID" 2>/dev/null

@@ -8,11 +8,14 @@
 #   svc_cleanup                stops every xferd started here, removes $SVC_DIR
 #   wait_for SECONDS CMD...    polls CMD every 50 ms until it succeeds
 #   fail MSG                   prints and exits 1 (the EXIT trap cleans up)
+#   pid_freeze PID             SIGSTOP and wait until every thread stopped
+#                              (tests/lib/freeze.sh; kill -STOP returns first)
 # Every xferd logs to $SVC_DIR/NAME.log.
 
 XFERD=${B:-build}/bin/xferd
 XFERCTL=${B:-build}/bin/xferctl
 declare -A SVC_PID=() SVC_HOST=()
+source "$(dirname "${BASH_SOURCE[0]}")/freeze.sh"
 
 if [[ -f ${XFER_ROOT:-.}/tests/lib/redis.sh ]]; then
     source "${XFER_ROOT:-.}/tests/lib/redis.sh"

@@ -160,6 +160,32 @@ static bool wait_file(const char *path, int seconds)
     return true;
 }
 
+/* xfer_notif_wait for node ("" = any peer), checked: a count never above
+ * what is queued, never < 0. */
+static int notif_wait(xfer_engine *e, const char *node, int ms, struct recv_state *st)
+{
+    int n = xfer_notif_wait(e, node[0] ? node : NULL, ms);
+    if (n < 0 || (size_t)n > xfer_notif_pending(e)) {
+        fprintf(stderr, "xfer_notif_wait returned %d\n", n);
+        st->bad++;
+    }
+    return n;
+}
+
+/* Before anyone sends: no argument, 0 ms and 150 ms waits return what they
+ * should, and the 150 ms one at about that time (bounded both ways). */
+static int notif_wait_bounds(xfer_engine *e, const char *node)
+{
+    const char *nd = node[0] ? node : NULL;
+    if (xfer_notif_wait(NULL, nd, 0) != -XFER_EINVAL || xfer_notif_wait(e, nd, 0) != 0)
+        return -1;
+    double t0 = now_s();
+    int n = xfer_notif_wait(e, nd, 150);
+    double dt = now_s() - t0;
+    printf("notif_wait: empty queue, 150 ms: %d after %.0f ms\n", n, dt * 1e3);
+    return n == 0 && dt >= 0.149 && dt < 5 ? 0 : -1;
+}
+
 static int run_serve(const struct opts *o)
 {
     struct xfer_engine_config cfg;
@@ -177,6 +203,14 @@ static int run_serve(const struct opts *o)
         FAIL("engine: %s", xfer_strerror(rc));
     struct recv_state st = {0};
     st.storm = calloc(STORM_MAX, 1);
+    /* XFER_TEST_NOTIF_WAIT=NODE or "any": wait in xfer_notif_wait (the
+     * waiting thread reads the sender's socket itself) instead of poll on
+     * the queue's fd; first its bounds, before anyone can send. */
+    const char *wait_for = getenv("XFER_TEST_NOTIF_WAIT");
+    if (wait_for && !strcmp(wait_for, "any"))
+        wait_for = "";
+    if (wait_for && notif_wait_bounds(e, wait_for) < 0)
+        FAIL("xfer_notif_wait bounds");
     if (xfer_region_alloc(e, "buf", (size_t)o->mb << 20, XFER_ACCESS_RW, &st.buf) < 0 ||
         node_file_write(e, o->out) < 0)
         FAIL("setup: %s", xfer_engine_last_error(e));
@@ -204,13 +238,13 @@ static int run_serve(const struct opts *o)
             fclose(f);
         struct pollfd p = {.fd = xfer_notif_fd(e), .events = POLLIN};
         while (!stop) /* serve on (the sender checks the queue works again) */
-            if (poll(&p, 1, 100) > 0)
+            if (wait_for ? notif_wait(e, wait_for, 100, &st) > 0 : poll(&p, 1, 100) > 0)
                 drain(e, &st);
         rc |= st.bad != 0;
     } else {
         struct pollfd p = {.fd = xfer_notif_fd(e), .events = POLLIN};
         while (!stop) {
-            if (poll(&p, 1, 100) > 0)
+            if (wait_for ? notif_wait(e, wait_for, 100, &st) > 0 : poll(&p, 1, 100) > 0)
                 drain(e, &st);
         }
         drain(e, &st);

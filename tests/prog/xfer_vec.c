@@ -18,7 +18,8 @@
  * lists are refused at add; a cancelled READ batch ends cleanly. Long
  * segments (cut into slices for the ipc copy threads) among short ones go
  * both ways; a WRITE list with one segment past the remote end moves no
- * byte at all, on every transport.
+ * byte at all, on every transport. Plain items back to back (one frame on
+ * tcp) land whole, and past the end or on a guarded range fail one by one.
  */
 #include "check.h"
 #include "node_common.h"
@@ -277,6 +278,69 @@ static void refused_guard_write(struct ctx *c, xfer_batch *b)
           "guarded write: good segments landed (%s)", xfer_strerror(rc));
 }
 
+/* n plain items of len bytes, back to back on both sides (local from lo,
+ * remote from ro on rd): tcp sends such runs as one frame (docs/perf.md
+ * "Runs"). Returns the batch's code. */
+static int plain_run(struct ctx *c, xfer_batch *b, const struct xfer_region_desc *rd,
+                     enum xfer_op op, size_t n, uint64_t len, uint64_t lo, uint64_t ro)
+{
+    xfer_batch_reset(b);
+    for (size_t k = 0; k < n; k++) {
+        struct xfer_item it = {op,     c->local, lo + k * len, c->p,
+                               rd->id, rd->gen,  ro + k * len, len};
+        CHECK(xfer_batch_add(b, &it) == (int)k, "run: add item %zu", k);
+    }
+    int rc = xfer_batch_submit(b, 10000);
+    return rc ? rc : xfer_batch_wait(b, -1);
+}
+
+/* Contiguous plain items: every byte of a 96-item WRITE and READ checked;
+ * a run reaching past the remote end (with and without the peer's cached
+ * descriptor of the region) or onto a guarded range fails only the items
+ * that do (each item gets the answer it would have alone). */
+static void plain_runs(struct ctx *c, xfer_batch *b)
+{
+    enum { N = 96, LEN = 4096 };
+    uint64_t ro = c->size / 2 + 12345;
+    pattern_fill(c->lp, N * LEN, rnd(), 0);
+    memset(c->lp + N * LEN, 0xa5, N * LEN);
+    int rc = plain_run(c, b, c->rd, XFER_OP_WRITE, N, LEN, 0, ro);
+    rc = rc ? rc : plain_run(c, b, c->rd, XFER_OP_READ, N, LEN, N * LEN, ro);
+    CHECK(rc == 0, "run: %s (%s)", xfer_strerror(rc), xfer_batch_item_error(b, 0));
+    CHECK(!memcmp(c->lp, c->lp + N * LEN, N * LEN), "run: read back differs");
+    memcpy(c->shadow + ro, c->lp, N * LEN);
+    /* 16 items from 8 items before the end: 8 land, 8 fail -XFER_ERANGE;
+     * again without the peer's descriptor of the region (then the target
+     * refuses the whole run first; tcp: ipc needs the descriptor) */
+    for (int cached = 1; cached >= (c->expect == XFER_TRANSPORT_TCP ? 0 : 1); cached--) {
+        if (!cached)
+            CHECK(xfer_peer_region_remove(c->p, c->rd->id) == 0, "run: uncache the region");
+        pattern_fill(c->lp, 16 * LEN, rnd(), 0);
+        plain_run(c, b, c->rd, XFER_OP_WRITE, 16, LEN, 0, c->size - 8 * LEN);
+        for (size_t k = 0; k < 16; k++) {
+            int st = xfer_batch_item_status(b, k), want = k < 8 ? 0 : -XFER_ERANGE;
+            CHECK(st == want, "run past the end (%s): item %zu: %s, want %s",
+                  cached ? "cached" : "not cached", k, xfer_strerror(st), xfer_strerror(want));
+        }
+        memcpy(c->shadow + c->size - 8 * LEN, c->lp, 8 * LEN);
+    }
+    CHECK(xfer_peer_region_add(c->p, c->rd) == 0, "run: cache the region again");
+    if (!c->grd)
+        return;
+    /* 32 items, the last 16 on the guarded 64 KiB: those fail -XFER_ESTALE */
+    pattern_fill(c->lp, 32 * LEN, rnd(), 0);
+    plain_run(c, b, c->grd, XFER_OP_WRITE, 32, LEN, 0, c->guard_off - 16 * LEN);
+    for (size_t k = 0; k < 32; k++) {
+        int st = xfer_batch_item_status(b, k), want = k < 16 ? 0 : -XFER_ESTALE;
+        CHECK(st == want, "run onto a guarded range: item %zu: %s, want %s", k, xfer_strerror(st),
+              xfer_strerror(want));
+    }
+    rc = xfer_read(c->e, c->local, 32 * LEN, c->p, c->grd->id, c->grd->gen, c->guard_off - 16 * LEN,
+                   16 * LEN, 10000);
+    CHECK(rc == 0 && !memcmp(c->lp, c->lp + 32 * LEN, 16 * LEN),
+          "run onto a guarded range: the good items did not land (%s)", xfer_strerror(rc));
+}
+
 /* Lists refused at add, with nothing appended. */
 static void bad_lists(struct ctx *c, xfer_batch *b)
 {
@@ -377,6 +441,8 @@ int main(int argc, char **argv)
     printf("vec: random rounds %s in %.1f s\n", failures ? "FAILED" : "passed", now_s() - t0);
     if (!failures)
         long_round(&c, b);
+    if (!failures)
+        plain_runs(&c, b);
     if (!failures)
         final_check(&c);
     if (!failures) /* every transport: the list is refused whole */

@@ -1,0 +1,257 @@
+/*
+ * GPU loans (docs/ipc.md "GPU loans"): block items between GPU memory here
+ * and a CUDA region the owner lent us are launched by the thread that posts
+ * them, with no hand-off to the ipc worker and no ACQV/REL round trip to
+ * the owner, and reported by the connection's loan poller, a thread that
+ * queries the launches' events every few microseconds while any is in
+ * flight (and sleeps otherwise). The owner keeps
+ * control as for direct host copies (ipc_direct.c): each item holds a pin
+ * on the loan's control slot from before its launch until its kernel has
+ * finished, taken before the slot's key is read, so a withdrawal (a
+ * deregistration, a lease rule on the region) waits for launches in
+ * flight and no launch starts after it. Regions with lease rules are never
+ * lent: their transfers go through the owner, which refuses released or
+ * expired blocks (-XFER_ESTALE, naming them).
+ */
+#include "ipc_conn.h"
+#include "xfer_kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+struct dgpu_item {
+    xfer_batch *b;
+    size_t i;
+    struct ipc_direct *d;
+    uint64_t bytes;
+};
+
+/* One launch: its ticket and what its completion reports. */
+struct dgpu_launch {
+    struct ipc_ctl_slot *ctl;
+    int ticket;
+    struct dgpu_launch *next;
+    size_t n;
+    struct dgpu_item it[];
+};
+
+/* A connection's loan launches (c->dgpu, all under c->dkb_mu). */
+struct ipc_dgpu {
+    struct xfer_kbatch *kb;
+    pthread_cond_t cv;               /* a launch queued, or stop */
+    struct dgpu_launch *head, *tail; /* in flight, in launch order */
+    pthread_t poller;
+    bool stop;
+};
+
+/* The poller's nap between two event queries while launches are in flight:
+ * each microsecond between a kernel's end and its report is 0.4 % of a
+ * 512 MiB request on one H200 (0.26 ms of copy). Its timer slack is set to
+ * 1 us, else every nap lasts 50 us more (the default slack). */
+#define DGPU_NAP_NS 2000
+
+/* After the kernel (status: the launch's outcome): drops the pins, ends the
+ * local I/O and reports; the entry's user goes last (the table frees an
+ * entry, and unmaps the control page, only once it has none). */
+static void dgpu_done(struct dgpu_launch *L, int status, const char *why)
+{
+    for (size_t k = 0; k < L->n; k++) {
+        struct dgpu_item *x = &L->it[k];
+        __atomic_sub_fetch(&L->ctl[x->d->slot].pins, 1, __ATOMIC_SEQ_CST);
+        xfer_batch_io_end(x->b, x->i);
+        xfer_batch_chunk_done(x->b, x->i, status ? 0 : x->bytes, status, status ? why : NULL);
+        xfer_batch_put(x->b);
+        __atomic_sub_fetch(&x->d->users, 1, __ATOMIC_ACQ_REL);
+    }
+    free(L);
+}
+
+static void *dgpu_poller(void *arg)
+{
+    struct ipc_conn *c = arg;
+    struct ipc_dgpu *g = c->dgpu;
+    char why[160];
+    prctl(PR_SET_TIMERSLACK, 1000UL); /* naps of DGPU_NAP_NS, not + 50 us */
+    pthread_mutex_lock(&c->dkb_mu);
+    for (;;) {
+        while (!g->head && !g->stop)
+            pthread_cond_wait(&g->cv, &c->dkb_mu);
+        struct dgpu_launch *L = g->head;
+        if (!L)
+            break; /* stopping, and nothing is in flight */
+        int rc = xfer_kbatch_poll(g->kb, L->ticket);
+        if (rc == -XFER_EINPROGRESS) {
+            pthread_mutex_unlock(&c->dkb_mu);
+            struct timespec nap = {0, DGPU_NAP_NS};
+            nanosleep(&nap, NULL);
+            pthread_mutex_lock(&c->dkb_mu);
+            continue;
+        }
+        snprintf(why, sizeof(why), "batched GPU copy (GPU loan): %s",
+                 xfer_kbatch_last_error(g->kb));
+        g->head = L->next;
+        if (!g->head)
+            g->tail = NULL;
+        pthread_mutex_unlock(&c->dkb_mu);
+        dgpu_done(L, rc, why);
+        pthread_mutex_lock(&c->dkb_mu);
+    }
+    pthread_mutex_unlock(&c->dkb_mu);
+    return NULL;
+}
+
+/* dkb_mu held: the connection's loan state, its poller started. */
+static struct ipc_dgpu *dgpu_get(struct ipc_conn *c)
+{
+    if (c->dgpu)
+        return c->dgpu;
+    struct ipc_dgpu *g = calloc(1, sizeof(*g));
+    if (!g || xfer_kbatch_new(&g->kb) < 0) {
+        free(g);
+        return NULL;
+    }
+    pthread_cond_init(&g->cv, NULL);
+    c->dgpu = g;
+    if (pthread_create(&g->poller, NULL, dgpu_poller, c) != 0) {
+        c->dgpu = NULL;
+        pthread_cond_destroy(&g->cv);
+        xfer_kbatch_free(g->kb);
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void ipc_dgpu_fini(struct ipc_conn *c)
+{
+    pthread_mutex_lock(&c->dkb_mu);
+    struct ipc_dgpu *g = c->dgpu;
+    if (g) {
+        g->stop = true; /* the poller reports what is in flight, then ends */
+        pthread_cond_signal(&g->cv);
+    }
+    pthread_mutex_unlock(&c->dkb_mu);
+    if (!g)
+        return;
+    pthread_join(g->poller, NULL);
+    pthread_cond_destroy(&g->cv);
+    xfer_kbatch_free(g->kb);
+    free(g);
+    c->dgpu = NULL;
+}
+
+/* Every segment of bl lies in the owner's len bytes: each stream's base
+ * plus its largest remote id's block (the engine made sure nothing wraps).
+ * *ids / *top memoize the last id list's largest id (a request's items
+ * share one). */
+static bool dgpu_fits(const struct xfer_block_list *bl, uint64_t len, const uint64_t **ids,
+                      uint64_t *top)
+{
+    if (*ids != bl->remote_ids) {
+        *top = 0;
+        for (uint32_t i = 0; i < bl->nids; i++)
+            *top = bl->remote_ids[i] > *top ? bl->remote_ids[i] : *top;
+        *ids = bl->remote_ids;
+    }
+    for (uint32_t s = 0; s < bl->nstreams; s++)
+        if (!xfer_range_ok(bl->remote_base[s] + *top * bl->remote_stride, bl->len, len))
+            return false;
+    return true;
+}
+
+/* Takes item idx (entry d) into L and runs: 0 taken, 1 for the worker
+ * (outside the loan, another GPU pair, withdrawn), -1 ended (d let go). */
+static int dgpu_take(struct ipc_direct_table *t, xfer_batch *b, size_t idx, struct ipc_direct *d,
+                     struct dgpu_launch *L, struct xfer_block_run *runs, int *pair,
+                     const uint64_t **ids, uint64_t *top)
+{
+    const struct xfer_item *it = xfer_batch_item(b, idx);
+    struct xfer_block_list bl;
+    int ldev = xfer_region_device(it->local);
+    if (!xfer_batch_item_blocks(b, idx, &bl) || !dgpu_fits(&bl, d->len, ids, top))
+        return 1; /* the owner's check names the segment */
+    if (L->n && (pair[0] != d->dev || pair[1] != ldev))
+        return 1; /* one launch per post: one GPU pair */
+    if (!xfer_batch_io_begin(b, idx)) {
+        __atomic_sub_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
+        return -1; /* cancelled or timed out: its memory is off limits */
+    }
+    struct ipc_ctl_slot *s = &t->ctl[d->slot];
+    __atomic_add_fetch(&s->pins, 1, __ATOMIC_SEQ_CST); /* pin, then look (ipc_direct.c) */
+    if (__atomic_load_n(&s->key, __ATOMIC_SEQ_CST) != ipc_ctl_key(d->id, d->gen)) {
+        __atomic_sub_fetch(&s->pins, 1, __ATOMIC_SEQ_CST);
+        xfer_batch_io_end(b, idx);
+        return 1; /* withdrawn: the owner will say why */
+    }
+    pair[0] = d->dev, pair[1] = ldev;
+    runs[L->n] = ipc_block_run((char *)xfer_region_ptr(it->local), d->base, &bl, 0,
+                               bl.nstreams * bl.nids, it->op == XFER_OP_READ);
+    L->it[L->n++] = (struct dgpu_item){b, idx, d, it->len};
+    return 0;
+}
+
+/* The launch failed: nothing of L will be reported by it. */
+static void dgpu_undo(struct dgpu_launch *L, size_t *back, size_t *nb)
+{
+    for (size_t k = 0; k < L->n; k++) {
+        struct dgpu_item *x = &L->it[k];
+        __atomic_sub_fetch(&L->ctl[x->d->slot].pins, 1, __ATOMIC_SEQ_CST);
+        xfer_batch_io_end(x->b, x->i);
+        __atomic_sub_fetch(&x->d->users, 1, __ATOMIC_ACQ_REL);
+        back[(*nb)++] = x->i;
+    }
+}
+
+size_t ipc_dgpu_post(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struct ipc_direct **d,
+                     size_t n, size_t *back)
+{
+    size_t nb = 0;
+    struct dgpu_launch *L = malloc(sizeof(*L) + n * sizeof(L->it[0]));
+    struct xfer_block_run *runs = malloc(n * sizeof(*runs));
+    const uint64_t *ids = NULL;
+    uint64_t top = 0;
+    int pair[2] = {-1, -1}; /* the launch's GPU (the owner memory's) and ours */
+    if (L)
+        *L = (struct dgpu_launch){.ctl = c->direct.ctl, .ticket = -1, .next = NULL, .n = 0};
+    for (size_t k = 0; k < n; k++) {
+        int rc = L && runs ? dgpu_take(&c->direct, b, idx[k], d[k], L, runs, pair, &ids, &top) : 1;
+        if (rc == 1) {
+            __atomic_sub_fetch(&d[k]->users, 1, __ATOMIC_ACQ_REL);
+            back[nb++] = idx[k];
+        }
+    }
+    if (!L || L->n == 0) {
+        free(L);
+        free(runs);
+        return nb;
+    }
+    xfer_batch_hold_n(b, (int)L->n); /* b outlives the completion; put there */
+    uint64_t mask = pair[1] != pair[0] ? 1ull << pair[1] : 0;
+    size_t taken = L->n;
+    pthread_mutex_lock(&c->dkb_mu);
+    struct ipc_dgpu *g = dgpu_get(c);
+    int t = g ? xfer_kbatch_start_blocks(g->kb, pair[0], mask, runs, L->n) : -XFER_ENOMEM;
+    if (t >= 0) {
+        L->ticket = t;
+        if (g->tail)
+            g->tail->next = L;
+        else
+            g->head = L;
+        g->tail = L;
+        pthread_cond_signal(&g->cv);
+    } else {
+        xfer_debug("ipc: GPU loan launch on cuda:%d not used (%s): %s", pair[0], xfer_strerror(t),
+                   g ? xfer_kbatch_last_error(g->kb) : "no poller");
+    }
+    pthread_mutex_unlock(&c->dkb_mu);
+    if (t < 0) {
+        dgpu_undo(L, back, &nb);
+        for (size_t k = 0; k < taken; k++)
+            xfer_batch_put(b);
+        free(L);
+    }
+    free(runs);
+    return nb;
+}
