@@ -506,12 +506,12 @@ static void end_open_items(xfer_batch *b, int status, const char *why)
         batch_item_end(b, i, status, why);
 }
 
-/* The batch this thread polls for in ops->wait_rx (finish_quiet: a waiter
- * ending its own batch needs no wake-up). */
-static __thread const xfer_batch *rx_waiting;
-
 /* Declares the batch DONE once nothing is open or touched, without waking
  * waiters: true if it did. b->mu held. */
+/* The batch this thread waits for in a transport's wait_rx (waiter-driven
+ * receive), else NULL: finishing it from this thread needs no wake-up. */
+static __thread const xfer_batch *polling_b;
+
 static bool finish_quiet(xfer_batch *b)
 {
     if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0 || b->notes.n_unacked > 0)
@@ -535,9 +535,9 @@ static bool finish_quiet(xfer_batch *b)
     uint64_t one = 1;
     if (b->fd_used && write(b->efd, &one, sizeof(one)) < 0)
         xfer_debug("batch eventfd write failed");
-    /* A waiter that ends its own batch (it read the answer) is past its
-     * poll: no wake-up to write, none to drain. */
-    bool wake = b->wait_polling && rx_waiting != b;
+    /* The waiter's poll needs waking, unless the waiter itself is the one
+     * that finished b (it read the answer: no system call for nobody). */
+    bool wake = b->wait_polling && polling_b != b;
     if (wake && write(b->wake_fd, &one, sizeof(one)) < 0)
         xfer_debug("waiter eventfd write failed");
     b->wake_hit |= wake;
@@ -980,10 +980,11 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
         pthread_rwlock_rdlock(&p->conn_lock); /* c is only used if still p's */
         struct xfer_conn *pc = p->conn;
         if (pc && (!c || pc == c) && pc->transport->ops->wait_rx) {
-            rx_waiting = b;
+            const xfer_batch *outer = polling_b; /* a waiter may serve other batches */
+            polling_b = b;
             rc = pc->transport->ops->wait_rx(
                 pc, chan, in, b, left_ms < WAIT_RX_SLICE_MS ? (int)left_ms : WAIT_RX_SLICE_MS);
-            rx_waiting = NULL;
+            polling_b = outer;
         }
         pthread_rwlock_unlock(&p->conn_lock);
         pthread_mutex_lock(&b->mu);

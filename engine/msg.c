@@ -319,7 +319,9 @@ static struct xfer_notif *notif_from_frame(const char *node_id, uint64_t incarna
     if (!n)
         return NULL;
     memset(n, 0, sizeof(*n));
-    snprintf(n->node_id, sizeof(n->node_id), "%s", node_id);
+    /* (snprintf "%s" was ~600 instructions per notification: a third of
+     * what the receiving side's engine does for one) */
+    memcpy(n->node_id, node_id, strnlen(node_id, sizeof(n->node_id) - 1));
     n->incarnation = incarnation;
     n->seq = h->seq;
     n->bound = h->flags & XFER_MSG_F_BOUND;
