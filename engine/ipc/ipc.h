@@ -412,8 +412,13 @@ void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r);
  * reads node's connection to us itself for up to timeout_ms, or until
  * wake_fd (polled, not read) becomes readable, serving whatever request
  * arrives as the connection's serving thread would (ipc_serve_rx.c).
+ * With spin_us > 0 it busy-polls that long before it sleeps.
  * 0, or -1: it cannot (no such connection, or it is over). */
-int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms);
+int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms,
+                       int spin_us);
+/* ops->notif_wait_rx: the above for a thread in xfer_notif_wait, until a
+ * notification is queued (node NULL: -1, the caller sleeps). */
+int ipc_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms);
 /* ops->wait_rx: the above for the peer of c, while b runs. */
 int ipc_conn_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms);
 

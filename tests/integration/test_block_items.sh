@@ -13,7 +13,8 @@ source "$XFER_ROOT/tests/lib/core.sh"
 seed=${XFER_BLOCKS_SEED:-$RANDOM}
 rounds=40
 core_san && rounds=12
-regions=(--region rw:rw:67108864:42 --region gd:rw:4194304:43 --guard gd:1048576:65536)
+regions=(--region rw:rw:67108864:42 --region gd:rw:4194304:43 --guard gd:1048576:65536
+    --region ro:r:65536:44) # ro: a WRITE to it is refused whole
 export XFER_TRANSPORTS=ipc,tcp
 core_start ipcnode "${regions[@]}" || exit 1
 timeout 240 "$CORE_BIN/xfer_blocks" --peer "$CORE_TMP/ipcnode.node" --pattern-seed 42 \

@@ -54,7 +54,7 @@ done
 core_stop frozen
 
 svc_init
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 LD_PRELOAD=$shim XFER_CLOCK_STEP=-3600@2000 XFER_TTL_MS=1500 \
     svc_start n1 0 --redis-url "$REDIS_URL" --transports tcp
 svc_wait_ready n1

@@ -14,7 +14,7 @@ PROG=$B/tests/node_lease
 [[ -x $PROG ]] || { echo "FAIL: $PROG not built"; exit 1; }
 source tests/lib/service.sh
 trap 'redis_stop' EXIT
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 export REDIS_URL
 "$PROG" check --node lease-tcp --transports tcp --expect tcp || fail "leases over tcp"
 "$PROG" check --node lease-ipc --transports tcp,ipc --expect ipc || fail "leases over ipc"

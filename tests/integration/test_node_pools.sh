@@ -20,7 +20,7 @@ cleanup() {
     rm -rf "$dir"
 }
 trap cleanup EXIT
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 
 for t in tcp ipc; do
     tr=tcp

@@ -14,7 +14,7 @@ source tests/lib/netns.sh
 TTL_MS=3000
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 netns_available || { echo "SKIP: needs root and ip netns"; exit 77; }
-trap '[[ -n ${LOOP_PID:-} ]] && kill "$LOOP_PID" 2>/dev/null; svc_cleanup; redis_cluster_down; netns_down' EXIT
+trap 'svc_cleanup; redis_cluster_down; netns_down' EXIT
 svc_init
 netns_up 3 || fail "could not create 3 network namespaces"
 redis_cluster_up "$NETNS_GW"; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "cluster did not start"
@@ -24,25 +24,8 @@ for i in 1 2 3; do
         --secret clustersecret --transports tcp --region r1:1M:rw
 done
 for i in 1 2 3; do svc_wait_ready "n$i"; done
-for i in 1 2 3; do
-    wait_for 10 bash -c "(( \$($XFERCTL --socket $SVC_DIR/n$i.sock peers | tail -n +2 | wc -l) == 3 ))" ||
-        fail "n$i does not see 3 peers: $(ctl "n$i" peers 2>&1)"
-done
-ctl n1 copy n1/r1 n2/r1 65536 >/dev/null || fail "warm-up n1 -> n2"
-ctl n2 copy n2/r1 n3/r1 65536 >/dev/null || fail "warm-up n2 -> n3"
-ctl n3 copy n3/r1 n1/r1 65536 >/dev/null || fail "warm-up n3 -> n1"
-
-traffic() { # copies around the ring until told to stop; one line per copy
-    local i=0 src dst
-    while [[ ! -e $SVC_DIR/stop ]]; do
-        src=n$((i % 3 + 1)) dst=n$(((i + 1) % 3 + 1))
-        if out=$(ctl "$src" copy "$src/r1" "$dst/r1" 65536 2>&1); then echo ok; else echo "fail $src->$dst: $out"; fi
-        i=$((i + 1))
-    done >"$SVC_DIR/traffic.txt"
-}
-traffic &
-LOOP_PID=$!
-wait_for 10 bash -c "(( \$(grep -c ^ok $SVC_DIR/traffic.txt) >= 5 ))" || fail "no traffic"
+svc_wait_peers 3 n1 n2 n3
+svc_ring_start n1 n2 n3 # copies around the ring until svc_ring_stop
 
 hb() { redis_cluster_cli 0 hget "xfer:node:{$1}" heartbeat_ms; }
 port_of() { echo "${CLUSTER_PORTS[$1]}"; }
@@ -112,15 +95,7 @@ t_back=$(now_ms)
 echo "n2's keys back $((t_back - t_kill)) ms after the kill ($((t_back - t_prom)) ms after the promotion; bound $bound ms)"
 ((t_back - t_kill <= bound)) || fail "keys back after $((t_back - t_kill)) ms > TTL + 2 s"
 
-n_ok=$(grep -c ^ok "$SVC_DIR/traffic.txt")
-wait_for 10 bash -c "(( \$(grep -c ^ok $SVC_DIR/traffic.txt) >= $n_ok + 5 ))" || fail "traffic stalled"
-touch "$SVC_DIR/stop"
-wait "$LOOP_PID"
-LOOP_PID=
-n_ok=$(grep -c ^ok "$SVC_DIR/traffic.txt")
-n_fail=$(grep -c ^fail "$SVC_DIR/traffic.txt")
-echo "copies during the test: $n_ok ok, $n_fail failed"
-((n_fail == 0)) || { grep ^fail "$SVC_DIR/traffic.txt" | head -5; fail "$n_fail copies failed"; }
+svc_ring_stop # no copy may have failed
 
 # The operator's view of the fleet (docs/registry.md), then a clean leave.
 fleet() { for s in $(seq -w 0 15); do redis_cluster_cli 0 zrange "xfer:nodes:{s$s}" 0 -1; done | grep -v '^$' | sort | tr '\n' ' '; }

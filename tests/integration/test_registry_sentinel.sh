@@ -11,7 +11,7 @@ B=${B:-build}
 source tests/lib/service.sh
 TTL_MS=3000
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
-trap '[[ -n ${LOOP_PID:-} ]] && kill "$LOOP_PID" 2>/dev/null; svc_cleanup; redis_sentinel_down; redis_stop' EXIT
+trap 'svc_cleanup; redis_sentinel_down; redis_stop' EXIT
 svc_init
 redis_sentinel_up 3; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "sentinel set did not start"
 echo "sentinels: $SENTINEL_URL, primary :$REDIS_PORT, replica :$REPLICA_PORT"
@@ -20,28 +20,9 @@ for n in a b c; do
         --transports tcp --region r1:1M:rw
 done
 for n in a b c; do svc_wait_ready "$n"; done
-for n in a b c; do
-    wait_for 10 bash -c "(( \$($XFERCTL --socket $SVC_DIR/$n.sock peers | tail -n +2 | wc -l) == 3 ))" ||
-        fail "$n does not see 3 peers: $(ctl "$n" peers 2>&1)"
-done
+svc_wait_peers 3 a b c
 [[ $(redis-cli -p "$REDIS_PORT" zcard xfer:nodes) == 3 ]] || fail "nodes not on the primary"
-ctl a copy a/r1 b/r1 65536 >/dev/null || fail "warm-up a -> b"
-ctl b copy b/r1 c/r1 65536 >/dev/null || fail "warm-up b -> c"
-ctl c copy c/r1 a/r1 65536 >/dev/null || fail "warm-up c -> a"
-
-# Traffic: copies around the ring until told to stop; one line per copy.
-traffic() {
-    local i=0 src dst
-    while [[ ! -e $SVC_DIR/stop ]]; do
-        src=$(echo a b c | cut -d' ' -f$((i % 3 + 1)))
-        dst=$(echo b c a | cut -d' ' -f$((i % 3 + 1)))
-        if out=$(ctl "$src" copy "$src/r1" "$dst/r1" 65536 2>&1); then echo ok; else echo "fail $src->$dst: $out"; fi
-        i=$((i + 1))
-    done >"$SVC_DIR/traffic.txt"
-}
-traffic &
-LOOP_PID=$!
-wait_for 10 bash -c "(( \$(grep -c ^ok $SVC_DIR/traffic.txt) >= 5 ))" || fail "no traffic before the kill"
+svc_ring_start a b c # copies around the ring until svc_ring_stop
 
 old=$REDIS_PORT
 t_kill=$(now_ms)
@@ -77,15 +58,7 @@ echo "every node's keys back on :$new $((t_back - t_kill)) ms after the kill ($(
 ((t_back - t_kill <= bound)) || fail "keys back after $((t_back - t_kill)) ms > TTL + 2 s = $bound ms"
 
 # A little more traffic on the new primary, then stop and count.
-n_ok=$(grep -c ^ok "$SVC_DIR/traffic.txt")
-wait_for 10 bash -c "(( \$(grep -c ^ok $SVC_DIR/traffic.txt) >= $n_ok + 5 ))" || fail "traffic stalled after the failover"
-touch "$SVC_DIR/stop"
-wait "$LOOP_PID"
-LOOP_PID=
-n_ok=$(grep -c ^ok "$SVC_DIR/traffic.txt")
-n_fail=$(grep -c ^fail "$SVC_DIR/traffic.txt")
-echo "copies during the test: $n_ok ok, $n_fail failed"
-((n_fail == 0)) || { grep ^fail "$SVC_DIR/traffic.txt" | head -5; fail "$n_fail copies failed"; }
+svc_ring_stop
 grep -h "sentinel" "$SVC_DIR"/a.log | head -5
 for n in a b c; do
     grep -q "names 127.0.0.1:$new primary\|now 127.0.0.1:$new" "$SVC_DIR/$n.log" ||

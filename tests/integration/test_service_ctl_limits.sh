@@ -21,7 +21,7 @@ ABUSE=$B/tests/ctl_abuse
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; [[ -n ${SVC_PID[c2]:-} ]] && kill -CONT "${SVC_PID[c2]}" 2>/dev/null; svc_cleanup; redis_stop' EXIT
 svc_init
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 
 svc_start c1 0 --redis-url "$REDIS_URL" --secret s3cret --region kv:8M:rw --max-region-bytes 64M
 svc_wait_ready c1

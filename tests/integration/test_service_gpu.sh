@@ -11,7 +11,7 @@ B=${B:-build}
 source tests/lib/service.sh
 trap 'svc_cleanup; redis_stop' EXIT
 svc_init
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 svc_start n1 0 --redis-url "$REDIS_URL"
 svc_wait_ready n1
 wait_for 10 redis_cli exists 'xfer:node:{n1}' || fail "node not published"

@@ -9,7 +9,7 @@ B=${B:-build}
 source tests/lib/service.sh
 trap 'svc_cleanup; redis_stop' EXIT
 svc_init
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 
 # --help / --version / bad config: exit codes and one-line reasons.
 "$XFERD" --help | grep -q -- '--redis-url' || fail "xferd --help"

@@ -13,7 +13,7 @@ B=${B:-build}
 source tests/lib/service.sh
 trap 'for p in $(jobs -p); do kill "$p" 2>/dev/null; done; svc_cleanup; redis_stop' EXIT
 svc_init
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 svc_start n1 0 --redis-url "$REDIS_URL" --transports tcp --region r1:4M:rw
 svc_start n2 0 --redis-url "$REDIS_URL" --transports tcp --region r2:4M:rw --io-timeout-ms 2000
 svc_start n3 0 --redis-url "$REDIS_URL" --transports tcp --region r3:1M:rw

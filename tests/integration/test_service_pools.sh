@@ -13,7 +13,7 @@ B=${B:-build}
 source tests/lib/service.sh
 trap 'svc_cleanup; redis_stop' EXIT
 svc_init
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 out=$("$XFERD" --node bad --redis-url "$REDIS_URL" --pool 'p=vllm_fa:bf16:4K' 2>&1); rc=$?
 ((rc == 2)) && [[ $out == *"bad pool geometry"* ]] || fail "xferd --pool with a bad geometry: rc=$rc '$out'"
 printf 'pool = cfgf=sglang:bf16:1K:8:2\n' >"$SVC_DIR/n1.conf"

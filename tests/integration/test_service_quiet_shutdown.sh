@@ -9,7 +9,7 @@ B=${B:-build}
 source tests/lib/service.sh
 trap 'svc_cleanup; redis_stop' EXIT
 svc_init
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 
 for n in q1 q2; do
     svc_start "$n" 0 --redis-url "$REDIS_URL" --secret s3cret --transports tcp --region kv:4M:rw

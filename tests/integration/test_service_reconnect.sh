@@ -9,7 +9,7 @@ B=${B:-build}
 source tests/lib/service.sh
 trap 'kill -CONT "${SVC_PID[b]:-0}" 2>/dev/null; svc_cleanup; redis_stop' EXIT
 svc_init
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 for n in a b; do # long TTL: a frozen b must not leave the registry meanwhile
     XFER_IO_TIMEOUT_MS=1500 svc_start "$n" 0 --listen 127.0.0.1 --redis-url "$REDIS_URL" \
         --ttl-ms 60000 --transports tcp --region r1:4M:rw

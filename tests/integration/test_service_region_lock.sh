@@ -16,7 +16,7 @@ ABUSE=$B/tests/ctl_abuse
 pids=() fds=()
 trap 'for f in "${fds[@]}"; do exec {f}>&-; done; for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; svc_cleanup; redis_stop' EXIT
 svc_init
-redis_start; rc=$?; ((rc == 77)) && exit 77; ((rc == 0)) || fail "redis did not start"
+svc_redis_up
 
 # 8 workers: six run the clients' batches, two are free for the registry changes.
 svc_start r1 0 --redis-url "$REDIS_URL" --workers 8 --region a:8M:rw --region b:8M:rw \

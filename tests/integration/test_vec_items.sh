@@ -12,7 +12,8 @@ source "$XFER_ROOT/tests/lib/core.sh"
 seed=${XFER_VEC_SEED:-$RANDOM}
 rounds=40
 core_san && rounds=12
-regions=(--region rw:rw:67108864:42 --region gd:rw:4194304:43 --guard gd:1048576:65536)
+regions=(--region rw:rw:67108864:42 --region gd:rw:4194304:43 --guard gd:1048576:65536
+    --region ro:r:65536:44) # ro: a WRITE to it is refused whole
 # Run by another transport's suite (tcpx: XFER_TRANSPORTS=tcpx): that one only.
 first=${XFER_TRANSPORTS:-tcp}
 core_start tcpnode "${regions[@]}" || exit 1

@@ -1,5 +1,7 @@
 # Helpers for xferd/xferctl integration scripts. Source after setting B.
 #   svc_init                   temp dir $SVC_DIR, redis helpers loaded
+#   svc_redis_up               a redis-server of the test's own: exit 77 when
+#                              none is installed, fail when it does not start
 #   svc_start NAME HOST ARGS.. starts xferd NAME (in netns host HOST, or
 #                              HOST=0: root namespace); pid in SVC_PID[NAME]
 #   svc_wait_ready NAME        health answers (10 s max)
@@ -8,6 +10,9 @@
 #   svc_cleanup                stops every xferd started here, removes $SVC_DIR
 #   wait_for SECONDS CMD...    polls CMD every 50 ms until it succeeds
 #   fail MSG                   prints and exits 1 (the EXIT trap cleans up)
+#   svc_wait_peers N NAME...   each NAME lists N peers (10 s max)
+#   svc_ring_start NAME...     copies around the ring in the background
+#   svc_ring_stop              ... must go on; stops them, fails on any failed one
 #   pid_freeze PID             SIGSTOP and wait until every thread stopped
 #                              (tests/lib/freeze.sh; kill -STOP returns first)
 # Every xferd logs to $SVC_DIR/NAME.log.
@@ -106,8 +111,64 @@ svc_kill() { # name [signal]: returns the exit status of xferd
     return $rc
 }
 
+# svc_wait_peers COUNT NAME...: every NAME lists COUNT peers (10 s max).
+svc_wait_peers() {
+    local want=$1 n
+    shift
+    for n in "$@"; do
+        wait_for 10 bash -c "(( \$($XFERCTL --socket $SVC_DIR/$n.sock peers | tail -n +2 | wc -l) == $want ))" ||
+            fail "$n does not see $want peers: $(ctl "$n" peers 2>&1)"
+    done
+}
+
+# svc_ring_start NAME...: one copy of 64 KiB NAME/r1 -> next NAME/r1 around
+# the ring (each must work), then the same in the background until
+# svc_ring_stop, one line per copy in $SVC_DIR/traffic.txt ("ok" or "fail
+# SRC->DST: why"); returns once 5 went through. svc_cleanup stops it too.
+SVC_RING_PID=
+svc_ring_start() {
+    local nodes=("$@") i k=$#
+    for ((i = 0; i < k; i++)); do
+        ctl "${nodes[i]}" copy "${nodes[i]}/r1" "${nodes[(i + 1) % k]}/r1" 65536 >/dev/null ||
+            fail "warm-up ${nodes[i]} -> ${nodes[(i + 1) % k]}"
+    done
+    (
+        local i=0 src dst out
+        while [[ ! -e $SVC_DIR/stop ]]; do
+            src=${nodes[i % k]} dst=${nodes[(i + 1) % k]}
+            if out=$(ctl "$src" copy "$src/r1" "$dst/r1" 65536 2>&1); then echo ok; else echo "fail $src->$dst: $out"; fi
+            i=$((i + 1))
+        done >"$SVC_DIR/traffic.txt"
+    ) &
+    SVC_RING_PID=$!
+    wait_for 10 bash -c "(( \$(grep -c ^ok $SVC_DIR/traffic.txt) >= 5 ))" || fail "no traffic around the ring"
+}
+
+# svc_ring_stop: 5 more copies must go through (the traffic did not stall),
+# then the loop stops; prints the counts and fails when any copy failed.
+svc_ring_stop() {
+    local n_ok n_fail
+    n_ok=$(grep -c ^ok "$SVC_DIR/traffic.txt")
+    wait_for 10 bash -c "(( \$(grep -c ^ok $SVC_DIR/traffic.txt) >= $n_ok + 5 ))" || fail "traffic stalled"
+    touch "$SVC_DIR/stop"
+    wait "$SVC_RING_PID"
+    SVC_RING_PID=
+    n_ok=$(grep -c ^ok "$SVC_DIR/traffic.txt")
+    n_fail=$(grep -c ^fail "$SVC_DIR/traffic.txt")
+    echo "copies during the test: $n_ok ok, $n_fail failed"
+    ((n_fail == 0)) || { grep ^fail "$SVC_DIR/traffic.txt" | head -5; fail "$n_fail copies failed"; }
+}
+
+svc_redis_up() {
+    redis_start
+    local rc=$?
+    ((rc == 77)) && exit 77
+    ((rc == 0)) || fail "redis did not start"
+}
+
 svc_cleanup() {
     local name
+    [[ -n ${SVC_RING_PID:-} ]] && kill "$SVC_RING_PID" 2>/dev/null
     for name in "${!SVC_PID[@]}"; do
         kill -9 "${SVC_PID[$name]}" 2>/dev/null
         wait "${SVC_PID[$name]}" 2>/dev/null

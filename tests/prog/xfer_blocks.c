@@ -20,34 +20,7 @@
  * segment; bad lists refused at add. --expect tcp: the item is refused
  * with -XFER_ENOTSUP (tcp keeps segment lists).
  */
-#include "check.h"
-#include "node_common.h"
-
-#include <getopt.h>
-
-static uint64_t rng_state = 1;
-static uint64_t rnd(void)
-{
-    rng_state += 0x9e3779b97f4a7c15ull;
-    return mix64(rng_state);
-}
-
-struct ctx {
-    xfer_engine *e;
-    xfer_peer *p;
-    const struct xfer_region_desc *rd;
-    xfer_region *local;
-    uint8_t *lp, *shadow;
-    uint64_t size;
-    const struct xfer_region_desc *grd;
-    uint64_t guard_off;
-};
-
-static struct xfer_item head(struct ctx *c, enum xfer_op op, const struct xfer_region_desc *rd)
-{
-    return (struct xfer_item){
-        .op = op, .local = c->local, .peer = c->p, .remote_id = rd->id, .remote_gen = rd->gen};
-}
+#include "items_common.h"
 
 /* n distinct ids below nblocks (a partial shuffle). */
 static void pick_ids(uint64_t *ids, size_t n, uint64_t nblocks, uint64_t *perm)
@@ -105,7 +78,7 @@ static void random_round(struct ctx *c, xfer_batch *b, uint64_t *lid, uint64_t *
             else
                 memset(c->lp + sg.local_off, 0xa5, sg.len);
         }
-        struct xfer_item it = head(c, ops[i], c->rd);
+        struct xfer_item it = item_head(c, ops[i], c->rd);
         int idx = xfer_batch_add_block_item(b, &it, &bl[i]);
         CHECK(idx == (int)i, "add_block_item: %d (%s)", idx, xfer_engine_last_error(c->e));
         s0 += ns;
@@ -132,18 +105,6 @@ static void random_round(struct ctx *c, xfer_batch *b, uint64_t *lid, uint64_t *
         }
 }
 
-static void final_check(struct ctx *c)
-{
-    memset(c->lp, 0, c->size);
-    int rc = xfer_read(c->e, c->local, 0, c->p, c->rd->id, c->rd->gen, 0, c->size, 30000);
-    CHECK(rc == 0, "final read: %s", xfer_engine_last_error(c->e));
-    uint64_t at = 0;
-    while (rc == 0 && at < c->size && c->lp[at] == c->shadow[at])
-        at++;
-    CHECK(rc != 0 || at == c->size, "final region content differs at %llu of %llu",
-          (unsigned long long)at, (unsigned long long)c->size);
-}
-
 /* Two streams of 8 ids of 4 KiB (stride 4 KiB, stream 1 at 1 MiB); id
  * entry `bad` of the remote list replaced by `evil`. */
 static struct xfer_block_list small_list(uint64_t *lid, uint64_t *rid, const uint64_t *base)
@@ -167,27 +128,17 @@ static void expect_bad(struct ctx *c, xfer_batch *b, const struct xfer_region_de
                        const struct xfer_block_list *bl, int64_t seg, int code, const char *what)
 {
     xfer_batch_reset(b);
-    struct xfer_item it = head(c, XFER_OP_READ, rd);
+    struct xfer_item it = item_head(c, XFER_OP_READ, rd);
     CHECK(xfer_batch_add_block_item(b, &it, bl) == 0, "%s: add: %s", what,
           xfer_engine_last_error(c->e));
-    int rc = xfer_batch_submit(b, 10000);
-    rc = rc ? rc : xfer_batch_wait(b, -1);
-    const char *why = xfer_batch_item_error(b, 0);
-    char want[32];
-    snprintf(want, sizeof(want), "segment %lld", (long long)seg);
-    printf("%s: %s (segment %lld): %s\n", what, xfer_strerror(rc),
-           (long long)xfer_batch_item_failed_segment(b, 0), why);
-    CHECK(rc == code, "%s: got %s, want %s", what, xfer_strerror(rc), xfer_strerror(code));
-    CHECK(xfer_batch_item_failed_segment(b, 0) == seg, "%s: failed segment %lld, want %lld", what,
-          (long long)xfer_batch_item_failed_segment(b, 0), (long long)seg);
-    CHECK(strstr(why, want) != NULL, "%s: reason does not name %s: %s", what, want, why);
+    expect_item_fails(c, b, seg, code, what);
 }
 
 static void refusals(struct ctx *c, xfer_batch *b)
 {
     uint64_t lid[8], rid[8], base[2] = {0, 1 << 20};
     struct xfer_block_list bl = small_list(lid, rid, base);
-    struct xfer_item it = head(c, XFER_OP_READ, c->rd);
+    struct xfer_item it = item_head(c, XFER_OP_READ, c->rd);
     xfer_batch_reset(b);
     /* at add, with the id named */
     lid[5] = c->size / 4096; /* past the local region */
@@ -229,6 +180,23 @@ static void refusals(struct ctx *c, xfer_batch *b)
         base[1] = 1 << 21;
         expect_bad(c, b, c->grd, &bl, 6, -XFER_ESTALE, "block on a guarded range");
     }
+    if (c->ro) { /* a WRITE to a read-only region: refused whole where it runs */
+        uint64_t one = 0, zero = 0;
+        struct xfer_block_list r = {.len = 16,
+                                    .local_stride = 4096,
+                                    .remote_stride = 4096,
+                                    .local_ids = &one,
+                                    .remote_ids = &one,
+                                    .nids = 1,
+                                    .local_base = &zero,
+                                    .remote_base = &zero,
+                                    .nstreams = 1};
+        xfer_batch_reset(b);
+        struct xfer_item w = item_head(c, XFER_OP_WRITE, c->ro);
+        CHECK(xfer_batch_add_block_item(b, &w, &r) == 0, "read-only: add: %s",
+              xfer_engine_last_error(c->e));
+        expect_item_fails(c, b, -1, -XFER_EACCES, "WRITE block item to a read-only region");
+    }
 }
 
 /* tcp does not expand block items: the item is refused, not misread. */
@@ -236,7 +204,7 @@ static void refused_by_tcp(struct ctx *c, xfer_batch *b)
 {
     uint64_t lid[8], rid[8], base[2] = {0, 1 << 20};
     struct xfer_block_list bl = small_list(lid, rid, base);
-    struct xfer_item it = head(c, XFER_OP_READ, c->rd);
+    struct xfer_item it = item_head(c, XFER_OP_READ, c->rd);
     xfer_batch_reset(b);
     CHECK(xfer_batch_add_block_item(b, &it, &bl) == 0, "add: %s", xfer_engine_last_error(c->e));
     int rc = xfer_batch_submit(b, 10000);
@@ -249,60 +217,22 @@ static void refused_by_tcp(struct ctx *c, xfer_batch *b)
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"peer", 1, 0, 'p'},   {"region", 1, 0, 'r'},
-                                       {"rounds", 1, 0, 'n'}, {"seed", 1, 0, 's'},
-                                       {"guard", 1, 0, 'g'},  {"pattern-seed", 1, 0, 'P'},
-                                       {"expect", 1, 0, 'x'}, {0, 0, 0, 0}};
-    const char *peer = NULL, *region = "rw", *guard = NULL;
-    char gname[64] = "";
-    long rounds = 40;
-    uint64_t pseed = 0;
-    unsigned expect = XFER_TRANSPORT_IPC;
-    struct ctx c = {0};
-    for (int o; (o = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
-        if (o == 'p')
-            peer = optarg;
-        else if (o == 'r')
-            region = optarg;
-        else if (o == 'n')
-            rounds = atol(optarg);
-        else if (o == 's')
-            rng_state = strtoull(optarg, NULL, 0);
-        else if (o == 'P')
-            pseed = strtoull(optarg, NULL, 0);
-        else if (o == 'g')
-            guard = optarg;
-        else if (o == 'x' && xfer_transports_parse(optarg, &expect) == 0)
-            continue;
-        else
-            return 2;
-    }
-    struct node_file nf;
-    if (!peer || node_file_read(peer, &nf) < 0 || !(c.rd = node_region(&nf, region)))
-        return 2;
-    if (guard && (sscanf(guard, "%63[^:]:%" SCNu64, gname, &c.guard_off) != 2 ||
-                  !(c.grd = node_region(&nf, gname))))
-        return 2;
-    int rc;
-    c.e = client_engine("blocks-client", &nf, NULL, 4, &c.p, &rc);
-    if (!c.e || rc < 0)
-        return 1;
-    c.size = c.rd->len;
+    struct ctx c = {.rounds = 40, .expect = XFER_TRANSPORT_IPC};
+    int rc = items_setup(argc, argv, "blocks-client", &c);
+    if (rc)
+        return rc;
     uint64_t *lid = malloc(MAX_IDS * sizeof(*lid)), *rid = malloc(MAX_IDS * sizeof(*rid));
     uint64_t *perm = malloc(65536 * sizeof(*perm));
     xfer_batch *b = xfer_batch_new(c.e, &rc);
-    if (xfer_region_alloc(c.e, "local", c.size, XFER_ACCESS_RW, &c.local) < 0 || !lid || !rid ||
-        !perm || !b || !(c.shadow = malloc(c.size)))
+    if (!lid || !rid || !perm || !b)
         return 1;
-    c.lp = xfer_region_ptr(c.local);
-    pattern_fill(c.shadow, c.size, pseed, 0);
-    if (expect != XFER_TRANSPORT_IPC) {
+    if (c.expect != XFER_TRANSPORT_IPC) {
         refused_by_tcp(&c, b);
     } else {
-        printf("blocks: %ld rounds, seed %llu, region %s of %llu bytes\n", rounds,
-               (unsigned long long)rng_state, region, (unsigned long long)c.size);
+        printf("blocks: %ld rounds, seed %llu, region %s of %llu bytes\n", c.rounds,
+               (unsigned long long)rng_state, c.rd->name, (unsigned long long)c.size);
         double t0 = now_s();
-        for (long r = 0; r < rounds && !failures; r++)
+        for (long r = 0; r < c.rounds && !failures; r++)
             random_round(&c, b, lid, rid, perm);
         printf("blocks: random rounds %s in %.1f s\n", failures ? "FAILED" : "passed",
                now_s() - t0);
@@ -311,11 +241,10 @@ int main(int argc, char **argv)
         refusals(&c, b);
     }
     xfer_batch_free(b);
-    xfer_engine_free(c.e);
+    items_teardown(&c);
     free(lid);
     free(rid);
     free(perm);
-    free(c.shadow);
     printf("blocks: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
     return failures ? 1 : 0;
 }

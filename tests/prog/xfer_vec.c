@@ -21,32 +21,11 @@
  * byte at all, on every transport. Plain items back to back (one frame on
  * tcp) land whole, and past the end or on a guarded range fail one by one.
  */
-#include "check.h"
-#include "node_common.h"
+#include "items_common.h"
 
-#include <getopt.h>
 #include <math.h>
 
-static uint64_t rng_state = 1;
-static uint64_t rnd(void)
-{
-    rng_state += 0x9e3779b97f4a7c15ull;
-    return mix64(rng_state);
-}
-
 #define MAX_ITEMS 5
-
-struct ctx {
-    xfer_engine *e;
-    xfer_peer *p;
-    const struct xfer_region_desc *rd;
-    xfer_region *local;
-    uint8_t *lp, *shadow;
-    uint64_t size;
-    const struct xfer_region_desc *grd; /* the guarded region, or NULL */
-    uint64_t guard_off;
-    unsigned expect; /* transport bit, 0 = any */
-};
 
 /* The items of one batch as the test sees them. */
 struct vec {
@@ -85,23 +64,6 @@ static size_t make_segs(struct ctx *c, struct xfer_seg *out, size_t n, uint64_t 
     return m;
 }
 
-static struct xfer_item vec_head(struct ctx *c, enum xfer_op op)
-{
-    return (struct xfer_item){.op = op,
-                              .local = c->local,
-                              .peer = c->p,
-                              .remote_id = c->rd->id,
-                              .remote_gen = c->rd->gen};
-}
-
-static struct xfer_item vec_head_of(struct ctx *c, const struct xfer_region_desc *rd)
-{
-    struct xfer_item it = vec_head(c, XFER_OP_READ);
-    it.remote_id = rd->id;
-    it.remote_gen = rd->gen;
-    return it;
-}
-
 /* One random batch: its segments share one slot layout (disjoint). */
 static void random_round(struct ctx *c, xfer_batch *b, struct xfer_seg *all, uint64_t *rp,
                          uint64_t *lp)
@@ -122,7 +84,7 @@ static void random_round(struct ctx *c, xfer_batch *b, struct xfer_seg *all, uin
             else
                 memset(c->lp + s->local_off, 0xa5, s->len);
         }
-        struct xfer_item it = vec_head(c, v[nv].op);
+        struct xfer_item it = item_head(c, v[nv].op, c->rd);
         int idx = xfer_batch_add_segments(b, &it, v[nv].s, v[nv].n);
         CHECK(idx == (int)nv, "add_segments: %d (%s)", idx, xfer_engine_last_error(c->e));
         nv++;
@@ -161,33 +123,10 @@ static void expect_bad_segment(struct ctx *c, const struct xfer_region_desc *rd,
         s[k] = (struct xfer_seg){k * 4096, k * 4096, 4096};
     s[bad] = evil;
     xfer_batch_reset(b);
-    struct xfer_item it = vec_head_of(c, rd);
+    struct xfer_item it = item_head(c, XFER_OP_READ, rd);
     CHECK(xfer_batch_add_segments(b, &it, s, n) == 0, "%s: add: %s", what,
           xfer_engine_last_error(c->e));
-    int rc = xfer_batch_submit(b, 10000);
-    if (rc == 0)
-        rc = xfer_batch_wait(b, -1);
-    const char *why = xfer_batch_item_error(b, 0);
-    char want[32];
-    snprintf(want, sizeof(want), "segment %zu", bad);
-    printf("%s: %s (segment %lld): %s\n", what, xfer_strerror(rc),
-           (long long)xfer_batch_item_failed_segment(b, 0), why);
-    CHECK(rc == code, "%s: got %s, want %s", what, xfer_strerror(rc), xfer_strerror(code));
-    CHECK(xfer_batch_item_failed_segment(b, 0) == (int64_t)bad, "%s: failed segment %lld, want %zu",
-          what, (long long)xfer_batch_item_failed_segment(b, 0), bad);
-    CHECK(strstr(why, want) != NULL, "%s: reason does not name %s: %s", what, want, why);
-}
-
-static void final_check(struct ctx *c)
-{
-    memset(c->lp, 0, c->size);
-    int rc = xfer_read(c->e, c->local, 0, c->p, c->rd->id, c->rd->gen, 0, c->size, 30000);
-    CHECK(rc == 0, "final read: %s", xfer_engine_last_error(c->e));
-    uint64_t at = 0;
-    while (rc == 0 && at < c->size && c->lp[at] == c->shadow[at])
-        at++;
-    CHECK(rc != 0 || at == c->size, "final region content differs at %llu of %llu",
-          (unsigned long long)at, (unsigned long long)c->size);
+    expect_item_fails(c, b, (int64_t)bad, code, what);
 }
 
 /* Long segments (slices of 256 KiB over the ipc copy threads) among
@@ -206,7 +145,7 @@ static void long_round(struct ctx *c, xfer_batch *b)
     memset(c->lp + 4 * big, 0xa5, 4 * big);
     for (int op = 0; op < 2; op++) {
         xfer_batch_reset(b);
-        struct xfer_item it = vec_head(c, op ? XFER_OP_READ : XFER_OP_WRITE);
+        struct xfer_item it = item_head(c, op ? XFER_OP_READ : XFER_OP_WRITE, c->rd);
         CHECK(xfer_batch_add_segments(b, &it, op ? r : w, 6) == 0, "long: add");
         int rc = xfer_batch_submit(b, 60000);
         rc = rc ? rc : xfer_batch_wait(b, -1);
@@ -233,7 +172,7 @@ static void refused_write(struct ctx *c, xfer_batch *b)
     s[40].remote_off = c->size - 100;
     pattern_fill(c->lp, 64 * 4096, rnd(), 0);
     xfer_batch_reset(b);
-    struct xfer_item it = vec_head(c, XFER_OP_WRITE);
+    struct xfer_item it = item_head(c, XFER_OP_WRITE, c->rd);
     CHECK(xfer_batch_add_segments(b, &it, s, 64) == 0, "refused write: add");
     int rc = xfer_batch_submit(b, 10000);
     rc = rc ? rc : xfer_batch_wait(b, -1);
@@ -262,8 +201,7 @@ static void refused_guard_write(struct ctx *c, xfer_batch *b)
     CHECK(rc == 0, "guarded write: read before: %s", xfer_strerror(rc));
     pattern_fill(c->lp, (N + 1) * LEN, rnd(), 0);
     xfer_batch_reset(b);
-    struct xfer_item it = vec_head_of(c, c->grd);
-    it.op = XFER_OP_WRITE;
+    struct xfer_item it = item_head(c, XFER_OP_WRITE, c->grd);
     CHECK(xfer_batch_add_segments(b, &it, s, N + 1) == 0, "guarded write: add");
     rc = xfer_batch_submit(b, 10000);
     rc = rc ? rc : xfer_batch_wait(b, -1);
@@ -345,7 +283,7 @@ static void plain_runs(struct ctx *c, xfer_batch *b)
 static void bad_lists(struct ctx *c, xfer_batch *b)
 {
     xfer_batch_reset(b);
-    struct xfer_item it = vec_head(c, XFER_OP_READ);
+    struct xfer_item it = item_head(c, XFER_OP_READ, c->rd);
     struct xfer_seg one = {0, 0, 16}, zero = {0, 0, 0}, past = {c->size - 8, 0, 16};
     CHECK(xfer_batch_add_segments(b, &it, &one, 0) == -XFER_EINVAL, "empty list accepted");
     CHECK(xfer_batch_add_segments(b, &it, NULL, 1) == -XFER_EINVAL, "NULL list accepted");
@@ -371,7 +309,7 @@ static void cancel_round(struct ctx *c, xfer_batch *b, struct xfer_seg *all, uin
 {
     size_t m = make_segs(c, all, 20000, rp, lp);
     xfer_batch_reset(b);
-    struct xfer_item it = vec_head(c, XFER_OP_READ);
+    struct xfer_item it = item_head(c, XFER_OP_READ, c->rd);
     CHECK(xfer_batch_add_segments(b, &it, all, m / 2) == 0, "add");
     CHECK(xfer_batch_add_segments(b, &it, all + m / 2, m - m / 2) == 1, "add");
     CHECK(xfer_batch_submit(b, 10000) == 0, "submit");
@@ -385,58 +323,32 @@ static void cancel_round(struct ctx *c, xfer_batch *b, struct xfer_seg *all, uin
     }
 }
 
+/* A WRITE list to a read-only region is refused whole where it runs
+ * (the engine's check against the cached descriptor): nothing moves. */
+static void refused_readonly(struct ctx *c, xfer_batch *b)
+{
+    struct xfer_seg s[4] = {{0, 0, 16}, {4096, 4096, 16}, {8192, 8192, 16}, {12288, 12288, 16}};
+    xfer_batch_reset(b);
+    struct xfer_item it = item_head(c, XFER_OP_WRITE, c->ro);
+    CHECK(xfer_batch_add_segments(b, &it, s, 4) == 0, "read-only: add");
+    expect_item_fails(c, b, -1, -XFER_EACCES, "WRITE list to a read-only region");
+}
+
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"peer", 1, 0, 'p'},   {"region", 1, 0, 'r'},
-                                       {"rounds", 1, 0, 'n'}, {"seed", 1, 0, 's'},
-                                       {"guard", 1, 0, 'g'},  {"pattern-seed", 1, 0, 'P'},
-                                       {"expect", 1, 0, 'x'}, {0, 0, 0, 0}};
-    const char *peer = NULL, *region = "rw", *guard = NULL;
-    char gname[64] = "";
-    long rounds = 60;
-    uint64_t pseed = 0;
-    struct ctx c = {0};
-    for (int o; (o = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
-        if (o == 'p')
-            peer = optarg;
-        else if (o == 'r')
-            region = optarg;
-        else if (o == 'n')
-            rounds = atol(optarg);
-        else if (o == 's')
-            rng_state = strtoull(optarg, NULL, 0);
-        else if (o == 'P')
-            pseed = strtoull(optarg, NULL, 0);
-        else if (o == 'g')
-            guard = optarg;
-        else if (o == 'x' && xfer_transports_parse(optarg, &c.expect) == 0)
-            continue;
-        else
-            return 2;
-    }
-    struct node_file nf;
-    if (!peer || node_file_read(peer, &nf) < 0 || !(c.rd = node_region(&nf, region)))
-        return 2;
-    if (guard && (sscanf(guard, "%63[^:]:%" SCNu64, gname, &c.guard_off) != 2 ||
-                  !(c.grd = node_region(&nf, gname))))
-        return 2;
-    int rc;
-    c.e = client_engine("vec-client", &nf, NULL, 4, &c.p, &rc);
-    if (!c.e || rc < 0)
-        return 1;
-    c.size = c.rd->len;
+    struct ctx c = {.rounds = 60};
+    int rc = items_setup(argc, argv, "vec-client", &c);
+    if (rc)
+        return rc;
     struct xfer_seg *all = malloc(20000 * sizeof(*all));
     uint64_t *rp = malloc(20000 * sizeof(*rp)), *lp = malloc(20000 * sizeof(*lp));
     xfer_batch *b = xfer_batch_new(c.e, &rc);
-    if (xfer_region_alloc(c.e, "local", c.size, XFER_ACCESS_RW, &c.local) < 0 || !all || !rp ||
-        !lp || !b || !(c.shadow = malloc(c.size)))
+    if (!all || !rp || !lp || !b)
         return 1;
-    c.lp = xfer_region_ptr(c.local);
-    pattern_fill(c.shadow, c.size, pseed, 0);
-    printf("vec: %ld rounds, seed %llu, region %s of %llu bytes\n", rounds,
-           (unsigned long long)rng_state, region, (unsigned long long)c.size);
+    printf("vec: %ld rounds, seed %llu, region %s of %llu bytes\n", c.rounds,
+           (unsigned long long)rng_state, c.rd->name, (unsigned long long)c.size);
     double t0 = now_s();
-    for (long r = 0; r < rounds && !failures; r++)
+    for (long r = 0; r < c.rounds && !failures; r++)
         random_round(&c, b, all, rp, lp);
     printf("vec: random rounds %s in %.1f s\n", failures ? "FAILED" : "passed", now_s() - t0);
     if (!failures)
@@ -455,14 +367,15 @@ int main(int argc, char **argv)
         struct xfer_seg g = {3 * 4096, c.guard_off, 4096};
         expect_bad_segment(&c, c.grd, b, 7, 3, g, -XFER_ESTALE, "segment on a guarded range");
     }
+    if (c.ro)
+        refused_readonly(&c, b);
     bad_lists(&c, b);
     cancel_round(&c, b, all, rp, lp);
     xfer_batch_free(b);
-    xfer_engine_free(c.e);
+    items_teardown(&c);
     free(all);
     free(rp);
     free(lp);
-    free(c.shadow);
     printf("vec: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
     return failures ? 1 : 0;
 }

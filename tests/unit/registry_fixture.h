@@ -191,16 +191,22 @@ static inline void test_redis_stop(struct test_redis *t)
 }
 
 /* Raw command on a fresh connection; the reply must be freed. */
-static inline redisReply *tr_cmd(const struct test_redis *t, const char *fmt, ...)
+static inline redisReply *tr_vcmd(const struct test_redis *t, const char *fmt, va_list ap)
 {
     redisContext *c = tr_raw(t);
     if (!c)
         return NULL;
+    redisReply *r = redisvCommand(c, fmt, ap);
+    redisFree(c);
+    return r;
+}
+
+static inline redisReply *tr_cmd(const struct test_redis *t, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
+    redisReply *r = tr_vcmd(t, fmt, ap);
     va_end(ap);
-    redisFree(c);
     return r;
 }
 
@@ -229,6 +235,34 @@ static inline char *tr_hget(const struct test_redis *t, const char *key, const c
         freeReplyObject(r);
     return s;
 }
+
+#ifdef TR_GROUP_REDIS
+/* One redis-server R for every test of the file's group (cmocka group
+ * setup and teardown), and a per-test setup that empties it. */
+static struct test_redis R;
+
+static inline int tr_group_setup(void **state)
+{
+    (void)state;
+    return test_redis_start(&R);
+}
+
+static inline int tr_group_teardown(void **state)
+{
+    (void)state;
+    test_redis_stop(&R);
+    return 0;
+}
+
+static inline int tr_flush(void **state)
+{
+    (void)state;
+    redisReply *r = tr_cmd(&R, "FLUSHALL");
+    if (r)
+        freeReplyObject(r);
+    return r ? 0 : -1;
+}
+#endif
 
 /* Polls cond(arg) until true or timeout; drives the registry r if given. */
 static inline bool tr_wait(xfer_registry *r, bool (*cond)(void *), void *arg, int timeout_ms)

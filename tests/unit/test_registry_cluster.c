@@ -219,14 +219,10 @@ struct cluster {
 
 static redisReply *srv_cmd(const struct cluster *cl, int i, const char *fmt, ...)
 {
-    redisContext *c = tr_raw(&cl->srv[i]);
-    if (!c)
-        return NULL;
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
+    redisReply *r = tr_vcmd(&cl->srv[i], fmt, ap);
     va_end(ap);
-    redisFree(c);
     return r;
 }
 

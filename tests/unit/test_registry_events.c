@@ -7,9 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#define TR_GROUP_REDIS /* R: one redis-server for the group */
 #include "registry_fixture.h"
-
-static struct test_redis R;
 
 struct seen {
     int n;
@@ -72,28 +71,6 @@ static xfer_registry *watcher(struct seen *s, int ttl_ms)
     assert_int_equal(xfer_registry_watch(w, NULL, NULL), 0);
     assert_true(tr_wait(w, is_watching, w, 5000));
     return w;
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return test_redis_start(&R);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    test_redis_stop(&R);
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    redisReply *r = tr_cmd(&R, "FLUSHALL");
-    if (r)
-        freeReplyObject(r);
-    return r ? 0 : -1;
 }
 
 static void test_events(void **state)
@@ -323,11 +300,11 @@ static void test_heartbeat_restores_flushed_keys(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_events, flush),
-        cmocka_unit_test_setup(test_cache_invalidation, flush),
-        cmocka_unit_test_setup(test_incarnation_change, flush),
-        cmocka_unit_test_setup(test_ttl_expiry, flush),
-        cmocka_unit_test_setup(test_heartbeat_restores_flushed_keys, flush),
+        cmocka_unit_test_setup(test_events, tr_flush),
+        cmocka_unit_test_setup(test_cache_invalidation, tr_flush),
+        cmocka_unit_test_setup(test_incarnation_change, tr_flush),
+        cmocka_unit_test_setup(test_ttl_expiry, tr_flush),
+        cmocka_unit_test_setup(test_heartbeat_restores_flushed_keys, tr_flush),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_group_setup, tr_group_teardown);
 }

@@ -8,22 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#define TR_GROUP_REDIS /* R: one redis-server for the group */
 #include "registry_fixture.h"
-
-static struct test_redis R;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return test_redis_start(&R);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    test_redis_stop(&R);
-    return 0;
-}
 
 static int resyncs;
 
@@ -191,5 +177,5 @@ int main(void)
         cmocka_unit_test(test_frozen_redis),
         cmocka_unit_test(test_start_offline_then_connect),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_group_setup, tr_group_teardown);
 }

@@ -8,31 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#define TR_GROUP_REDIS /* R: one redis-server for the group */
 #include "registry_fixture.h"
-
-static struct test_redis R;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return test_redis_start(&R);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    test_redis_stop(&R);
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    redisReply *r = tr_cmd(&R, "FLUSHALL");
-    if (r)
-        freeReplyObject(r);
-    return r ? 0 : -1;
-}
 
 static void expect_field(const char *key, const char *field, const char *want)
 {
@@ -408,14 +385,14 @@ static void test_connect_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_publish_readback, flush),
-        cmocka_unit_test_setup(test_unknown_names, flush),
-        cmocka_unit_test_setup(test_unpublish, flush),
-        cmocka_unit_test_setup(test_malformed_rows, flush),
-        cmocka_unit_test_setup(test_publish_validation, flush),
-        cmocka_unit_test_setup(test_acl_user, flush),
-        cmocka_unit_test_setup(test_unix_socket_db, flush),
-        cmocka_unit_test_setup(test_connect_errors, flush),
+        cmocka_unit_test_setup(test_publish_readback, tr_flush),
+        cmocka_unit_test_setup(test_unknown_names, tr_flush),
+        cmocka_unit_test_setup(test_unpublish, tr_flush),
+        cmocka_unit_test_setup(test_malformed_rows, tr_flush),
+        cmocka_unit_test_setup(test_publish_validation, tr_flush),
+        cmocka_unit_test_setup(test_acl_user, tr_flush),
+        cmocka_unit_test_setup(test_unix_socket_db, tr_flush),
+        cmocka_unit_test_setup(test_connect_errors, tr_flush),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_group_setup, tr_group_teardown);
 }
