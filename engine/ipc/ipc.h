@@ -355,8 +355,8 @@ uint32_t ipc_loan_add(struct ipc_loans *l, xfer_engine *e, xfer_region *r, uint3
 void ipc_loans_withdraw(struct ipc_loans *l, xfer_region *r);
 /* The one place that decides whether a region may be copied without asking
  * the owner: host memfd memory the peer may read (a write-only region
- * cannot be enforced by the MMU) or, with XFER_IPC_DIRECT_GPU=1 (opt-in:
- * not yet run on a GPU, docs/ipc.md), CUDA memory (GPU loans: the peer's
+ * cannot be enforced by the MMU) or, unless XFER_IPC_DIRECT_GPU=0
+ * (docs/ipc.md "GPU loans"), CUDA memory (GPU loans: the peer's
  * CUDA IPC mapping reaches all of it anyway; the peer honours the access
  * the owner answered), without lease rules (guarded ranges need the
  * owner's check per access), XFER_IPC_DIRECT not 0. */
