@@ -939,17 +939,24 @@ bool xfer_batch_running(const xfer_batch *b)
  * (msg_peer: an RTS for its RECV, the FIN of its SEND arrive there), until
  * the run ends, end_ns passes, or the transport cannot; then the usual
  * sleep on cv takes over. XFER_WAIT_RX=0 turns it off. */
+/* XFER_WAIT_RX=0: no waiter-driven receive; XFER_WAIT_RX_IN=0: not the
+ * peer's messages (docs/perf.md, "Message waiters read their peer's
+ * socket"). */
+static int rx_off = -1, rx_in_on = -1;
+
+static void rx_env(void)
+{
+    if (__atomic_load_n(&rx_off, __ATOMIC_RELAXED) < 0) {
+        const char *env = getenv("XFER_WAIT_RX"), *in_env = getenv("XFER_WAIT_RX_IN");
+        __atomic_store_n(&rx_in_on, !(in_env && !strcmp(in_env, "0")), __ATOMIC_RELAXED);
+        __atomic_store_n(&rx_off, env && !strcmp(env, "0"), __ATOMIC_RELAXED);
+    }
+}
+
 static void wait_rx(xfer_batch *b, int64_t end_ns)
 {
-    /* XFER_WAIT_RX_IN=0: not the peer's messages (docs/perf.md, "Message
-     * waiters read their peer's socket"). */
-    static int off = -1, in_on = -1;
-    if (off < 0) {
-        const char *env = getenv("XFER_WAIT_RX"), *in_env = getenv("XFER_WAIT_RX_IN");
-        __atomic_store_n(&in_on, !(in_env && !strcmp(in_env, "0")), __ATOMIC_RELAXED);
-        __atomic_store_n(&off, env && !strcmp(env, "0"), __ATOMIC_RELAXED);
-    }
-    if (off)
+    rx_env();
+    if (__atomic_load_n(&rx_off, __ATOMIC_RELAXED))
         return;
     for (;;) {
         pthread_mutex_lock(&b->mu);
@@ -958,7 +965,7 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
         void *chan = c ? b->wait_chan : NULL;
         xfer_peer *p = c ? b->wait_peer : NULL;
         bool in = run && b->msg_peer && !b->msg_many && (!p || p == b->msg_peer) &&
-                  __atomic_load_n(&in_on, __ATOMIC_RELAXED) == 1;
+                  __atomic_load_n(&rx_in_on, __ATOMIC_RELAXED) == 1;
         if (in)
             p = b->msg_peer;
         b->wake_fd = p ? waker_fd() : -1;
@@ -1013,11 +1020,34 @@ static void spin_while_running(xfer_batch *b, int timeout_ms)
     }
 }
 
+/* Does the transport of b's message peer busy-poll in wait_rx itself
+ * (XFER_CAP_RX_SPIN)? Then the waiter spins there, on the peer's channel,
+ * and reads what arrives: no thread is woken at all. */
+static bool rx_spins(xfer_batch *b)
+{
+    if (b->engine->cfg.busy_poll_us <= 0)
+        return false;
+    rx_env();
+    if (__atomic_load_n(&rx_off, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&rx_in_on, __ATOMIC_RELAXED) != 1)
+        return false;
+    pthread_mutex_lock(&b->mu);
+    xfer_peer *p = b->state == B_RUNNING && !b->msg_many ? b->msg_peer : NULL;
+    pthread_mutex_unlock(&b->mu);
+    if (!p)
+        return false;
+    pthread_rwlock_rdlock(&p->conn_lock);
+    bool spins = p->conn && (p->conn->transport->ops->caps & XFER_CAP_RX_SPIN);
+    pthread_rwlock_unlock(&p->conn_lock);
+    return spins;
+}
+
 int xfer_batch_wait(xfer_batch *b, int timeout_ms)
 {
     if (!b)
         return -XFER_EINVAL;
-    spin_while_running(b, timeout_ms);
+    if (!rx_spins(b))
+        spin_while_running(b, timeout_ms);
     pthread_mutex_lock(&b->mu);
     int64_t limit_ns;
     if (timeout_ms >= 0)

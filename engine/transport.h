@@ -47,6 +47,10 @@ enum xfer_transport_cap {
     XFER_CAP_SAME_HOST = 1u << 2, /* only reaches peers with the same host_id */
     XFER_CAP_NEEDS_REG = 1u << 3, /* regions must be registered with reg_mem */
     XFER_CAP_BLOCKS = 1u << 4,    /* expands block items itself (xfer_batch_item_blocks) */
+    /* wait_rx with inbound busy-polls the peer's channel itself for
+     * busy_poll_us first: xfer_batch_wait does not spin on the batch then
+     * (which would leave the reading to the transport's own thread). */
+    XFER_CAP_RX_SPIN = 1u << 5,
 };
 
 enum xfer_conn_state_bits {

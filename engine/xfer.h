@@ -156,7 +156,9 @@ struct xfer_engine_config {
     int notify_queue_len;    /* received notifications kept until polled, default 1024 */
     /* xfer_batch_wait spins up to this long before sleeping: saves the
      * wake-up (several us) on small round trips at the price of a busy
-     * core. 0 = off (default), or XFER_BUSY_POLL_US from the environment. */
+     * core (over ipc a SEND/RECV's waiter spins on its peer's socket,
+     * before each 20 ms slice of its wait). 0 = off (default), or
+     * XFER_BUSY_POLL_US from the environment. */
     int busy_poll_us;
 };
 

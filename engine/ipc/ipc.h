@@ -355,8 +355,8 @@ uint32_t ipc_loan_add(struct ipc_loans *l, xfer_engine *e, xfer_region *r, uint3
 void ipc_loans_withdraw(struct ipc_loans *l, xfer_region *r);
 /* The one place that decides whether a region may be copied without asking
  * the owner: host memfd memory the peer may read (a write-only region
- * cannot be enforced by the MMU) or, with XFER_IPC_DIRECT_GPU=1 (opt-in:
- * not yet run on a GPU, docs/ipc.md), CUDA memory (GPU loans: the peer's
+ * cannot be enforced by the MMU) or, unless XFER_IPC_DIRECT_GPU=0
+ * (docs/ipc.md "GPU loans"), CUDA memory (GPU loans: the peer's
  * CUDA IPC mapping reaches all of it anyway; the peer honours the access
  * the owner answered), without lease rules (guarded ranges need the
  * owner's check per access), XFER_IPC_DIRECT not 0. */
@@ -412,8 +412,13 @@ void ipc_server_region_withdraw(struct ipc_server *s, xfer_region *r);
  * reads node's connection to us itself for up to timeout_ms, or until
  * wake_fd (polled, not read) becomes readable, serving whatever request
  * arrives as the connection's serving thread would (ipc_serve_rx.c).
+ * With spin_us > 0 it busy-polls that long before it sleeps.
  * 0, or -1: it cannot (no such connection, or it is over). */
-int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms);
+int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms,
+                       int spin_us);
+/* ops->notif_wait_rx: the above for a thread in xfer_notif_wait, until a
+ * notification is queued (node NULL: -1, the caller sleeps). */
+int ipc_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms);
 /* ops->wait_rx: the above for the peer of c, while b runs. */
 int ipc_conn_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, int timeout_ms);
 

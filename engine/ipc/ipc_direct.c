@@ -43,9 +43,9 @@ bool ipc_direct_allowed(xfer_region *r)
     xfer_region_describe(r, &d);
     if (xfer_region_guard_count(r) != 0)
         return false;
-    if (xfer_region_kind(r) == XFER_MEM_CUDA) { /* GPU loans: opt-in until measured */
+    if (xfer_region_kind(r) == XFER_MEM_CUDA) { /* GPU loans: XFER_IPC_DIRECT_GPU=0 turns off */
         env = getenv("XFER_IPC_DIRECT_GPU");
-        return env && !strcmp(env, "1");
+        return !env || strcmp(env, "0");
     }
     return xfer_region_kind(r) == XFER_MEM_HOST && xfer_region_memfd(r) >= 0 &&
            (d.access & XFER_ACCESS_R);

@@ -351,6 +351,7 @@ static int conn_handshake(struct serve_conn *c)
 int ipc_serve_one(struct serve_conn *c)
 {
     struct ipc_hdr h;
+    c->served++;
     int rc = ipc_recv(c->fd, &h, c->buf, (uint32_t)c->buf_max, NULL, serve_timeout(c->srv));
     if (rc == -XFER_EPROTO)
         xfer_warn("ipc: malformed message from peer %s (bad magic or version, or %u bytes "

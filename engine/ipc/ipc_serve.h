@@ -29,6 +29,7 @@ struct serve_conn {
     bool skipped;         /* rx_mu: the serving thread saw fd readable while they did */
     bool parked;          /* rx_mu: the serving thread sleeps on rx_cv */
     int failed;           /* rx_mu: < 0 once the connection is over (nobody reads it) */
+    uint64_t served;      /* rx_mu: requests read so far */
     void *buf;            /* rx_mu: a request, up to buf_max bytes */
     size_t buf_max;
     /* rx_mu: */

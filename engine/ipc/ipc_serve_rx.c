@@ -16,11 +16,12 @@
  * (waiters > 0) the set's EPOLLIN is off, so the serving thread is not
  * woken for what they read (an epoll_ctl, no wake-up); if it was woken
  * anyway (the data came before the first waiter turned it off, or a
- * hang-up, which epoll reports regardless) it notes `skipped` and parks on
- * rx_cv until the last waiter leaves. A waiter that stops polling reads
- * the socket if its poll saw it readable or the serving thread skipped an
- * edge, then the last one gives EPOLLIN back (level-triggered: what is
- * left wakes the serving thread) and unparks it. A request the waiter
+ * hang-up, which epoll reports regardless) it notes `skipped` and goes
+ * back to epoll_wait (on a hang-up it parks on rx_cv until the last waiter
+ * leaves, not to spin on it). A waiter that stops polling reads the socket
+ * if its poll saw it readable or the serving thread skipped an edge, then
+ * the last one gives EPOLLIN back (level-triggered: what is left wakes the
+ * serving thread) and unparks it if parked. A request the waiter
  * cannot serve (malformed, peer gone) ends the connection as it would in
  * the serving thread: `failed` is set and the socket shut down, which wakes
  * the serving thread to clean up. Every wait is bounded: the waiter's poll
@@ -28,6 +29,7 @@
  * io_timeout_ms (ipc_recv, ipc_send), the parked serving thread by 500 ms.
  */
 #include "ipc_serve.h"
+#include "mono_clock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -78,14 +80,24 @@ static bool readable_now(int fd)
 
 int ipc_rx_serve_step(struct serve_conn *c, int timeout_ms)
 {
+    pthread_mutex_lock(&c->rx_mu);
+    uint64_t served = c->served; /* unchanged after the wait: nobody read what woke us */
+    pthread_mutex_unlock(&c->rx_mu);
     struct epoll_event ev;
     int n = epoll_wait(c->ep, &ev, 1, timeout_ms);
     if (n < 0 && errno != EINTR)
         return -XFER_EIO;
     int rc = 0;
     pthread_mutex_lock(&c->rx_mu);
-    if (c->waiters > 0) {
+    if (c->waiters > 0 && !(n > 0 && (ev.events & (EPOLLHUP | EPOLLERR)))) {
+        /* Woken by data a waiter now polls for (it came before the waiter
+         * turned EPOLLIN off): it is the waiter's, and the last waiter
+         * turning EPOLLIN back on wakes us for what it leaves. */
         c->skipped |= n > 0;
+    } else if (c->waiters > 0) {
+        /* A hang-up, which epoll reports whatever the interest: sleep
+         * until the waiters are gone rather than spin on it. */
+        c->skipped = true;
         c->parked = true;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -94,7 +106,8 @@ int ipc_rx_serve_step(struct serve_conn *c, int timeout_ms)
             if (pthread_cond_timedwait(&c->rx_cv, &c->rx_mu, &ts) == ETIMEDOUT)
                 break;
         c->parked = false;
-    } else if (n > 0 && !c->failed && readable_now(c->fd)) {
+    } else if (n > 0 && !c->failed &&
+               (((ev.events & EPOLLIN) && c->served == served) || readable_now(c->fd))) {
         rc = ipc_serve_one(c);
     }
     if (rc == 0)
@@ -131,7 +144,19 @@ static void unpin(struct serve_conn *c)
     pthread_mutex_unlock(&c->srv->mu);
 }
 
-int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms)
+/* Busy-polls p (the socket, wake_fd) without sleeping for up to spin_us:
+ * > 0 when one of them is ready, as poll. */
+static int spin_poll(struct pollfd *p, nfds_t n, int spin_us)
+{
+    int64_t end = xfer_mono_ns() + (int64_t)spin_us * 1000;
+    int k;
+    while ((k = poll(p, n, 0)) == 0 && xfer_mono_ns() < end)
+        ;
+    return k;
+}
+
+int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms,
+                       int spin_us)
 {
     struct serve_conn *c = s ? pin(s, node) : NULL;
     if (!c)
@@ -140,6 +165,7 @@ int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int 
     bool over = c->failed != 0;
     if (!over && c->waiters++ == 0)
         interest(c, false);
+    uint64_t served = c->served;
     pthread_mutex_unlock(&c->rx_mu);
     if (over) {
         unpin(c);
@@ -148,13 +174,19 @@ int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int 
     /* fd stays open while c is pinned (conn_free waits for the pins). */
     struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN | POLLRDHUP},
                           {.fd = wake_fd, .events = POLLIN}};
-    int k = poll(p, wake_fd >= 0 ? 2 : 1, timeout_ms);
+    nfds_t np = wake_fd >= 0 ? 2 : 1;
+    int k = spin_us > 0 ? spin_poll(p, np, spin_us) : 0;
+    if (k == 0)
+        k = poll(p, np, timeout_ms);
     int rc = k < 0 && errno != EINTR ? -1 : 0;
     pthread_mutex_lock(&c->rx_mu);
     bool ready = (k > 0 && p[0].revents) || c->skipped;
+    /* What our poll saw is still there unless another waiter read since
+     * (the serving thread does not while we are counted) */
+    bool there = k > 0 && (p[0].revents & POLLIN) && c->served == served;
     c->skipped = false;
     c->waiters--;
-    if (!c->failed && ready && readable_now(c->fd)) {
+    if (!c->failed && ready && (there || readable_now(c->fd))) {
         int err = ipc_serve_one(c);
         if (err < 0) { /* over, as in the serving thread: it cleans up */
             c->failed = err;
@@ -180,6 +212,31 @@ int ipc_conn_wait_rx(struct xfer_conn *xc, void *chan, bool inbound, xfer_batch 
     struct ipc_transport *t = container_of(xc->transport, struct ipc_transport, base);
     if (!xfer_batch_running(b))
         return 0; /* the caller sees the end */
+    /* XFER_BUSY_POLL_US: spin on the socket first (XFER_CAP_RX_SPIN) */
+    int spin = xfer_engine_config_get(xc->transport->engine)->busy_poll_us;
     return ipc_server_wait_in(t->server, xfer_peer_desc_get(xc->peer)->node_id,
-                              xfer_batch_wake_fd(b), timeout_ms);
+                              xfer_batch_wake_fd(b), timeout_ms,
+                              spin < timeout_ms * 1000 ? spin : timeout_ms * 1000);
+}
+
+int ipc_notif_wait_rx(struct xfer_transport *xt, const char *node, int timeout_ms)
+{
+    if (!node || !*node)
+        return -1; /* "the connection the last message came on": not tracked here */
+    struct ipc_transport *t = container_of(xt, struct ipc_transport, base);
+    xfer_engine *e = xt->engine;
+    int spin = xfer_engine_config_get(e)->busy_poll_us;
+    int64_t end = xfer_mono_ns() + (int64_t)timeout_ms * 1000000;
+    for (bool first = true;; first = false) {
+        /* a notification this thread queued itself does not write the
+         * wake fd: look at the queue after each request served */
+        if (xfer_notif_pending(e) > 0)
+            return 0;
+        int64_t left_ms = (end - xfer_mono_ns()) / 1000000;
+        if (left_ms <= 0)
+            return 0;
+        if (ipc_server_wait_in(t->server, node, xfer_notif_wake_fd(e), (int)left_ms,
+                               spin < left_ms * 1000 ? spin : (int)left_ms * 1000) < 0)
+            return first ? -1 : 0; /* no such connection: the caller sleeps */
+    }
 }

@@ -112,7 +112,8 @@ static void ipc_region_withdraw(struct xfer_transport *xt, xfer_region *r)
 const struct xfer_transport_ops xfer_ipc_transport_ops = {
     .name = "ipc",
     .bit = XFER_TRANSPORT_IPC,
-    .caps = XFER_CAP_HOST_MEM | XFER_CAP_CUDA_MEM | XFER_CAP_SAME_HOST | XFER_CAP_BLOCKS,
+    .caps = XFER_CAP_HOST_MEM | XFER_CAP_CUDA_MEM | XFER_CAP_SAME_HOST | XFER_CAP_BLOCKS |
+            XFER_CAP_RX_SPIN,
     .preference = 10, /* before tcp and rdma: no NIC, no socket copies */
     .probe = ipc_probe,
     .open = ipc_open,
@@ -124,6 +125,7 @@ const struct xfer_transport_ops xfer_ipc_transport_ops = {
     .post = ipc_conn_post,
     .send_msg = ipc_conn_send_msg,
     .wait_rx = ipc_conn_wait_rx,
+    .notif_wait_rx = ipc_notif_wait_rx,
     .describe_region = ipc_describe_region,
     .region_withdraw = ipc_region_withdraw,
 };

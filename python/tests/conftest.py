@@ -105,8 +105,25 @@ class PeerProc:
         self.p.stdin.flush()
         return self.reply(timeout)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5) -> None:
+        """SIGSTOP, then waits until every thread of the peer has stopped:
+        kill() returns before they all have, and a thread still running
+        could serve the request the test expects to time out (as
+        tests/lib/freeze.sh's pid_freeze)."""
         os.kill(self.p.pid, signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.p.pid}/task")
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            states = []
+            for t in tasks.iterdir():
+                try:
+                    states.append((t / "stat").read_text().rsplit(")", 1)[1].split()[0])
+                except (FileNotFoundError, IndexError):
+                    continue
+            if states and all(st in ("T", "t") for st in states):
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"peer {self.p.pid} did not stop within {timeout} s")
 
     def cont(self) -> None:
         os.kill(self.p.pid, signal.SIGCONT)

@@ -2,21 +2,24 @@
 # ipc transport, CUDA memory, two processes: the matrix (GPU->GPU on one
 # device and across devices, CPU<->GPU both ways, CPU->CPU, cuMem POSIX-fd
 # allocations), READ and WRITE, checksums computed on the GPU (also with
-# GPU loans, XFER_IPC_DIRECT_GPU=1); a freed
+# GPU loans, the default, and without them, XFER_IPC_DIRECT_GPU=0); a freed
 # allocation; with 2+ GPUs, an owner GPU the initiator cannot see.
 # Exit 77 ("skipped: no CUDA device") where there is none.
 set -u
 node=$B/tests/ipc_node
 [[ -x $node ]] || { echo "missing $node"; exit 1; }
-out=$(timeout --kill-after=5 600 "$node" gpu 2>&1)
+# without GPU loans: every GPU item through the initiator's ipc worker and
+# the owner's check (the path of regions under lease rules)
+out=$(XFER_IPC_DIRECT_GPU=0 timeout --kill-after=5 600 "$node" gpu 2>&1)
 rc=$?
+echo "without GPU loans (XFER_IPC_DIRECT_GPU=0):"
 echo "$out"
 ((rc == 0)) || exit $rc
-# again with GPU loans (opt-in: owner lends CUDA regions, block items are
-# launched by the posting thread, docs/ipc.md "GPU loans")
-out=$(XFER_IPC_DIRECT_GPU=1 timeout --kill-after=5 600 "$node" gpu 2>&1)
+# again with GPU loans (the default: the owner lends CUDA regions, block
+# items are launched by the posting thread, docs/ipc.md "GPU loans")
+out=$(timeout --kill-after=5 600 "$node" gpu 2>&1)
 rc=$?
-echo "GPU loans (XFER_IPC_DIRECT_GPU=1):"
+echo "GPU loans (default):"
 echo "$out"
 ((rc == 0)) || exit $rc
 if grep -q "[2-9] GPU(s) visible" <<<"$out"; then

@@ -122,4 +122,9 @@ fi
 # the sender's 4 sockets (WRITE payloads, notifications behind them, bad
 # frames) beside the 3 progress threads
 XFER_TEST_NOTIF_WAIT=notify-sender one_transport tcp 3 notif-wait
+if [[ " ${XFER_NOTIFY_TRANSPORTS:-tcp ipc} " == *" ipc "* ]]; then
+    # the receiver's thread in xfer_notif_wait reads the sender's ipc
+    # connection itself (ipc_notif_wait_rx)
+    XFER_TEST_NOTIF_WAIT=notify-sender one_transport ipc 1 notif-wait
+fi
 echo "PASS"

@@ -239,7 +239,7 @@ static int blk_batch(struct owner *o, xfer_engine *e, xfer_peer *p, const struct
 }
 
 /* A lease rule on a GPU region (as for a pool's blocks) ends its GPU loan
- * (with XFER_IPC_DIRECT_GPU=1 at the owner): block items of it are then
+ * (unless XFER_IPC_DIRECT_GPU=0 at the owner): block items of it are then
  * refused by the owner (-XFER_ESTALE), not copied through the loan;
  * without the rule they move again (through the owner, then a new loan). */
 static int loan_guard(struct owner *o, xfer_engine *e, xfer_peer *p, const struct lreg *l)

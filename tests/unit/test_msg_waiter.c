@@ -5,12 +5,12 @@
  * socket each way (so WRITE payloads and message frames share it), two
  * progress threads each; over ipc once with direct copies and once without
  * (XFER_IPC_DIRECT=0: every WRITE is a MAP/ACQ/REL exchange on the socket the
- * messages arrive on, which a waiter may serve). Each round, each side may put a WRITE batch (sizes
- * from 1 B to 300 KiB, some cancelled at once, some with an item the target
- * refuses: its payload is discarded there, which a waiter leaves to the owner)
- * on the socket right before its message; A sends a message of a random size
- * (eager and rendezvous), B receives it (blocking, or posted ahead, or from any
- * peer through the batch's fd: no waiter reads then) and echoes it. Every
+ * messages arrive on, which a waiter may serve), and once with waiters that
+ * busy-poll the socket first (XFER_BUSY_POLL_US). Each round, each side may put a WRITE batch
+ * (sizes from 1 B to 300 KiB, some cancelled at once, some with an item the target refuses: its
+ * payload is discarded there, which a waiter leaves to the owner) on the socket right before its
+ * message; A sends a message of a random size (eager and rendezvous), B receives it (blocking, or
+ * posted ahead, or from any peer through the batch's fd: no waiter reads then) and echoes it. Every
  * message byte and every WRITE byte that landed is checked. Nothing else is
  * sent between rounds, so a frame that neither a waiter nor the owner reads
  * stalls the round: the deadline fails it. */
@@ -328,10 +328,20 @@ static void test_ipc_nodirect(void **state)
     unsetenv("XFER_IPC_DIRECT");
 }
 
+static void test_ipc_spin(void **state)
+{
+    (void)state;
+    transports = XFER_TRANSPORT_IPC | XFER_TRANSPORT_TCP;
+    setenv("XFER_BUSY_POLL_US", "20", 1); /* waiters spin on the socket first */
+    messages_and_writes();
+    unsetenv("XFER_BUSY_POLL_US");
+}
+
 int main(void)
 {
     setenv("XFER_WAIT_RX_IN", "1", 1); /* the default, whatever the environment says */
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_tcp), cmocka_unit_test(test_ipc),
-                                       cmocka_unit_test(test_ipc_nodirect)};
+                                       cmocka_unit_test(test_ipc_nodirect),
+                                       cmocka_unit_test(test_ipc_spin)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
