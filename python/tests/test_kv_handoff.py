@@ -22,14 +22,25 @@ def run_pair(redis_url, name, mode, transports, prefill_args=(), decode_args=(),
         dc = subprocess.run([sys.executable, str(EX), "decode", "--node", "dc-" + name, "--peer", "pf-" + name,
                              "--requests", "6", "--tokens", "30", "--timeout", "30", "--verbose", *common,
                              *decode_args], capture_output=True, text=True, timeout=60)
-        out, _ = pf.communicate(timeout=30)
+        out, pf_err = pf.communicate(timeout=30)
     finally:
         if pf.poll() is None:
             pf.kill()
             pf.wait()
-    summary = next(json.loads(line[8:]) for line in dc.stdout.splitlines() if line.startswith("SUMMARY "))
-    prefill = next(json.loads(line[8:]) for line in out.splitlines() if line.startswith("PREFILL "))
+    summary = _tagged(dc.stdout, "SUMMARY ", dc, out + "\n--- prefill stderr\n" + pf_err)
+    prefill = _tagged(out, "PREFILL ", dc, out + "\n--- prefill stderr\n" + pf_err)
     return dc, summary, prefill
+
+
+def _tagged(text, tag, dc, pf_out):
+    """The JSON of text's first line starting with tag; a missing line fails
+    with both processes' output (decode's stderr says why it stopped)."""
+    for line in text.splitlines():
+        if line.startswith(tag):
+            return json.loads(line[len(tag):])
+    raise AssertionError(f"no {tag.strip()} line; decode rc {dc.returncode}\n--- decode stdout\n"
+                         f"{dc.stdout[-3000:]}\n--- decode stderr\n{dc.stderr[-3000:]}\n--- prefill stdout\n"
+                         f"{pf_out[-4000:]}")
 
 
 @pytest.mark.parametrize("mode,transports,dtype", [("push", "tcp", "fp16"), ("push", "ipc", "bf16"),
