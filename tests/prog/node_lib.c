@@ -306,6 +306,24 @@ static xfer_registry *publish_hole(int port)
     return r;
 }
 
+/* Whether some socket of this network namespace is in SYN_SENT towards
+ * 127.0.0.1:port (/proc/net/tcp): the resolver has reached its connect. */
+static bool syn_sent_to(int port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f)
+        return false;
+    char line[512];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned rport, st;
+        if (sscanf(line, " %*u: %*x:%*x %*x:%x %x", &rport, &st) == 2)
+            found = rport == (unsigned)port && st == 0x02;
+    }
+    fclose(f);
+    return found;
+}
+
 static int run_blackhole(const struct opts *o)
 {
     const int connect_ms = 3000;
@@ -325,6 +343,11 @@ static int run_blackhole(const struct opts *o)
     /* A second caller for the same peer waits for the first, bounded. */
     struct hole_ctx h2 = {.n = h.n};
     pthread_create(&th[1], NULL, resolve_hole, &h2);
+    /* The leave below must find the resolver connecting, not still looking
+     * "hole" up (it would fail ENOENT at once: a fast machine did that). */
+    double reach = now_s() + 5.0;
+    while (!syn_sent_to(o->hole) && !atomic_load(&h.done) && now_s() < reach)
+        usleep(1000);
     /* Transfers to the good peer go on while "hole" is being connected. */
     double worst = 0;
     for (int i = 0; i < 20; i++) {
