@@ -149,7 +149,8 @@ struct xfer_transport_ops {
      * arrived, and returns once the notification queue is not empty
      * (poll xfer_notif_wake_fd() beside the channel: readable while it is
      * not, except for a notification this thread queued itself), or
-     * timeout_ms passed. No lock held. < 0: no such channel (the caller
+     * timeout_ms passed, or earlier: xfer_notif_wait looks at the queue and
+     * its deadline and calls again. No lock held. < 0: no such channel (the caller
      * sleeps on the wake fd). */
     int (*notif_wait_rx)(struct xfer_transport *t, const char *node, int timeout_ms);
 };

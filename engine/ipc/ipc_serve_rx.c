@@ -226,17 +226,11 @@ int ipc_notif_wait_rx(struct xfer_transport *xt, const char *node, int timeout_m
     struct ipc_transport *t = container_of(xt, struct ipc_transport, base);
     xfer_engine *e = xt->engine;
     int spin = xfer_engine_config_get(e)->busy_poll_us;
-    int64_t end = xfer_mono_ns() + (int64_t)timeout_ms * 1000000;
-    for (bool first = true;; first = false) {
-        /* a notification this thread queued itself does not write the
-         * wake fd: look at the queue after each request served */
-        if (xfer_notif_pending(e) > 0)
-            return 0;
-        int64_t left_ms = (end - xfer_mono_ns()) / 1000000;
-        if (left_ms <= 0)
-            return 0;
-        if (ipc_server_wait_in(t->server, node, xfer_notif_wake_fd(e), (int)left_ms,
-                               spin < left_ms * 1000 ? spin : (int)left_ms * 1000) < 0)
-            return first ? -1 : 0; /* no such connection: the caller sleeps */
-    }
+    /* Serves at most one request; xfer_notif_wait's loop looks at the queue
+     * (a notification this thread queued itself does not write the wake
+     * fd) and its deadline, and calls again. */
+    return ipc_server_wait_in(t->server, node, xfer_notif_wake_fd(e), timeout_ms,
+                              spin < timeout_ms * 1000 ? spin : timeout_ms * 1000) < 0
+               ? -1 /* no such connection: the caller sleeps */
+               : 0;
 }
