@@ -365,8 +365,8 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
             bi->want = items[i].peer;
             if (kind != BK_RMA) { /* a SEND's peer now; a RECV's sender when matched */
                 bi->name = (uint32_t)++b->nnames;
-                snprintf(b->names[bi->name - 1], XFER_NAME_MAX, "%s",
-                         kind == BK_SEND && items[i].peer ? items[i].peer->desc.node_id : "");
+                xfer_copy_str(b->names[bi->name - 1], XFER_NAME_MAX,
+                              kind == BK_SEND && items[i].peer ? items[i].peer->desc.node_id : "");
             }
         }
         if (segs) {
@@ -816,7 +816,8 @@ static int submit_run(xfer_batch *b, int deadline_ms)
     pthread_mutex_unlock(&b->mu);
     if (rc < 0)
         return rc;
-    size_t *idx = malloc((n ? n : 1) * sizeof(*idx));
+    size_t idx_small[16]; /* small batches (messages, notifications): no malloc */
+    size_t *idx = n <= 16 ? idx_small : malloc(n * sizeof(*idx));
     if (!idx) {
         pthread_mutex_lock(&b->mu);
         end_open_items(b, -XFER_ENOMEM, "out of memory at submit");
@@ -842,7 +843,8 @@ static int submit_run(xfer_batch *b, int deadline_ms)
             ;
         batch_post_to_peer(b, p, idx + s, e - s);
     }
-    free(idx);
+    if (idx != idx_small)
+        free(idx);
     if (!b->all_rma)
         batch_msg_submit(b);
     pthread_mutex_lock(&b->mu);

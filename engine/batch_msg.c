@@ -44,7 +44,7 @@ static void note_send(xfer_batch *b, size_t k)
     xfer_batch_hold(b);
     if (msg_send(b->engine, o) < 0) { /* engine shutting down */
         batch_unhold_locked(b);       /* the caller's reference is alive */
-        free(o);
+        msg_out_free(o);
         notes_finish(&b->notes, k, -XFER_ECANCELED, "engine is shutting down");
     }
 }
@@ -86,7 +86,7 @@ struct xfer_msg *xfer_batch_note_behind(xfer_batch *b, xfer_peer *p, const size_
     if (k >= 0) {
         o = notes_frame(b->engine, &b->notes, (size_t)k); /* marks it fired */
         if (o && msg_handed(b->engine) < 0) {
-            free(o);
+            msg_out_free(o);
             o = NULL;
         }
         b->notes.v[k].fired = b->notes.v[k].behind = o != NULL; /* else the fenced way */
@@ -232,7 +232,7 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
     }
     bi->matched = true;
     bi->from = p;
-    snprintf(b->names[bi->name - 1], XFER_NAME_MAX, "%s", p->desc.node_id); /* p may go */
+    xfer_copy_str(b->names[bi->name - 1], XFER_NAME_MAX, p->desc.node_id); /* p may go */
     bi->send_id = r->send_id;
     bi->tag = r->tag;
     char why[160];

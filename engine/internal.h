@@ -13,8 +13,19 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #define XFER_MAX_TRANSPORTS 8 /* transport bit positions */
+
+/* Copies the string src into dst[cap] (cap > 0), cut to fit and terminated:
+ * snprintf("%s") did the same at ~300-600 instructions a call, several per
+ * message (docs/notify.md, "Per-message allocations"). */
+static inline void xfer_copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
 
 /* ---- regions ------------------------------------------------------------ */
 #define REGION_PINS_DEAD (1 << 30)
@@ -167,6 +178,7 @@ struct msg_out {
     size_t note;   /* index of the binding in b */
     uint64_t run;  /* b's run that sent it */
     uint64_t id;   /* RTS: the send id */
+    bool cached;   /* a block of msg.c's cache: msg_out_free gives it back */
 };
 
 struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_msg */
@@ -193,6 +205,10 @@ int msg_thread_start(xfer_engine *e);
 void msg_thread_stop(xfer_engine *e);
 /* Allocates an outgoing message with room for a frame of len bytes. */
 struct msg_out *msg_out_new(size_t len);
+/* Frees o (NULL: nothing) without finishing it. */
+void msg_out_free(struct msg_out *o);
+/* xfer_notif_free: a received notification back to msg.c's cache. */
+void msg_notif_free(struct xfer_notif *n);
 /* xfer_peer_remove, after p's connection was dropped: messages queued for
  * p and two-sided entries naming it end -XFER_ECONN, and the message thread
  * has let go of p when this returns. */
@@ -231,10 +247,12 @@ void notify_queue_destroy(xfer_engine *e);
 int notify_queue_push(xfer_engine *e, struct xfer_notif *n);
 
 /* Notifications bound to a batch (notify_bind.c), kept under the batch mu. */
+#define NOTE_INLINE 48 /* message bytes kept in the binding itself (no malloc) */
 struct batch_note {
     xfer_peer *peer;
-    uint8_t *msg;
+    uint8_t *msg; /* malloc'd copy when len > NOTE_INLINE, else NULL: inl */
     size_t len;
+    uint8_t inl[NOTE_INLINE];
     /* per run */
     uint32_t n_items, n_open, n_failed;
     struct xfer_notif_fail *failed; /* the first XFER_NOTIFY_FAILED_MAX */
@@ -246,7 +264,8 @@ struct batch_note {
 };
 
 struct batch_notes {
-    struct batch_note *v;
+    struct batch_note *v; /* one1 while one binding fits (the usual), else malloc'd */
+    struct batch_note one1[1];
     size_t n, cap;
     size_t n_unacked; /* bindings of this run not yet finished */
     uint64_t run;     /* bumped at each submit */

@@ -12,6 +12,7 @@
  * section and delivers it itself at the end, on its own thread: no hand-off
  * to the message thread (docs/perf.md, "Messages and notifications").
  */
+#include "blk_cache.h"
 #include "internal.h"
 #include "mono_clock.h"
 #include "msg_wire.h"
@@ -20,14 +21,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Messages of up to MSG_OUT_BLK bytes (struct and frame: a notification
+ * of up to ~900 bytes, an eager RTS of up to ~180 bytes, every FIN and
+ * rendezvous RTS) come from a process-wide cache of blocks: they are
+ * built by a submitter and freed by whichever thread reads the answer
+ * (blk_cache.h). Larger ones are malloc'd. */
+#define MSG_OUT_BLK 1024
+static struct xfer_blk_cache out_cache = {.size = MSG_OUT_BLK};
+
 struct msg_out *msg_out_new(size_t len)
 {
-    struct msg_out *o = calloc(1, sizeof(*o) + len);
+    bool small = sizeof(struct msg_out) + len <= MSG_OUT_BLK;
+    struct msg_out *o = small ? xfer_blk_get(&out_cache) : malloc(sizeof(*o) + len);
     if (!o)
         return NULL;
+    memset(o, 0, sizeof(*o)); /* the frame's encoder writes every byte of it */
     o->m.frame = (const uint8_t *)(o + 1);
     o->m.len = len;
+    o->cached = small;
     return o;
+}
+
+void msg_out_free(struct msg_out *o)
+{
+    if (o && o->cached)
+        xfer_blk_put(&out_cache, o);
+    else
+        free(o);
 }
 
 uint64_t msg_next_seq(xfer_engine *e)
@@ -40,7 +60,7 @@ static void msg_finish(struct msg_out *o, int status, const char *why)
     xfer_engine *e = o->peer ? o->peer->engine : NULL;
     if (o->done)
         o->done(o, status, why);
-    free(o);
+    msg_out_free(o);
     if (!e)
         return;
     struct msg_thread *t = &e->msgs;
@@ -311,17 +331,33 @@ void msg_thread_stop(xfer_engine *e)
 
 /* ---- receiving -------------------------------------------------------------- */
 
+/* A received notification is built by the thread that reads it and freed
+ * by the application's: small ones (up to NOTIF_BLK bytes with their
+ * message) come from a block cache too. Every notification block is at
+ * least NOTIF_BLK bytes, so either way of freeing one is safe. */
+#define NOTIF_BLK 256
+static struct xfer_blk_cache notif_cache = {.size = NOTIF_BLK};
+
+void msg_notif_free(struct xfer_notif *n)
+{
+    if (n && (size_t)(n->data - (uint8_t *)n) + n->len + 1 <= NOTIF_BLK)
+        xfer_blk_put(&notif_cache, n);
+    else
+        free(n);
+}
+
 static struct xfer_notif *notif_from_frame(const char *node_id, uint64_t incarnation,
                                            const uint8_t *frame, const struct xfer_msg_hdr *h)
 {
     size_t failed_bytes = (size_t)h->n_listed * sizeof(struct xfer_notif_fail);
-    struct xfer_notif *n = malloc(sizeof(*n) + failed_bytes + h->msg_len + 1);
+    size_t size = sizeof(struct xfer_notif) + failed_bytes + h->msg_len + 1;
+    struct xfer_notif *n = size <= NOTIF_BLK ? xfer_blk_get(&notif_cache) : malloc(size);
     if (!n)
         return NULL;
     memset(n, 0, sizeof(*n));
     /* (snprintf "%s" was ~600 instructions per notification: a third of
      * what the receiving side's engine does for one) */
-    memcpy(n->node_id, node_id, strnlen(node_id, sizeof(n->node_id) - 1));
+    xfer_copy_str(n->node_id, sizeof(n->node_id), node_id);
     n->incarnation = incarnation;
     n->seq = h->seq;
     n->bound = h->flags & XFER_MSG_F_BOUND;
@@ -367,7 +403,7 @@ int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnati
     if (rc < 0) {
         xfer_debug("notification %llu from %s refused: receive queue full",
                    (unsigned long long)h.seq, node_id);
-        free(n);
+        msg_notif_free(n);
     }
     return rc;
 }
