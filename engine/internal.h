@@ -147,6 +147,8 @@ xfer_engine *batch_engine(const xfer_batch *b);
 int batch_monitor_start(xfer_engine *e);
 /* Cancels every running batch, then stops the thread. */
 void batch_monitor_stop(xfer_engine *e);
+/* Frees the batches kept for reuse (engine free, after the monitor). */
+void batch_idle_drain(xfer_engine *e);
 
 /* ---- connection repair (peer_repair.c) ------------------------------------ */
 struct peer_repair { /* replaces dead connections in the background */
@@ -362,6 +364,9 @@ struct xfer_engine {
     struct peer_table peers;
     struct batch_monitor monitor;
     uint32_t batch_seq; /* atomic: the last run's sequence number (batch.c) */
+    /* Small finished batches freed by the application, reset and kept for
+     * the next xfer_batch_new (batch.c, "kept batches"); atomic slots */
+    xfer_batch *idle_b[4];
     struct peer_repair repair;
     struct msg_thread msgs;
     struct notify_queue notifs;

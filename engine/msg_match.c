@@ -297,11 +297,16 @@ static int rts_queue(xfer_engine *e, const char *node, uint64_t inc, struct mm_r
     struct msg_match *m = &e->match;
     pthread_mutex_lock(&m->mu);
     xfer_peer *p = xfer_peer_find(e, node);
-    struct xfer_peer_desc d;
+    uint64_t known = 0;
+    if (p) { /* (not xfer_peer_describe: a copy of the whole ~1 KiB description per RTS) */
+        pthread_mutex_lock(&p->mu);
+        known = p->desc.incarnation;
+        pthread_mutex_unlock(&p->mu);
+    }
     int rc = 0;
     if (!p)
         rc = -XFER_ENOENT;
-    else if (xfer_peer_describe(p, &d), d.incarnation && d.incarnation != inc)
+    else if (known && known != inc)
         rc = -XFER_ESTALE;
     else if (m->n_rts >= XFER_MSG_UNEXPECTED_MAX)
         rc = -XFER_ENOSPC;

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -272,6 +274,56 @@ static void test_sendrecv(void **state)
     burst(false);
 }
 
+/* A small batch freed after it finished is kept by the engine and handed
+ * out again by xfer_batch_new (batch.c, "kept batches"): it must look
+ * new (no items, no bindings, idle), its old eventfd closed, and work. */
+static void test_kept_batches(void **state)
+{
+    (void)state;
+    xfer_batch *b = xfer_batch_new(A.e, NULL);
+    assert_int_equal(xfer_batch_notify(b, A.p, "x", 1), 0);
+    assert_int_equal(xfer_batch_submit(b, DEADLINE), 0);
+    assert_int_equal(xfer_batch_wait(b, DEADLINE), 0);
+    int fd = xfer_batch_fd(b);
+    assert_true(fd >= 0);
+    xfer_batch_free(b);
+    assert_int_equal(fcntl(fd, F_GETFD), -1); /* closed with the handle */
+    assert_int_equal(errno, EBADF);
+    xfer_batch *k = xfer_batch_new(A.e, NULL), *fresh = xfer_batch_new(A.e, NULL);
+    assert_ptr_equal(k, b); /* kept, not freed */
+    assert_int_equal(xfer_batch_notify_status(k, A.p), xfer_batch_notify_status(fresh, A.p));
+    assert_int_equal(xfer_batch_wait(k, 0), xfer_batch_wait(fresh, 0));
+    assert_int_equal(xfer_batch_item_bytes(k, 0), 0);
+    xfer_batch_free(fresh);
+    /* it works as new: a message through it, then freed while running
+     * (a RECV nobody sends to: cancelled, not kept) */
+    struct xfer_notif *n = NULL;
+    while (xfer_notif_poll(B.e, &n, 1) != 1)
+        assert_true(xfer_notif_wait(B.e, A.name, DEADLINE) > 0);
+    xfer_notif_free(n);
+    memcpy(xfer_region_ptr(A.r), "kept", 4);
+    assert_true(xfer_batch_add_send(k, A.r, 0, 4, A.p, 5) >= 0);
+    assert_int_equal(xfer_batch_submit(k, DEADLINE), 0);
+    uint64_t got = 0;
+    assert_int_equal(xfer_recv(B.e, B.r, 0, 64, B.p, 5, &got, DEADLINE), 0);
+    assert_int_equal(got, 4);
+    assert_memory_equal(xfer_region_ptr(B.r), "kept", 4);
+    assert_int_equal(xfer_batch_wait(k, DEADLINE), 0);
+    xfer_batch_free(k);
+    xfer_batch *r = xfer_batch_new(B.e, NULL);
+    assert_true(xfer_batch_add_recv(r, B.r, 0, 64, B.p, 999) >= 0);
+    assert_int_equal(xfer_batch_submit(r, DEADLINE), 0);
+    xfer_batch_free(r);           /* running: cancelled and freed */
+    for (int j = 0; j < 3; j++) { /* more kept batches than one (freed by the engine) */
+        assert_int_equal(xfer_notify(A.e, A.p, "y", 1, DEADLINE), 0);
+        xfer_batch *rb = post(&B, false, 0, 0); /* (posted before the blocking send) */
+        assert_int_equal(xfer_send(A.e, A.r, 0, 4, A.p, 0, DEADLINE), 0);
+        assert_int_equal(xfer_batch_wait(rb, DEADLINE), 0);
+        assert_int_equal(xfer_batch_item_bytes(rb, 0), 4);
+        xfer_batch_free(rb);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +332,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_notifications, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rebind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sendrecv, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kept_batches, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
