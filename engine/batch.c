@@ -83,10 +83,11 @@ static bool idle_keep(xfer_batch *b)
         b->fd_used = false;
     }
     pthread_mutex_unlock(&b->mu);
+    xfer_engine *e = b->engine; /* (b is poisoned while it is offered) */
     for (size_t k = 0; keep && k < IDLE_N; k++) {
         xfer_batch *none = NULL;
         IDLE_POISON(b);
-        if (__atomic_compare_exchange_n(&b->engine->idle_b[k], &none, b, false, __ATOMIC_RELEASE,
+        if (__atomic_compare_exchange_n(&e->idle_b[k], &none, b, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED))
             return true;
         IDLE_UNPOISON(b);
