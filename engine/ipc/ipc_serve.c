@@ -451,6 +451,20 @@ static void conn_free(struct serve_conn *c)
     free(c);
 }
 
+/* The server stops: tells the peer this close is orderly (IPC_BYE, behind
+ * the answers already sent), so that it does not report a lost connection.
+ * Skipped when a request is being served (its reading may take up to
+ * io_timeout_ms): the close is then reported as a loss, rightly so for
+ * that request. */
+static void say_bye(struct serve_conn *c)
+{
+    if (pthread_mutex_trylock(&c->rx_mu) != 0)
+        return;
+    if (!c->failed && c->peer_node[0] && ipc_send(c->fd, IPC_BYE, 0, NULL, 0, -1, 100) == 0)
+        c->failed = -XFER_ECONN; /* nobody reads it from now on */
+    pthread_mutex_unlock(&c->rx_mu);
+}
+
 /* Joins finished connection threads; with all, stops and joins every one. */
 static void reap_conns(struct ipc_server *s, bool all)
 {
@@ -462,13 +476,15 @@ static void reap_conns(struct ipc_server *s, bool all)
             *pp = c->next;
             c->next = gone;
             gone = c;
-            if (all)
-                shutdown(c->fd, SHUT_RDWR); /* wakes a thread blocked in I/O */
         } else {
             pp = &c->next;
         }
     }
     pthread_mutex_unlock(&s->mu);
+    for (struct serve_conn *c = gone; all && c; c = c->next) {
+        say_bye(c);
+        shutdown(c->fd, SHUT_RDWR); /* wakes a thread blocked in I/O */
+    }
     while (gone) {
         struct serve_conn *c = gone;
         gone = c->next;
@@ -536,6 +552,12 @@ struct ipc_server *ipc_server_start(xfer_engine *e, const char *node_id, uint64_
     s->engine = e;
     snprintf(s->node_id, sizeof(s->node_id), "%s", node_id);
     s->incarnation = incarnation;
+    s->linger_us = 200; /* ipc_serve_rx.c, "Linger" */
+    const char *lg = getenv("XFER_IPC_LINGER_US");
+    if (lg && *lg)
+        s->linger_us = (int)strtol(lg, NULL, 10) < 0 ? 0 : (int)strtol(lg, NULL, 10);
+    if (s->linger_us > 1000000)
+        s->linger_us = 1000000;
     if (getrandom(s->probe_cookie, sizeof(s->probe_cookie), 0) != sizeof(s->probe_cookie))
         memset(s->probe_cookie, 0x5a, sizeof(s->probe_cookie));
     pthread_mutex_init(&s->mu, NULL);

@@ -25,7 +25,9 @@ struct serve_conn {
     pthread_mutex_t rx_mu;
     pthread_cond_t rx_cv; /* the parked serving thread: waiters went to 0, or failed */
     int ep;               /* the serving thread's epoll: fd, EPOLLIN off while waiters poll */
+    int tfd;              /* in ep: the linger's timer (timerfd) */
     int waiters;          /* rx_mu: threads polling fd themselves */
+    bool lingering;       /* rx_mu: no waiter, EPOLLIN still off until tfd fires */
     bool skipped;         /* rx_mu: the serving thread saw fd readable while they did */
     bool parked;          /* rx_mu: the serving thread sleeps on rx_cv */
     int failed;           /* rx_mu: < 0 once the connection is over (nobody reads it) */
@@ -57,6 +59,8 @@ struct ipc_server {
     pthread_mutex_t mu;
     struct serve_conn *conns;
     bool stopping;
+    unsigned any_next; /* mu: where the next wait for any peer starts */
+    int linger_us;     /* how long a connection stays with its waiters (XFER_IPC_LINGER_US) */
     uint8_t probe_cookie[16];
 };
 
