@@ -13,7 +13,7 @@
  * Rules. Requests are read and answered under rx_mu, one at a time, by
  * whoever holds it; the per-connection state (pin slots, loans, mappings)
  * is touched only there. The serving thread sleeps in epoll_wait on its own
- * epoll set holding the socket and a timer. While waiters poll the socket
+ * epoll set holding only the socket. While waiters poll the socket
  * (waiters > 0) the set's EPOLLIN is off, so the serving thread is not
  * woken for what they read (an epoll_ctl, no wake-up); if it was woken
  * anyway (the data came before the first waiter turned it off, or a
@@ -22,27 +22,31 @@
  * leaves, not to spin on it). A waiter that stops polling reads the socket
  * if its poll saw it readable or the serving thread skipped an edge.
  *
- * Linger. The last waiter to leave does not give EPOLLIN back at once: it
- * arms the timer for linger_us (XFER_IPC_LINGER_US, default 200 us) and
- * the connection stays the waiters' (`lingering`). Why: in a blocking
- * ping-pong (xfer_send, then xfer_recv) the peer's next message arrives
- * before this side's RECV exists; read by the serving thread it would be
- * an unexpected message (queued, answered 0, completed later by a FIN: a
- * second round trip and a second wake-up on each side). Left in the socket
- * it is read by the RECV's waiter a few microseconds later, matched on
- * arrival and answered XFER_MSG_DELIVERED, as if the RECV had been posted
- * ahead. A waiter that comes back meanwhile needs no epoll_ctl (EPOLLIN is
- * still off). If none does, the timer wakes the serving thread, which takes
- * the socket back (EPOLLIN on; what waits is read at once): a message
- * nobody waits for is read at most linger_us late. A hang-up is seen at
- * once (epoll reports it whatever the interest).
+ * Linger. In a blocking ping-pong (xfer_send, then xfer_recv) the peer's
+ * next message arrives before this side's RECV exists, usually while no
+ * waiter polls; read by the serving thread it would be an unexpected
+ * message (queued, answered 0, completed later by a FIN: a second round
+ * trip and a second wake-up on each side). So a serving thread woken by
+ * data less than linger_us (XFER_IPC_LINGER_US, default 200 us) after the
+ * last waiter left does not read it at once: it waits (rx_cv) until that
+ * time is over. A waiter that comes meanwhile (the RECV posted a few
+ * microseconds later) reads it, matches it on arrival and answers
+ * XFER_MSG_DELIVERED, as if the RECV had been posted ahead; the serving
+ * thread then leaves it the socket. Otherwise the serving thread reads it:
+ * a message nobody waits for is read at most linger_us late. Only engine
+ * messages linger (the header is peeked): pin traffic (MAP, ACQ, REL) is
+ * read at once. No timer, no
+ * system call on the waiters' path: the serving thread's own wait is the
+ * clock (a timerfd armed by each leaving waiter cost a timer reprogram per
+ * message: +11 us per notification on the dev VM). A hang-up is read at
+ * once.
  *
  * A request the waiter cannot serve (malformed, peer gone) ends the
  * connection as it would in the serving thread: `failed` is set and the
  * socket shut down, which wakes the serving thread to clean up. Every wait
  * is bounded: the waiter's poll by its slice (batch.c, 20 ms), a request's
  * reading and answer by io_timeout_ms (ipc_recv, ipc_send), the parked
- * serving thread by 1 s, the linger by linger_us.
+ * serving thread by 1 s, the lingering one by linger_us.
  */
 #include "ipc_serve.h"
 #include "mono_clock.h"
@@ -52,11 +56,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
-
-enum { EV_SOCK, EV_TIMER }; /* epoll data of c->ep's two fds */
 
 /* At most this many connections are polled by one wait for any peer; the
  * next wait starts after them (s->any_next), so every peer gets its turn. */
@@ -65,15 +66,10 @@ enum { EV_SOCK, EV_TIMER }; /* epoll data of c->ep's two fds */
 int ipc_rx_init(struct serve_conn *c)
 {
     c->ep = epoll_create1(EPOLL_CLOEXEC);
-    c->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = EV_SOCK};
-    struct epoll_event tv = {.events = EPOLLIN, .data.u32 = EV_TIMER};
-    if (c->ep < 0 || c->tfd < 0 || epoll_ctl(c->ep, EPOLL_CTL_ADD, c->fd, &ev) < 0 ||
-        epoll_ctl(c->ep, EPOLL_CTL_ADD, c->tfd, &tv) < 0) {
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
+    if (c->ep < 0 || epoll_ctl(c->ep, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
         if (c->ep >= 0)
             close(c->ep);
-        if (c->tfd >= 0)
-            close(c->tfd);
         return -XFER_EIO;
     }
     pthread_mutex_init(&c->rx_mu, NULL);
@@ -88,7 +84,6 @@ int ipc_rx_init(struct serve_conn *c)
 void ipc_rx_fini(struct serve_conn *c)
 {
     close(c->ep);
-    close(c->tfd);
     pthread_mutex_destroy(&c->rx_mu);
     pthread_cond_destroy(&c->rx_cv);
 }
@@ -96,7 +91,7 @@ void ipc_rx_fini(struct serve_conn *c)
 /* rx_mu held: the serving thread's interest in the socket's input. */
 static void interest(struct serve_conn *c, bool on)
 {
-    struct epoll_event ev = {.events = on ? EPOLLIN | EPOLLRDHUP : 0, .data.u32 = EV_SOCK};
+    struct epoll_event ev = {.events = on ? EPOLLIN | EPOLLRDHUP : 0};
     if (epoll_ctl(c->ep, EPOLL_CTL_MOD, c->fd, &ev) < 0)
         xfer_debug("ipc: epoll_ctl on a served connection: %s", strerror(errno));
 }
@@ -104,25 +99,17 @@ static void interest(struct serve_conn *c, bool on)
 /* rx_mu held: a thread starts polling the socket. */
 static void rx_enter(struct serve_conn *c)
 {
-    if (c->waiters++ > 0)
-        return;
-    if (c->lingering) /* EPOLLIN is still off; the timer, if it fires, finds us */
-        c->lingering = false;
-    else
+    if (c->waiters++ == 0)
         interest(c, false);
 }
 
-/* rx_mu held: a thread stopped polling; the last one lingers (above). */
+/* rx_mu held: a thread stopped polling; the last one gives the input back
+ * (level-triggered: what is left wakes the serving thread, which lingers). */
 static void rx_leave(struct serve_conn *c)
 {
     if (--c->waiters > 0 || c->failed)
         return;
-    int us = c->srv->linger_us;
-    struct itimerspec it = {.it_value = {us / 1000000, (long)(us % 1000000) * 1000}};
-    if (us > 0 && timerfd_settime(c->tfd, 0, &it, NULL) == 0) {
-        c->lingering = true;
-        return;
-    }
+    c->left_ns = xfer_mono_ns();
     interest(c, true);
 }
 
@@ -132,16 +119,24 @@ static bool readable_now(int fd)
     return poll(&p, 1, 0) > 0;
 }
 
-/* rx_mu held: the linger's timer fired (tfd drained). Nobody came back:
- * the serving thread takes the socket back (level-triggered: what waits
- * wakes it again at once). */
-static void linger_over(struct serve_conn *c)
+/* rx_mu held, the socket readable and no waiter: true if a waiter came
+ * (it reads) or one read it meanwhile, after waiting while the last
+ * waiter left less than linger_us ago (above). */
+static bool linger(struct serve_conn *c, uint64_t served)
 {
-    if (!c->lingering || c->waiters > 0)
-        return; /* a waiter came back (and may have left again: re-armed) */
-    c->lingering = false;
-    if (!c->failed)
-        interest(c, true);
+    int64_t until = c->left_ns + (int64_t)c->srv->linger_us * 1000;
+    if (c->srv->linger_us <= 0 || !c->left_ns || xfer_mono_ns() >= until)
+        return false;
+    struct ipc_hdr h; /* only engine messages wait for their RECV: not pin traffic */
+    if (recv(c->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof(h) ||
+        h.type != IPC_MSG_REQ)
+        return false;
+    struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
+    while (c->waiters == 0 && c->served == served && !c->failed && xfer_mono_ns() < until)
+        if (pthread_cond_timedwait(&c->rx_cv, &c->rx_mu, &ts) == ETIMEDOUT)
+            break;
+    c->skipped |= c->waiters > 0; /* it reads what woke us */
+    return c->waiters > 0 || c->served != served || c->failed;
 }
 
 int ipc_rx_serve_step(struct serve_conn *c, int timeout_ms)
@@ -149,25 +144,13 @@ int ipc_rx_serve_step(struct serve_conn *c, int timeout_ms)
     pthread_mutex_lock(&c->rx_mu);
     uint64_t served = c->served; /* unchanged after the wait: nobody read what woke us */
     pthread_mutex_unlock(&c->rx_mu);
-    struct epoll_event ev[2];
-    int n = epoll_wait(c->ep, ev, 2, timeout_ms);
+    struct epoll_event ev;
+    int n = epoll_wait(c->ep, &ev, 1, timeout_ms);
     if (n < 0 && errno != EINTR)
         return -XFER_EIO;
-    uint32_t sock = 0; /* the socket's events, 0: not reported */
-    bool timer = false;
-    for (int i = 0; i < n; i++) {
-        if (ev[i].data.u32 == EV_TIMER)
-            timer = true;
-        else
-            sock = ev[i].events;
-    }
-    uint64_t ticks;
-    if (timer && read(c->tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
-        xfer_debug("ipc: linger timer read: %s", strerror(errno));
+    uint32_t sock = n > 0 ? ev.events : 0;
     int rc = 0;
     pthread_mutex_lock(&c->rx_mu);
-    if (timer)
-        linger_over(c);
     if (c->waiters > 0 && !(sock & (EPOLLHUP | EPOLLERR))) {
         /* Woken by data a waiter now polls for (it came before the waiter
          * turned EPOLLIN off): it is the waiter's, and the last waiter
@@ -186,8 +169,9 @@ int ipc_rx_serve_step(struct serve_conn *c, int timeout_ms)
                 break;
         c->parked = false;
     } else if (sock && !c->failed &&
-               (((sock & EPOLLIN) && c->served == served) || readable_now(c->fd))) {
-        rc = ipc_serve_one(c); /* lingering too on a hang-up: EOF ends it */
+               (((sock & EPOLLIN) && c->served == served) || readable_now(c->fd)) &&
+               ((sock & (EPOLLHUP | EPOLLERR)) || !linger(c, served))) {
+        rc = ipc_serve_one(c);
     }
     if (rc == 0)
         rc = c->failed;
