@@ -33,9 +33,9 @@
  * microseconds later) reads it, matches it on arrival and answers
  * XFER_MSG_DELIVERED, as if the RECV had been posted ahead; the serving
  * thread then leaves it the socket. Otherwise the serving thread reads it:
- * a message nobody waits for is read at most linger_us late. Only engine
- * messages linger (the header is peeked): pin traffic (MAP, ACQ, REL) is
- * read at once. No timer, no
+ * a message nobody waits for is read at most linger_us late. Only an RTS
+ * lingers (the headers are peeked): a notification is queued without a
+ * FIN anyway, a FIN and pin traffic (MAP, ACQ, REL) are read at once. No timer, no
  * system call on the waiters' path: the serving thread's own wait is the
  * clock (a timerfd armed by each leaving waiter cost a timer reprogram per
  * message: +11 us per notification on the dev VM). A hang-up is read at
@@ -50,6 +50,7 @@
  */
 #include "ipc_serve.h"
 #include "mono_clock.h"
+#include "msg_wire.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -127,9 +128,14 @@ static bool linger(struct serve_conn *c, uint64_t served)
     int64_t until = c->left_ns + (int64_t)c->srv->linger_us * 1000;
     if (c->srv->linger_us <= 0 || !c->left_ns || xfer_mono_ns() >= until)
         return false;
-    struct ipc_hdr h; /* only engine messages wait for their RECV: not pin traffic */
-    if (recv(c->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof(h) ||
-        h.type != IPC_MSG_REQ)
+    /* Only an RTS waits for its RECV: a notification has its queue (no FIN
+     * either way), a FIN and pin traffic (MAP, ACQ, REL) are read at once. */
+    uint8_t head[sizeof(struct ipc_hdr) + 6]; /* + the frame's magic, version, kind */
+    struct ipc_hdr h;
+    if (recv(c->fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof(head))
+        return false;
+    memcpy(&h, head, sizeof(h));
+    if (h.type != IPC_MSG_REQ || head[sizeof(h) + 5] != XFER_MSG_RTS)
         return false;
     struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
     while (c->waiters == 0 && c->served == served && !c->failed && xfer_mono_ns() < until)
