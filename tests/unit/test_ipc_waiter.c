@@ -267,22 +267,23 @@ static void test_linger(void **state)
     unsetenv("XFER_IPC_LINGER_US");
 }
 
-struct note_job {
-    struct side *from;
-    int rc;
+struct any_job {
+    xfer_engine *e;
+    int ms;
 };
 
-static void *notify_main(void *arg)
+static void *wait_any_main(void *arg)
 {
-    struct note_job *j = arg;
-    j->rc = xfer_notify(j->from->e, j->from->p, "hi", 2, DEADLINE);
+    struct any_job *j = arg;
+    xfer_notif_wait(j->e, NULL, j->ms);
     return NULL;
 }
 
-/* xfer_notif_wait(e, NULL, ...) reads the connections of every peer:
- * with both of A's connections lingering (the serving threads would read
- * them only after LINGER_US) the notifications of B and C are read within
- * half of it. */
+/* xfer_notif_wait(e, NULL, ...) reads the connections of every peer: with
+ * an RTS lingering on two of A's connections (B's and C's, each raw; the
+ * serving threads would read them only after LINGER_US), a thread waiting
+ * for a notification from anyone reads both: each is answered (0, queued:
+ * no RECV) within half of it. */
 static void test_notif_wait_any(void **state)
 {
     (void)state;
@@ -292,34 +293,29 @@ static void test_notif_wait_any(void **state)
     side_new(&C, "ipcn-c");
     xfer_peer *ac;
     assert_int_equal(xfer_peer_add(A.e, &C.d, &ac), 0);
-    assert_int_equal(xfer_peer_add(C.e, &A.d, &C.p), 0);
-    assert_int_equal(xfer_peer_connect(C.p), 0);
     assert_int_equal(xfer_peer_connect(ac), 0);
+    int rb = raw_as(&A, &B), rc = raw_as(&A, &C);
+    send_bad(rb, GARBAGE_FRAME); /* answered: past HELLO, waiters may poll them */
+    send_bad(rc, GARBAGE_FRAME);
     uint64_t got;
     for (int round = 0; round < 3; round++) {
-        /* waiters on B's and C's connections leave: both linger */
+        uint64_t tag = 70 + (uint64_t)round;
+        /* waiters on B's and C's connections leave: an RTS now lingers */
         assert_int_equal(xfer_recv(A.e, A.r, 0, 64, A.p, 1, &got, 30), -XFER_ETIMEDOUT);
         assert_int_equal(xfer_recv(A.e, A.r, 0, 64, ac, 1, &got, 30), -XFER_ETIMEDOUT);
-        struct note_job jb = {&B, 1}, jc = {&C, 1};
-        pthread_t tb, tc;
-        pthread_create(&tb, NULL, notify_main, &jb);
-        pthread_create(&tc, NULL, notify_main, &jc);
-        int seen_b = 0, seen_c = 0;
-        while (seen_b + seen_c < 2 && xfer_notif_wait(A.e, NULL, LINGER_US / 2000) > 0) {
-            struct xfer_notif *n;
-            while (xfer_notif_poll(A.e, &n, 1) == 1) {
-                seen_b += !strcmp(n->node_id, "ipcn-b");
-                seen_c += !strcmp(n->node_id, "ipcn-c");
-                xfer_notif_free(n);
-            }
-        }
-        assert_int_equal(seen_b, 1);
-        assert_int_equal(seen_c, 1);
-        pthread_join(tb, NULL);
-        pthread_join(tc, NULL);
-        assert_int_equal(jb.rc, 0);
-        assert_int_equal(jc.rc, 0);
+        struct any_job j = {A.e, LINGER_US / 1000 / 2 + 100};
+        pthread_t th;
+        pthread_create(&th, NULL, wait_any_main, &j);
+        rts_send(rb, &B, tag);
+        rts_send(rc, &C, tag);
+        assert_int_equal(answer_within(rb, LINGER_US / 2000), 0);
+        assert_int_equal(answer_within(rc, LINGER_US / 2000), 0);
+        pthread_join(th, NULL);
+        assert_int_equal(xfer_recv(A.e, A.r, 0, 64, A.p, tag, &got, DEADLINE), 0);
+        assert_int_equal(xfer_recv(A.e, A.r, 0, 64, ac, tag, &got, DEADLINE), 0);
     }
+    close(rb);
+    close(rc);
     xfer_engine_free(A.e);
     xfer_engine_free(B.e);
     xfer_engine_free(C.e);
