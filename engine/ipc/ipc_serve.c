@@ -416,6 +416,16 @@ static void *conn_main(void *arg)
         rc = ipc_rx_serve_step(c, 500);
     }
     ipc_rx_close(c, rc); /* no waiter reads it from now on */
+    pthread_mutex_lock(&s->mu);
+    bool stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    /* This engine stops: after the last answer (a waiter may be sending
+     * one: rx_mu), tell the peer the close is orderly (IPC_BYE), so that it
+     * does not report a lost connection. */
+    pthread_mutex_lock(&c->rx_mu);
+    if (stopping && c->peer_node[0] && ipc_send(c->fd, IPC_BYE, 0, NULL, 0, -1, 100) < 0)
+        xfer_debug("ipc: no BYE to %s", c->peer_node);
+    pthread_mutex_unlock(&c->rx_mu);
     /* Loans go before pins: a peer still copying directly must be done. */
     if (c->loans_up)
         ipc_loans_withdraw_all(&c->loans);
@@ -431,9 +441,9 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
+/* c's thread ended (joined): frees c. */
 static void conn_free(struct serve_conn *c)
 {
-    pthread_join(c->thread, NULL);
     while (__atomic_load_n(&c->pins, __ATOMIC_ACQUIRE) > 0) {
         /* a waiter still holds it: its poll ends within its slice (the
          * socket is shut down), then it finds the connection over */
@@ -451,18 +461,26 @@ static void conn_free(struct serve_conn *c)
     free(c);
 }
 
-/* The server stops: tells the peer this close is orderly (IPC_BYE, behind
- * the answers already sent), so that it does not report a lost connection.
- * Skipped when a request is being served (its reading may take up to
- * io_timeout_ms): the close is then reported as a loss, rightly so for
- * that request. */
-static void say_bye(struct serve_conn *c)
+/* How long a closing engine lets a serving thread finish the request it
+ * already read (its answer included) before its socket is cut for writing
+ * too: a sender whose notification was queued here learns so even when
+ * this engine closes at once on reading it (docs/notify.md, "Closing right
+ * after a notification"). Only a peer that reads nothing makes a close
+ * wait this long. */
+#define STOP_ANSWER_GRACE_MS 1000
+
+/* Joins c's thread; with until (a closing engine), the thread may answer
+ * until then (its socket shut down for reading: a thread waiting for a
+ * request wakes, one answering still sends), then its socket is shut down
+ * for writing too (wakes a thread blocked sending to a peer that does not
+ * read). */
+static void conn_join(struct serve_conn *c, const struct timespec *until)
 {
-    if (pthread_mutex_trylock(&c->rx_mu) != 0)
+    if (until && pthread_clockjoin_np(c->thread, NULL, CLOCK_MONOTONIC, until) == 0)
         return;
-    if (!c->failed && c->peer_node[0] && ipc_send(c->fd, IPC_BYE, 0, NULL, 0, -1, 100) == 0)
-        c->failed = -XFER_ECONN; /* nobody reads it from now on */
-    pthread_mutex_unlock(&c->rx_mu);
+    if (until)
+        shutdown(c->fd, SHUT_RDWR);
+    pthread_join(c->thread, NULL);
 }
 
 /* Joins finished connection threads; with all, stops and joins every one. */
@@ -476,18 +494,18 @@ static void reap_conns(struct ipc_server *s, bool all)
             *pp = c->next;
             c->next = gone;
             gone = c;
+            if (all) /* wakes a thread waiting for a request (conn_join) */
+                shutdown(c->fd, SHUT_RD);
         } else {
             pp = &c->next;
         }
     }
     pthread_mutex_unlock(&s->mu);
-    for (struct serve_conn *c = gone; all && c; c = c->next) {
-        say_bye(c);
-        shutdown(c->fd, SHUT_RDWR); /* wakes a thread blocked in I/O */
-    }
+    struct timespec until = xfer_mono_after_ms(STOP_ANSWER_GRACE_MS);
     while (gone) {
         struct serve_conn *c = gone;
         gone = c->next;
+        conn_join(c, all ? &until : NULL);
         conn_free(c);
     }
 }

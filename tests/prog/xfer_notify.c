@@ -20,6 +20,10 @@
  *   xfer_notify storm --peer FILE --count N --ready FILE
  *       notifications racing a reconnect (see run_storm).
  *   xfer_notify cancel --peer FILE    cancel of a batch with a notification
+ *   xfer_notify closer --out FILE --node ID --ready FILE   (LD_PRELOAD=libslowsend.so)
+ *   xfer_notify bye --peer FILE --ready FILE
+ *       a receiver that frees its engine as soon as "BYE" is queued, with
+ *       its answer delayed; the sender's BYE must still be answered 0.
  *   xfer_notify wire --peer FILE
  *       raw tcp frames after a real handshake: oversized, truncated and
  *       inconsistent message frames; the node answers or cuts, keeps serving
@@ -27,6 +31,7 @@
  */
 #include "node_common.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
@@ -560,6 +565,73 @@ static int run_storm(const struct opts *o)
     return other == 0 && acked > 0 && lost > 0 ? 0 : 1;
 }
 
+/* ---- closing right after a notification -------------------------------------- */
+
+#define CLOSER_SLOW_MS 300 /* each sendmsg of the closer, from "ARM" on */
+
+/* A receiver that frees its engine the moment "BYE" is queued, while the
+ * answer to it is still on its way: libslowsend (LD_PRELOAD) delays this
+ * process's sendmsg from "ARM" on. The sender must still learn that BYE
+ * was queued (docs/notify.md, "Closing right after a notification"). */
+static int run_closer(const struct opts *o)
+{
+    void (*arm)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "xfer_slowsend_arm");
+    if (!arm)
+        FAIL("closer: run with LD_PRELOAD=libslowsend.so");
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = o->node;
+    cfg.transports = node_transports();
+    int rc;
+    xfer_engine *e = xfer_engine_new(&cfg, &rc);
+    xfer_region *buf;
+    if (!e)
+        FAIL("engine: %s", xfer_strerror(rc));
+    if (xfer_region_alloc(e, "buf", 1 << 20, XFER_ACCESS_RW, &buf) < 0 ||
+        node_file_write(e, o->out) < 0)
+        FAIL("setup: %s", xfer_engine_last_error(e));
+    struct pollfd p = {.fd = xfer_notif_fd(e), .events = POLLIN};
+    for (double until = now_s() + 60; now_s() < until;) {
+        struct xfer_notif *n;
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        while (xfer_notif_poll(e, &n, 1) == 1) {
+            bool bye = !strcmp((char *)n->data, "BYE");
+            if (!strcmp((char *)n->data, "ARM")) {
+                arm(CLOSER_SLOW_MS);
+                touch(o->ready, ""); /* the sender may send BYE now */
+            }
+            xfer_notif_free(n);
+            if (bye) {
+                double t0 = now_s();
+                xfer_engine_free(e);
+                printf("closer: BYE queued, engine freed in %.0f ms\n", (now_s() - t0) * 1e3);
+                return 0;
+            }
+        }
+    }
+    FAIL("closer: no BYE within 60 s");
+}
+
+/* The closer's sender: "ARM", then (once the closer armed its delay)
+ * "BYE", each answered 0 (queued). */
+static int run_bye(const struct opts *o)
+{
+    struct node_file nf;
+    struct sender s = {0};
+    if (sender_open(o, &s, &nf) < 0)
+        FAIL("sender setup");
+    int rc = xfer_notify(s.e, s.p, "ARM", 3, 10000);
+    if (rc == 0 && !wait_file(o->ready, 30))
+        FAIL("bye: the closer did not arm within 30 s");
+    if (rc == 0)
+        rc = xfer_notify(s.e, s.p, "BYE", 3, 10000);
+    printf("bye: ARM, BYE -> %s%s%s\n", xfer_strerror(rc), rc ? ": " : "",
+           rc ? xfer_engine_last_error(s.e) : "");
+    xfer_engine_free(s.e);
+    return rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {.node = "notify-target", .mb = 64, .batches = 1000, .sockets = 4};
@@ -570,7 +642,7 @@ int main(int argc, char **argv)
         {"depth", 1, 0, 'd'}, {"sockets", 1, 0, 's'}, {"count", 1, 0, 'c'}, {"seed", 1, 0, 'x'},
         {0, 0, 0, 0}};
     if (argc < 2) {
-        fprintf(stderr, "usage: xfer_notify serve|order|failed|flood|wire [options]\n");
+        fprintf(stderr, "usage: xfer_notify COMMAND [options] (commands: see xfer_notify.c)\n");
         return 2;
     }
     o.cmd = argv[1];
@@ -619,6 +691,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(o.cmd, "serve") && o.out)
         return run_serve(&o);
+    if (!strcmp(o.cmd, "closer") && o.out && o.ready)
+        return run_closer(&o);
     if (!o.peer) {
         fprintf(stderr, "--peer FILE required\n");
         return 2;
@@ -635,6 +709,8 @@ int main(int argc, char **argv)
         return run_storm(&o);
     if (!strcmp(o.cmd, "cancel"))
         return run_cancel(&o);
+    if (!strcmp(o.cmd, "bye") && o.ready)
+        return run_bye(&o);
     fprintf(stderr, "unknown command %s\n", o.cmd);
     return 2;
 }
