@@ -195,9 +195,14 @@ struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_m
     bool busy;              /* the thread works outside mu */
     uint64_t rounds;        /* works finished */
     pthread_cond_t done_cv; /* a work finished (msg_peer_gone waits) */
+    /* inflight and direct change without mu (atomic, sequentially consistent):
+     * three lock rounds per message were ~150 instructions; whoever waits
+     * for them to reach 0 counts itself in waiters under mu, and the one
+     * that brings a counter to 0 takes mu and broadcasts only then. */
     size_t inflight;        /* queued or handed to a transport, not done yet */
     pthread_cond_t idle_cv; /* inflight reached 0 (msg_thread_stop drains) */
     size_t direct;          /* kept by direct sections, not delivered yet */
+    int waiters;            /* threads waiting on idle_cv or done_cv for those */
     bool behind; /* notifications may go behind their data (XFER_NOTIFY_BEHIND=0: never) */
 };
 int msg_thread_start(xfer_engine *e);

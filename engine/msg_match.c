@@ -331,7 +331,9 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
     struct mm_rts *x = rts_new(eager);
     if (!x)
         return -XFER_ENOMEM;
-    *x = (struct mm_rts){NULL, NULL, *r};
+    x->next = NULL;
+    x->from = NULL;
+    memcpy(&x->r, r, sizeof(*r)); /* (a compound literal copied it word by word, twice) */
     if (r->eager) {
         memcpy(x + 1, r->eager, eager);
         x->r.eager = (const uint8_t *)(x + 1);

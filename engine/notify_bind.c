@@ -66,6 +66,8 @@ int notes_bind(struct batch_notes *ns, xfer_peer *p, const void *msg, size_t len
 
 void notes_free(struct batch_notes *ns)
 {
+    if (!ns->v) /* none bound (every message and most batches) */
+        return;
     for (size_t k = 0; k < ns->n; k++) {
         free(ns->v[k].msg);
         free(ns->v[k].failed);
