@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define KBULK_STAGES 3
-#define KBULK_SUB 16384 /* 3 x 16 KiB = 48 KiB of shared memory per block */
+#define KBULK_SUB    16384 /* 3 x 16 KiB = 48 KiB of shared memory per block */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KBULK_OK 1
@@ -35,17 +35,39 @@ __device__ __forceinline__ void mbar_init_fence(void)
 #endif
 }
 
-__device__ __forceinline__ void bulk_load(void *sdst, const void *gsrc, uint32_t bytes, uint64_t *bar)
+/* An L2 policy that evicts first what it tags: a copy's bytes are used
+ * once, and the data copied stays out of the way of the rest. */
+__device__ __forceinline__ uint64_t l2_evict_first(void)
+{
+    uint64_t pol = 0;
+#if KBULK_OK
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+    return pol;
+}
+
+/* H: with the L2 policy pol (bulk_pipeline<true>), else without. */
+template <bool H>
+__device__ __forceinline__ void bulk_load(void *sdst, const void *gsrc, uint32_t bytes,
+                                          uint64_t *bar, uint64_t pol)
 {
 #if KBULK_OK
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
                  "r"(bytes)
                  : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"(smem_addr(sdst)),
-                 "l"(gsrc), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
+    if (H)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_"
+                     "hint [%0], [%1], %2, [%3], %4;" ::"r"(smem_addr(sdst)),
+                     "l"(gsrc), "r"(bytes), "r"(smem_addr(bar)), "l"(pol)
+                     : "memory");
+    else
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+            "%2, [%3];" ::"r"(smem_addr(sdst)),
+            "l"(gsrc), "r"(bytes), "r"(smem_addr(bar))
+            : "memory");
 #else
+    (void)pol;
     __trap();
 #endif
 }
@@ -63,13 +85,24 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 #endif
 }
 
-__device__ __forceinline__ void bulk_store(void *gdst, const void *ssrc, uint32_t bytes)
+template <bool H>
+__device__ __forceinline__ void bulk_store(void *gdst, const void *ssrc, uint32_t bytes,
+                                           uint64_t pol)
 {
 #if KBULK_OK
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst),
-                 "r"(smem_addr(ssrc)), "r"(bytes)
-                 : "memory");
+    if (H)
+        asm volatile(
+            "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(
+                gdst),
+            "r"(smem_addr(ssrc)), "r"(bytes), "l"(pol)
+            : "memory");
+    else
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst),
+                     "r"(smem_addr(ssrc)), "r"(bytes)
+                     : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#else
+    (void)pol;
 #endif
 }
 
@@ -105,10 +138,11 @@ __device__ __forceinline__ bool bulk_body(const char *dst, uint32_t len, uint32_
 /* One thread moves the aligned bodies of every piece that walker w yields
  * (pieces with relatively misaligned src/dst are skipped: the fringe threads
  * copy those whole). stage: KBULK_STAGES * KBULK_SUB bytes of shared memory,
- * bar: KBULK_STAGES initialised mbarriers. */
-template <class W>
-__device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
+ * bar: KBULK_STAGES initialised mbarriers. H: loads and stores tagged
+ * evict-first in L2. */
+template <bool H, class W> __device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
 {
+    const uint64_t pol = H ? l2_evict_first() : 0;
     char *q_dst[KBULK_STAGES];
     uint32_t q_len[KBULK_STAGES];
     uint32_t parity = 0; /* bit s: parity of stage s's next completion */
@@ -137,7 +171,7 @@ __device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
             for (int i = 0; i < KBULK_STAGES; i++)
                 if (i == (int)s)
                     q_dst[i] = p.dst + head + off, q_len[i] = n;
-            bulk_load(stage + s * KBULK_SUB, p.src + head + off, n, &bar[s]);
+            bulk_load<H>(stage + s * KBULK_SUB, p.src + head + off, n, &bar[s], pol);
             off += n;
             issued++;
         }
@@ -152,7 +186,7 @@ __device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
         for (int i = 1; i < KBULK_STAGES; i++)
             if (i == (int)s)
                 d = q_dst[i], n = q_len[i];
-        bulk_store(d, stage + s * KBULK_SUB, n);
+        bulk_store<H>(d, stage + s * KBULK_SUB, n, pol);
         stored++;
     }
     bulk_wait_all();

@@ -28,10 +28,20 @@ struct dgpu_item {
     uint64_t bytes;
 };
 
+/* A launch's times (XFER_DGPU_TRACE=1; CLOCK_MONOTONIC ns): the post
+ * entered, the launch began and returned, the poller saw its end and had
+ * reported it; gpu_us: on the GPU (XFER_KBATCH_TRACE=1, else -1). */
+struct dgpu_tr {
+    uint64_t post, go, launched, seen, reported;
+    double gpu_us;
+    size_t n;
+};
+
 /* One launch: its ticket and what its completion reports. */
 struct dgpu_launch {
     struct ipc_ctl_slot *ctl;
     int ticket;
+    struct dgpu_tr tr;
     struct dgpu_launch *next;
     size_t n;
     struct dgpu_item it[];
@@ -52,6 +62,54 @@ struct ipc_dgpu {
  * 1 us, else every nap lasts 50 us more (the default slack). */
 #define DGPU_NAP_NS 2000
 
+/* XFER_DGPU_NAP_NS: the nap (0: no nap, a query after every few pauses);
+ * XFER_DGPU_TRACE=1: the launches' times on stderr at exit (docs/gpu.md). */
+static long dgpu_nap_ns = -1;
+static int dgpu_tracing;
+#define DGPU_TR_MAX 4096
+static struct dgpu_tr dgpu_trs[DGPU_TR_MAX];
+static unsigned dgpu_ntr;
+
+static uint64_t dgpu_ns(void)
+{
+    return dgpu_tracing ? xfer_mono_ns() : 0;
+}
+
+static void dgpu_trace_dump(void)
+{
+    unsigned n = __atomic_load_n(&dgpu_ntr, __ATOMIC_ACQUIRE);
+    n = n < DGPU_TR_MAX ? n : DGPU_TR_MAX;
+    for (unsigned i = 0; i < n; i++) {
+        const struct dgpu_tr *t = &dgpu_trs[i];
+        fprintf(stderr, "dgpu-trace %llu %llu %llu %llu %llu %.1f %zu\n",
+                (unsigned long long)t->post, (unsigned long long)t->go,
+                (unsigned long long)t->launched, (unsigned long long)t->seen,
+                (unsigned long long)t->reported, t->gpu_us, t->n);
+    }
+}
+
+static void dgpu_env(void)
+{
+    if (__atomic_load_n(&dgpu_nap_ns, __ATOMIC_ACQUIRE) >= 0)
+        return;
+    const char *e = getenv("XFER_DGPU_TRACE"), *nap = getenv("XFER_DGPU_NAP_NS");
+    dgpu_tracing = e && *e == '1';
+    if (dgpu_tracing)
+        atexit(dgpu_trace_dump);
+    long v = nap ? atol(nap) : DGPU_NAP_NS;
+    __atomic_store_n(&dgpu_nap_ns, v >= 0 && v < 1000000 ? v : DGPU_NAP_NS, __ATOMIC_RELEASE);
+}
+
+static void dgpu_trace_end(struct dgpu_launch *L)
+{
+    if (!dgpu_tracing)
+        return;
+    L->tr.reported = xfer_mono_ns();
+    unsigned i = __atomic_fetch_add(&dgpu_ntr, 1, __ATOMIC_ACQ_REL);
+    if (i < DGPU_TR_MAX)
+        dgpu_trs[i] = L->tr;
+}
+
 /* After the kernel (status: the launch's outcome): drops the pins, ends the
  * local I/O and reports; the entry's user goes last (the table frees an
  * entry, and unmaps the control page, only once it has none). */
@@ -65,7 +123,26 @@ static void dgpu_done(struct dgpu_launch *L, int status, const char *why)
         xfer_batch_put(x->b);
         __atomic_sub_fetch(&x->d->users, 1, __ATOMIC_ACQ_REL);
     }
+    dgpu_trace_end(L);
     free(L);
+}
+
+/* Between two queries of a launch in flight: a nap, or a few pauses. */
+static void dgpu_nap(void)
+{
+    long ns = __atomic_load_n(&dgpu_nap_ns, __ATOMIC_RELAXED);
+    if (ns > 0) {
+        struct timespec nap = {0, ns};
+        nanosleep(&nap, NULL);
+        return;
+    }
+    for (int k = 0; k < 32; k++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ volatile("yield");
+#endif
+    }
 }
 
 static void *dgpu_poller(void *arg)
@@ -84,10 +161,13 @@ static void *dgpu_poller(void *arg)
         int rc = xfer_kbatch_poll(g->kb, L->ticket);
         if (rc == -XFER_EINPROGRESS) {
             pthread_mutex_unlock(&c->dkb_mu);
-            struct timespec nap = {0, DGPU_NAP_NS};
-            nanosleep(&nap, NULL);
+            dgpu_nap();
             pthread_mutex_lock(&c->dkb_mu);
             continue;
+        }
+        if (dgpu_tracing) {
+            L->tr.seen = xfer_mono_ns();
+            L->tr.gpu_us = xfer_kbatch_gpu_us(g->kb, L->ticket);
         }
         snprintf(why, sizeof(why), "batched GPU copy (GPU loan): %s",
                  xfer_kbatch_last_error(g->kb));
@@ -107,6 +187,7 @@ static struct ipc_dgpu *dgpu_get(struct ipc_conn *c)
 {
     if (c->dgpu)
         return c->dgpu;
+    dgpu_env();
     struct ipc_dgpu *g = calloc(1, sizeof(*g));
     if (!g || xfer_kbatch_new(&g->kb) < 0) {
         free(g);
@@ -208,13 +289,14 @@ size_t ipc_dgpu_post(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struc
                      size_t n, size_t *back)
 {
     size_t nb = 0;
+    uint64_t t_post = dgpu_ns();
     struct dgpu_launch *L = malloc(sizeof(*L) + n * sizeof(L->it[0]));
     struct xfer_block_run *runs = malloc(n * sizeof(*runs));
     const uint64_t *ids = NULL;
     uint64_t top = 0;
     int pair[2] = {-1, -1}; /* the launch's GPU (the owner memory's) and ours */
     if (L)
-        *L = (struct dgpu_launch){.ctl = c->direct.ctl, .ticket = -1, .next = NULL, .n = 0};
+        *L = (struct dgpu_launch){.ctl = c->direct.ctl, .ticket = -1, .tr.post = t_post};
     for (size_t k = 0; k < n; k++) {
         int rc = L && runs ? dgpu_take(&c->direct, b, idx[k], d[k], L, runs, pair, &ids, &top) : 1;
         if (rc == 1) {
@@ -232,8 +314,11 @@ size_t ipc_dgpu_post(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struc
     size_t taken = L->n;
     pthread_mutex_lock(&c->dkb_mu);
     struct ipc_dgpu *g = dgpu_get(c);
+    L->tr.go = dgpu_ns();
     int t = g ? xfer_kbatch_start_blocks(g->kb, pair[0], mask, runs, L->n) : -XFER_ENOMEM;
     if (t >= 0) {
+        L->tr.launched = dgpu_ns();
+        L->tr.n = L->n;
         L->ticket = t;
         if (g->tail)
             g->tail->next = L;

@@ -186,11 +186,14 @@ static bool tune_round(unsigned r)
         unsigned threads;
         int variant;
         bool aligned;
-    } t[] = {{0, 0, 0, 0},     {16, 32, 1, 0},     {4096, 512, 2, 0},
-             {48, 96, 3, 0},   {65536, 256, 4, 0}, {0, 128, 5, 1},
-             {4096, 64, 5, 1}, {1008, 64, 5, 1},   {0, 0, 0, 1}};
+    } t[] = {{0, 0, 0, 0},       {16, 32, 1, 0},   {4096, 512, 2, 0}, {48, 96, 3, 0},
+             {65536, 256, 4, 0}, {0, 128, 5, 1},   {4096, 64, 5, 1},  {1008, 64, 5, 1},
+             {0, 0, 0, 1},       {4096, 64, 6, 1}, {0, 0, 7, 1},      {1008, 128, 8, 1},
+             {0, 0, 6, 1}};
     unsigned i = r % (sizeof(t) / sizeof(t[0]));
     xfer_kernels_tune(t[i].chunk, t[i].threads, t[i].variant);
+    /* the runs in the launch's parameters, or uploaded (both ways) */
+    xfer_kernels_tune_upload((int)(r / 2 % 3));
     return t[i].aligned;
 }
 
@@ -250,6 +253,7 @@ static void run_pair(int a, int b, int on, unsigned rounds)
         gpu_round(st, r % 4 == 3 ? kb : NULL, stream, on, &A, &B, aligned, what);
     }
     xfer_kernels_tune(0, 0, 0);
+    xfer_kernels_tune_upload(0);
     struct xfer_block_run bad = {0};
     EXPECT(xfer_kernels_block_runs(st, &bad, 1, stream) == -XFER_EINVAL, "a NULL run launched");
     EXPECT(xfer_kernels_block_runs(st, NULL, 0, stream) == 0, "no runs: a no-op");
