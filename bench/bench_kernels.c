@@ -252,8 +252,7 @@ static const struct shape {
     {131072, 64, 5},  {262144, 128, 5}, {65536, 128, 5},  {65536, 512, 2},
 };
 #define NSWEEP (sizeof(sweep) / sizeof(sweep[0]))
-static const char *const variant_names[] = {"auto", "vec4",  "vec8",  "vec4s", "vec8s",
-                                            "bulk", "bulkp", "bulkh", "bulkph"};
+static const char *const variant_names[] = {"auto", "vec4", "vec8", "vec4s", "vec8s", "bulk"};
 
 static void shape_name(char *buf, size_t len, const struct shape *sh)
 {
@@ -276,7 +275,7 @@ static void sweep_run(const char *path, const struct shape *sw, size_t n, op_fn 
     size_t best_i = 0;
     char name[48];
     for (size_t v = 0; v < n; v++) {
-        if (sw[v].variant >= 5 && skip_bulk)
+        if (sw[v].variant == 5 && skip_bulk)
             continue;
         xfer_kernels_tune(sw[v].chunk, sw[v].threads, sw[v].variant);
         struct gbs g = time_op(fn, o);
@@ -401,9 +400,7 @@ static const struct shape br_sweep[] = {
     {0, 0, 0},        {0, 0, 1},         {0, 0, 2},        {0, 0, 5},        {131072, 64, 5},
     {262144, 64, 5},  {524288, 64, 5},   {262144, 128, 5}, {65536, 128, 5},  {131072, 256, 1},
     {262144, 256, 1}, {262144, 512, 1},  {131072, 256, 2}, {262144, 256, 2}, {262144, 256, 4},
-    {1048576, 64, 5}, {1048576, 256, 1}, {0, 0, 6},        {16384, 64, 6},   {32768, 64, 6},
-    {131072, 64, 6},  {65536, 128, 6},   {0, 0, 7},        {0, 0, 8},        {16384, 64, 8},
-    {32768, 64, 8},
+    {1048576, 64, 5}, {1048576, 256, 1},
 };
 
 /* The KV pool request of issue 16 as block runs, one GPU or src -> dst. */

@@ -35,39 +35,18 @@ __device__ __forceinline__ void mbar_init_fence(void)
 #endif
 }
 
-/* An L2 policy that evicts first what it tags: a copy's bytes are used
- * once, and the data copied stays out of the way of the rest. */
-__device__ __forceinline__ uint64_t l2_evict_first(void)
-{
-    uint64_t pol = 0;
-#if KBULK_OK
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-#endif
-    return pol;
-}
-
-/* H: with the L2 policy pol (bulk_pipeline<true>), else without. */
-template <bool H>
 __device__ __forceinline__ void bulk_load(void *sdst, const void *gsrc, uint32_t bytes,
-                                          uint64_t *bar, uint64_t pol)
+                                          uint64_t *bar)
 {
 #if KBULK_OK
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
                  "r"(bytes)
                  : "memory");
-    if (H)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_"
-                     "hint [%0], [%1], %2, [%3], %4;" ::"r"(smem_addr(sdst)),
-                     "l"(gsrc), "r"(bytes), "r"(smem_addr(bar)), "l"(pol)
-                     : "memory");
-    else
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-            "%2, [%3];" ::"r"(smem_addr(sdst)),
-            "l"(gsrc), "r"(bytes), "r"(smem_addr(bar))
-            : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(smem_addr(sdst)),
+                 "l"(gsrc), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
 #else
-    (void)pol;
     __trap();
 #endif
 }
@@ -85,24 +64,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 #endif
 }
 
-template <bool H>
-__device__ __forceinline__ void bulk_store(void *gdst, const void *ssrc, uint32_t bytes,
-                                           uint64_t pol)
+__device__ __forceinline__ void bulk_store(void *gdst, const void *ssrc, uint32_t bytes)
 {
 #if KBULK_OK
-    if (H)
-        asm volatile(
-            "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(
-                gdst),
-            "r"(smem_addr(ssrc)), "r"(bytes), "l"(pol)
-            : "memory");
-    else
-        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst),
-                     "r"(smem_addr(ssrc)), "r"(bytes)
-                     : "memory");
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst),
+                 "r"(smem_addr(ssrc)), "r"(bytes)
+                 : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-#else
-    (void)pol;
 #endif
 }
 
@@ -138,11 +106,9 @@ __device__ __forceinline__ bool bulk_body(const char *dst, uint32_t len, uint32_
 /* One thread moves the aligned bodies of every piece that walker w yields
  * (pieces with relatively misaligned src/dst are skipped: the fringe threads
  * copy those whole). stage: KBULK_STAGES * KBULK_SUB bytes of shared memory,
- * bar: KBULK_STAGES initialised mbarriers. H: loads and stores tagged
- * evict-first in L2. */
-template <bool H, class W> __device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
+ * bar: KBULK_STAGES initialised mbarriers. */
+template <class W> __device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
 {
-    const uint64_t pol = H ? l2_evict_first() : 0;
     char *q_dst[KBULK_STAGES];
     uint32_t q_len[KBULK_STAGES];
     uint32_t parity = 0; /* bit s: parity of stage s's next completion */
@@ -171,7 +137,7 @@ template <bool H, class W> __device__ void bulk_pipeline(W w, char *stage, uint6
             for (int i = 0; i < KBULK_STAGES; i++)
                 if (i == (int)s)
                     q_dst[i] = p.dst + head + off, q_len[i] = n;
-            bulk_load<H>(stage + s * KBULK_SUB, p.src + head + off, n, &bar[s], pol);
+            bulk_load(stage + s * KBULK_SUB, p.src + head + off, n, &bar[s]);
             off += n;
             issued++;
         }
@@ -186,7 +152,7 @@ template <bool H, class W> __device__ void bulk_pipeline(W w, char *stage, uint6
         for (int i = 1; i < KBULK_STAGES; i++)
             if (i == (int)s)
                 d = q_dst[i], n = q_len[i];
-        bulk_store<H>(d, stage + s * KBULK_SUB, n, pol);
+        bulk_store(d, stage + s * KBULK_SUB, n);
         stored++;
     }
     bulk_wait_all();

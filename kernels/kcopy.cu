@@ -181,10 +181,10 @@ struct block_walk {
     const uint64_t *start;
     const char *rebase; /* added to a run's array fields (param launches: offsets) */
     uint32_t r, nr;
-    uint64_t pos, hi, end;          /* end: start[r + 1] */
-    uint64_t st, i, off;            /* stream, id, offset of pos in its segment */
-    uint64_t ia, ib;                /* ids[i] of each side, loaded ahead */
-    uint64_t c, grid, chunk, total; /* grid-stride walks (grid > 0): chunk c, then c + grid... */
+    uint64_t pos, hi, end; /* end: start[r + 1] */
+    uint64_t st, i, off;   /* stream, id, offset of pos in its segment */
+    uint64_t ia, ib;       /* ids[i] of each side, loaded ahead */
+    uint64_t total;
     kbrun R;
     const char *ab, *bb; /* R.a + a_base[st], R.b + b_base[st] */
     __device__ void seek()
@@ -225,25 +225,9 @@ struct block_walk {
         r = lo;
         seek();
     }
-    /* The next chunk of a grid-stride walk (false: none left). */
-    __device__ bool stride()
-    {
-        c += grid;
-        if (!grid || c * chunk >= total)
-            return false;
-        pos = c * chunk;
-        hi = min(pos + chunk, total);
-        if (pos >= end) { /* forward: a later run (none empty) */
-            do
-                r++;
-            while (start[r + 1] <= pos);
-        }
-        seek();
-        return true;
-    }
     __device__ bool next(kpiece &p)
     {
-        if (pos >= hi && !stride())
+        if (pos >= hi)
             return false;
         if (pos >= end) { /* into the next run (empty ones: none, s0 < s1) */
             do
@@ -284,25 +268,14 @@ struct block_walk {
 #define KBULK_THREADS 64
 
 /* Variants (xfer_kernels_tune): 16-byte vector copy with U loads in flight
- * per thread, optionally with streaming cache hints; or the bulk engine:
- * plain, grid-stride (P: as many thread blocks as fit at once, each
- * walking chunks b, b + grid, ... with its pipeline kept full across
- * them; block runs only, the other kernels run it as plain bulk), with
- * evict-first L2 hints (H), or both. */
-enum {
-    KV_VEC4 = 1,
-    KV_VEC8,
-    KV_VEC4S,
-    KV_VEC8S,
-    KV_BULK,
-    KV_BULKP,
-    KV_BULKH,
-    KV_BULKPH,
-    KV_NVARIANTS
-};
-#define KBULKV(V)   ((V) >= KV_BULK)
-#define KHINT(V)    ((V) == KV_BULKH || (V) == KV_BULKPH)
-#define KPERSIST(V) ((V) == KV_BULKP || (V) == KV_BULKPH)
+ * per thread, optionally with streaming cache hints; or the bulk engine.
+ * Tried for the KV pool request and dropped (one H200, 2026-11-29,
+ * docs/kernels.md): a grid-stride bulk kernel (as many thread blocks as
+ * fit, each walking every grid-th chunk with its pipeline kept full) at
+ * 0.89-0.895 of one copy against 0.913 for this one, and evict-first L2
+ * hints on the bulk loads and stores (0.915: no change). */
+enum { KV_VEC4 = 1, KV_VEC8, KV_VEC4S, KV_VEC8S, KV_BULK, KV_NVARIANTS };
+#define KBULKV(V) ((V) == KV_BULK)
 
 /* 8 loads in flight need more than 64 registers per thread, and so does
  * the bulk pipeline's thread with the block walk (316 bytes of spills at
@@ -321,7 +294,7 @@ template <int V, class W> __device__ __forceinline__ void run_block(W w)
             for (int i = 0; i < KBULK_STAGES; i++)
                 mbar_init(&bar[i]);
             mbar_init_fence();
-            bulk_pipeline<KHINT(V)>(w, stage, bar);
+            bulk_pipeline(w, stage, bar);
         } else if (threadIdx.x >= 32) {
             kpiece p;
             while (w.next(p))
@@ -368,17 +341,14 @@ __global__ void __launch_bounds__(512, KMINBLOCKS(V))
     run_block<V>(w);
 }
 
-/* Block b copies bytes [b*chunk, (b+1)*chunk) of the runs' concatenation
- * (grid-stride variants: then those of chunks b + gridDim.x, ...). */
+/* Block b copies bytes [b*chunk, (b+1)*chunk) of the runs' concatenation. */
 template <int V>
 __device__ __forceinline__ void block_runs_body(const kbrun *runs, const uint64_t *start,
                                                 uint32_t nr, uint64_t total, uint64_t chunk,
                                                 const char *rebase)
 {
     block_walk w;
-    w.runs = runs, w.start = start, w.nr = nr, w.total = total, w.chunk = chunk;
-    w.rebase = rebase;
-    w.c = blockIdx.x, w.grid = KPERSIST(V) ? gridDim.x : 0;
+    w.runs = runs, w.start = start, w.nr = nr, w.total = total, w.rebase = rebase;
     w.pos = (uint64_t)blockIdx.x * chunk;
     w.hi = min(w.pos + chunk, total);
     if (w.pos >= w.hi)
@@ -539,12 +509,6 @@ template <class L> static cudaError_t kdispatch(uint64_t total, struct kgrid g, 
         return launch(std::integral_constant<int, KV_VEC8S>());
     case KV_BULK:
         return launch(std::integral_constant<int, KV_BULK>());
-    case KV_BULKP:
-        return launch(std::integral_constant<int, KV_BULKP>());
-    case KV_BULKH:
-        return launch(std::integral_constant<int, KV_BULKH>());
-    case KV_BULKPH:
-        return launch(std::integral_constant<int, KV_BULKPH>());
     default:
         return cudaErrorInvalidValue;
     }
@@ -578,42 +542,12 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
     });
 }
 
-/* Thread blocks of a block-runs launch: one per chunk, or for the
- * grid-stride variants as many as the device runs at once (fewer if there
- * are fewer chunks). occ: per device, threads << 8 | blocks per SM as last
- * asked (0: never asked; blocks 0: the answer failed). */
-template <int V, class K>
-static unsigned brun_blocks(K *kernel, int *smem_set, uint64_t total, struct kgrid g, int *occ)
-{
-    unsigned blocks = kgrid_blocks(total, g);
-    if (!KPERSIST(V))
-        return blocks;
-    int dev = 0, sms = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (dev < 0 || dev >= 64)
-        return blocks;
-    if (occ[dev] >> 8 != (int)g.threads) {
-        if (bulk_smem(kernel, smem_set) != cudaSuccess || /* the occupancy depends on it */
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, (int)g.threads, KBULK_SMEM) !=
-                cudaSuccess)
-            n = 0, (void)cudaGetLastError();
-        occ[dev] = (int)g.threads << 8 | (n > 255 ? 255 : n);
-    }
-    n = occ[dev] & 255;
-    unsigned fit = (unsigned)(sms > 0 ? sms : 1) * (unsigned)(n > 0 ? n : 1);
-    return blocks < fit ? blocks : fit;
-}
-
-static int blk_occ[KV_NVARIANTS][64], blkp_occ[KV_NVARIANTS][64]; /* per variant and device */
-
 cudaError_t klaunch_block_runs(const struct kbrun *runs, const uint64_t *start, uint32_t nr,
                                uint64_t total, struct kgrid g, cudaStream_t st)
 {
     return kdispatch(total, g, [&](auto v) {
         constexpr int V = decltype(v)::value;
-        unsigned blocks =
-            brun_blocks<V>(block_runs_kernel<V>, blk_smem_set[V], total, g, blk_occ[V]);
+        unsigned blocks = kgrid_blocks(total, g);
         return klaunch_one<V>(block_runs_kernel<V>, blk_smem_set[V], blocks, g, st, runs, start, nr,
                               total, g.chunk);
     });
@@ -623,8 +557,7 @@ cudaError_t klaunch_block_runs_param(const struct kparam_blob *p, struct kgrid g
 {
     return kdispatch(p->total, g, [&](auto v) {
         constexpr int V = decltype(v)::value;
-        unsigned blocks =
-            brun_blocks<V>(block_runs_param_kernel<V>, blkp_smem_set[V], p->total, g, blkp_occ[V]);
+        unsigned blocks = kgrid_blocks(p->total, g);
         return klaunch_one<V>(block_runs_param_kernel<V>, blkp_smem_set[V], blocks, g, st, *p);
     });
 }
@@ -659,17 +592,11 @@ extern "C" int xfer_kernels_preload(int device)
         [] { return kfunc_load(block_runs_kernel<KV_VEC4S>); },
         [] { return kfunc_load(block_runs_kernel<KV_VEC8S>); },
         [] { return kfunc_load(block_runs_kernel<KV_BULK>); },
-        [] { return kfunc_load(block_runs_kernel<KV_BULKP>); },
-        [] { return kfunc_load(block_runs_kernel<KV_BULKH>); },
-        [] { return kfunc_load(block_runs_kernel<KV_BULKPH>); },
         [] { return kfunc_load(block_runs_param_kernel<KV_VEC4>); },
         [] { return kfunc_load(block_runs_param_kernel<KV_VEC8>); },
         [] { return kfunc_load(block_runs_param_kernel<KV_VEC4S>); },
         [] { return kfunc_load(block_runs_param_kernel<KV_VEC8S>); },
         [] { return kfunc_load(block_runs_param_kernel<KV_BULK>); },
-        [] { return kfunc_load(block_runs_param_kernel<KV_BULKP>); },
-        [] { return kfunc_load(block_runs_param_kernel<KV_BULKH>); },
-        [] { return kfunc_load(block_runs_param_kernel<KV_BULKPH>); },
         kunpack_preload, /* tcpx's receive unpack (kunpack.cu) */
     };
     for (size_t i = 0; e == cudaSuccess && i < sizeof(loads) / sizeof(loads[0]); i++)

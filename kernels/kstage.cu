@@ -37,7 +37,8 @@ struct xfer_kstage {
     cudaStream_t up;
     unsigned next;
     struct kslot slot[KSTAGE_SLOTS];
-    bool no_param; /* the driver refused a parameter blob (brun_param) */
+    bool no_param;          /* the driver refused a parameter blob (brun_param) */
+    struct kparam_blob *pb; /* brun_param's, made on first use */
     char err[256];
 };
 
@@ -147,6 +148,7 @@ extern "C" void xfer_kstage_free(struct xfer_kstage *s)
     }
     if (s->up)
         cudaStreamDestroy(s->up);
+    free(s->pb);
     free(s);
 }
 
@@ -416,7 +418,7 @@ static void brun_fill(const struct xfer_block_run *r, size_t nr, void *host, con
 {
     struct kbrun *run = (struct kbrun *)host;
     uint64_t *start = (uint64_t *)(run + nr), *w = start + nr + 1;
-    const uint64_t *dw = (const uint64_t *)((const char *)dev + ((char *)w - (char *)host));
+    const uint64_t *dw = (const uint64_t *)((uintptr_t)dev + (uintptr_t)((char *)w - (char *)host));
     uint64_t acc = 0, m = 0;
     size_t at = 0, a_ids = 0, b_ids = 0;
     for (size_t x = 0; x < nr; x++) {
@@ -479,15 +481,14 @@ static int brun_param(struct xfer_kstage *s, const struct xfer_block_run *r, siz
 {
     if (s->no_param || bytes > sizeof(((struct kparam_blob *)0)->w))
         return 1;
-    struct kparam_blob *p = (struct kparam_blob *)malloc(sizeof(*p));
-    if (!p)
+    if (!s->pb && !(s->pb = (struct kparam_blob *)malloc(sizeof(*s->pb))))
         return 1;
+    struct kparam_blob *p = s->pb; /* the launch copies it: reused at once */
     uint64_t mis = 0;
     brun_fill(r, nr, p->w, NULL, &mis);
     struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, (mis & 15) == 0);
     p->total = total, p->chunk = g.chunk, p->nr = (uint32_t)nr, p->pad = 0;
     cudaError_t e = klaunch_block_runs_param(p, g, st);
-    free(p);
     if (e == cudaErrorInvalidValue || e == cudaErrorNotSupported ||
         e == cudaErrorLaunchOutOfResources) {
         (void)cudaGetLastError(); /* a driver before r530: 4 KiB of parameters at most */

@@ -281,10 +281,9 @@ XFER_API int xfer_kernels_copy(void *dst, const void *src, size_t len);
  * variant (0 = automatic; 1..4: 16-byte vector copy with 4 or 8 loads in
  * flight per thread, 3 and 4 with streaming cache hints; 5: Hopper bulk
  * copy engine, used only where every src/dst pair agrees modulo 16, else
- * automatic; 6: bulk, grid-stride: as many thread blocks as fit at once,
- * each walking every grid-th chunk, block runs only; 7: bulk with
- * evict-first L2 hints; 8: both). Process-wide, not thread-safe; meant for
- * bench_kernels and the tests. */
+ * automatic). Process-wide, not thread-safe; meant for bench_kernels and the
+ * tests (XFER_KERNELS_VARIANT / XFER_KERNELS_CHUNK set it from the
+ * environment at the first launch, for programs that do not call it). */
 void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int variant);
 /* How xfer_kernels_block_runs hands its runs to the GPU: 0 (default) in
  * the launch's parameters when they fit (16 KiB: a request of 512 blocks

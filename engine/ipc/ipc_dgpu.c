@@ -3,7 +3,7 @@
  * and a CUDA region the owner lent us are launched by the thread that posts
  * them, with no hand-off to the ipc worker and no ACQV/REL round trip to
  * the owner, and reported by the connection's loan poller, a thread that
- * queries the launches' events every few microseconds while any is in
+ * queries the launches' events back to back while any is in
  * flight (and sleeps otherwise). The owner keeps
  * control as for direct host copies (ipc_direct.c): each item holds a pin
  * on the loan's control slot from before its launch until its kernel has
@@ -56,14 +56,15 @@ struct ipc_dgpu {
     bool stop;
 };
 
-/* The poller's nap between two event queries while launches are in flight:
- * each microsecond between a kernel's end and its report is 0.4 % of a
- * 512 MiB request on one H200 (0.26 ms of copy). Its timer slack is set to
- * 1 us, else every nap lasts 50 us more (the default slack). */
-#define DGPU_NAP_NS 2000
-
-/* XFER_DGPU_NAP_NS: the nap (0: no nap, a query after every few pauses);
- * XFER_DGPU_TRACE=1: the launches' times on stderr at exit (docs/gpu.md). */
+/* Between two event queries while launches are in flight the poller
+ * pauses (~1 us), it does not sleep: each microsecond between a kernel's
+ * end and its report is 0.4 % of a 512 MiB request on one H200 (0.26 ms
+ * of copy), and naps of 2 us (with 1 us timer slack) reported ~4 us later
+ * (docs/gpu.md, 2026-11-29) while waking the thread every ~3 us anyway.
+ * It sleeps on its condition variable whenever nothing is in flight.
+ * XFER_DGPU_NAP_NS=N: naps of N ns instead (the way before: 2000);
+ * XFER_DGPU_TRACE=1: the launches' times on stderr at exit. */
+#define DGPU_NAP_NS 0
 static long dgpu_nap_ns = -1;
 static int dgpu_tracing;
 #define DGPU_TR_MAX 4096
@@ -111,18 +112,31 @@ static void dgpu_trace_end(struct dgpu_launch *L)
 }
 
 /* After the kernel (status: the launch's outcome): drops the pins, ends the
- * local I/O and reports; the entry's user goes last (the table frees an
- * entry, and unmaps the control page, only once it has none). */
+ * local I/O and reports, one lock round per batch for each (a request's
+ * 32 items one by one took 12 us, three rounds each); the entry's user
+ * goes last (the table frees an entry, and unmaps the control page, only
+ * once it has none). */
 static void dgpu_done(struct dgpu_launch *L, int status, const char *why)
 {
-    for (size_t k = 0; k < L->n; k++) {
-        struct dgpu_item *x = &L->it[k];
-        __atomic_sub_fetch(&L->ctl[x->d->slot].pins, 1, __ATOMIC_SEQ_CST);
-        xfer_batch_io_end(x->b, x->i);
-        xfer_batch_chunk_done(x->b, x->i, status ? 0 : x->bytes, status, status ? why : NULL);
-        xfer_batch_put(x->b);
-        __atomic_sub_fetch(&x->d->users, 1, __ATOMIC_ACQ_REL);
+    struct xfer_chunk_end v[64];
+    for (size_t k = 0; k < L->n; k++)
+        __atomic_sub_fetch(&L->ctl[L->it[k].d->slot].pins, 1, __ATOMIC_SEQ_CST);
+    for (size_t s = 0, e; s < L->n; s = e) {
+        for (e = s + 1; e < L->n && L->it[e].b == L->it[s].b; e++)
+            ;
+        xfer_batch_io_end_n(L->it[s].b, (int)(e - s));
     }
+    for (size_t s = 0; s < L->n; s += 64) {
+        size_t m = L->n - s < 64 ? L->n - s : 64;
+        for (size_t k = 0; k < m; k++) {
+            const struct dgpu_item *x = &L->it[s + k];
+            v[k] = (struct xfer_chunk_end){x->b, x->i, status ? 0 : x->bytes, status,
+                                           status ? why : NULL};
+        }
+        xfer_batch_chunks_done_put(v, m);
+    }
+    for (size_t k = 0; k < L->n; k++)
+        __atomic_sub_fetch(&L->it[k].d->users, 1, __ATOMIC_ACQ_REL);
     dgpu_trace_end(L);
     free(L);
 }
@@ -150,7 +164,7 @@ static void *dgpu_poller(void *arg)
     struct ipc_conn *c = arg;
     struct ipc_dgpu *g = c->dgpu;
     char why[160];
-    prctl(PR_SET_TIMERSLACK, 1000UL); /* naps of DGPU_NAP_NS, not + 50 us */
+    prctl(PR_SET_TIMERSLACK, 1000UL); /* naps (XFER_DGPU_NAP_NS) not 50 us longer */
     pthread_mutex_lock(&c->dkb_mu);
     for (;;) {
         while (!g->head && !g->stop)
