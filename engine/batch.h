@@ -1,6 +1,7 @@
 /*
- * Batch internals shared by batch.c (items, completion, submit, deadlines)
- * and batch_msg.c (what a batch carries besides READ/WRITE: bound
+ * Batch internals shared by batch.c (lifetime, items, completion),
+ * batch_submit.c, batch_wait.c, batch_deadline.c (deadlines, cancel) and
+ * batch_msg.c (what a batch carries besides READ/WRITE: bound
  * notifications and two-sided SEND/RECV items). Nothing else includes it.
  */
 #ifndef XFER_BATCH_H
@@ -96,7 +97,7 @@ struct xfer_batch {
     xfer_peer *msg_peer;
     bool msg_many;
     bool wait_polling; /* a waiter polls wake_fd too: finishing writes it */
-    int wake_fd;       /* that waiter's thread eventfd (batch.c, waker_fd) */
+    int wake_fd;       /* that waiter's thread eventfd (batch_wait.c, waker_fd) */
     bool wake_hit;     /* finishing wrote it: the waiter drains it */
     /* mu: items ended in one run of chunk ends (xfer_batch_chunks_done_put)
      * share one clock reading, and like ones one count in the statistics:
@@ -118,7 +119,19 @@ const char *batch_item_why(const xfer_batch *b, size_t i);
 /* batch.c, b->mu held: end item i (hooks batch_msg_item_end), finish. */
 void batch_item_end(xfer_batch *b, size_t i, int status, const char *why);
 void batch_maybe_finish(xfer_batch *b);
-/* batch.c, no lock held: posts items idx[0..n) of peer p to its transport. */
+/* batch.c, b->mu held: ends every open item. */
+void batch_end_open_items(xfer_batch *b, int status, const char *why);
+/* batch.c, b->mu held: waits until no transport holds b (stale chunks of an
+ * earlier run are bounded by io_timeout_ms); -XFER_EBUSY if one still does. */
+int batch_wait_unheld(xfer_batch *b);
+/* batch_deadline.c: b enters / leaves the deadline monitor's list. */
+void batch_monitor_link(xfer_engine *e, xfer_batch *b);
+void batch_monitor_unlink(xfer_engine *e, xfer_batch *b);
+/* batch_wait.c: the batch this thread waits for in a transport's wait_rx
+ * (waiter-driven receive), else NULL: finishing it from this thread needs
+ * no wake-up. */
+extern __thread const xfer_batch *batch_polling;
+/* batch_submit.c, no lock held: posts items idx[0..n) of peer p to its transport. */
 void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n);
 /* batch.c: an item's op, regions and peer, and its local range. */
 int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind);

@@ -431,9 +431,9 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
+/* c's thread ended (joined): frees c. */
 static void conn_free(struct serve_conn *c)
 {
-    pthread_join(c->thread, NULL);
     while (__atomic_load_n(&c->pins, __ATOMIC_ACQUIRE) > 0) {
         /* a waiter still holds it: its poll ends within its slice (the
          * socket is shut down), then it finds the connection over */
@@ -451,6 +451,28 @@ static void conn_free(struct serve_conn *c)
     free(c);
 }
 
+/* How long a closing engine lets a serving thread finish the request it
+ * already read (its answer included) before its socket is cut for writing
+ * too: a sender whose notification was queued here learns so even when
+ * this engine closes at once on reading it (docs/notify.md, "Closing right
+ * after a notification"). Only a peer that reads nothing makes a close
+ * wait this long. */
+#define STOP_ANSWER_GRACE_MS 1000
+
+/* Joins c's thread; with until (a closing engine), the thread may answer
+ * until then (its socket shut down for reading: a thread waiting for a
+ * request wakes, one answering still sends), then its socket is shut down
+ * for writing too (wakes a thread blocked sending to a peer that does not
+ * read). */
+static void conn_join(struct serve_conn *c, const struct timespec *until)
+{
+    if (until && pthread_clockjoin_np(c->thread, NULL, CLOCK_MONOTONIC, until) == 0)
+        return;
+    if (until)
+        shutdown(c->fd, SHUT_RDWR);
+    pthread_join(c->thread, NULL);
+}
+
 /* Joins finished connection threads; with all, stops and joins every one. */
 static void reap_conns(struct ipc_server *s, bool all)
 {
@@ -462,16 +484,18 @@ static void reap_conns(struct ipc_server *s, bool all)
             *pp = c->next;
             c->next = gone;
             gone = c;
-            if (all)
-                shutdown(c->fd, SHUT_RDWR); /* wakes a thread blocked in I/O */
+            if (all) /* wakes a thread waiting for a request (conn_join) */
+                shutdown(c->fd, SHUT_RD);
         } else {
             pp = &c->next;
         }
     }
     pthread_mutex_unlock(&s->mu);
+    struct timespec until = xfer_mono_after_ms(STOP_ANSWER_GRACE_MS);
     while (gone) {
         struct serve_conn *c = gone;
         gone = c->next;
+        conn_join(c, all ? &until : NULL);
         conn_free(c);
     }
 }

@@ -298,14 +298,50 @@ void tcp_sock_interest(struct tcp_sock *s);
  * stays for a later round, unless force (the transport is closing). */
 void tcp_reap(struct tcp_thread *th, bool force);
 
-/* tcp_io.c */
+/* tcp_sock.c: socket lifecycle, chunk and response ends, failure */
 struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, const char *name);
 void tcp_sock_destroy(struct tcp_sock *s);
-void tcp_sock_readable(struct tcp_sock *s);
+/* Closes the socket and fails what it carries with -XFER_ECONN; status 0
+ * is an orderly close (logged at info), else a warning. Idempotent. */
+void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);
+void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *why);
+void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms);
+void tcp_tx_free(struct tcp_tx *t);
+/* Items an initiator chunk carries (a run: several). */
+static inline uint32_t tcp_tx_items(const struct tcp_tx *t)
+{
+    return t->nitems > 1 ? t->nitems : 1;
+}
+/* Bytes an initiator chunk counts in its socket's load. */
+static inline uint64_t tcp_chunk_load(const struct tcp_tx *t)
+{
+    return XFER_WIRE_HDR_LEN + t->len;
+}
+/* Initiator chunk finished: reports it to the batch, frees t. */
+void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why);
+/* An unsent chunk of a stopping batch's open item: its hold goes, the item
+ * stays open (the cancel or deadline ends it). */
+void tcp_chunk_release(struct tcp_sock *s, struct tcp_tx *t);
+/* Target response t is done with (sent, or dropped): frees it. */
+void tcp_response_done(struct tcp_tx *t);
+/* s has more to read than its rx budget allowed: the owner goes on later
+ * (a waiter reading s leaves that to the owner, tcp_wait.c). */
+void tcp_ready_push(struct tcp_sock *s);
+
+/* tcp_send.c: sending */
 void tcp_sock_writable(struct tcp_sock *s);
 /* Submitting thread, after queueing on s: sends the queue itself if s is
  * idle and its I/O lock free. False = the owner must be kicked. */
 bool tcp_sock_send_direct(struct tcp_sock *s);
+
+/* tcp_recv.c: reading */
+void tcp_sock_readable(struct tcp_sock *s);
+/* Target: queues the response op to request req (r pinned: payload from
+ * it, released when sent). NULL when out of memory (socket failed). */
+struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
+                                  int status, xfer_region *r, uint8_t *payload);
+
+/* tcp_wait.c: waiter-driven receive */
 /* Owner, iomu held, after a kick: carries out what a waiter left (tcp_wait.c). */
 void tcp_sock_deferred(struct tcp_sock *s);
 /* ops->wait_rx: the waiting thread polls chan (an initiator socket) and,
@@ -318,26 +354,6 @@ int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms
  * s closes (forget it). */
 void tcp_in_note(struct tcp_sock *s);
 void tcp_in_forget(struct tcp_sock *s);
-/* Closes the socket and fails what it carries with -XFER_ECONN; status 0
- * is an orderly close (logged at info), else a warning. Idempotent. */
-void tcp_sock_fail(struct tcp_sock *s, int status, const char *why);
-void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *why);
-void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms);
-void tcp_tx_free(struct tcp_tx *t);
-/* Items an initiator chunk carries (a run: several). */
-static inline uint32_t tcp_tx_items(const struct tcp_tx *t)
-{
-    return t->nitems > 1 ? t->nitems : 1;
-}
-/* Target: queues the response op to request req (r pinned: payload from
- * it, released when sent). NULL when out of memory (socket failed). */
-struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
-                                  int status, xfer_region *r, uint8_t *payload);
-/* Initiator chunk finished: reports it to the batch, frees t. */
-void tcp_chunk_complete(struct tcp_sock *s, struct tcp_tx *t, int status, const char *why);
-/* An unsent chunk of a stopping batch's open item: its hold goes, the item
- * stays open (the cancel or deadline ends it). */
-void tcp_chunk_release(struct tcp_sock *s, struct tcp_tx *t);
 
 /* tcp_gpu.c: GPU memory through pinned staging slots */
 /* Starts D2H copies for the first queued frames whose payload is GPU memory. */

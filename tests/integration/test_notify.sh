@@ -16,6 +16,11 @@
 #  5. (tcp) notifications racing a reconnect: a stream of standalone
 #     notifications while the receiver is frozen past io_timeout and resumed;
 #     every acknowledged one arrived exactly once, none twice.
+#  6. closing right after a notification: a receiver frees its engine the
+#     moment "BYE" is queued while its answer is still on the way (its
+#     sendmsg delayed 300 ms by tests/slowsend); the sender's xfer_notify
+#     must still return 0, over tcp and ipc (ipc once cut the answer off:
+#     docs/notify.md, "Closing right after a notification").
 # The storm's receiver, and tcp with 3 progress threads, wait in
 # xfer_notif_wait (XFER_TEST_NOTIF_WAIT: the waiting thread reads the
 # sender's sockets itself) instead of sleeping on the queue's fd.
@@ -98,6 +103,22 @@ storm() {
     unset XFER_TEST_NOTIF_WAIT
 }
 
+close_after() { # transport
+    local tr=$1
+    export XFER_TRANSPORTS=$tr XFER_NOTIFY_EXPECT=$tr XFER_TEST_PROGRESS_THREADS=1
+    [[ $tr == ipc ]] && XFER_TRANSPORTS=ipc,tcp
+    echo "== $tr, closing right after a notification"
+    local shim=$XFER_ROOT/$B/tests/libslowsend.so armed=$CORE_TMP/armed-$tr
+    [[ -f $shim ]] || core_fail "missing $shim"
+    # ASan wants to come first among loaded libraries; the shim only delays.
+    ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 LD_PRELOAD=$shim \
+        core_start_prog "closer-$tr" "$N" closer --ready "$armed" || exit 1
+    timeout 60 "$N" bye --peer "$CORE_TMP/closer-$tr.node" --ready "$armed" ||
+        core_fail "$tr: a notification queued by a closing receiver was not answered"
+    core_stop "closer-$tr"
+    grep "closer:" "$CORE_TMP/closer-$tr.log"
+}
+
 if [[ -n ${XFER_NOTIFY_ONLY:-} ]]; then
     for tr in $XFER_NOTIFY_ONLY; do
         one_transport "$tr" 1
@@ -109,6 +130,7 @@ fi
 storm
 for tr in ${XFER_NOTIFY_TRANSPORTS:-tcp ipc}; do
     one_transport "$tr" 1
+    close_after "$tr"
 done
 if [[ " ${XFER_NOTIFY_TRANSPORTS:-tcp ipc} " == *" ipc "* ]]; then
     # ipc without direct copies: every item goes through the connection's

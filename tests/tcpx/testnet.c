@@ -2,7 +2,8 @@
  * xfertest: an NCCL net plugin of our own for the tcpx tests, loaded by the
  * transport through the same dlopen path as any plugin. TCP sockets on the
  * loopback (or XFER_TESTNET_ADDR) carry the messages: an 8-byte length,
- * then the payload. Exports the v7..v12 structs (engine/tcpx/nccl_net.h).
+ * then the payload. Exports the v7..v12 structs (engine/tcpx/nccl_net.h),
+ * in testnet_abi.c.
  *
  *   XFER_TESTNET_MODE=host    receives land in the posted buffer (default)
  *   XFER_TESTNET_MODE=unpack  receives land in a bounce buffer the way
@@ -17,7 +18,7 @@
  *       outside the receive / never completes
  *   XFER_TESTNET_SEED  fragment layout seed (default: per process)
  */
-#include "nccl_net.h"
+#include "testnet.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,7 +40,6 @@
 #define TN_MAGIC     0x78667274u
 #define TN_REQS      32
 #define TN_SLOT_SPAN (2u * XNCCL_UNPACK_MAX_SLICE) /* bounce bytes per unpack slot */
-#define TN_EXPORT    __attribute__((visibility("default")))
 
 enum tn_fault { F_NONE, F_ERROR, F_OVERSIZE, F_BADMETA, F_HANG };
 
@@ -115,7 +115,7 @@ static const char *env(const char *n, const char *def)
     return s && *s ? s : def;
 }
 
-static int tn_init(xnccl_logger_t log)
+int tn_init(xnccl_logger_t log)
 {
     g.log = log;
     g.unpack = !strcmp(env("XFER_TESTNET_MODE", "host"), "unpack");
@@ -139,13 +139,13 @@ static int tn_init(xnccl_logger_t log)
     return XNCCL_SUCCESS;
 }
 
-static int tn_devices(int *n)
+int tn_devices(int *n)
 {
     *n = 1;
     return XNCCL_SUCCESS;
 }
 
-static int ptr_support(void)
+int tn_ptr_support(void)
 {
     int p = XNCCL_PTR_HOST;
 #if XFER_WITH_CUDA
@@ -157,7 +157,7 @@ static int ptr_support(void)
 
 /* ---- connection set-up ----------------------------------------------------------- */
 
-static int tn_listen(int dev, void *handle, void **listen_comm)
+int tn_listen(int dev, void *handle, void **listen_comm)
 {
     (void)dev;
     struct sockaddr_in a = {.sin_family = AF_INET};
@@ -200,7 +200,7 @@ static struct tn_comm *comm_new(int fd, bool recv)
     return c;
 }
 
-static int tn_connect(void *handle, void **send_comm)
+int tn_connect(void *handle, void **send_comm)
 {
     struct tn_handle h;
     memcpy(&h, handle, sizeof(h));
@@ -286,7 +286,7 @@ static int unpack_setup(struct tn_comm *c, xnccl_dh *dh)
     return XNCCL_SUCCESS;
 }
 
-static int tn_accept(void *listen_comm, void **recv_comm, xnccl_dh **dev)
+int tn_accept(void *listen_comm, void **recv_comm, xnccl_dh **dev)
 {
     struct tn_listen *l = listen_comm;
     *recv_comm = NULL;
@@ -315,10 +315,10 @@ static int tn_accept(void *listen_comm, void **recv_comm, xnccl_dh **dev)
 
 /* ---- memory ------------------------------------------------------------------------ */
 
-static int tn_reg_mr(void *comm, void *data, size_t size, int type, void **mh)
+int tn_reg_mr(void *comm, void *data, size_t size, int type, void **mh)
 {
     (void)comm;
-    if (!(type & ptr_support()))
+    if (!(type & tn_ptr_support()))
         return XNCCL_INVALID_ARGUMENT;
     struct tn_mr *m = malloc(sizeof(*m));
     if (!m)
@@ -328,7 +328,7 @@ static int tn_reg_mr(void *comm, void *data, size_t size, int type, void **mh)
     return XNCCL_SUCCESS;
 }
 
-static int tn_dereg_mr(void *comm, void *mh)
+int tn_dereg_mr(void *comm, void *mh)
 {
     (void)comm;
     free(mh);
@@ -359,7 +359,7 @@ static struct tn_req *req_new(struct tn_comm *c, void *data, size_t size, void *
     return NULL;
 }
 
-static int tn_isend(void *comm, void *data, size_t size, int tag, void *mh, void **request)
+int tn_isend(void *comm, void *data, size_t size, int tag, void *mh, void **request)
 {
     (void)tag;
     int err;
@@ -371,8 +371,7 @@ static int tn_isend(void *comm, void *data, size_t size, int tag, void *mh, void
     return err;
 }
 
-static int tn_irecv(void *comm, int n, void **data, size_t *sizes, int *tags, void **mh,
-                    void **request)
+int tn_irecv(void *comm, int n, void **data, size_t *sizes, int *tags, void **mh, void **request)
 {
     (void)tags;
     struct tn_comm *c = comm;
@@ -500,7 +499,7 @@ static int step(struct tn_comm *c, struct tn_req *r)
     return 1;
 }
 
-static int tn_test(void *request, int *done, int *size)
+int tn_test(void *request, int *done, int *size)
 {
     struct tn_req *r = request;
     struct tn_comm *c = r->c;
@@ -527,7 +526,7 @@ static int tn_test(void *request, int *done, int *size)
     return XNCCL_SUCCESS;
 }
 
-static int tn_irecv_consumed(void *comm, int n, void *request)
+int tn_irecv_consumed(void *comm, int n, void *request)
 {
     struct tn_comm *c = comm;
     struct tn_req *r = request;
@@ -538,14 +537,14 @@ static int tn_irecv_consumed(void *comm, int n, void *request)
     return XNCCL_SUCCESS;
 }
 
-static int tn_iflush(void *comm, int n, void **data, int *sizes, void **mh, void **request)
+int tn_iflush(void *comm, int n, void **data, int *sizes, void **mh, void **request)
 {
     (void)comm, (void)n, (void)data, (void)sizes, (void)mh;
     *request = NULL; /* receives are visible when test() says done */
     return XNCCL_SUCCESS;
 }
 
-static int tn_close(void *comm)
+int tn_close(void *comm)
 {
     struct tn_comm *c = comm;
     if (!c)
@@ -569,7 +568,7 @@ static int tn_close(void *comm)
     return XNCCL_SUCCESS;
 }
 
-static int tn_close_listen(void *listen_comm)
+int tn_close_listen(void *listen_comm)
 {
     struct tn_listen *l = listen_comm;
     if (l->pending >= 0)
@@ -579,223 +578,12 @@ static int tn_close_listen(void *listen_comm)
     return XNCCL_SUCCESS;
 }
 
-/* ---- properties and the exported structs ---------------------------------------------- */
-
-#define TN_PROPS_COMMON(p)                                                                         \
-    do {                                                                                           \
-        (p)->name = "xfertest";                                                                    \
-        (p)->pci_path = NULL;                                                                      \
-        (p)->guid = 0x78667274;                                                                    \
-        (p)->ptr_support = ptr_support();                                                          \
-        (p)->speed = 100000;                                                                       \
-        (p)->port = 0;                                                                             \
-        (p)->latency = 0;                                                                          \
-        (p)->max_comms = 65536;                                                                    \
-        (p)->max_recvs = 1;                                                                        \
-        (p)->net_device_type = g.unpack ? XNCCL_NET_DEVICE_UNPACK : XNCCL_NET_DEVICE_HOST;         \
-        (p)->net_device_version = g.unpack ? XNCCL_NET_DEVICE_UNPACK_VERSION : 0;                  \
-    } while (0)
-
-static int props_v7(int dev, struct xnccl_props_v7 *p)
+bool tn_unpack_mode(void)
 {
-    (void)dev;
-    TN_PROPS_COMMON(p);
-    return XNCCL_SUCCESS;
+    return g.unpack;
 }
 
-static int props_v8(int dev, struct xnccl_props_v8 *p)
+void *tn_context(void)
 {
-    (void)dev;
-    TN_PROPS_COMMON(p);
-    p->reg_is_global = 0;
-    return XNCCL_SUCCESS;
+    return &g;
 }
-
-static int props_v9(int dev, struct xnccl_props_v9 *p)
-{
-    (void)dev;
-    memset(p, 0, sizeof(*p));
-    TN_PROPS_COMMON(p);
-    p->vprops.ndevs = 1;
-    p->max_p2p_bytes = p->max_coll_bytes = XNCCL_UNPACK_MAX_SLICE;
-    return XNCCL_SUCCESS;
-}
-
-static int props_v11(int dev, struct xnccl_props_v11 *p)
-{
-    props_v9(dev, &p->v9);
-    p->max_multi_request_size = 1;
-    return XNCCL_SUCCESS;
-}
-
-static int props_v12(int dev, struct xnccl_props_v12 *p)
-{
-    (void)dev;
-    memset(p, 0, sizeof(*p));
-    TN_PROPS_COMMON(p);
-    p->vprops.ndevs = 1;
-    p->max_p2p_bytes = p->max_coll_bytes = XNCCL_UNPACK_MAX_SLICE;
-    p->max_multi_request_size = 1;
-    return XNCCL_SUCCESS;
-}
-
-/* the per-version shapes of the same calls */
-static int init_v10(xnccl_logger_t log, xnccl_profiler_cb_t prof)
-{
-    (void)prof;
-    return tn_init(log);
-}
-static int init_v11(void **ctx, uint64_t id, struct xnccl_comm_config *cfg, xnccl_logger_t log,
-                    xnccl_profiler_cb_t prof)
-{
-    (void)id, (void)cfg, (void)prof;
-    *ctx = &g;
-    return tn_init(log);
-}
-static int finalize(void *ctx)
-{
-    (void)ctx;
-    return XNCCL_SUCCESS;
-}
-static int listen_v11(void *ctx, int dev, void *h, void **lc)
-{
-    (void)ctx;
-    return tn_listen(dev, h, lc);
-}
-static int connect_v7(int dev, void *h, void **sc, xnccl_dh **d)
-{
-    (void)dev, (void)d;
-    return tn_connect(h, sc);
-}
-static int connect_v10(int dev, struct xnccl_comm_config *cfg, void *h, void **sc, xnccl_dh **d)
-{
-    (void)cfg;
-    return connect_v7(dev, h, sc, d);
-}
-static int connect_v11(void *ctx, int dev, void *h, void **sc, xnccl_dh **d)
-{
-    (void)ctx;
-    return connect_v7(dev, h, sc, d);
-}
-static int reg_mr_v7(void *c, void *data, int size, int type, void **mh)
-{
-    return size < 0 ? XNCCL_INVALID_ARGUMENT : tn_reg_mr(c, data, (size_t)size, type, mh);
-}
-static int isend_v7(void *c, void *data, int size, int tag, void *mh, void **req)
-{
-    return size < 0 ? XNCCL_INVALID_ARGUMENT : tn_isend(c, data, (size_t)size, tag, mh, req);
-}
-static int isend_v10(void *c, void *data, size_t size, int tag, void *mh, void *ph, void **req)
-{
-    (void)ph;
-    return tn_isend(c, data, size, tag, mh, req);
-}
-static int irecv_v7(void *c, int n, void **data, int *sizes, int *tags, void **mh, void **req)
-{
-    if (n != 1 || sizes[0] < 0)
-        return XNCCL_INVALID_ARGUMENT;
-    size_t s = (size_t)sizes[0];
-    return tn_irecv(c, n, data, &s, tags, mh, req);
-}
-static int irecv_v10(void *c, int n, void **data, size_t *sizes, int *tags, void **mh, void **ph,
-                     void **req)
-{
-    (void)ph;
-    return tn_irecv(c, n, data, sizes, tags, mh, req);
-}
-
-#define TN_COMMON_TAIL                                                                             \
-    .iflush = tn_iflush, .test = tn_test, .close_send = tn_close, .close_recv = tn_close,          \
-    .close_listen = tn_close_listen, .get_device_mr = NULL, .irecv_consumed = tn_irecv_consumed
-
-TN_EXPORT const struct xnccl_net_v7 ncclNetPlugin_v7 = {.name = "xfertest",
-                                                        .init = tn_init,
-                                                        .devices = tn_devices,
-                                                        .get_properties = props_v7,
-                                                        .listen = tn_listen,
-                                                        .connect = connect_v7,
-                                                        .accept = tn_accept,
-                                                        .reg_mr = reg_mr_v7,
-                                                        .reg_mr_dmabuf = NULL,
-                                                        .dereg_mr = tn_dereg_mr,
-                                                        .isend = isend_v7,
-                                                        .irecv = irecv_v7,
-                                                        TN_COMMON_TAIL};
-
-TN_EXPORT const struct xnccl_net_v8 ncclNetPlugin_v8 = {.name = "xfertest",
-                                                        .init = tn_init,
-                                                        .devices = tn_devices,
-                                                        .get_properties = props_v8,
-                                                        .listen = tn_listen,
-                                                        .connect = connect_v7,
-                                                        .accept = tn_accept,
-                                                        .reg_mr = tn_reg_mr,
-                                                        .reg_mr_dmabuf = NULL,
-                                                        .dereg_mr = tn_dereg_mr,
-                                                        .isend = isend_v7,
-                                                        .irecv = irecv_v7,
-                                                        TN_COMMON_TAIL};
-
-TN_EXPORT const struct xnccl_net_v9 ncclNetPlugin_v9 = {.name = "xfertest",
-                                                        .init = tn_init,
-                                                        .devices = tn_devices,
-                                                        .get_properties = props_v9,
-                                                        .listen = tn_listen,
-                                                        .connect = connect_v7,
-                                                        .accept = tn_accept,
-                                                        .reg_mr = tn_reg_mr,
-                                                        .reg_mr_dmabuf = NULL,
-                                                        .dereg_mr = tn_dereg_mr,
-                                                        .isend = tn_isend,
-                                                        .irecv = tn_irecv,
-                                                        TN_COMMON_TAIL,
-                                                        .make_vdevice = NULL};
-
-TN_EXPORT const struct xnccl_net_v10 ncclNetPlugin_v10 = {.name = "xfertest",
-                                                          .init = init_v10,
-                                                          .devices = tn_devices,
-                                                          .get_properties = props_v9,
-                                                          .listen = tn_listen,
-                                                          .connect = connect_v10,
-                                                          .accept = tn_accept,
-                                                          .reg_mr = tn_reg_mr,
-                                                          .reg_mr_dmabuf = NULL,
-                                                          .dereg_mr = tn_dereg_mr,
-                                                          .isend = isend_v10,
-                                                          .irecv = irecv_v10,
-                                                          TN_COMMON_TAIL,
-                                                          .make_vdevice = NULL};
-
-TN_EXPORT const struct xnccl_net_v11 ncclNetPlugin_v11 = {.name = "xfertest",
-                                                          .init = init_v11,
-                                                          .devices = tn_devices,
-                                                          .get_properties = props_v11,
-                                                          .listen = listen_v11,
-                                                          .connect = connect_v11,
-                                                          .accept = tn_accept,
-                                                          .reg_mr = tn_reg_mr,
-                                                          .reg_mr_dmabuf = NULL,
-                                                          .dereg_mr = tn_dereg_mr,
-                                                          .isend = isend_v10,
-                                                          .irecv = irecv_v10,
-                                                          TN_COMMON_TAIL,
-                                                          .make_vdevice = NULL,
-                                                          .finalize = finalize,
-                                                          .set_net_attr = NULL};
-
-TN_EXPORT const struct xnccl_net_v12 ncclNetPlugin_v12 = {.name = "xfertest",
-                                                          .init = init_v11,
-                                                          .devices = tn_devices,
-                                                          .get_properties = props_v12,
-                                                          .listen = listen_v11,
-                                                          .connect = connect_v11,
-                                                          .accept = tn_accept,
-                                                          .reg_mr = tn_reg_mr,
-                                                          .reg_mr_dmabuf = NULL,
-                                                          .dereg_mr = tn_dereg_mr,
-                                                          .isend = isend_v10,
-                                                          .irecv = irecv_v10,
-                                                          TN_COMMON_TAIL,
-                                                          .make_vdevice = NULL,
-                                                          .finalize = finalize,
-                                                          .set_net_attr = NULL};

@@ -1,0 +1,270 @@
+/*
+ * Sending on a TCP socket (its progress thread, or a submitting thread on an
+ * idle initiator socket: tcp_sock_send_direct): gathering frames into
+ * sendmsg, the shared queue, frames whose items ended.
+ *
+ * Payload goes straight from registered memory to the socket. Local memory
+ * of an initiator is touched only inside xfer_batch_io_begin/io_end, one
+ * system call at a time, so cancellation never waits for a peer.
+ */
+#include "tcp.h"
+#include "xfer_io.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* A response sent whole: kept on s's spare list for tcp_queue_response
+ * (both run holding iomu), or freed. */
+static void response_sent(struct tcp_sock *s, struct tcp_tx *t)
+{
+    if (t->slab || t->own || t->gpu || s->tx_nspare >= TCP_TX_SPARE_MAX) {
+        tcp_response_done(t);
+        return;
+    }
+    if (t->region)
+        xfer_region_release(t->region);
+    t->next = s->tx_spare;
+    s->tx_spare = t;
+    s->tx_nspare++;
+}
+
+/* ---- sending ------------------------------------------------------------------- */
+
+static void tx_pop(struct tcp_sock *s)
+{
+    struct tcp_tx *t = s->tx_head;
+    s->tx_head = t->next;
+    if (!s->tx_head)
+        s->tx_tail = NULL;
+    s->tx_count--;
+    t->next = NULL;
+}
+
+static void inflight_push(struct tcp_sock *s, struct tcp_tx *t)
+{
+    if (s->inf_tail)
+        s->inf_tail->next = t;
+    else
+        s->inf_head = t;
+    s->inf_tail = t;
+}
+
+/* Moves the shared queue to the owner's list; false (nothing moved) for a
+ * direct sender once GPU chunks were queued: their staging is the owner's. */
+static bool splice_queue(struct tcp_sock *s, bool direct)
+{
+    pthread_mutex_lock(&s->qmu);
+    if (direct && s->gpu_seen) {
+        pthread_mutex_unlock(&s->qmu);
+        return false;
+    }
+    struct tcp_tx *q = s->q_head;
+    s->q_head = s->q_tail = NULL;
+    pthread_mutex_unlock(&s->qmu);
+    if (!q)
+        return true;
+    if (!s->tx_head && !s->inf_head) /* was idle: the stall clock starts now */
+        s->last_progress_ms = xfer_now_ms();
+    for (; q; q = q->next) {
+        if (s->tx_tail)
+            s->tx_tail->next = q;
+        else
+            s->tx_head = q;
+        s->tx_tail = q;
+        s->tx_count++;
+    }
+    return true;
+}
+
+/* Initiator: drops unsent chunks at the head whose items ended. */
+/* Unsent chunks of items that ended, or whose batch is being cancelled or
+ * timed out, leave the head (a FENCE may wait behind them). A chunk of an
+ * item that is still open only gives its hold back: ending the item here
+ * (-XFER_ECANCELED) raced the cancel, which fences one socket at a time: a
+ * frame of the same item half sent on a socket not fenced yet then lost its
+ * memory and went out as zeros, landing at the target (test_tcp_cancel_retry
+ * with bulk on 2 progress threads). The cancel or deadline ends the item
+ * once every socket is fenced. */
+static void drop_dead_heads(struct tcp_sock *s)
+{
+    while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 && s->tx_head->b &&
+           !xfer_batch_item_live(s->tx_head->b, s->tx_head->idx)) {
+        struct tcp_tx *t = s->tx_head;
+        tx_pop(s);
+        if (xfer_batch_item_open(t->b, t->idx))
+            tcp_chunk_release(s, t);
+        else
+            tcp_chunk_complete(s, t, -XFER_ECANCELED, "item ended before it was sent");
+    }
+}
+
+struct gather {
+    struct iovec iov[2 * TCP_IOV_MAX];
+    struct tcp_tx *pinned[TCP_IOV_MAX];
+    int niov, npinned;
+    bool last; /* the frame just added is only partly covered */
+};
+
+/* Adds t to g; false = stop gathering here (t goes next round). An
+ * initiator's WRITE payload is local memory: pinned for this call only. A
+ * frame whose batch is cancelled or timed out was detached by tcp_fence()
+ * before its item ended (the rest goes out of a copy). If its item ended
+ * otherwise (a failure elsewhere) while the frame is half sent, the rest is
+ * sent as zeros: the stream stays in sync (other chunks on this socket are
+ * not hurt) and the failed item's remote range is undefined anyway. A chunk
+ * not begun starts only while its item is live, so none starts once a
+ * cancel began. */
+static const uint8_t zeros[65536];
+
+static bool gather_add(struct tcp_sock *s, struct gather *g, struct tcp_tx *t)
+{
+    bool chunk = !s->target && t->b;
+    bool needs_mem = chunk && !t->pad && !t->detached && t->payload_sent < t->payload_len;
+    if (chunk && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
+        return false; /* the head is dropped next round (drop_dead_heads) */
+    if (needs_mem) {
+        if (xfer_batch_io_begin(t->b, t->idx)) {
+            g->pinned[g->npinned++] = t;
+        } else if (t->hdr_sent == 0) {
+            return false; /* not started: dropped when it reaches the head */
+        } else {
+            t->pad = true;
+        }
+    }
+    if (t->hdr_sent < XFER_WIRE_HDR_LEN)
+        g->iov[g->niov++] = (struct iovec){t->hdr + t->hdr_sent, XFER_WIRE_HDR_LEN - t->hdr_sent};
+    uint64_t left = t->payload_len - t->payload_sent;
+    if (left && t->pad) {
+        g->iov[g->niov++] =
+            (struct iovec){(void *)zeros, left < sizeof(zeros) ? (size_t)left : sizeof(zeros)};
+        /* tx_advance() assumes each frame's iovs cover all it has left, so a
+         * frame sent only in part by this call must be the last one. */
+        g->last = left > sizeof(zeros);
+    } else if (left)
+        g->iov[g->niov++] = (struct iovec){t->payload + t->payload_sent, left};
+    return true;
+}
+
+/* Accounts n sent bytes to the queue head onwards. */
+static void tx_advance(struct tcp_sock *s, size_t n)
+{
+    while (s->tx_head) {
+        struct tcp_tx *t = s->tx_head;
+        size_t h = XFER_WIRE_HDR_LEN - t->hdr_sent;
+        if (h > n)
+            h = n;
+        t->hdr_sent += (uint32_t)h;
+        n -= h;
+        uint64_t p = t->payload_len - t->payload_sent;
+        if (p > n)
+            p = n;
+        t->payload_sent += p;
+        n -= (size_t)p;
+        if (t->hdr_sent < XFER_WIRE_HDR_LEN || t->payload_sent < t->payload_len)
+            return;
+        tx_pop(s);
+        tcp_gpu_tx_sent(t);
+        if (s->target)
+            response_sent(s, t);
+        else if (t->op == XFER_WIRE_FENCE) /* answered by nothing */
+            tcp_tx_free(t);
+        else
+            inflight_push(s, t);
+    }
+}
+
+/* Is the head's GPU payload (or the GPU copy its ack waits for) done? 1 yes,
+ * 0 not yet, -1 the head was a chunk whose copy failed (completed, popped). */
+static int gpu_head_ready(struct tcp_sock *s)
+{
+    struct tcp_tx *t = s->tx_head;
+    char why[240];
+    int rc = tcp_gpu_tx_check(s, t, why, sizeof(why));
+    if (rc >= 0)
+        return rc;
+    tx_pop(s);
+    tcp_chunk_complete(s, t, rc, why);
+    return -1;
+}
+
+/* direct: called by a submitting thread; a failing send is left to the
+ * owner (kicked by the caller), which alone closes sockets. Returns false if
+ * frames are left unsent. */
+static bool send_queued(struct tcp_sock *s, bool direct)
+{
+    if (s->fd < 0)
+        return false;
+    if (!s->target && !splice_queue(s, direct))
+        return false;
+    for (;;) {
+        drop_dead_heads(s);
+        if (!s->tx_head)
+            break;
+        tcp_gpu_prefetch(s);
+        int ready = gpu_head_ready(s);
+        if (ready < 0)
+            continue;
+        if (ready == 0)
+            break;
+        struct gather g;
+        g.niov = g.npinned = 0;
+        g.last = false;
+        int n_ent = 0;
+        for (struct tcp_tx *t = s->tx_head; t && n_ent < TCP_IOV_MAX && !g.last;
+             t = t->next, n_ent++)
+            if ((t != s->tx_head && t->gpu && tcp_gpu_tx_check(s, t, NULL, 0) != 1) ||
+                !gather_add(s, &g, t))
+                break;
+        if (n_ent == 0)
+            continue; /* the unsent head just ended: dropped next round */
+        struct msghdr msg = {.msg_iov = g.iov, .msg_iovlen = (size_t)g.niov};
+        ssize_t n = sendmsg(s->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        int err = errno;
+        for (int i = 0, j; i < g.npinned; i = j) { /* one lock round per run of a batch */
+            for (j = i + 1; j < g.npinned && g.pinned[j]->b == g.pinned[i]->b; j++)
+                ;
+            xfer_batch_io_end_n(g.pinned[i]->b, j - i);
+        }
+        if (n < 0) {
+            if (err == EINTR)
+                continue;
+            if (err == EAGAIN || err == EWOULDBLOCK) { /* the owner goes on at EPOLLOUT */
+                if (!s->out_armed) {
+                    s->out_armed = true;
+                    tcp_sock_interest(s);
+                }
+            } else if (!direct) {
+                tcp_sock_fail(s, -XFER_ECONN, strerror(err));
+            }
+            return false;
+        }
+        s->last_progress_ms = xfer_now_ms();
+        tx_advance(s, (size_t)n);
+    }
+    if (s->target && s->rx_blocked && s->tx_count < TCP_TXQ_HIGH / 4) {
+        s->rx_blocked = false;
+        tcp_ready_push(s);
+    }
+    return true;
+}
+
+void tcp_sock_writable(struct tcp_sock *s)
+{
+    send_queued(s, false);
+}
+
+bool tcp_sock_send_direct(struct tcp_sock *s)
+{
+    if (pthread_mutex_trylock(&s->iomu) != 0)
+        return false; /* the owner is at it: it sees the queue when done */
+    /* Only an idle socket: a busy one has the owner waiting for EPOLLOUT. */
+    bool ok = !s->tx_head && s->fd >= 0 && send_queued(s, true) && !s->tx_head;
+    pthread_mutex_unlock(&s->iomu);
+    return ok;
+}
