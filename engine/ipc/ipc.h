@@ -46,6 +46,7 @@ enum ipc_msg_type {
     IPC_MSG_RESP = 8, /* int32 status: the owner engine's answer */
     IPC_ACQV_REQ = 9, /* validate + pin count segment lists (vectored items) */
     IPC_ACQV_RESP = 10,
+    IPC_BYE = 11, /* owner -> initiator, no payload: its engine stops, the socket closes next */
 };
 
 enum ipc_mech { IPC_MECH_NONE = 0, IPC_MECH_MEMFD, IPC_MECH_CMA, IPC_MECH_CUDA, IPC_MECH_CUMEM };
@@ -171,6 +172,10 @@ int ipc_recv_fixed(int fd, struct ipc_hdr *h, void *buf, uint32_t bytes, int tim
 int ipc_wait_readable(int fd, int timeout_ms);
 /* True once the other end closed (or the socket failed): one poll, no wait. */
 bool ipc_sock_hung_up(int fd);
+/* True when the unread input of fd (peeked, not consumed; the first 4 KiB)
+ * holds the owner's IPC_BYE: it closed in order (its engine stopped), it
+ * did not die. */
+bool ipc_sock_said_bye(int fd);
 pid_t ipc_sock_peer_pid(int fd);
 
 /* ---- host memory (ipc_host.c) ------------------------------------------- */

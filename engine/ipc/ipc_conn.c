@@ -428,7 +428,10 @@ static void *worker_main(void *arg)
     }
     if (rc < 0)
         __atomic_store_n(&c->broken, true, __ATOMIC_RELAXED); /* ipc_conn_state reads it */
-    if (rc < 0 && !c->stop) /* a close shuts the socket down: no news */
+    if (rc < 0 && !c->stop && ipc_sock_said_bye(c->fd))       /* nothing of ours cut off */
+        xfer_info("ipc: %s closed its connection (its engine stopped)",
+                  xfer_peer_desc_get(c->base.peer)->node_id);
+    else if (rc < 0 && !c->stop) /* a close shuts the socket down: no news */
         xfer_warn("ipc: connection to %s lost: %s", xfer_peer_desc_get(c->base.peer)->node_id,
                   xfer_strerror(rc));
     struct ipc_msgq *mq = c->mhead; /* queued messages fail */

@@ -94,6 +94,8 @@ int ipc_msg_check(const struct ipc_hdr *h, const void *payload, uint32_t want_ty
     }
     case IPC_REL:
         return records(h, 0, IPC_BATCH_MAX, sizeof(uint32_t)) ? 0 : -XFER_EPROTO;
+    case IPC_BYE:
+        return records(h, 0, 0, 0) ? 0 : -XFER_EPROTO;
     default:
         return -XFER_EPROTO;
     }

@@ -416,6 +416,16 @@ static void *conn_main(void *arg)
         rc = ipc_rx_serve_step(c, 500);
     }
     ipc_rx_close(c, rc); /* no waiter reads it from now on */
+    pthread_mutex_lock(&s->mu);
+    bool stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    /* This engine stops: after the last answer (a waiter may be sending
+     * one: rx_mu), tell the peer the close is orderly (IPC_BYE), so that it
+     * does not report a lost connection. */
+    pthread_mutex_lock(&c->rx_mu);
+    if (stopping && c->peer_node[0] && ipc_send(c->fd, IPC_BYE, 0, NULL, 0, -1, 100) < 0)
+        xfer_debug("ipc: no BYE to %s", c->peer_node);
+    pthread_mutex_unlock(&c->rx_mu);
     /* Loans go before pins: a peer still copying directly must be done. */
     if (c->loans_up)
         ipc_loans_withdraw_all(&c->loans);
@@ -560,6 +570,12 @@ struct ipc_server *ipc_server_start(xfer_engine *e, const char *node_id, uint64_
     s->engine = e;
     snprintf(s->node_id, sizeof(s->node_id), "%s", node_id);
     s->incarnation = incarnation;
+    s->linger_us = 200; /* ipc_serve_rx.c, "Linger" */
+    const char *lg = getenv("XFER_IPC_LINGER_US");
+    if (lg && *lg)
+        s->linger_us = (int)strtol(lg, NULL, 10) < 0 ? 0 : (int)strtol(lg, NULL, 10);
+    if (s->linger_us > 1000000)
+        s->linger_us = 1000000;
     if (getrandom(s->probe_cookie, sizeof(s->probe_cookie), 0) != sizeof(s->probe_cookie))
         memset(s->probe_cookie, 0x5a, sizeof(s->probe_cookie));
     pthread_mutex_init(&s->mu, NULL);

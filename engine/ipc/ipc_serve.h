@@ -23,9 +23,10 @@ struct serve_conn {
     int pins;   /* srv->mu: waiters holding c (the reaper waits for 0) */
     /* Reading the socket (ipc_serve_rx.c). */
     pthread_mutex_t rx_mu;
-    pthread_cond_t rx_cv; /* the parked serving thread: waiters went to 0, or failed */
+    pthread_cond_t rx_cv; /* the parked or lingering serving thread */
     int ep;               /* the serving thread's epoll: fd, EPOLLIN off while waiters poll */
     int waiters;          /* rx_mu: threads polling fd themselves */
+    int64_t left_ns;      /* rx_mu: when the last waiter left (monotonic; 0: never) */
     bool skipped;         /* rx_mu: the serving thread saw fd readable while they did */
     bool parked;          /* rx_mu: the serving thread sleeps on rx_cv */
     int failed;           /* rx_mu: < 0 once the connection is over (nobody reads it) */
@@ -57,6 +58,8 @@ struct ipc_server {
     pthread_mutex_t mu;
     struct serve_conn *conns;
     bool stopping;
+    unsigned any_next; /* mu: where the next wait for any peer starts */
+    int linger_us;     /* how long a connection stays with its waiters (XFER_IPC_LINGER_US) */
     uint8_t probe_cookie[16];
 };
 

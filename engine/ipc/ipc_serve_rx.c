@@ -1,7 +1,8 @@
 /*
  * Who reads an accepted ipc connection (issues 10 and 15, docs/notify.md
  * "ipc"): its serving thread, or a thread waiting for a message from that
- * peer (the RTS its RECV waits for, the FIN of its SEND).
+ * peer (the RTS its RECV waits for, the FIN of its SEND, a notification in
+ * xfer_notif_wait), or from any peer (xfer_notif_wait(e, NULL, ...)).
  *
  * Why: a message used to wake the serving thread (asleep in poll on the
  * socket), which handed it to the engine, which woke the waiter: two
@@ -19,17 +20,37 @@
  * hang-up, which epoll reports regardless) it notes `skipped` and goes
  * back to epoll_wait (on a hang-up it parks on rx_cv until the last waiter
  * leaves, not to spin on it). A waiter that stops polling reads the socket
- * if its poll saw it readable or the serving thread skipped an edge, then
- * the last one gives EPOLLIN back (level-triggered: what is left wakes the
- * serving thread) and unparks it if parked. A request the waiter
- * cannot serve (malformed, peer gone) ends the connection as it would in
- * the serving thread: `failed` is set and the socket shut down, which wakes
- * the serving thread to clean up. Every wait is bounded: the waiter's poll
- * by its slice (batch.c, 20 ms), a request's reading and answer by
- * io_timeout_ms (ipc_recv, ipc_send), the parked serving thread by 500 ms.
+ * if its poll saw it readable or the serving thread skipped an edge.
+ *
+ * Linger. In a blocking ping-pong (xfer_send, then xfer_recv) the peer's
+ * next message arrives before this side's RECV exists, usually while no
+ * waiter polls; read by the serving thread it would be an unexpected
+ * message (queued, answered 0, completed later by a FIN: a second round
+ * trip and a second wake-up on each side). So a serving thread woken by
+ * data less than linger_us (XFER_IPC_LINGER_US, default 200 us) after the
+ * last waiter left does not read it at once: it waits (rx_cv) until that
+ * time is over. A waiter that comes meanwhile (the RECV posted a few
+ * microseconds later) reads it, matches it on arrival and answers
+ * XFER_MSG_DELIVERED, as if the RECV had been posted ahead; the serving
+ * thread then leaves it the socket. Otherwise the serving thread reads it:
+ * a message nobody waits for is read at most linger_us late. Only an RTS
+ * lingers (the headers are peeked): a notification is queued without a
+ * FIN anyway, a FIN and pin traffic (MAP, ACQ, REL) are read at once. No timer, no
+ * system call on the waiters' path: the serving thread's own wait is the
+ * clock (a timerfd armed by each leaving waiter cost a timer reprogram per
+ * message: +11 us per notification on the dev VM). A hang-up is read at
+ * once.
+ *
+ * A request the waiter cannot serve (malformed, peer gone) ends the
+ * connection as it would in the serving thread: `failed` is set and the
+ * socket shut down, which wakes the serving thread to clean up. Every wait
+ * is bounded: the waiter's poll by its slice (batch.c, 20 ms), a request's
+ * reading and answer by io_timeout_ms (ipc_recv, ipc_send), the parked
+ * serving thread by 1 s, the lingering one by linger_us.
  */
 #include "ipc_serve.h"
 #include "mono_clock.h"
+#include "msg_wire.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -38,6 +59,10 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+/* At most this many connections are polled by one wait for any peer; the
+ * next wait starts after them (s->any_next), so every peer gets its turn. */
+#define WAIT_ANY_MAX 8
 
 int ipc_rx_init(struct serve_conn *c)
 {
@@ -72,10 +97,52 @@ static void interest(struct serve_conn *c, bool on)
         xfer_debug("ipc: epoll_ctl on a served connection: %s", strerror(errno));
 }
 
+/* rx_mu held: a thread starts polling the socket. */
+static void rx_enter(struct serve_conn *c)
+{
+    if (c->waiters++ == 0)
+        interest(c, false);
+}
+
+/* rx_mu held: a thread stopped polling; the last one gives the input back
+ * (level-triggered: what is left wakes the serving thread, which lingers). */
+static void rx_leave(struct serve_conn *c)
+{
+    if (--c->waiters > 0 || c->failed)
+        return;
+    c->left_ns = xfer_mono_ns();
+    interest(c, true);
+}
+
 static bool readable_now(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
     return poll(&p, 1, 0) > 0;
+}
+
+/* rx_mu held, the socket readable and no waiter: true if a waiter came
+ * (it reads) or one read it meanwhile, after waiting while the last
+ * waiter left less than linger_us ago (above). */
+static bool linger(struct serve_conn *c, uint64_t served)
+{
+    int64_t until = c->left_ns + (int64_t)c->srv->linger_us * 1000;
+    if (c->srv->linger_us <= 0 || !c->left_ns || xfer_mono_ns() >= until)
+        return false;
+    /* Only an RTS waits for its RECV: a notification has its queue (no FIN
+     * either way), a FIN and pin traffic (MAP, ACQ, REL) are read at once. */
+    uint8_t head[sizeof(struct ipc_hdr) + 6]; /* + the frame's magic, version, kind */
+    struct ipc_hdr h;
+    if (recv(c->fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof(head))
+        return false;
+    memcpy(&h, head, sizeof(h));
+    if (h.type != IPC_MSG_REQ || head[sizeof(h) + 5] != XFER_MSG_RTS)
+        return false;
+    struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
+    while (c->waiters == 0 && c->served == served && !c->failed && xfer_mono_ns() < until)
+        if (pthread_cond_timedwait(&c->rx_cv, &c->rx_mu, &ts) == ETIMEDOUT)
+            break;
+    c->skipped |= c->waiters > 0; /* it reads what woke us */
+    return c->waiters > 0 || c->served != served || c->failed;
 }
 
 int ipc_rx_serve_step(struct serve_conn *c, int timeout_ms)
@@ -87,13 +154,14 @@ int ipc_rx_serve_step(struct serve_conn *c, int timeout_ms)
     int n = epoll_wait(c->ep, &ev, 1, timeout_ms);
     if (n < 0 && errno != EINTR)
         return -XFER_EIO;
+    uint32_t sock = n > 0 ? ev.events : 0;
     int rc = 0;
     pthread_mutex_lock(&c->rx_mu);
-    if (c->waiters > 0 && !(n > 0 && (ev.events & (EPOLLHUP | EPOLLERR)))) {
+    if (c->waiters > 0 && !(sock & (EPOLLHUP | EPOLLERR))) {
         /* Woken by data a waiter now polls for (it came before the waiter
          * turned EPOLLIN off): it is the waiter's, and the last waiter
-         * turning EPOLLIN back on wakes us for what it leaves. */
-        c->skipped |= n > 0;
+         * reads it before it leaves. */
+        c->skipped |= sock != 0;
     } else if (c->waiters > 0) {
         /* A hang-up, which epoll reports whatever the interest: sleep
          * until the waiters are gone rather than spin on it. */
@@ -106,8 +174,9 @@ int ipc_rx_serve_step(struct serve_conn *c, int timeout_ms)
             if (pthread_cond_timedwait(&c->rx_cv, &c->rx_mu, &ts) == ETIMEDOUT)
                 break;
         c->parked = false;
-    } else if (n > 0 && !c->failed &&
-               (((ev.events & EPOLLIN) && c->served == served) || readable_now(c->fd))) {
+    } else if (sock && !c->failed &&
+               (((sock & EPOLLIN) && c->served == served) || readable_now(c->fd)) &&
+               ((sock & (EPOLLHUP | EPOLLERR)) || !linger(c, served))) {
         rc = ipc_serve_one(c);
     }
     if (rc == 0)
@@ -124,27 +193,45 @@ void ipc_rx_close(struct serve_conn *c, int rc)
     pthread_mutex_unlock(&c->rx_mu);
 }
 
-/* node's newest live connection, held (pins) until unpin. */
-static struct serve_conn *pin(struct ipc_server *s, const char *node)
+static bool live(const struct ipc_server *s, const struct serve_conn *c)
+{
+    return !s->stopping && c->ready && !c->done;
+}
+
+/* Pins (until unpin) node's newest live connection, or with node NULL up
+ * to max live connections of any peer, the first after the previous such
+ * wait's; returns how many. */
+static int pin(struct ipc_server *s, const char *node, struct serve_conn **v, int max)
 {
     pthread_mutex_lock(&s->mu);
-    struct serve_conn *c = s->conns; /* newest first */
-    while (c && (s->stopping || !c->ready || c->done || strcmp(c->peer_node, node) != 0))
-        c = c->next;
-    if (c)
-        __atomic_add_fetch(&c->pins, 1, __ATOMIC_ACQ_REL);
+    int n = 0, all = 0;
+    for (struct serve_conn *c = s->conns; c; c = c->next) /* newest first */
+        all += live(s, c) && (!node || strcmp(c->peer_node, node) == 0);
+    int skip = node || all <= max ? 0 : (int)(s->any_next++ % (unsigned)all);
+    int k = 0;
+    for (struct serve_conn *c = s->conns; c && n < max; c = c->next) {
+        if (!live(s, c) || (node && strcmp(c->peer_node, node) != 0))
+            continue;
+        if ((k++ - skip + all) % all < max) { /* the max after skip, round the list */
+            __atomic_add_fetch(&c->pins, 1, __ATOMIC_ACQ_REL);
+            v[n++] = c;
+            if (node)
+                break; /* the newest */
+        }
+    }
     pthread_mutex_unlock(&s->mu);
-    return c;
+    return n;
 }
 
-static void unpin(struct serve_conn *c)
+static void unpin(struct ipc_server *s, struct serve_conn **v, int n)
 {
-    pthread_mutex_lock(&c->srv->mu);
-    __atomic_sub_fetch(&c->pins, 1, __ATOMIC_ACQ_REL);
-    pthread_mutex_unlock(&c->srv->mu);
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n; i++)
+        __atomic_sub_fetch(&v[i]->pins, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&s->mu);
 }
 
-/* Busy-polls p (the socket, wake_fd) without sleeping for up to spin_us:
+/* Busy-polls p (the sockets, wake_fd) without sleeping for up to spin_us:
  * > 0 when one of them is ready, as poll. */
 static int spin_poll(struct pollfd *p, nfds_t n, int spin_us)
 {
@@ -155,37 +242,14 @@ static int spin_poll(struct pollfd *p, nfds_t n, int spin_us)
     return k;
 }
 
-int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms,
-                       int spin_us)
+/* rx_mu held, after the poll: serves one request if the poll saw c readable
+ * (and no other waiter read it since: served) or the serving thread
+ * skipped an edge, then stops polling c. */
+static void rx_after_poll(struct serve_conn *c, short revents, uint64_t served)
 {
-    struct serve_conn *c = s ? pin(s, node) : NULL;
-    if (!c)
-        return -1;
-    pthread_mutex_lock(&c->rx_mu);
-    bool over = c->failed != 0;
-    if (!over && c->waiters++ == 0)
-        interest(c, false);
-    uint64_t served = c->served;
-    pthread_mutex_unlock(&c->rx_mu);
-    if (over) {
-        unpin(c);
-        return -1;
-    }
-    /* fd stays open while c is pinned (conn_free waits for the pins). */
-    struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN | POLLRDHUP},
-                          {.fd = wake_fd, .events = POLLIN}};
-    nfds_t np = wake_fd >= 0 ? 2 : 1;
-    int k = spin_us > 0 ? spin_poll(p, np, spin_us) : 0;
-    if (k == 0)
-        k = poll(p, np, timeout_ms);
-    int rc = k < 0 && errno != EINTR ? -1 : 0;
-    pthread_mutex_lock(&c->rx_mu);
-    bool ready = (k > 0 && p[0].revents) || c->skipped;
-    /* What our poll saw is still there unless another waiter read since
-     * (the serving thread does not while we are counted) */
-    bool there = k > 0 && (p[0].revents & POLLIN) && c->served == served;
+    bool ready = revents || c->skipped;
+    bool there = (revents & POLLIN) && c->served == served;
     c->skipped = false;
-    c->waiters--;
     if (!c->failed && ready && (there || readable_now(c->fd))) {
         int err = ipc_serve_one(c);
         if (err < 0) { /* over, as in the serving thread: it cleans up */
@@ -193,14 +257,60 @@ int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int 
             shutdown(c->fd, SHUT_RDWR);
         }
     }
-    if (c->failed)
-        rc = -1;
-    if (c->waiters == 0 && !c->failed)
-        interest(c, true);
+    rx_leave(c);
     if (c->parked && (c->waiters == 0 || c->failed))
         pthread_cond_signal(&c->rx_cv);
-    pthread_mutex_unlock(&c->rx_mu);
-    unpin(c);
+}
+
+/* Polls the n pinned connections v and wake_fd (above); 0, or -1 when none
+ * of them can be read any more or the poll failed. */
+static int wait_conns(struct serve_conn **v, int n, int wake_fd, int timeout_ms, int spin_us)
+{
+    struct pollfd p[WAIT_ANY_MAX + 1];
+    uint64_t served[WAIT_ANY_MAX];
+    int in = 0;
+    for (int i = 0; i < n; i++) {
+        struct serve_conn *c = v[i];
+        pthread_mutex_lock(&c->rx_mu);
+        bool over = c->failed != 0;
+        if (!over)
+            rx_enter(c);
+        served[i] = c->served;
+        pthread_mutex_unlock(&c->rx_mu);
+        /* fd stays open while c is pinned (conn_free waits for the pins) */
+        p[i] = (struct pollfd){.fd = over ? -1 : c->fd, .events = POLLIN | POLLRDHUP};
+        in += !over;
+    }
+    if (in == 0)
+        return -1;
+    p[n] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+    nfds_t np = (nfds_t)n + (wake_fd >= 0);
+    int k = spin_us > 0 ? spin_poll(p, np, spin_us) : 0;
+    if (k == 0)
+        k = poll(p, np, timeout_ms);
+    int rc = k < 0 && errno != EINTR ? -1 : 0;
+    bool any_live = false;
+    for (int i = 0; i < n; i++) {
+        struct serve_conn *c = v[i];
+        if (p[i].fd < 0)
+            continue;
+        pthread_mutex_lock(&c->rx_mu);
+        rx_after_poll(c, k > 0 ? p[i].revents : 0, served[i]);
+        any_live |= !c->failed;
+        pthread_mutex_unlock(&c->rx_mu);
+    }
+    return any_live ? rc : -1;
+}
+
+int ipc_server_wait_in(struct ipc_server *s, const char *node, int wake_fd, int timeout_ms,
+                       int spin_us)
+{
+    struct serve_conn *v[WAIT_ANY_MAX];
+    int n = s ? pin(s, node, v, WAIT_ANY_MAX) : 0;
+    if (n == 0)
+        return -1;
+    int rc = wait_conns(v, n, wake_fd, timeout_ms, spin_us);
+    unpin(s, v, n);
     return rc;
 }
 
@@ -221,16 +331,15 @@ int ipc_conn_wait_rx(struct xfer_conn *xc, void *chan, bool inbound, xfer_batch 
 
 int ipc_notif_wait_rx(struct xfer_transport *xt, const char *node, int timeout_ms)
 {
-    if (!node || !*node)
-        return -1; /* "the connection the last message came on": not tracked here */
     struct ipc_transport *t = container_of(xt, struct ipc_transport, base);
     xfer_engine *e = xt->engine;
     int spin = xfer_engine_config_get(e)->busy_poll_us;
-    /* Serves at most one request; xfer_notif_wait's loop looks at the queue
-     * (a notification this thread queued itself does not write the wake
-     * fd) and its deadline, and calls again. */
-    return ipc_server_wait_in(t->server, node, xfer_notif_wake_fd(e), timeout_ms,
-                              spin < timeout_ms * 1000 ? spin : timeout_ms * 1000) < 0
+    /* Serves at most one request per connection; xfer_notif_wait's loop
+     * looks at the queue (a notification this thread queued itself does
+     * not write the wake fd) and its deadline, and calls again. node NULL
+     * or "": every peer's connection (up to WAIT_ANY_MAX, in turns). */
+    return ipc_server_wait_in(t->server, node && *node ? node : NULL, xfer_notif_wake_fd(e),
+                              timeout_ms, spin < timeout_ms * 1000 ? spin : timeout_ms * 1000) < 0
                ? -1 /* no such connection: the caller sleeps */
                : 0;
 }

@@ -248,3 +248,19 @@ bool ipc_sock_hung_up(int fd)
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
+
+bool ipc_sock_said_bye(int fd)
+{
+    uint8_t buf[4096];
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT); /* no fds: none installed */
+    for (size_t at = 0; n > 0 && at + sizeof(struct ipc_hdr) <= (size_t)n;) {
+        struct ipc_hdr h;
+        memcpy(&h, buf + at, sizeof(h));
+        if (h.magic != IPC_MAGIC || h.version != IPC_VERSION)
+            return false;
+        if (h.type == IPC_BYE)
+            return h.bytes == 0;
+        at += sizeof(h) + h.bytes; /* answers not read yet */
+    }
+    return false;
+}

@@ -115,6 +115,10 @@ close_after() { # transport
         core_start_prog "closer-$tr" "$N" closer --ready "$armed" || exit 1
     timeout 60 "$N" bye --peer "$CORE_TMP/closer-$tr.node" --ready "$armed" ||
         core_fail "$tr: a notification queued by a closing receiver was not answered"
+    # The closer exits by itself once its engine is freed (after its last,
+    # delayed sendmsg: over ipc the orderly close's BYE); then collect it.
+    local var="PID_closer_$tr" deadline=$((SECONDS + 15))
+    while core_alive "${!var}" && ((SECONDS < deadline)); do sleep 0.05; done
     core_stop "closer-$tr"
     grep "closer:" "$CORE_TMP/closer-$tr.log"
 }
