@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if XFER_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -172,17 +173,28 @@ static struct gbs time_op(op_fn fn, struct op *o)
 }
 
 /* Each run alone: the stream is idle before it, nothing overlaps it. */
+static double oneshot_call_us; /* the last time_op_oneshot's median host time of fn */
+
+static double host_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
 static struct gbs time_op_oneshot(op_fn fn, struct op *o)
 {
     cudaEvent_t a, b;
-    double ms[MAXREPS];
+    double ms[MAXREPS], us[MAXREPS];
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
     fn(o);
     CK(cudaStreamSynchronize(o->st));
     for (int i = 0; i < reps; i++) {
         CK(cudaEventRecord(a, o->st));
+        double t0 = host_us();
         fn(o);
+        us[i] = host_us() - t0;
         CK(cudaEventRecord(b, o->st));
         CK(cudaEventSynchronize(b));
         float f;
@@ -192,6 +204,8 @@ static struct gbs time_op_oneshot(op_fn fn, struct op *o)
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     qsort(ms, (size_t)reps, sizeof(ms[0]), cmp_double);
+    qsort(us, (size_t)reps, sizeof(us[0]), cmp_double);
+    oneshot_call_us = us[reps / 2];
     struct gbs g = {o->bytes / (ms[0] * 1e6), o->bytes / (ms[reps / 2] * 1e6)};
     return g;
 }
@@ -442,7 +456,18 @@ static void bench_block_runs(const char *path, int src_dev, int dst_dev, int on)
     report(path, "kvpool ceiling one-shot", BR_LEN, time_op_oneshot(op_ceiling, &o), ceil.med);
     sweep_run(path, br_sweep, sizeof(br_sweep) / sizeof(br_sweep[0]), op_block_runs, &o,
               "blocks (auto)", BR_LEN, ceil.med);
-    report(path, "blocks (auto) one-shot", BR_LEN, time_op_oneshot(op_block_runs, &o), ceil.med);
+    static const char *const up_names[] = {"param", "up", "same"};
+    for (int m = 0; m < 3; m++) { /* how the runs reach the GPU (xfer_kernels_tune_upload) */
+        char what[48];
+        xfer_kernels_tune_upload(m);
+        snprintf(what, sizeof(what), "blocks (auto) %s", up_names[m]);
+        report(path, what, BR_LEN, time_op(op_block_runs, &o), ceil.med);
+        snprintf(what, sizeof(what), "blocks (auto) one-shot %s", up_names[m]);
+        report(path, what, BR_LEN, time_op_oneshot(op_block_runs, &o), ceil.med);
+        printf("%-10s   host time of the launch call (%s): %.1f us\n", path, up_names[m],
+               oneshot_call_us);
+    }
+    xfer_kernels_tune_upload(0);
     o.br_split = BR_LAYERS / 2; /* the ipc worker's two 256 MiB groups */
     report(path, "blocks (auto) 2 launches", BR_LEN, time_op(op_block_runs, &o), ceil.med);
     report(path, "blocks (auto) 2 l. one-shot", BR_LEN, time_op_oneshot(op_block_runs, &o),

@@ -15,6 +15,9 @@
  *   bench_pool_gpu run ID PEER [opts]       moves blocks to/from PEER/kv
  * opts: --transports tcp|ipc  --host  --gpu N  --blocks 512 --pool-blocks 2048
  *       --layers 32 --block-bytes 16384 --reps 10 --lifetime 600
+ *       --depths 2,4 (GPU pools over ipc: throughput rows with that many
+ *       requests in flight, besides the one-at-a-time latency rows)
+ *       --quick (no byte check, no per-block copy row: for A/B runs)
  * REDIS_URL names the Redis. Exits 77 when GPU memory is asked for and
  * there is no CUDA device (or no CUDA in the build).
  */
@@ -33,7 +36,8 @@
 
 struct opts {
     const char *transports;
-    int host, gpu, reps, lifetime_s;
+    const char *depths;                     /* requests in flight for the throughput rows, "2,4" */
+    int host, gpu, reps, lifetime_s, quick; /* quick: no verify, no per-block copies */
     size_t nb;
     struct xfer_kv_geom g;
 };
@@ -132,16 +136,22 @@ static int move(xfer_node *n, xfer_kv_pool *p, const char *remote, enum xfer_op 
     double *tw = calloc(o->reps, sizeof(double)), *tc = calloc(o->reps, sizeof(double));
     uint64_t x = 88172645463325252ull;
     int rc = 0;
+    const char *tr =
+        getenv("XFER_BENCH_TRACE"); /* per request: ns of start, added, submitted, done */
     for (int r = 0; r <= o->reps && !rc; r++) { /* run 0 warms up */
         random_blocks(lb, o->nb, o->g.num_blocks, &x);
         random_blocks(rb, o->nb, o->g.num_blocks, &x);
         xfer_node_batch *b = xfer_node_batch_new(n, &rc);
         double w0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_THREAD_CPUTIME_ID);
         rc = xfer_node_batch_add_blocks(b, op, p, lb, remote, rb, o->nb, 0, 0);
+        double w1 = now_s(CLOCK_MONOTONIC);
         rc = rc < 0 ? rc : xfer_node_batch_submit(b, 60000);
-        double c1 = now_s(CLOCK_THREAD_CPUTIME_ID);
+        double c1 = now_s(CLOCK_THREAD_CPUTIME_ID), w2 = now_s(CLOCK_MONOTONIC);
         if (!rc)
             rc = xfer_node_batch_wait(b, -1);
+        if (tr && *tr == '1')
+            fprintf(stderr, "bench-trace %s %.0f %.0f %.0f %.0f\n", op == XFER_OP_READ ? "R" : "W",
+                    w0 * 1e9, w1 * 1e9, w2 * 1e9, now_s(CLOCK_MONOTONIC) * 1e9);
         if (rc)
             fprintf(stderr, "%s: %s (%s)\n", op == XFER_OP_READ ? "READ" : "WRITE",
                     xfer_strerror(rc), xfer_node_last_error(n));
@@ -158,6 +168,46 @@ static int move(xfer_node *n, xfer_kv_pool *p, const char *remote, enum xfer_op 
     *wall = tw[o->reps / 2];
     *cpu = tc[o->reps / 2];
     free(lb), free(rb), free(tw), free(tc);
+    return rc;
+}
+
+/* Requests of op kept `depth` in flight (a new one submitted as the oldest
+ * completes, as an inference server's transfers overlap): GB/s over n of
+ * them, from the first submit to the last completion. */
+static int move_depth(xfer_node *n, xfer_kv_pool *p, const char *remote, enum xfer_op op,
+                      const struct opts *o, int depth, int count, double *gbs)
+{
+    uint64_t *lb = malloc(o->nb * sizeof(*lb)), *rb = malloc(o->nb * sizeof(*rb));
+    xfer_node_batch **q = calloc((size_t)depth, sizeof(*q));
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    int rc = lb && rb && q ? 0 : -XFER_ENOMEM;
+    double t0 = now_s(CLOCK_MONOTONIC);
+    for (int i = 0; i < count + depth && !rc; i++) {
+        xfer_node_batch **slot = &q[i % depth];
+        if (*slot) { /* the oldest in flight */
+            rc = xfer_node_batch_wait(*slot, -1);
+            xfer_node_batch_free(*slot);
+            *slot = NULL;
+        }
+        if (rc || i >= count)
+            continue;
+        random_blocks(lb, o->nb, o->g.num_blocks, &x);
+        random_blocks(rb, o->nb, o->g.num_blocks, &x);
+        *slot = xfer_node_batch_new(n, &rc);
+        rc = rc ? rc : xfer_node_batch_add_blocks(*slot, op, p, lb, remote, rb, o->nb, 0, 0);
+        rc = rc < 0 ? rc : xfer_node_batch_submit(*slot, 60000);
+    }
+    double t = now_s(CLOCK_MONOTONIC) - t0;
+    for (int i = 0; q && i < depth; i++)
+        if (q[i]) {
+            xfer_node_batch_wait(q[i], -1);
+            xfer_node_batch_free(q[i]);
+        }
+    if (rc)
+        fprintf(stderr, "%s x%d: %s (%s)\n", op == XFER_OP_READ ? "READ" : "WRITE", depth,
+                xfer_strerror(rc), xfer_node_last_error(n));
+    *gbs = (double)count * o->nb * o->g.layers * o->g.kv * o->g.block_bytes / t / 1e9;
+    free(lb), free(rb), free(q);
     return rc;
 }
 
@@ -229,6 +279,30 @@ static int verify(xfer_node *n, xfer_kv_pool *p, const char *remote, char *mem,
     return rc || bad ? 1 : 0;
 }
 
+/* Median host seconds of one D2D copy of the request's bytes from the
+ * call to the return of the stream's synchronize: the ceiling as a
+ * program that waits for its one copy sees it (launch and wake-up in). */
+static double copy_ceiling_host(char *mem, const struct opts *o)
+{
+    uint64_t bytes = (uint64_t)o->nb * o->g.layers * o->g.kv * o->g.block_bytes;
+    uint64_t half = pool_bytes(o) / 2;
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    double *t = calloc(o->reps, sizeof(double));
+    for (int r = 0; r <= o->reps; r++) {
+        double t0 = now_s(CLOCK_MONOTONIC);
+        cudaMemcpyAsync(mem + half, mem, bytes < half ? bytes : half, cudaMemcpyDeviceToDevice, s);
+        cudaStreamSynchronize(s);
+        if (r)
+            t[r - 1] = now_s(CLOCK_MONOTONIC) - t0;
+    }
+    qsort(t, o->reps, sizeof(double), cmp_d);
+    double med = t[o->reps / 2];
+    free(t);
+    cudaStreamDestroy(s);
+    return med;
+}
+
 /* Median seconds of: one D2D copy of `bytes` (per_block 0), or one copy per
  * block_bytes piece at the request's random places (per_block 1). */
 static double copy_ceiling(char *mem, const struct opts *o, int per_block)
@@ -285,23 +359,57 @@ static int run(xfer_node *n, xfer_kv_pool *p, const char *peer, char *mem, const
            "(%.0f MiB) per request, over %s, median of %d\n",
            mem ? "GPU" : "host", o->g.layers, o->g.kv, (unsigned long long)o->g.block_bytes, o->nb,
            bytes / 1048576, o->transports, o->reps);
+    double one = 0, lat[2] = {0, 0}; /* lat: the host-timed ceiling's rows (CUDA builds) */
+    (void)lat;
+#if XFER_WITH_CUDA
+    if (mem) /* first: the rows below are read against it */
+        one = copy_ceiling(mem, o, 0);
+#endif
     for (int i = 0; i < 2; i++) {
         enum xfer_op op = i ? XFER_OP_READ : XFER_OP_WRITE;
         double wall, cpu;
         if (move(n, p, remote, op, o, &wall, &cpu))
             return 1;
-        printf("  %-5s  %8.2f ms  %7.2f GB/s  (CPU build+submit %.0f us)\n", i ? "READ" : "WRITE",
+        lat[i] = wall;
+        printf("  %-5s  %8.2f ms  %7.2f GB/s  (CPU build+submit %.0f us)", i ? "READ" : "WRITE",
                wall * 1e3, bytes / wall / 1e9, cpu * 1e6);
+        if (one > 0)
+            printf("  %.3f of one copy", one / wall);
+        printf("\n");
+    }
+    /* throughput with requests in flight: GPU pools over ipc (tcp takes
+     * ~0.35 s a request) */
+    for (const char *d = o->depths; mem && d && *d && !strcmp(o->transports, "ipc");) {
+        int depth = atoi(d);
+        for (int i = 0; depth > 1 && i < 2; i++) {
+            double g[3];
+            for (int k = 0; k < 3; k++) /* median of three runs of 8 x reps requests */
+                if (move_depth(n, p, remote, i ? XFER_OP_READ : XFER_OP_WRITE, o, depth,
+                               8 * o->reps, &g[k]))
+                    return 1;
+            qsort(g, 3, sizeof(double), cmp_d);
+            printf("  %-5s  %d in flight: %7.2f GB/s, %.3f ms per request", i ? "READ" : "WRITE",
+                   depth, g[1], bytes / g[1] / 1e6);
+            if (one > 0)
+                printf("  %.3f of one copy", g[1] / (bytes / one / 1e9));
+            printf("\n");
+        }
+        d = strchr(d, ',');
+        d = d ? d + 1 : NULL;
     }
 #if XFER_WITH_CUDA
-    if (mem && verify(n, p, remote, mem, o))
+    if (mem && !o->quick && verify(n, p, remote, mem, o))
         return 1;
     if (mem) {
-        double one = copy_ceiling(mem, o, 0), per = copy_ceiling(mem, o, 1);
+        double host = copy_ceiling_host(mem, o), per = o->quick ? 0 : copy_ceiling(mem, o, 1);
         printf("  one-copy ceiling (D2D, same GPU)  %8.2f ms  %7.2f GB/s\n", one * 1e3,
                bytes / one / 1e9);
-        printf("  one cudaMemcpyAsync per block     %8.2f ms  %7.2f GB/s\n", per * 1e3,
-               bytes / per / 1e9);
+        printf("  one copy, host-timed (call to sync return)  %8.3f ms: WRITE %.3f, READ %.3f "
+               "of it\n",
+               host * 1e3, host / lat[0], host / lat[1]);
+        if (per > 0)
+            printf("  one cudaMemcpyAsync per block     %8.2f ms  %7.2f GB/s\n", per * 1e3,
+                   bytes / per / 1e9);
     }
 #endif
     return 0;
@@ -310,11 +418,10 @@ static int run(xfer_node *n, xfer_kv_pool *p, const char *peer, char *mem, const
 static int parse(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
-        {"transports", 1, 0, 't'},  {"host", 0, 0, 'H'},
-        {"gpu", 1, 0, 'g'},         {"blocks", 1, 0, 'b'},
-        {"pool-blocks", 1, 0, 'n'}, {"layers", 1, 0, 'L'},
-        {"block-bytes", 1, 0, 'B'}, {"reps", 1, 0, 'r'},
-        {"lifetime", 1, 0, 'T'},    {0, 0, 0, 0},
+        {"transports", 1, 0, 't'},  {"host", 0, 0, 'H'},        {"gpu", 1, 0, 'g'},
+        {"blocks", 1, 0, 'b'},      {"pool-blocks", 1, 0, 'n'}, {"layers", 1, 0, 'L'},
+        {"block-bytes", 1, 0, 'B'}, {"reps", 1, 0, 'r'},        {"lifetime", 1, 0, 'T'},
+        {"depths", 1, 0, 'D'},      {"quick", 0, 0, 'Q'},       {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -336,6 +443,10 @@ static int parse(int argc, char **argv, struct opts *o)
             o->reps = atoi(optarg);
         else if (c == 'T')
             o->lifetime_s = atoi(optarg);
+        else if (c == 'D')
+            o->depths = optarg;
+        else if (c == 'Q')
+            o->quick = 1;
         else
             return -1;
     }
@@ -345,6 +456,7 @@ static int parse(int argc, char **argv, struct opts *o)
 int main(int argc, char **argv)
 {
     struct opts o = {.transports = "tcp",
+                     .depths = "2,4",
                      .nb = 512,
                      .reps = 10,
                      .lifetime_s = 600,

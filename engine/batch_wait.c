@@ -168,19 +168,24 @@ static void spin_while_running(xfer_batch *b, int timeout_ms)
     }
 }
 
-/* Does the transport of b's message peer busy-poll in wait_rx itself
- * (XFER_CAP_RX_SPIN)? Then the waiter spins there, on the peer's channel,
- * and reads what arrives: no thread is woken at all. */
+/* Does the transport of b's message peer (or of the one channel its
+ * items wait on, xfer_batch_wait_hint) busy-poll in wait_rx itself
+ * (XFER_CAP_RX_SPIN)? Then the waiter spins there, on that channel, and
+ * reads what arrives: no thread is woken at all. */
 static bool rx_spins(xfer_batch *b)
 {
     if (b->engine->cfg.busy_poll_us <= 0)
         return false;
     rx_env();
-    if (__atomic_load_n(&rx_off, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&rx_in_on, __ATOMIC_RELAXED) != 1)
+    if (__atomic_load_n(&rx_off, __ATOMIC_RELAXED))
         return false;
+    bool in_on = __atomic_load_n(&rx_in_on, __ATOMIC_RELAXED) == 1;
     pthread_mutex_lock(&b->mu);
-    xfer_peer *p = b->state == B_RUNNING && !b->msg_many ? b->msg_peer : NULL;
+    xfer_peer *p = NULL;
+    if (b->state == B_RUNNING && b->msg_peer)
+        p = in_on && !b->msg_many ? b->msg_peer : NULL;
+    else if (b->state == B_RUNNING && b->wait_conn && !b->wait_many)
+        p = b->wait_peer;
     pthread_mutex_unlock(&b->mu);
     if (!p)
         return false;

@@ -22,6 +22,8 @@ struct kb_dev {
 
 struct kb_ticket {
     cudaEvent_t ev;
+    cudaEvent_t ev0; /* traced helpers: before the launch (timing events) */
+    float gpu_ms;    /* traced: ev0 -> ev of the last completion */
     int dev;
     bool used;
 };
@@ -31,6 +33,7 @@ struct xfer_kbatch {
     struct kb_dev dev[KB_MAX_DEVS];
     struct kb_ticket *t;
     int nt;
+    bool trace; /* XFER_KBATCH_TRACE=1: GPU time of each launch (xfer_kbatch_gpu_us) */
     char err[256];
 };
 
@@ -58,6 +61,8 @@ extern "C" int xfer_kbatch_new(struct xfer_kbatch **out)
     if (!b)
         return -XFER_ENOMEM;
     b->ndev = n < KB_MAX_DEVS ? n : KB_MAX_DEVS;
+    const char *tr = getenv("XFER_KBATCH_TRACE");
+    b->trace = tr && *tr == '1';
     *out = b;
     return 0;
 }
@@ -71,6 +76,8 @@ extern "C" void xfer_kbatch_free(struct xfer_kbatch *b)
             xfer_kbatch_wait(b, i, KB_FREE_WAIT_MS);
         cudaSetDevice(b->t[i].dev);
         cudaEventDestroy(b->t[i].ev);
+        if (b->t[i].ev0)
+            cudaEventDestroy(b->t[i].ev0);
     }
     for (int d = 0; d < b->ndev; d++) {
         if (b->dev[d].stage)
@@ -118,7 +125,11 @@ static int kb_ticket_get(struct xfer_kbatch *b, int d)
     if (!t)
         return -XFER_ENOMEM;
     b->t = t;
-    cudaError_t e = cudaEventCreateWithFlags(&t[b->nt].ev, cudaEventDisableTiming);
+    unsigned flags = b->trace ? cudaEventDefault : cudaEventDisableTiming;
+    t[b->nt] = (struct kb_ticket){};
+    cudaError_t e = cudaEventCreateWithFlags(&t[b->nt].ev, flags);
+    if (e == cudaSuccess && b->trace && (e = cudaEventCreate(&t[b->nt].ev0)) != cudaSuccess)
+        cudaEventDestroy(t[b->nt].ev);
     if (e != cudaSuccess)
         return kb_fail(b, -XFER_EIO, "creating an event", e);
     t[b->nt].dev = d;
@@ -141,6 +152,8 @@ static int kb_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask, F launc
         rc = rc ? rc : t;
         goto out;
     }
+    if (b->trace)
+        cudaEventRecord(b->t[t].ev0, b->dev[exec].stream);
     rc = launch(b->dev[exec].stage, b->dev[exec].stream);
     if (rc) {
         snprintf(b->err, sizeof(b->err), "%s", xfer_kstage_last_error(b->dev[exec].stage));
@@ -198,7 +211,18 @@ extern "C" int xfer_kbatch_poll(struct xfer_kbatch *b, int t)
     if (e == cudaErrorNotReady)
         return -XFER_EINPROGRESS;
     b->t[t].used = false;
+    if (e == cudaSuccess && b->trace) {
+        b->t[t].gpu_ms = -1;
+        cudaEventElapsedTime(&b->t[t].gpu_ms, b->t[t].ev0, b->t[t].ev);
+    }
     return e == cudaSuccess ? 0 : kb_fail(b, -XFER_EIO, "batched copy", e);
+}
+
+extern "C" double xfer_kbatch_gpu_us(const struct xfer_kbatch *b, int t)
+{
+    if (!b || !b->trace || t < 0 || t >= b->nt)
+        return -1;
+    return b->t[t].gpu_ms * 1e3;
 }
 
 extern "C" int xfer_kbatch_wait(struct xfer_kbatch *b, int t, int timeout_ms)

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define KBULK_STAGES 3
-#define KBULK_SUB 16384 /* 3 x 16 KiB = 48 KiB of shared memory per block */
+#define KBULK_SUB    16384 /* 3 x 16 KiB = 48 KiB of shared memory per block */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KBULK_OK 1
@@ -35,7 +35,8 @@ __device__ __forceinline__ void mbar_init_fence(void)
 #endif
 }
 
-__device__ __forceinline__ void bulk_load(void *sdst, const void *gsrc, uint32_t bytes, uint64_t *bar)
+__device__ __forceinline__ void bulk_load(void *sdst, const void *gsrc, uint32_t bytes,
+                                          uint64_t *bar)
 {
 #if KBULK_OK
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
@@ -106,8 +107,7 @@ __device__ __forceinline__ bool bulk_body(const char *dst, uint32_t len, uint32_
  * (pieces with relatively misaligned src/dst are skipped: the fringe threads
  * copy those whole). stage: KBULK_STAGES * KBULK_SUB bytes of shared memory,
  * bar: KBULK_STAGES initialised mbarriers. */
-template <class W>
-__device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
+template <class W> __device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
 {
     char *q_dst[KBULK_STAGES];
     uint32_t q_len[KBULK_STAGES];

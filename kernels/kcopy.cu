@@ -5,6 +5,7 @@
 #include "xfer_err.h"
 #include "xfer_kernels.h"
 
+#include <stdlib.h>
 #include <type_traits>
 
 #define KCOPY_UNROLL 4
@@ -178,15 +179,21 @@ struct kv_walk {
 struct block_walk {
     const kbrun *runs;
     const uint64_t *start;
-    uint32_t r;
+    const char *rebase; /* added to a run's array fields (param launches: offsets) */
+    uint32_t r, nr;
     uint64_t pos, hi, end; /* end: start[r + 1] */
     uint64_t st, i, off;   /* stream, id, offset of pos in its segment */
     uint64_t ia, ib;       /* ids[i] of each side, loaded ahead */
+    uint64_t total;
     kbrun R;
     const char *ab, *bb; /* R.a + a_base[st], R.b + b_base[st] */
     __device__ void seek()
     {
         R = runs[r];
+        R.a_base = (const uint64_t *)(rebase + (uintptr_t)R.a_base);
+        R.b_base = (const uint64_t *)(rebase + (uintptr_t)R.b_base);
+        R.a_ids = (const uint64_t *)(rebase + (uintptr_t)R.a_ids);
+        R.b_ids = (const uint64_t *)(rebase + (uintptr_t)R.b_ids);
         end = start[r + 1];
         uint64_t rel = pos - start[r], q = rel / R.len;
         off = rel - q * R.len;
@@ -197,6 +204,26 @@ struct block_walk {
         ib = R.b_ids[i];
         ab = R.a + R.a_base[st];
         bb = R.b + R.b_base[st];
+    }
+    /* The run holding pos: first guessed as if the runs were of one size
+     * (a request's region pairs are: one latency, two loads side by side),
+     * else a binary search for the last run starting at or before pos. */
+    __device__ void locate()
+    {
+        uint32_t lo = (uint32_t)min((uint64_t)nr - 1, (uint64_t)((double)pos / total * nr));
+        if (!(start[lo] <= pos && pos < start[lo + 1])) {
+            uint32_t top = nr;
+            lo = 0;
+            while (top - lo > 1) {
+                uint32_t mid = (lo + top) / 2;
+                if (start[mid] <= pos)
+                    lo = mid;
+                else
+                    top = mid;
+            }
+        }
+        r = lo;
+        seek();
     }
     __device__ bool next(kpiece &p)
     {
@@ -241,19 +268,25 @@ struct block_walk {
 #define KBULK_THREADS 64
 
 /* Variants (xfer_kernels_tune): 16-byte vector copy with U loads in flight
- * per thread, optionally with streaming cache hints; or the bulk engine. */
+ * per thread, optionally with streaming cache hints; or the bulk engine.
+ * Tried for the KV pool request and dropped (one H200, 2026-11-29,
+ * docs/kernels.md): a grid-stride bulk kernel (as many thread blocks as
+ * fit, each walking every grid-th chunk with its pipeline kept full) at
+ * 0.89-0.895 of one copy against 0.913 for this one, and evict-first L2
+ * hints on the bulk loads and stores (0.915: no change). */
 enum { KV_VEC4 = 1, KV_VEC8, KV_VEC4S, KV_VEC8S, KV_BULK, KV_NVARIANTS };
+#define KBULKV(V) ((V) == KV_BULK)
 
 /* 8 loads in flight need more than 64 registers per thread, and so does
  * the bulk pipeline's thread with the block walk (316 bytes of spills at
  * 64); bulk blocks are 64 threads and shared memory limits them to 4 per
  * SM anyway. */
-#define KMINBLOCKS(V) (((V) == KV_VEC8 || (V) == KV_VEC8S || (V) == KV_BULK) ? 1 : 2)
+#define KMINBLOCKS(V) (((V) == KV_VEC8 || (V) == KV_VEC8S || KBULKV(V)) ? 1 : 2)
 
 /* Runs a block's pieces with variant V. */
 template <int V, class W> __device__ __forceinline__ void run_block(W w)
 {
-    if constexpr (V == KV_BULK) {
+    if constexpr (KBULKV(V)) {
         extern __shared__ __align__(128) char kdyn[]; /* KBULK_SMEM bytes */
         uint64_t *bar = (uint64_t *)kdyn;
         char *stage = kdyn + 128;
@@ -310,34 +343,38 @@ __global__ void __launch_bounds__(512, KMINBLOCKS(V))
 
 /* Block b copies bytes [b*chunk, (b+1)*chunk) of the runs' concatenation. */
 template <int V>
-__global__ void __launch_bounds__(512, KMINBLOCKS(V))
-    block_runs_kernel(const kbrun *__restrict__ runs, const uint64_t *__restrict__ start,
-                      uint32_t nr, uint64_t total, uint64_t chunk)
+__device__ __forceinline__ void block_runs_body(const kbrun *runs, const uint64_t *start,
+                                                uint32_t nr, uint64_t total, uint64_t chunk,
+                                                const char *rebase)
 {
     block_walk w;
-    w.runs = runs, w.start = start;
+    w.runs = runs, w.start = start, w.nr = nr, w.total = total, w.rebase = rebase;
     w.pos = (uint64_t)blockIdx.x * chunk;
     w.hi = min(w.pos + chunk, total);
     if (w.pos >= w.hi)
         return;
-    /* The run holding pos: first guessed as if the runs were of one size
-     * (a request's region pairs are: one latency, two loads side by side),
-     * else a binary search for the last run starting at or before pos. */
-    uint32_t lo = (uint32_t)min((uint64_t)nr - 1, (uint64_t)((double)w.pos / total * nr));
-    if (!(start[lo] <= w.pos && w.pos < start[lo + 1])) {
-        uint32_t hi = nr;
-        lo = 0;
-        while (hi - lo > 1) {
-            uint32_t mid = (lo + hi) / 2;
-            if (start[mid] <= w.pos)
-                lo = mid;
-            else
-                hi = mid;
-        }
-    }
-    w.r = lo;
-    w.seek();
+    w.locate();
     run_block<V>(w);
+}
+
+template <int V>
+__global__ void __launch_bounds__(512, KMINBLOCKS(V))
+    block_runs_kernel(const kbrun *__restrict__ runs, const uint64_t *__restrict__ start,
+                      uint32_t nr, uint64_t total, uint64_t chunk)
+{
+    block_runs_body<V>(runs, start, nr, total, chunk, nullptr);
+}
+
+/* The same with the runs, their prefix sums and arrays in the launch's
+ * parameters (kparam_blob: no upload before the kernel; the run's array
+ * fields are offsets into the blob). */
+template <int V>
+__global__ void __launch_bounds__(512, KMINBLOCKS(V))
+    block_runs_param_kernel(const __grid_constant__ struct kparam_blob P)
+{
+    const char *blob = (const char *)P.w;
+    block_runs_body<V>((const kbrun *)blob, (const uint64_t *)(blob + P.nr * sizeof(kbrun)), P.nr,
+                       P.total, P.chunk, blob);
 }
 
 static uint64_t tune_chunk;
@@ -352,14 +389,28 @@ extern "C" void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int va
     tune_variant = variant > 0 && variant < KV_NVARIANTS ? variant : 0;
 }
 
+/* XFER_KERNELS_VARIANT / XFER_KERNELS_CHUNK: xfer_kernels_tune from the
+ * environment, read at the first launch (to try a variant in a program
+ * that does not call it, e.g. bench_pool_gpu). */
+static void tune_env(void)
+{
+    static int done;
+    if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        return;
+    const char *v = getenv("XFER_KERNELS_VARIANT"), *c = getenv("XFER_KERNELS_CHUNK");
+    if ((v || c) && !tune_variant && !tune_chunk)
+        xfer_kernels_tune(c ? strtoull(c, NULL, 0) : 0, 0, v ? atoi(v) : 0);
+}
+
 struct kgrid kgrid_pick(uint64_t total, int sms, int cc_major, bool aligned)
 {
+    tune_env();
     struct kgrid g;
     g.variant = tune_variant ? tune_variant : (aligned && cc_major >= 9 ? KAUTO_ALIGNED : KAUTO);
-    if (g.variant == KV_BULK && (!aligned || cc_major < 9))
+    if (KBULKV(g.variant) && (!aligned || cc_major < 9))
         g.variant = KAUTO; /* bulk copies need 16-byte alignment and sm_90 */
-    g.threads = tune_threads ? tune_threads : (g.variant == KV_BULK ? KBULK_THREADS : 256);
-    if (g.variant == KV_BULK && g.threads < 64)
+    g.threads = tune_threads ? tune_threads : (KBULKV(g.variant) ? KBULK_THREADS : 256);
+    if (KBULKV(g.variant) && g.threads < 64)
         g.threads = 64; /* warp 0 drives the bulk engine, the rest copy fringes */
     g.chunk = tune_chunk;
     if (!g.chunk) {
@@ -429,12 +480,12 @@ template <int V, class K, class... A>
 static cudaError_t klaunch_one(K *kernel, int *smem_set, unsigned blocks, struct kgrid g,
                                cudaStream_t st, A... args)
 {
-    if (V == KV_BULK) {
+    if (KBULKV(V)) {
         cudaError_t e = bulk_smem(kernel, smem_set);
         if (e != cudaSuccess)
             return e;
     }
-    kernel<<<blocks, g.threads, V == KV_BULK ? KBULK_SMEM : 0, st>>>(args...);
+    kernel<<<blocks, g.threads, KBULKV(V) ? KBULK_SMEM : 0, st>>>(args...);
     return cudaGetLastError();
 }
 
@@ -463,7 +514,9 @@ template <class L> static cudaError_t kdispatch(uint64_t total, struct kgrid g, 
     }
 }
 
-static int copy_smem_set[64], kv_smem_set[64], blk_smem_set[64]; /* per device: bulk attribute */
+/* per variant and device: the bulk attribute set (each variant is a function of its own) */
+static int copy_smem_set[KV_NVARIANTS][64], kv_smem_set[KV_NVARIANTS][64],
+    blk_smem_set[KV_NVARIANTS][64], blkp_smem_set[KV_NVARIANTS][64];
 
 cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start, const uint32_t *first,
                                  uint32_t n, uint64_t total, struct kgrid g, cudaStream_t st)
@@ -471,7 +524,7 @@ cudaError_t klaunch_batched_copy(const uint64_t *desc, const uint64_t *start, co
     unsigned blocks = kgrid_blocks(total, g);
     return kdispatch(total, g, [&](auto v) {
         constexpr int V = decltype(v)::value;
-        return klaunch_one<V>(batched_copy_kernel<V>, copy_smem_set, blocks, g, st, desc, start,
+        return klaunch_one<V>(batched_copy_kernel<V>, copy_smem_set[V], blocks, g, st, desc, start,
                               first, n, total, g.chunk);
     });
 }
@@ -484,7 +537,7 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
     unsigned blocks = kgrid_blocks(total, g);
     return kdispatch(total, g, [&](auto v) {
         constexpr int V = decltype(v)::value;
-        return klaunch_one<V>(kv_kernel<V>, kv_smem_set, blocks, g, st, layer_base, ids, n_ids,
+        return klaunch_one<V>(kv_kernel<V>, kv_smem_set[V], blocks, g, st, layer_base, ids, n_ids,
                               block_bytes, block_stride, buf, total, g.chunk, scatter);
     });
 }
@@ -492,11 +545,20 @@ cudaError_t klaunch_kv(const uint64_t *layer_base, const uint64_t *ids, uint64_t
 cudaError_t klaunch_block_runs(const struct kbrun *runs, const uint64_t *start, uint32_t nr,
                                uint64_t total, struct kgrid g, cudaStream_t st)
 {
-    unsigned blocks = kgrid_blocks(total, g);
     return kdispatch(total, g, [&](auto v) {
         constexpr int V = decltype(v)::value;
-        return klaunch_one<V>(block_runs_kernel<V>, blk_smem_set, blocks, g, st, runs, start, nr,
+        unsigned blocks = kgrid_blocks(total, g);
+        return klaunch_one<V>(block_runs_kernel<V>, blk_smem_set[V], blocks, g, st, runs, start, nr,
                               total, g.chunk);
+    });
+}
+
+cudaError_t klaunch_block_runs_param(const struct kparam_blob *p, struct kgrid g, cudaStream_t st)
+{
+    return kdispatch(p->total, g, [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        unsigned blocks = kgrid_blocks(p->total, g);
+        return klaunch_one<V>(block_runs_param_kernel<V>, blkp_smem_set[V], blocks, g, st, *p);
     });
 }
 
@@ -530,6 +592,11 @@ extern "C" int xfer_kernels_preload(int device)
         [] { return kfunc_load(block_runs_kernel<KV_VEC4S>); },
         [] { return kfunc_load(block_runs_kernel<KV_VEC8S>); },
         [] { return kfunc_load(block_runs_kernel<KV_BULK>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_VEC4>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_VEC8>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_VEC4S>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_VEC8S>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_BULK>); },
         kunpack_preload, /* tcpx's receive unpack (kunpack.cu) */
     };
     for (size_t i = 0; e == cudaSuccess && i < sizeof(loads) / sizeof(loads[0]); i++)
@@ -538,11 +605,13 @@ extern "C" int xfer_kernels_preload(int device)
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e == cudaSuccess && major >= 9) /* the bulk variants' shared memory attribute */
-        e = bulk_smem(batched_copy_kernel<KV_BULK>, copy_smem_set);
+        e = bulk_smem(batched_copy_kernel<KV_BULK>, copy_smem_set[KV_BULK]);
     if (e == cudaSuccess && major >= 9)
-        e = bulk_smem(kv_kernel<KV_BULK>, kv_smem_set);
+        e = bulk_smem(kv_kernel<KV_BULK>, kv_smem_set[KV_BULK]);
     if (e == cudaSuccess && major >= 9)
-        e = bulk_smem(block_runs_kernel<KV_BULK>, blk_smem_set);
+        e = bulk_smem(block_runs_kernel<KV_BULK>, blk_smem_set[KV_BULK]);
+    if (e == cudaSuccess && major >= 9)
+        e = bulk_smem(block_runs_param_kernel<KV_BULK>, blkp_smem_set[KV_BULK]);
     if (e != cudaSuccess)
         (void)cudaGetLastError();
     if (saved >= 0)

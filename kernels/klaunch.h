@@ -41,6 +41,19 @@ struct kbrun {
     uint64_t s0, nids, a_is_dst;
 };
 
+/* A launch's block runs carried in its parameters (no upload): nr kbrun,
+ * nr + 1 prefix sums, then the arrays, in w; each run's array fields are
+ * byte offsets into w. 16 KiB: a KV pool request of 512 blocks over 64
+ * streams takes ~12.5 KiB; larger ones are staged (kstage.cu). Parameters
+ * past 4 KiB need CUDA 12.1 and a driver of r530 or later. */
+#define KPARAM_WORDS 2040
+struct kparam_blob {
+    uint64_t total, chunk;
+    uint32_t nr, pad;
+    uint64_t w[KPARAM_WORDS];
+};
+cudaError_t klaunch_block_runs_param(const struct kparam_blob *p, struct kgrid g, cudaStream_t st);
+
 /* runs: nr block runs; start: nr + 1 prefix sums of their bytes (start[nr]
  * == total); both in device memory. Each thread block finds its run by a
  * binary search and computes every address from the ids. */

@@ -37,6 +37,8 @@ struct xfer_kstage {
     cudaStream_t up;
     unsigned next;
     struct kslot slot[KSTAGE_SLOTS];
+    bool no_param;          /* the driver refused a parameter blob (brun_param) */
+    struct kparam_blob *pb; /* brun_param's, made on first use */
     char err[256];
 };
 
@@ -146,6 +148,7 @@ extern "C" void xfer_kstage_free(struct xfer_kstage *s)
     }
     if (s->up)
         cudaStreamDestroy(s->up);
+    free(s->pb);
     free(s);
 }
 
@@ -237,15 +240,16 @@ static int slot_get(struct xfer_kstage *s, size_t bytes, struct kslot **out)
  * this point (which is after the upload too). */
 template <typename F>
 static int stage_run(struct xfer_kstage *s, struct kslot *sl, size_t bytes, cudaStream_t st,
-                     F launch)
+                     bool same, F launch)
 {
-    cudaError_t e = cudaMemcpyAsync(sl->dev, sl->host, bytes, cudaMemcpyHostToDevice, s->up);
-    if (e == cudaSuccess)
+    cudaError_t e =
+        cudaMemcpyAsync(sl->dev, sl->host, bytes, cudaMemcpyHostToDevice, same ? st : s->up);
+    if (e == cudaSuccess && !same)
         e = cudaEventRecord(sl->uploaded, s->up);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess && !same)
         e = cudaStreamWaitEvent(st, sl->uploaded, 0);
     if (e != cudaSuccess) {
-        cudaStreamSynchronize(s->up);
+        cudaStreamSynchronize(same ? st : s->up);
         return stage_fail(s, e, "uploading descriptors");
     }
     e = launch();
@@ -313,7 +317,7 @@ static int copy_launch(struct xfer_kstage *s, struct kslot *sl, size_t n, uint64
     const uint64_t *dstart = (const uint64_t *)((char *)sl->dev + off_start);
     const uint32_t *dfirst = (const uint32_t *)((char *)sl->dev + off_first);
     cudaStream_t st = (cudaStream_t)stream;
-    return stage_run(s, sl, bytes, st, [&] {
+    return stage_run(s, sl, bytes, st, false, [&] {
         return klaunch_batched_copy(ddesc, dstart, dfirst, (uint32_t)n, total, g, st);
     });
 }
@@ -405,14 +409,16 @@ static size_t brun_words(const struct xfer_block_run *r, size_t x)
     return w;
 }
 
-/* Fills the slot: nr device runs, nr + 1 byte prefix sums, then the
+/* Fills host (its device copy at dev; NULL: a parameter blob, the array
+ * fields then offsets into it): nr runs, nr + 1 byte prefix sums, then the
  * arrays; *mis: OR of a ^ b of every stream's start (the 16-byte test;
  * strides not multiples of 16 count as misaligned). */
-static void brun_fill(const struct xfer_block_run *r, size_t nr, struct kslot *sl, uint64_t *mis)
+static void brun_fill(const struct xfer_block_run *r, size_t nr, void *host, const void *dev,
+                      uint64_t *mis)
 {
-    struct kbrun *run = (struct kbrun *)sl->host;
+    struct kbrun *run = (struct kbrun *)host;
     uint64_t *start = (uint64_t *)(run + nr), *w = start + nr + 1;
-    const uint64_t *dw = (const uint64_t *)((char *)sl->dev + ((char *)w - (char *)sl->host));
+    const uint64_t *dw = (const uint64_t *)((uintptr_t)dev + (uintptr_t)((char *)w - (char *)host));
     uint64_t acc = 0, m = 0;
     size_t at = 0, a_ids = 0, b_ids = 0;
     for (size_t x = 0; x < nr; x++) {
@@ -444,6 +450,54 @@ static void brun_fill(const struct xfer_block_run *r, size_t nr, struct kslot *s
     *mis = m;
 }
 
+/* How block runs reach the GPU (xfer_kernels_tune_upload, else
+ * XFER_KSTAGE_UPLOAD=param|up|same): 0 in the launch's parameters when
+ * they fit (else as 1), 1 uploaded on the stage's own stream, the launch
+ * waiting for it by an event (the way before), 2 uploaded on the launch's
+ * stream. */
+static int upload_mode = -1;
+
+extern "C" void xfer_kernels_tune_upload(int mode)
+{
+    __atomic_store_n(&upload_mode, mode >= 0 && mode <= 2 ? mode : 0, __ATOMIC_RELAXED);
+}
+
+static int upload_how(void)
+{
+    int m = __atomic_load_n(&upload_mode, __ATOMIC_RELAXED);
+    if (m < 0) {
+        const char *e = getenv("XFER_KSTAGE_UPLOAD");
+        m = e && !strcmp(e, "up") ? 1 : e && !strcmp(e, "same") ? 2 : 0;
+        __atomic_store_n(&upload_mode, m, __ATOMIC_RELAXED);
+    }
+    return m;
+}
+
+/* Block runs in the launch's parameters: 1 (not launched) when they do
+ * not fit or the driver refuses parameters that large (then never again
+ * on this stage), else 0 or the launch's error. */
+static int brun_param(struct xfer_kstage *s, const struct xfer_block_run *r, size_t nr,
+                      size_t bytes, uint64_t total, cudaStream_t st)
+{
+    if (s->no_param || bytes > sizeof(((struct kparam_blob *)0)->w))
+        return 1;
+    if (!s->pb && !(s->pb = (struct kparam_blob *)malloc(sizeof(*s->pb))))
+        return 1;
+    struct kparam_blob *p = s->pb; /* the launch copies it: reused at once */
+    uint64_t mis = 0;
+    brun_fill(r, nr, p->w, NULL, &mis);
+    struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, (mis & 15) == 0);
+    p->total = total, p->chunk = g.chunk, p->nr = (uint32_t)nr, p->pad = 0;
+    cudaError_t e = klaunch_block_runs_param(p, g, st);
+    if (e == cudaErrorInvalidValue || e == cudaErrorNotSupported ||
+        e == cudaErrorLaunchOutOfResources) {
+        (void)cudaGetLastError(); /* a driver before r530: 4 KiB of parameters at most */
+        s->no_param = true;
+        return 1;
+    }
+    return e == cudaSuccess ? 0 : stage_fail(s, e, "launching copy kernel");
+}
+
 extern "C" int xfer_kernels_block_runs(struct xfer_kstage *s, const struct xfer_block_run *r,
                                        size_t nr, void *stream)
 {
@@ -465,15 +519,18 @@ extern "C" int xfer_kernels_block_runs(struct xfer_kstage *s, const struct xfer_
     for (size_t x = 0; x < nr; x++)
         words += brun_words(r, x);
     size_t bytes = nr * sizeof(struct kbrun) + (nr + 1 + words) * sizeof(uint64_t);
+    cudaStream_t st = (cudaStream_t)stream;
+    int how = upload_how();
+    if (how == 0 && (rc = brun_param(s, r, nr, bytes, total, st)) <= 0)
+        return rc;
     struct kslot *sl;
     if ((rc = slot_get(s, bytes, &sl)))
         return rc;
-    brun_fill(r, nr, sl, &mis);
+    brun_fill(r, nr, sl->host, sl->dev, &mis);
     struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, (mis & 15) == 0);
     const struct kbrun *druns = (const struct kbrun *)sl->dev;
     const uint64_t *dstart = (const uint64_t *)(druns + nr);
-    cudaStream_t st = (cudaStream_t)stream;
-    return stage_run(s, sl, bytes, st,
+    return stage_run(s, sl, bytes, st, how == 2,
                      [&] { return klaunch_block_runs(druns, dstart, (uint32_t)nr, total, g, st); });
 }
 
@@ -511,7 +568,7 @@ static int kv_run(struct xfer_kstage *s, const struct xfer_kv_layout *lay, const
         aligned = (hb[l] % 16) == 0;
     struct kgrid g = kgrid_pick(per_layer * lay->num_layers, s->sms, s->cc_major, aligned);
     cudaStream_t st = (cudaStream_t)stream;
-    return stage_run(s, sl, bytes, st, [&] {
+    return stage_run(s, sl, bytes, st, false, [&] {
         return klaunch_kv(dbase, dbase + lay->num_layers, n_ids, lay->num_layers, lay->block_bytes,
                           stride, buf, scatter, g, st);
     });

@@ -65,6 +65,11 @@ int xfer_kernels_preload(int device)
     return -XFER_ENODEV;
 }
 
+void xfer_kernels_tune_upload(int mode)
+{
+    (void)mode;
+}
+
 void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int variant)
 {
     (void)chunk_bytes, (void)threads, (void)variant;
@@ -107,6 +112,12 @@ int xfer_kbatch_poll(struct xfer_kbatch *b, int ticket)
 {
     (void)b, (void)ticket;
     return -XFER_ENODEV;
+}
+
+double xfer_kbatch_gpu_us(const struct xfer_kbatch *b, int ticket)
+{
+    (void)b, (void)ticket;
+    return -1;
 }
 
 int xfer_kbatch_wait(struct xfer_kbatch *b, int ticket, int timeout_ms)

@@ -201,6 +201,10 @@ int xfer_kbatch_start_blocks(struct xfer_kbatch *b, int exec, uint64_t peer_mask
 /* 0 when the ticket's copies are done (the ticket is then freed),
  * -XFER_EINPROGRESS while running, else the CUDA error (ticket freed). */
 int xfer_kbatch_poll(struct xfer_kbatch *b, int ticket);
+/* With XFER_KBATCH_TRACE=1 in the environment at xfer_kbatch_new: the GPU
+ * microseconds from just before the launch of ticket's last completion
+ * (polled 0) to its end, for traces; else -1. */
+double xfer_kbatch_gpu_us(const struct xfer_kbatch *b, int ticket);
 /* poll() until done or timeout_ms: -XFER_ETIMEDOUT keeps the ticket. */
 int xfer_kbatch_wait(struct xfer_kbatch *b, int ticket, int timeout_ms);
 /* Text of the last error ("" if none). */
@@ -278,8 +282,15 @@ XFER_API int xfer_kernels_copy(void *dst, const void *src, size_t len);
  * flight per thread, 3 and 4 with streaming cache hints; 5: Hopper bulk
  * copy engine, used only where every src/dst pair agrees modulo 16, else
  * automatic). Process-wide, not thread-safe; meant for bench_kernels and the
- * tests. */
+ * tests (XFER_KERNELS_VARIANT / XFER_KERNELS_CHUNK set it from the
+ * environment at the first launch, for programs that do not call it). */
 void xfer_kernels_tune(uint64_t chunk_bytes, unsigned threads, int variant);
+/* How xfer_kernels_block_runs hands its runs to the GPU: 0 (default) in
+ * the launch's parameters when they fit (16 KiB: a request of 512 blocks
+ * over 64 streams), else as 1; 1 uploaded on the stage's own stream; 2
+ * uploaded on the launch's stream. XFER_KSTAGE_UPLOAD=param|up|same sets
+ * it at the first launch. Benchmark and test knob, process-wide. */
+void xfer_kernels_tune_upload(int mode);
 
 /* CPU reference implementations on host memory (same semantics). */
 void xfer_kref_batched_copy(const struct xfer_copy_desc *d, size_t n);

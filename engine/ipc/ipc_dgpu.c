@@ -3,7 +3,7 @@
  * and a CUDA region the owner lent us are launched by the thread that posts
  * them, with no hand-off to the ipc worker and no ACQV/REL round trip to
  * the owner, and reported by the connection's loan poller, a thread that
- * queries the launches' events every few microseconds while any is in
+ * queries the launches' events back to back while any is in
  * flight (and sleeps otherwise). The owner keeps
  * control as for direct host copies (ipc_direct.c): each item holds a pin
  * on the loan's control slot from before its launch until its kernel has
@@ -28,10 +28,20 @@ struct dgpu_item {
     uint64_t bytes;
 };
 
+/* A launch's times (XFER_DGPU_TRACE=1; CLOCK_MONOTONIC ns): the post
+ * entered, the launch began and returned, the poller saw its end and had
+ * reported it; gpu_us: on the GPU (XFER_KBATCH_TRACE=1, else -1). */
+struct dgpu_tr {
+    uint64_t post, go, launched, seen, reported;
+    double gpu_us;
+    size_t n;
+};
+
 /* One launch: its ticket and what its completion reports. */
 struct dgpu_launch {
     struct ipc_ctl_slot *ctl;
     int ticket;
+    struct dgpu_tr tr;
     struct dgpu_launch *next;
     size_t n;
     struct dgpu_item it[];
@@ -46,26 +56,107 @@ struct ipc_dgpu {
     bool stop;
 };
 
-/* The poller's nap between two event queries while launches are in flight:
- * each microsecond between a kernel's end and its report is 0.4 % of a
- * 512 MiB request on one H200 (0.26 ms of copy). Its timer slack is set to
- * 1 us, else every nap lasts 50 us more (the default slack). */
-#define DGPU_NAP_NS 2000
+/* Between two event queries while launches are in flight the poller
+ * pauses (~1 us), it does not sleep: each microsecond between a kernel's
+ * end and its report is 0.4 % of a 512 MiB request on one H200 (0.26 ms
+ * of copy), and naps of 2 us (with 1 us timer slack) reported ~4 us later
+ * (docs/gpu.md, 2026-11-29) while waking the thread every ~3 us anyway.
+ * It sleeps on its condition variable whenever nothing is in flight.
+ * XFER_DGPU_NAP_NS=N: naps of N ns instead (the way before: 2000);
+ * XFER_DGPU_TRACE=1: the launches' times on stderr at exit. */
+#define DGPU_NAP_NS 0
+static long dgpu_nap_ns = -1;
+static int dgpu_tracing;
+#define DGPU_TR_MAX 4096
+static struct dgpu_tr dgpu_trs[DGPU_TR_MAX];
+static unsigned dgpu_ntr;
+
+static uint64_t dgpu_ns(void)
+{
+    return dgpu_tracing ? xfer_mono_ns() : 0;
+}
+
+static void dgpu_trace_dump(void)
+{
+    unsigned n = __atomic_load_n(&dgpu_ntr, __ATOMIC_ACQUIRE);
+    n = n < DGPU_TR_MAX ? n : DGPU_TR_MAX;
+    for (unsigned i = 0; i < n; i++) {
+        const struct dgpu_tr *t = &dgpu_trs[i];
+        fprintf(stderr, "dgpu-trace %llu %llu %llu %llu %llu %.1f %zu\n",
+                (unsigned long long)t->post, (unsigned long long)t->go,
+                (unsigned long long)t->launched, (unsigned long long)t->seen,
+                (unsigned long long)t->reported, t->gpu_us, t->n);
+    }
+}
+
+static void dgpu_env(void)
+{
+    if (__atomic_load_n(&dgpu_nap_ns, __ATOMIC_ACQUIRE) >= 0)
+        return;
+    const char *e = getenv("XFER_DGPU_TRACE"), *nap = getenv("XFER_DGPU_NAP_NS");
+    dgpu_tracing = e && *e == '1';
+    if (dgpu_tracing)
+        atexit(dgpu_trace_dump);
+    long v = nap ? atol(nap) : DGPU_NAP_NS;
+    __atomic_store_n(&dgpu_nap_ns, v >= 0 && v < 1000000 ? v : DGPU_NAP_NS, __ATOMIC_RELEASE);
+}
+
+static void dgpu_trace_end(struct dgpu_launch *L)
+{
+    if (!dgpu_tracing)
+        return;
+    L->tr.reported = xfer_mono_ns();
+    unsigned i = __atomic_fetch_add(&dgpu_ntr, 1, __ATOMIC_ACQ_REL);
+    if (i < DGPU_TR_MAX)
+        dgpu_trs[i] = L->tr;
+}
 
 /* After the kernel (status: the launch's outcome): drops the pins, ends the
- * local I/O and reports; the entry's user goes last (the table frees an
- * entry, and unmaps the control page, only once it has none). */
+ * local I/O and reports, one lock round per batch for each (a request's
+ * 32 items one by one took 12 us, three rounds each); the entry's user
+ * goes last (the table frees an entry, and unmaps the control page, only
+ * once it has none). */
 static void dgpu_done(struct dgpu_launch *L, int status, const char *why)
 {
-    for (size_t k = 0; k < L->n; k++) {
-        struct dgpu_item *x = &L->it[k];
-        __atomic_sub_fetch(&L->ctl[x->d->slot].pins, 1, __ATOMIC_SEQ_CST);
-        xfer_batch_io_end(x->b, x->i);
-        xfer_batch_chunk_done(x->b, x->i, status ? 0 : x->bytes, status, status ? why : NULL);
-        xfer_batch_put(x->b);
-        __atomic_sub_fetch(&x->d->users, 1, __ATOMIC_ACQ_REL);
+    struct xfer_chunk_end v[64];
+    for (size_t k = 0; k < L->n; k++)
+        __atomic_sub_fetch(&L->ctl[L->it[k].d->slot].pins, 1, __ATOMIC_SEQ_CST);
+    for (size_t s = 0, e; s < L->n; s = e) {
+        for (e = s + 1; e < L->n && L->it[e].b == L->it[s].b; e++)
+            ;
+        xfer_batch_io_end_n(L->it[s].b, (int)(e - s));
     }
+    for (size_t s = 0; s < L->n; s += 64) {
+        size_t m = L->n - s < 64 ? L->n - s : 64;
+        for (size_t k = 0; k < m; k++) {
+            const struct dgpu_item *x = &L->it[s + k];
+            v[k] = (struct xfer_chunk_end){x->b, x->i, status ? 0 : x->bytes, status,
+                                           status ? why : NULL};
+        }
+        xfer_batch_chunks_done_put(v, m);
+    }
+    for (size_t k = 0; k < L->n; k++)
+        __atomic_sub_fetch(&L->it[k].d->users, 1, __ATOMIC_ACQ_REL);
+    dgpu_trace_end(L);
     free(L);
+}
+
+/* Between two queries of a launch in flight: a nap, or a few pauses. */
+static void dgpu_nap(void)
+{
+    long ns = __atomic_load_n(&dgpu_nap_ns, __ATOMIC_RELAXED);
+    if (ns > 0) {
+        struct timespec nap = {0, ns};
+        nanosleep(&nap, NULL);
+        return;
+    }
+    for (int k = 0; k < 32; k++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ volatile("yield");
+#endif
+    }
 }
 
 static void *dgpu_poller(void *arg)
@@ -73,7 +164,7 @@ static void *dgpu_poller(void *arg)
     struct ipc_conn *c = arg;
     struct ipc_dgpu *g = c->dgpu;
     char why[160];
-    prctl(PR_SET_TIMERSLACK, 1000UL); /* naps of DGPU_NAP_NS, not + 50 us */
+    prctl(PR_SET_TIMERSLACK, 1000UL); /* naps (XFER_DGPU_NAP_NS) not 50 us longer */
     pthread_mutex_lock(&c->dkb_mu);
     for (;;) {
         while (!g->head && !g->stop)
@@ -84,10 +175,13 @@ static void *dgpu_poller(void *arg)
         int rc = xfer_kbatch_poll(g->kb, L->ticket);
         if (rc == -XFER_EINPROGRESS) {
             pthread_mutex_unlock(&c->dkb_mu);
-            struct timespec nap = {0, DGPU_NAP_NS};
-            nanosleep(&nap, NULL);
+            dgpu_nap();
             pthread_mutex_lock(&c->dkb_mu);
             continue;
+        }
+        if (dgpu_tracing) {
+            L->tr.seen = xfer_mono_ns();
+            L->tr.gpu_us = xfer_kbatch_gpu_us(g->kb, L->ticket);
         }
         snprintf(why, sizeof(why), "batched GPU copy (GPU loan): %s",
                  xfer_kbatch_last_error(g->kb));
@@ -107,6 +201,7 @@ static struct ipc_dgpu *dgpu_get(struct ipc_conn *c)
 {
     if (c->dgpu)
         return c->dgpu;
+    dgpu_env();
     struct ipc_dgpu *g = calloc(1, sizeof(*g));
     if (!g || xfer_kbatch_new(&g->kb) < 0) {
         free(g);
@@ -208,13 +303,14 @@ size_t ipc_dgpu_post(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struc
                      size_t n, size_t *back)
 {
     size_t nb = 0;
+    uint64_t t_post = dgpu_ns();
     struct dgpu_launch *L = malloc(sizeof(*L) + n * sizeof(L->it[0]));
     struct xfer_block_run *runs = malloc(n * sizeof(*runs));
     const uint64_t *ids = NULL;
     uint64_t top = 0;
     int pair[2] = {-1, -1}; /* the launch's GPU (the owner memory's) and ours */
     if (L)
-        *L = (struct dgpu_launch){.ctl = c->direct.ctl, .ticket = -1, .next = NULL, .n = 0};
+        *L = (struct dgpu_launch){.ctl = c->direct.ctl, .ticket = -1, .tr.post = t_post};
     for (size_t k = 0; k < n; k++) {
         int rc = L && runs ? dgpu_take(&c->direct, b, idx[k], d[k], L, runs, pair, &ids, &top) : 1;
         if (rc == 1) {
@@ -232,8 +328,11 @@ size_t ipc_dgpu_post(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struc
     size_t taken = L->n;
     pthread_mutex_lock(&c->dkb_mu);
     struct ipc_dgpu *g = dgpu_get(c);
+    L->tr.go = dgpu_ns();
     int t = g ? xfer_kbatch_start_blocks(g->kb, pair[0], mask, runs, L->n) : -XFER_ENOMEM;
     if (t >= 0) {
+        L->tr.launched = dgpu_ns();
+        L->tr.n = L->n;
         L->ticket = t;
         if (g->tail)
             g->tail->next = L;

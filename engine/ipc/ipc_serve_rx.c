@@ -35,11 +35,12 @@
  * thread then leaves it the socket. Otherwise the serving thread reads it:
  * a message nobody waits for is read at most linger_us late. Only an RTS
  * lingers (the headers are peeked): a notification is queued without a
- * FIN anyway, a FIN and pin traffic (MAP, ACQ, REL) are read at once. No timer, no
- * system call on the waiters' path: the serving thread's own wait is the
- * clock (a timerfd armed by each leaving waiter cost a timer reprogram per
- * message: +11 us per notification on the dev VM). A hang-up is read at
- * once.
+ * FIN anyway, a FIN and pin traffic (MAP, ACQ, REL) are read at once. No
+ * timer, no system call on the waiters' path: the serving thread's own
+ * wait is the clock (a timerfd armed by each leaving waiter cost a timer
+ * reprogram per message: +11 us per notification on the dev VM). A
+ * hang-up is read at once (after the linger if the serving thread already
+ * lingers then).
  *
  * A request the waiter cannot serve (malformed, peer gone) ends the
  * connection as it would in the serving thread: `failed` is set and the

@@ -52,6 +52,10 @@
 #define TCP_IN_SLOTS        256u /* target: peers whose message socket is remembered (tcp_wait.c) */
 #define TCP_IN_SOCKS        8    /* target: sockets remembered per peer (tcp_wait.c) */
 #define TCP_TX_SPARE_MAX    256u /* target: sent responses kept per socket for reuse */
+/* Lazy EPOLLIN (tcp_wait.c): how often a progress thread with lazy sockets
+ * looks at them, and how long one whose waiters stopped coming stays lazy. */
+#define TCP_LAZY_TICK_MS 1
+#define TCP_LAZY_KEEP_MS 100
 /* Initiator: plain host-memory items of at most TCP_RUN_ITEM_MAX bytes that
  * lie back to back on both sides go out as one frame of up to TCP_RUN_MAX
  * bytes (and at most chunk_bytes): per-frame costs were most of a 4 KiB
@@ -152,9 +156,16 @@ struct tcp_sock {
     /* The owner's epoll interest (iomu; tcp_sock_interest): EPOLLOUT only
      * after a send found the socket full (out_armed), EPOLLIN taken out
      * while waiters poll (its progress thread is then not woken by data
-     * a waiter reads). */
+     * a waiter reads) and kept out after the last one left (rx_lazy: the
+     * next waiter then needs no epoll_ctl; the owner's tick takes it back
+     * when nobody waits, tcp_wait.c "Lazy EPOLLIN"). */
     bool out_armed;
-    uint32_t ev_mask; /* as last given to epoll_ctl */
+    bool rx_lazy;                  /* iomu: EPOLLIN out though no waiter polls (s is on th->lazy) */
+    bool on_lazy;                  /* th->mu and iomu: on th->lazy_head */
+    int64_t lazy_ms;               /* iomu: when the owner's tick last saw a waiter had come */
+    uint32_t lazy_uses, lazy_seen; /* iomu: waiters that left it lazy; as the tick last saw */
+    struct tcp_sock *lazy_next;    /* th->mu */
+    uint32_t ev_mask;              /* as last given to epoll_ctl */
     bool by_waiter;
     bool rx_defer;
     bool fail_defer;
@@ -230,6 +241,12 @@ struct tcp_thread {
     uint8_t scratch[65536];                            /* discarded payload lands here */
     struct xfer_gpu_stage *gst[TCP_GPU_MAX_DEV][2][2]; /* [gpu][send, recv][big, small] */
     struct tcp_sock *gpu_head; /* sockets waiting for a staging copy or slot */
+    /* mu (read unlocked by the thread itself): sockets whose EPOLLIN a
+     * waiter left out (rx_lazy); while there are any, epoll_wait wakes
+     * every TCP_LAZY_TICK_MS (ticking, atomic) to give it back to those
+     * nobody waits on (tcp_lazy_tick). */
+    struct tcp_sock *lazy_head;
+    bool ticking;
     /* The read side of the fences for this thread's payload receives
      * (tcp_fence.c): a FENCE takes every thread's, a receive only its own,
      * so receives on different threads share no lock. */
@@ -291,9 +308,11 @@ extern const struct xfer_transport_ops xfer_tcp_transport_ops;
 /* tcp_transport.c */
 void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s);
 void tcp_thread_kick(struct tcp_sock *s);
+/* Wakes th's epoll_wait (no socket named). */
+void tcp_thread_wake(struct tcp_thread *th);
 void tcp_sock_tune(struct tcp_transport *tt, int fd);
 /* iomu held, s open: brings the owner's epoll interest in s up to date
- * (out_armed, waiters). */
+ * (out_armed, waiters, rx_lazy). */
 void tcp_sock_interest(struct tcp_sock *s);
 /* Frees the target sockets closed this round; one a waiter still pins
  * stays for a later round, unless force (the transport is closing). */
@@ -355,6 +374,14 @@ int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms
  * s closes (forget it). */
 void tcp_in_note(struct tcp_sock *s);
 void tcp_in_forget(struct tcp_sock *s);
+/* Owner, iomu held, after serving s: takes EPOLLIN back if a waiter left it
+ * out and none polls now. */
+void tcp_sock_attend(struct tcp_sock *s);
+/* Owner thread, every TCP_LAZY_TICK_MS while th->lazy_head: gives EPOLLIN
+ * back to the lazy sockets nobody polls that may get data. */
+void tcp_lazy_tick(struct tcp_thread *th);
+/* th->mu held: s leaves th's lazy list (it closes). */
+void tcp_lazy_unlink(struct tcp_sock *s);
 
 /* tcp_gpu.c: GPU memory through pinned staging slots */
 /* Starts D2H copies for the first queued frames whose payload is GPU memory. */

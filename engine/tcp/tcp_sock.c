@@ -279,7 +279,9 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
     s->rx_lo = s->rx_hi = 0;
     ready_unlink(s);
     tcp_gpu_sock_fail(s);
+    s->rx_lazy = false;
     pthread_mutex_lock(&th->mu);
+    tcp_lazy_unlink(s);
     if (s->linked) {
         if (s->th_prev)
             s->th_prev->th_next = s->th_next;

@@ -69,7 +69,7 @@ void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s)
 void tcp_sock_interest(struct tcp_sock *s)
 {
     uint32_t m = EPOLLRDHUP | EPOLLET;
-    if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST))
+    if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST) && !s->rx_lazy)
         m |= EPOLLIN;
     if (s->out_armed)
         m |= EPOLLOUT;
@@ -89,6 +89,11 @@ static void wake(int fd)
     uint64_t one = 1;
     if (write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         xfer_err("tcp: eventfd write: %s", strerror(errno));
+}
+
+void tcp_thread_wake(struct tcp_thread *th)
+{
+    wake(th->wakefd);
 }
 
 void tcp_thread_kick(struct tcp_sock *s)
@@ -133,6 +138,7 @@ static void serve_kicks(struct tcp_thread *th)
             tcp_sock_deferred(s);
             if (s->fd >= 0)
                 tcp_sock_writable(s);
+            tcp_sock_attend(s);
             pthread_mutex_unlock(&s->iomu);
         }
         s = next;
@@ -154,6 +160,7 @@ static void serve_ready(struct tcp_thread *th)
         pthread_mutex_lock(&s->iomu);
         if (s->fd >= 0)
             tcp_sock_readable(s);
+        tcp_sock_attend(s);
         pthread_mutex_unlock(&s->iomu);
         s = next;
     }
@@ -181,9 +188,17 @@ static void *thread_main(void *arg)
     struct tcp_thread *th = arg;
     struct tcp_transport *tt = th->tt;
     struct epoll_event ev[64];
-    int64_t next_check = xfer_now_ms() + 100;
+    int64_t next_check = xfer_now_ms() + 100, next_tick = 0;
     while (!tt->stop) {
-        int n = epoll_wait(th->epfd, ev, 64, th->ready_head || th->gpu_head ? 0 : 100);
+        /* A waiter that puts a socket on the lazy list wakes us unless it
+         * sees us ticking (tcp_wait.c): we say whether we tick, then look
+         * at the list again, so one of the two sees the other (seq_cst). */
+        bool ticking = __atomic_load_n(&th->lazy_head, __ATOMIC_SEQ_CST) != NULL;
+        __atomic_store_n(&th->ticking, ticking, __ATOMIC_SEQ_CST);
+        if (!ticking)
+            ticking = __atomic_load_n(&th->lazy_head, __ATOMIC_SEQ_CST) != NULL;
+        int ms = th->ready_head || th->gpu_head ? 0 : ticking ? TCP_LAZY_TICK_MS : 100;
+        int n = epoll_wait(th->epfd, ev, 64, ms);
         for (int i = 0; i < n; i++) {
             struct tcp_sock *s = ev[i].data.ptr;
             if (!s) {
@@ -208,6 +223,7 @@ static void *thread_main(void *arg)
                     tcp_sock_interest(s);
                 }
             }
+            tcp_sock_attend(s);
             pthread_mutex_unlock(&s->iomu);
         }
         serve_kicks(th);
@@ -215,6 +231,10 @@ static void *thread_main(void *arg)
         if (th->gpu_head)
             tcp_gpu_pump(th);
         int64_t now = xfer_now_ms();
+        if (ticking && now >= next_tick) {
+            tcp_lazy_tick(th);
+            next_tick = now + TCP_LAZY_TICK_MS;
+        }
         if (now >= next_check) {
             check_timeouts(th);
             next_check = now + 100;
@@ -494,9 +514,9 @@ const struct xfer_transport_ops xfer_tcp_transport_ops = {
     .name = "tcp",
     .bit = XFER_TRANSPORT_TCP,
 #if XFER_WITH_CUDA /* through pinned staging slots, tcp_gpu.c */
-    .caps = XFER_CAP_HOST_MEM | XFER_CAP_CUDA_MEM,
+    .caps = XFER_CAP_HOST_MEM | XFER_CAP_CUDA_MEM | XFER_CAP_RX_SPIN,
 #else
-    .caps = XFER_CAP_HOST_MEM,
+    .caps = XFER_CAP_HOST_MEM | XFER_CAP_RX_SPIN, /* wait_rx busy-polls (tcp_wait.c) */
 #endif
     .preference = 100,
     .probe = tcp_probe,

@@ -12,7 +12,8 @@
  *    under the same locks (iomu; its thread's fence_mu around a payload).
  *
  * While a waiter polls, the owner leaves EPOLLIN on the socket to it
- * (s->waiters) and notes that it did (s->skipped, under iomu). The waiter
+ * (s->waiters: out of the owner's epoll interest) and notes an edge it
+ * saw anyway (s->skipped, under iomu). The waiter
  * stops polling (waiters - 1, seq_cst), then takes iomu and reads the
  * socket if poll saw it readable or the owner skipped an edge: that edge is
  * read then, and one that comes later finds waiters at 0. What the reading waiter may
@@ -22,11 +23,36 @@
  * scratch buffer). Sockets that carried GPU memory are left to the owner
  * (staging is the owner's). An accepted socket is pinned while a waiter may
  * touch it (tcp_reap keeps a closed one until the pin goes).
+ *
+ * Lazy EPOLLIN: taking EPOLLIN out of the owner's interest and giving it
+ * back cost two epoll_ctl per socket per wait, 2 of an 8 B WRITE round
+ * trip's 8 system calls. So the last waiter to leave a socket leaves it
+ * out (rx_lazy) when nothing it knows of is on the way (an initiator
+ * socket with nothing in flight; an accepted socket always, as its peer
+ * may send at any time), and the next waiter finds it out already. The
+ * owner takes it back when it serves the socket anyway (a kick, an
+ * EPOLLOUT) and, for what arrives while nobody waits (a batch submitted
+ * and then not waited for, a request), every TCP_LAZY_TICK_MS: while it
+ * has lazy sockets its epoll_wait wakes that often, and gives EPOLLIN back
+ * to each lazy socket nobody polls that may get data and no waiter left
+ * since the last tick (or that no waiter came to for TCP_LAZY_KEEP_MS).
+ * Re-adding EPOLLIN reports data already there at once: nothing is lost,
+ * and such data waits at most two ticks. A waiter that finds what it
+ * waits for already there (late, see LATE_NS) gives EPOLLIN back itself.
+ *
+ * A waiter does not block on a socket's iomu to start polling it: the
+ * holder (the owner reading, another waiter) may be taking the very
+ * answer; the waiter polls its other sockets and the wake fd for at most
+ * 1 ms and tries again. With busy_poll_us, it polls without sleeping
+ * first (XFER_CAP_RX_SPIN): the owner's EPOLLIN is out, so no thread but
+ * the waiter wakes for the answer.
  */
 #include "tcp.h"
+#include "xfer_io.h"
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <string.h>
 
 void tcp_sock_deferred(struct tcp_sock *s)
@@ -133,6 +159,99 @@ static void in_unpin(struct tcp_sock **v, int n)
         __atomic_sub_fetch(&v[j]->pins, 1, __ATOMIC_ACQ_REL);
 }
 
+/* ---- lazy EPOLLIN (see top) --------------------------------------------------------- */
+
+/* iomu held, fd open: may data come that nobody reads unless the owner
+ * has EPOLLIN? (An initiator's answers come only to what it sent.) */
+static bool may_get_data(const struct tcp_sock *s)
+{
+    return s->target || s->tx_head || s->inf_head;
+}
+
+/* The last waiter left s, iomu held: EPOLLIN stays out (rx_lazy) and s
+ * is on its owner's lazy list, the owner woken to start ticking if it was
+ * not. on_lazy changes only under iomu and th->mu both (but for a close,
+ * when no waiter is left), so reading it under iomu is enough: no lock
+ * round or clock read per wait once s is on the list. */
+static void lazy_enter(struct tcp_sock *s)
+{
+    s->rx_lazy = true;
+    s->lazy_uses++;
+    if (s->on_lazy)
+        return;
+    struct tcp_thread *th = s->th;
+    s->lazy_ms = xfer_now_ms();
+    pthread_mutex_lock(&th->mu);
+    s->on_lazy = true;
+    s->lazy_next = th->lazy_head;
+    __atomic_store_n(&th->lazy_head, s, __ATOMIC_SEQ_CST); /* the owner reads it unlocked */
+    bool wake = !__atomic_load_n(&th->ticking, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&th->mu);
+    if (wake)
+        tcp_thread_wake(th);
+}
+
+void tcp_lazy_unlink(struct tcp_sock *s)
+{
+    if (!s->on_lazy)
+        return;
+    for (struct tcp_sock **pp = &s->th->lazy_head; *pp; pp = &(*pp)->lazy_next) {
+        if (*pp == s) {
+            *pp = s->lazy_next;
+            break;
+        }
+    }
+    s->on_lazy = false;
+}
+
+void tcp_sock_attend(struct tcp_sock *s)
+{
+    if (s->rx_lazy && s->fd >= 0 && !__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST)) {
+        s->rx_lazy = false; /* stays on the list: the next tick drops it */
+        tcp_sock_interest(s);
+    }
+}
+
+void tcp_lazy_tick(struct tcp_thread *th)
+{
+    pthread_mutex_lock(&th->mu);
+    struct tcp_sock *s = th->lazy_head;
+    th->lazy_head = NULL; /* only this thread closes (unlinks) its sockets */
+    pthread_mutex_unlock(&th->mu);
+    int64_t now = xfer_now_ms();
+    while (s) {
+        struct tcp_sock *next = s->lazy_next;
+        bool locked = pthread_mutex_trylock(&s->iomu) == 0; /* busy: next tick */
+        bool keep = true;
+        if (locked) {
+            /* A waiter came since the last tick: waiters come and go
+             * (one that leaves comes back within a tick): leave it to
+             * them. Else EPOLLIN goes back if data may come (so what
+             * comes while nobody waits is read within two ticks). */
+            bool fresh = s->lazy_uses != s->lazy_seen;
+            if (fresh) {
+                s->lazy_seen = s->lazy_uses;
+                s->lazy_ms = now;
+            }
+            bool idle = now - s->lazy_ms >= TCP_LAZY_KEEP_MS;
+            if (s->rx_lazy && s->fd >= 0 && !fresh && (may_get_data(s) || idle))
+                tcp_sock_attend(s); /* not while a waiter polls */
+            keep = s->rx_lazy && s->fd >= 0;
+        }
+        pthread_mutex_lock(&th->mu); /* under iomu: see lazy_enter */
+        if (keep) {
+            s->lazy_next = th->lazy_head;
+            th->lazy_head = s;
+        } else {
+            s->on_lazy = false;
+        }
+        pthread_mutex_unlock(&th->mu);
+        if (locked)
+            pthread_mutex_unlock(&s->iomu);
+        s = next;
+    }
+}
+
 /* ---- waiting ------------------------------------------------------------------------- */
 
 /* May a waiter read s? Not once GPU memory went through it. */
@@ -149,11 +268,12 @@ static bool waiter_may(struct tcp_sock *s)
 /* After the poll: reads s as its owner would if poll saw it readable or
  * its owner skipped an edge meanwhile (else nothing is there: no recv just
  * to hear EAGAIN). 0, or -1: stop (s closed, or its owner was kicked to
- * carry on). */
-static int read_as_waiter(struct tcp_sock *s, bool ready)
+ * carry on). The last waiter leaves EPOLLIN out if it can (see top),
+ * unless late: what it read was there before it polled. */
+static int read_as_waiter(struct tcp_sock *s, bool ready, bool late)
 {
     pthread_mutex_lock(&s->iomu);
-    __atomic_sub_fetch(&s->waiters, 1, __ATOMIC_SEQ_CST);
+    bool last = __atomic_sub_fetch(&s->waiters, 1, __ATOMIC_SEQ_CST) == 0;
     ready |= s->skipped;
     s->skipped = false;
     int rc = 0;
@@ -169,9 +289,14 @@ static int read_as_waiter(struct tcp_sock *s, bool ready)
         if (s->target && s->rx_blocked)
             rc = -1; /* it stopped reading with data left: polling would spin */
     }
-    if (s->fd >= 0)
-        tcp_sock_interest(s); /* the last waiter gives EPOLLIN back (after reading) */
     bool defer = s->rx_defer;
+    if (s->fd >= 0 && last) {
+        if (rc == 0 && !defer && !late && (s->target || !may_get_data(s)))
+            lazy_enter(s);
+        else
+            s->rx_lazy = false;
+        tcp_sock_interest(s); /* EPOLLIN back unless lazy (after reading) */
+    }
     pthread_mutex_unlock(&s->iomu);
     if (defer) { /* the owner carries on (and this waiter sleeps as usual) */
         tcp_thread_kick(s);
@@ -180,45 +305,95 @@ static int read_as_waiter(struct tcp_sock *s, bool ready)
     return rc;
 }
 
+/* Busy-poll: poll p without sleeping for up to spin_us. What poll returns,
+ * 0 = nothing came. Each empty poll yields the core: with one free it
+ * returns at once, on a loaded machine the thread that is to answer (the
+ * peer's, or this process's other engine's) runs instead of waiting for
+ * the spin to end (8 B send/recv with 50 us on the 2-core dev VM: 87-114
+ * -> 32-35 us one way). */
+static int spin_poll(struct pollfd *p, nfds_t np, int spin_us)
+{
+    int64_t end = xfer_mono_ns() + (int64_t)spin_us * 1000;
+    for (;;) {
+        int k = poll(p, np, 0);
+        if (k != 0 || xfer_mono_ns() >= end)
+            return k;
+        sched_yield();
+    }
+}
+
+/* A poll that returns within this did not sleep: what it saw was there
+ * before the waiter came, which the owner, had it kept EPOLLIN, would
+ * have read meanwhile on another core (and the waiter found its batch
+ * done: no system call). So such a socket gets EPOLLIN back: a waiter
+ * that comes late (a notification's acknowledgement collected after the
+ * answer, say) does not make the answers wait for it. */
+#define LATE_NS 4000
+
 /* Polls v[0..n) and wake_fd (unless done() already holds) for at most
- * timeout_ms, then reads what arrived as the sockets' owners would. */
+ * timeout_ms (busy-polling the first spin_us), then reads what arrived as
+ * the sockets' owners would. A socket whose iomu is held is left out of
+ * this call (see top). */
 static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void *), void *arg,
-                      int timeout_ms)
+                      int timeout_ms, int spin_us)
 {
     struct pollfd p[1 + TCP_IN_SOCKS + 1];
-    int np = 0;
+    struct tcp_sock *w[1 + TCP_IN_SOCKS]; /* the ones polled */
+    int nw = 0;
+    bool busy = false, gone = false, late = false;
+    if (done(arg))
+        return 0; /* the sockets stay as they are */
     for (int i = 0; i < n; i++) {
         /* While it polls, its owner's epoll leaves EPOLLIN out (its thread
-         * is not woken for what this one reads). fd, taken under iomu, may
-         * be closed by the owner meanwhile: poll then sees a stale or
-         * reused descriptor for at most timeout_ms, and the check under
-         * iomu below ends the waiting. */
-        pthread_mutex_lock(&v[i]->iomu);
-        __atomic_add_fetch(&v[i]->waiters, 1, __ATOMIC_SEQ_CST);
+         * is not woken for what this one reads; no epoll_ctl once lazy).
+         * fd, taken under iomu, may be closed by the owner meanwhile: poll
+         * then sees a stale or reused descriptor for at most timeout_ms,
+         * and the check under iomu below ends the waiting. */
+        if (pthread_mutex_trylock(&v[i]->iomu) != 0) {
+            busy = true;
+            continue;
+        }
         int fd = v[i]->fd;
         if (fd >= 0) {
+            __atomic_add_fetch(&v[i]->waiters, 1, __ATOMIC_SEQ_CST);
             tcp_sock_interest(v[i]);
-            p[np++] = (struct pollfd){.fd = fd, .events = POLLIN | POLLRDHUP};
+            p[nw] = (struct pollfd){.fd = fd, .events = POLLIN | POLLRDHUP};
+            w[nw++] = v[i];
+        } else {
+            gone = true;
         }
         pthread_mutex_unlock(&v[i]->iomu);
     }
-    int rc = 0;
-    bool polled = false, done_before = np == n && done(arg);
-    if (np == n && !done_before) {
+    int rc = gone ? -1 : 0;
+    bool polled = false, done_before = done(arg);
+    if (!gone && !done_before) {
         /* The owner may have taken what we wait for just before we polled:
          * wake_fd then wakes us. */
+        int np = nw;
         p[np++] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
-        int k = poll(p, (nfds_t)np, timeout_ms);
+        int64_t t0 = xfer_mono_ns();
+        int k = spin_us > 0 ? spin_poll(p, (nfds_t)np, spin_us) : 0;
+        if (k == 0)
+            k = poll(p, (nfds_t)np, busy && timeout_ms > 1 ? 1 : timeout_ms);
+        late = k > 0 && xfer_mono_ns() - t0 < LATE_NS;
         if (k < 0 && errno != EINTR)
             rc = -1;
         polled = k >= 0;
     }
     /* Not polled: read all (a socket closed meanwhile), or none but what
      * the owner skipped (done before the poll: nothing to wait for). */
-    for (int i = 0; i < n; i++)
-        if (read_as_waiter(v[i], polled ? p[i].revents != 0 : !done_before) < 0)
+    for (int i = 0; i < nw; i++)
+        if (read_as_waiter(w[i], polled ? p[i].revents != 0 : !done_before, late && p[i].revents) <
+            0)
             rc = -1;
     return rc;
+}
+
+/* busy_poll_us, at most the wait. */
+static int spin_us(struct tcp_transport *tt, int timeout_ms)
+{
+    int us = xfer_engine_config_get(tt->engine)->busy_poll_us;
+    return timeout_ms >= 0 && us > timeout_ms * 1000 ? timeout_ms * 1000 : us;
 }
 
 static bool batch_ended(void *b)
@@ -239,7 +414,8 @@ int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, in
     if (n == 0)
         return -1;
     /* The end of the run writes the batch's wake fd while a waiter polls. */
-    int rc = wait_socks(v, n, xfer_batch_wake_fd(b), batch_ended, b, timeout_ms);
+    int rc = wait_socks(v, n, xfer_batch_wake_fd(b), batch_ended, b, timeout_ms,
+                        spin_us(tc->tt, timeout_ms));
     in_unpin(v + n - n_in, n_in);
     return rc;
 }
@@ -257,7 +433,8 @@ int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms
     if (n == 0)
         return -1;
     /* The queue's eventfd is readable while a notification is queued. */
-    int rc = wait_socks(v, n, xfer_notif_wake_fd(tt->engine), notif_queued, tt->engine, timeout_ms);
+    int rc = wait_socks(v, n, xfer_notif_wake_fd(tt->engine), notif_queued, tt->engine, timeout_ms,
+                        spin_us(tt, timeout_ms));
     in_unpin(v, n);
     return rc;
 }

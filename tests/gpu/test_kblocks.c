@@ -191,6 +191,8 @@ static bool tune_round(unsigned r)
              {4096, 64, 5, 1}, {1008, 64, 5, 1},   {0, 0, 0, 1}};
     unsigned i = r % (sizeof(t) / sizeof(t[0]));
     xfer_kernels_tune(t[i].chunk, t[i].threads, t[i].variant);
+    /* the runs in the launch's parameters, or uploaded (both ways) */
+    xfer_kernels_tune_upload((int)(r / 2 % 3));
     return t[i].aligned;
 }
 
@@ -250,6 +252,7 @@ static void run_pair(int a, int b, int on, unsigned rounds)
         gpu_round(st, r % 4 == 3 ? kb : NULL, stream, on, &A, &B, aligned, what);
     }
     xfer_kernels_tune(0, 0, 0);
+    xfer_kernels_tune_upload(0);
     struct xfer_block_run bad = {0};
     EXPECT(xfer_kernels_block_runs(st, &bad, 1, stream) == -XFER_EINVAL, "a NULL run launched");
     EXPECT(xfer_kernels_block_runs(st, NULL, 0, stream) == 0, "no runs: a no-op");
