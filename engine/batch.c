@@ -24,11 +24,91 @@
 
 /* ---- lifetime --------------------------------------------------------------- */
 
+/* Kept batches. A batch per message or notification (xfer_send, xfer_recv,
+ * xfer_notify, an application's one-item batches) cost a calloc, an item
+ * and a name array (the item array of 16 is beyond glibc's per-thread
+ * cache) and their frees: ~2k instructions, a quarter of a send/recv
+ * round trip's (docs/notify.md, "Per-message allocations"). So
+ * xfer_batch_free of a small batch that finished and that nobody else
+ * holds resets it and keeps it in one of the engine's slots, and the next
+ * xfer_batch_new takes it: the caller cannot tell (its handle is gone
+ * either way). Not kept: a batch with more than IDLE_ITEMS items' room,
+ * segments, blocks or several bindings; its eventfd is closed (an
+ * application may have it in its epoll set). Under AddressSanitizer a kept
+ * batch is poisoned, so a use after the free is still caught. */
+#define IDLE_ITEMS 16
+#define IDLE_N     (sizeof(((xfer_engine *)0)->idle_b) / sizeof(xfer_batch *))
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define IDLE_POISON(b)   ASAN_POISON_MEMORY_REGION(b, sizeof(*(b)))
+#define IDLE_UNPOISON(b) ASAN_UNPOISON_MEMORY_REGION(b, sizeof(*(b)))
+#else
+#define IDLE_POISON(b)   ((void)(b))
+#define IDLE_UNPOISON(b) ((void)(b))
+#endif
+
+static xfer_batch *idle_take(xfer_engine *e)
+{
+    for (size_t k = 0; k < IDLE_N; k++) {
+        if (!__atomic_load_n(&e->idle_b[k], __ATOMIC_RELAXED))
+            continue;
+        xfer_batch *b = __atomic_exchange_n(&e->idle_b[k], NULL, __ATOMIC_ACQUIRE);
+        if (b) {
+            IDLE_UNPOISON(b);
+            return b;
+        }
+    }
+    return NULL;
+}
+
+/* The application frees b: true if b was reset and kept. */
+static bool idle_keep(xfer_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    bool keep = b->state != B_RUNNING && __atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) == 1 &&
+                b->cap <= IDLE_ITEMS && b->capnames <= IDLE_ITEMS && !b->capsegs && !b->capblks &&
+                !b->capbwords && b->notes.cap <= 1;
+    if (keep) { /* as xfer_batch_new leaves it, but for the arrays */
+        b->n = b->nnames = 0;
+        b->state = B_IDLE;
+        b->result = 0;
+        notes_free(&b->notes);
+        free(b->whys);
+        b->whys = NULL;
+        b->nwhys = 0;
+        if (b->efd >= 0)
+            close(b->efd);
+        b->efd = -1;
+        b->fd_used = false;
+    }
+    pthread_mutex_unlock(&b->mu);
+    xfer_engine *e = b->engine; /* (b is poisoned while it is offered) */
+    for (size_t k = 0; keep && k < IDLE_N; k++) {
+        xfer_batch *none = NULL;
+        IDLE_POISON(b);
+        if (__atomic_compare_exchange_n(&e->idle_b[k], &none, b, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+            return true;
+        IDLE_UNPOISON(b);
+    }
+    return false;
+}
+
+void batch_idle_drain(xfer_engine *e)
+{
+    for (xfer_batch *b; (b = idle_take(e));)
+        xfer_batch_put(b);
+}
+
 xfer_batch *xfer_batch_new(xfer_engine *e, int *err)
 {
     int rc = -XFER_EINVAL;
     xfer_batch *b = NULL;
     if (!e)
+        goto out;
+    rc = 0;
+    if ((b = idle_take(e)))
         goto out;
     rc = -XFER_ENOMEM;
     b = calloc(1, sizeof(*b));
@@ -108,7 +188,7 @@ static void batch_destroy(xfer_batch *b)
 
 void xfer_batch_free(xfer_batch *b)
 {
-    if (!b)
+    if (!b || idle_keep(b))
         return;
     xfer_batch_cancel(b);
     xfer_batch_put(b);
@@ -233,8 +313,8 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
             bi->want = items[i].peer;
             if (kind != BK_RMA) { /* a SEND's peer now; a RECV's sender when matched */
                 bi->name = (uint32_t)++b->nnames;
-                snprintf(b->names[bi->name - 1], XFER_NAME_MAX, "%s",
-                         kind == BK_SEND && items[i].peer ? items[i].peer->desc.node_id : "");
+                xfer_copy_str(b->names[bi->name - 1], XFER_NAME_MAX,
+                              kind == BK_SEND && items[i].peer ? items[i].peer->desc.node_id : "");
             }
         }
         if (segs) {

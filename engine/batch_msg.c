@@ -31,8 +31,11 @@ static void note_done(struct msg_out *o, int status, const char *why)
     xfer_batch_put(b);
 }
 
-/* Sends binding k (its items all ended). b->mu held; msg_send only queues. */
-static void note_send(xfer_batch *b, size_t k)
+/* Sends binding k (its items all ended). b->mu held; msg_send only queues.
+ * in_submit: from b's own submit (a binding without items), so the answer
+ * may be read by b's waiter itself (xfer_notify: no progress-thread wake-up
+ * for the acknowledgement), as the answer of a SEND's RTS is. */
+static void note_send(xfer_batch *b, size_t k, bool in_submit)
 {
     struct msg_out *o = notes_frame(b->engine, &b->notes, k);
     if (!o) {
@@ -41,10 +44,11 @@ static void note_send(xfer_batch *b, size_t k)
     }
     o->b = b;
     o->done = note_done;
+    o->m.wait_b = in_submit ? b : NULL; /* msg_send keeps it only in a direct section */
     xfer_batch_hold(b);
     if (msg_send(b->engine, o) < 0) { /* engine shutting down */
         batch_unhold_locked(b);       /* the caller's reference is alive */
-        free(o);
+        msg_out_free(o);
         notes_finish(&b->notes, k, -XFER_ECANCELED, "engine is shutting down");
     }
 }
@@ -57,7 +61,7 @@ static void behind_done(struct msg_out *o, int status, const char *why)
     if (o->run == b->notes.run && o->note < b->notes.n) { /* binding data of this run */
         if (status == XFER_MSG_NOT_BEHIND) {
             if (notes_behind_declined(&b->notes, o->note))
-                note_send(b, o->note);
+                note_send(b, o->note, false);
         } else if (b->state == B_RUNNING) {
             notes_finish(&b->notes, o->note, status, why);
         }
@@ -86,7 +90,7 @@ struct xfer_msg *xfer_batch_note_behind(xfer_batch *b, xfer_peer *p, const size_
     if (k >= 0) {
         o = notes_frame(b->engine, &b->notes, (size_t)k); /* marks it fired */
         if (o && msg_handed(b->engine) < 0) {
-            free(o);
+            msg_out_free(o);
             o = NULL;
         }
         b->notes.v[k].fired = b->notes.v[k].behind = o != NULL; /* else the fenced way */
@@ -156,7 +160,7 @@ void batch_msg_item_end(xfer_batch *b, size_t i, int status)
     if (b->notes.n && bi->kind == BK_RMA) { /* the fence: a peer's last item sends */
         long k = notes_item_end(&b->notes, bi->it.peer, i, status);
         if (k >= 0)
-            note_send(b, (size_t)k);
+            note_send(b, (size_t)k, false);
     }
 }
 
@@ -193,7 +197,7 @@ void batch_msg_start(xfer_batch *b)
     }
     for (size_t k = 0; k < b->notes.n; k++) /* bindings without items go now */
         if (b->notes.v[k].n_items == 0)
-            note_send(b, k);
+            note_send(b, k, true);
 }
 
 void batch_msg_submit(xfer_batch *b)
@@ -204,13 +208,14 @@ void batch_msg_submit(xfer_batch *b)
         struct batch_item *bi = &b->items[i];
         recvs |= bi->kind == BK_RECV;
         bool go = bi->kind == BK_SEND && bi->open;
-        struct xfer_msg_rts r = {
-            .send_id = bi->send_id, .tag = bi->tag, .len = bi->it.len, .off = bi->it.local_off};
+        uint64_t id = bi->send_id, tag = bi->tag, len = bi->it.len, off = bi->it.local_off;
         xfer_peer *p = bi->it.peer;
         xfer_region *local = bi->it.local;
         pthread_mutex_unlock(&b->mu);
         if (!go)
             continue;
+        /* (built here, not for every item: zeroing it is ~100 instructions) */
+        struct xfer_msg_rts r = {.send_id = id, .tag = tag, .len = len, .off = off};
         xfer_region_describe(local, &r.src); /* pinned by the run */
         if (b->engine->match.eager && r.len <= XFER_MSG_EAGER_MAX && local->kind == XFER_MEM_HOST)
             r.eager = local->ptr + r.off; /* copied into the frame by mm_send_rts */
@@ -232,7 +237,7 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
     }
     bi->matched = true;
     bi->from = p;
-    snprintf(b->names[bi->name - 1], XFER_NAME_MAX, "%s", p->desc.node_id); /* p may go */
+    xfer_copy_str(b->names[bi->name - 1], XFER_NAME_MAX, p->desc.node_id); /* p may go */
     bi->send_id = r->send_id;
     bi->tag = r->tag;
     char why[160];

@@ -153,7 +153,8 @@ static int submit_run(xfer_batch *b, int deadline_ms)
     pthread_mutex_unlock(&b->mu);
     if (rc < 0)
         return rc;
-    size_t *idx = malloc((n ? n : 1) * sizeof(*idx));
+    size_t idx_small[16]; /* small batches (messages, notifications): no malloc */
+    size_t *idx = n <= 16 ? idx_small : malloc(n * sizeof(*idx));
     if (!idx) {
         pthread_mutex_lock(&b->mu);
         batch_end_open_items(b, -XFER_ENOMEM, "out of memory at submit");
@@ -179,7 +180,8 @@ static int submit_run(xfer_batch *b, int deadline_ms)
             ;
         batch_post_to_peer(b, p, idx + s, e - s);
     }
-    free(idx);
+    if (idx != idx_small)
+        free(idx);
     if (!b->all_rma)
         batch_msg_submit(b);
     pthread_mutex_lock(&b->mu);

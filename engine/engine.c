@@ -219,6 +219,7 @@ void xfer_engine_free(xfer_engine *e)
         return;
     peer_repair_stop(e);   /* no reconnects from here on */
     batch_monitor_stop(e); /* cancels what still runs */
+    batch_idle_drain(e);
     msg_thread_stop(e);    /* fails unsent messages */
     peer_table_destroy(e); /* disconnects */
     close_transports(e);   /* joins progress threads */

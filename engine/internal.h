@@ -13,8 +13,19 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #define XFER_MAX_TRANSPORTS 8 /* transport bit positions */
+
+/* Copies the string src into dst[cap] (cap > 0), cut to fit and terminated:
+ * snprintf("%s") did the same at ~300-600 instructions a call, several per
+ * message (docs/notify.md, "Per-message allocations"). */
+static inline void xfer_copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
 
 /* ---- regions ------------------------------------------------------------ */
 #define REGION_PINS_DEAD (1 << 30)
@@ -136,6 +147,8 @@ xfer_engine *batch_engine(const xfer_batch *b);
 int batch_monitor_start(xfer_engine *e);
 /* Cancels every running batch, then stops the thread. */
 void batch_monitor_stop(xfer_engine *e);
+/* Frees the batches kept for reuse (engine free, after the monitor). */
+void batch_idle_drain(xfer_engine *e);
 
 /* ---- connection repair (peer_repair.c) ------------------------------------ */
 struct peer_repair { /* replaces dead connections in the background */
@@ -167,6 +180,7 @@ struct msg_out {
     size_t note;   /* index of the binding in b */
     uint64_t run;  /* b's run that sent it */
     uint64_t id;   /* RTS: the send id */
+    bool cached;   /* a block of msg.c's cache: msg_out_free gives it back */
 };
 
 struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_msg */
@@ -181,9 +195,14 @@ struct msg_thread { /* sends queued messages: takes peer conn_lock, calls send_m
     bool busy;              /* the thread works outside mu */
     uint64_t rounds;        /* works finished */
     pthread_cond_t done_cv; /* a work finished (msg_peer_gone waits) */
+    /* inflight and direct change without mu (atomic, sequentially consistent):
+     * three lock rounds per message were ~150 instructions; whoever waits
+     * for them to reach 0 counts itself in waiters under mu, and the one
+     * that brings a counter to 0 takes mu and broadcasts only then. */
     size_t inflight;        /* queued or handed to a transport, not done yet */
     pthread_cond_t idle_cv; /* inflight reached 0 (msg_thread_stop drains) */
     size_t direct;          /* kept by direct sections, not delivered yet */
+    int waiters;            /* threads waiting on idle_cv or done_cv for those */
     bool behind; /* notifications may go behind their data (XFER_NOTIFY_BEHIND=0: never) */
 };
 int msg_thread_start(xfer_engine *e);
@@ -193,6 +212,10 @@ int msg_thread_start(xfer_engine *e);
 void msg_thread_stop(xfer_engine *e);
 /* Allocates an outgoing message with room for a frame of len bytes. */
 struct msg_out *msg_out_new(size_t len);
+/* Frees o (NULL: nothing) without finishing it. */
+void msg_out_free(struct msg_out *o);
+/* xfer_notif_free: a received notification back to msg.c's cache. */
+void msg_notif_free(struct xfer_notif *n);
 /* xfer_peer_remove, after p's connection was dropped: messages queued for
  * p and two-sided entries naming it end -XFER_ECONN, and the message thread
  * has let go of p when this returns. */
@@ -231,10 +254,12 @@ void notify_queue_destroy(xfer_engine *e);
 int notify_queue_push(xfer_engine *e, struct xfer_notif *n);
 
 /* Notifications bound to a batch (notify_bind.c), kept under the batch mu. */
+#define NOTE_INLINE 48 /* message bytes kept in the binding itself (no malloc) */
 struct batch_note {
     xfer_peer *peer;
-    uint8_t *msg;
+    uint8_t *msg; /* malloc'd copy when len > NOTE_INLINE, else NULL: inl */
     size_t len;
+    uint8_t inl[NOTE_INLINE];
     /* per run */
     uint32_t n_items, n_open, n_failed;
     struct xfer_notif_fail *failed; /* the first XFER_NOTIFY_FAILED_MAX */
@@ -246,7 +271,8 @@ struct batch_note {
 };
 
 struct batch_notes {
-    struct batch_note *v;
+    struct batch_note *v; /* one1 while one binding fits (the usual), else malloc'd */
+    struct batch_note one1[1];
     size_t n, cap;
     size_t n_unacked; /* bindings of this run not yet finished */
     uint64_t run;     /* bumped at each submit */
@@ -343,6 +369,9 @@ struct xfer_engine {
     struct peer_table peers;
     struct batch_monitor monitor;
     uint32_t batch_seq; /* atomic: the last run's sequence number (batch.c) */
+    /* Small finished batches freed by the application, reset and kept for
+     * the next xfer_batch_new (batch.c, "kept batches"); atomic slots */
+    xfer_batch *idle_b[4];
     struct peer_repair repair;
     struct msg_thread msgs;
     struct notify_queue notifs;

@@ -12,6 +12,7 @@
  * section and delivers it itself at the end, on its own thread: no hand-off
  * to the message thread (docs/perf.md, "Messages and notifications").
  */
+#include "blk_cache.h"
 #include "internal.h"
 #include "mono_clock.h"
 #include "msg_wire.h"
@@ -20,14 +21,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Messages of up to MSG_OUT_BLK bytes (struct and frame: a notification
+ * of up to ~900 bytes, an eager RTS of up to ~180 bytes, every FIN and
+ * rendezvous RTS) come from a process-wide cache of blocks: they are
+ * built by a submitter and freed by whichever thread reads the answer
+ * (blk_cache.h). Larger ones are malloc'd. */
+#define MSG_OUT_BLK 1024
+static struct xfer_blk_cache out_cache = {.size = MSG_OUT_BLK};
+
 struct msg_out *msg_out_new(size_t len)
 {
-    struct msg_out *o = calloc(1, sizeof(*o) + len);
+    bool small = sizeof(struct msg_out) + len <= MSG_OUT_BLK;
+    struct msg_out *o = small ? xfer_blk_get(&out_cache) : malloc(sizeof(*o) + len);
     if (!o)
         return NULL;
+    memset(o, 0, sizeof(*o)); /* the frame's encoder writes every byte of it */
     o->m.frame = (const uint8_t *)(o + 1);
     o->m.len = len;
+    o->cached = small;
     return o;
+}
+
+void msg_out_free(struct msg_out *o)
+{
+    if (o && o->cached)
+        xfer_blk_put(&out_cache, o);
+    else
+        free(o);
 }
 
 uint64_t msg_next_seq(xfer_engine *e)
@@ -35,19 +55,33 @@ uint64_t msg_next_seq(xfer_engine *e)
     return __atomic_add_fetch(&e->msgs.seq, 1, __ATOMIC_RELAXED);
 }
 
+/* A counter (inflight, direct) reached 0: wake whoever waits for that. */
+static void counter_zero(struct msg_thread *t, pthread_cond_t *cv)
+{
+    if (!__atomic_load_n(&t->waiters, __ATOMIC_SEQ_CST))
+        return;
+    pthread_mutex_lock(&t->mu);
+    pthread_cond_broadcast(cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
 static void msg_finish(struct msg_out *o, int status, const char *why)
 {
     xfer_engine *e = o->peer ? o->peer->engine : NULL;
     if (o->done)
         o->done(o, status, why);
-    free(o);
+    msg_out_free(o);
     if (!e)
         return;
     struct msg_thread *t = &e->msgs;
-    pthread_mutex_lock(&t->mu);
-    if (t->inflight && --t->inflight == 0)
-        pthread_cond_broadcast(&t->idle_cv);
-    pthread_mutex_unlock(&t->mu);
+    size_t v = __atomic_load_n(&t->inflight, __ATOMIC_SEQ_CST);
+    do
+        if (v == 0)
+            return;
+    while (!__atomic_compare_exchange_n(&t->inflight, &v, v - 1, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST));
+    if (v == 1)
+        counter_zero(t, &t->idle_cv);
 }
 
 void xfer_msg_done(struct xfer_msg *m, int status, const char *why)
@@ -105,10 +139,8 @@ void msg_direct_end(void)
         if (!tl_direct.head)
             tl_direct.tail = NULL;
         msg_deliver(o); /* o->m.wait_b: still inside its submit */
-        pthread_mutex_lock(&t->mu);
-        if (--t->direct == 0)
-            pthread_cond_broadcast(&t->done_cv);
-        pthread_mutex_unlock(&t->mu);
+        if (__atomic_sub_fetch(&t->direct, 1, __ATOMIC_SEQ_CST) == 0)
+            counter_zero(t, &t->done_cv);
     }
 }
 
@@ -184,24 +216,30 @@ int msg_send(xfer_engine *e, struct msg_out *o)
 {
     struct msg_thread *t = &e->msgs;
     o->next = NULL;
-    pthread_mutex_lock(&t->mu);
-    bool stopped = t->stop || !t->started;
-    if (!stopped && tl_direct.depth > 0) {
-        t->inflight++;
-        t->direct++; /* msg_peer_gone waits for it: o->peer is used until delivered */
+    if (tl_direct.depth > 0) { /* no lock: the thread's own list, atomic counts */
+        if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE) ||
+            !__atomic_load_n(&t->started, __ATOMIC_ACQUIRE))
+            return -XFER_ECANCELED;
+        __atomic_add_fetch(&t->inflight, 1, __ATOMIC_SEQ_CST);
+        /* msg_peer_gone waits for it: o->peer is used until delivered */
+        __atomic_add_fetch(&t->direct, 1, __ATOMIC_SEQ_CST);
         if (tl_direct.tail)
             tl_direct.tail->next = o;
         else
             tl_direct.head = o;
         tl_direct.tail = o;
-    } else if (!stopped) {
+        return 0;
+    }
+    pthread_mutex_lock(&t->mu);
+    bool stopped = t->stop || !t->started;
+    if (!stopped) {
         o->m.wait_b = NULL; /* the batch may be gone when the thread delivers o */
         if (t->tail)
             t->tail->next = o;
         else
             t->head = o;
         t->tail = o;
-        t->inflight++;
+        __atomic_add_fetch(&t->inflight, 1, __ATOMIC_SEQ_CST);
         pthread_cond_signal(&t->cv);
     }
     pthread_mutex_unlock(&t->mu);
@@ -211,12 +249,11 @@ int msg_send(xfer_engine *e, struct msg_out *o)
 int msg_handed(xfer_engine *e)
 {
     struct msg_thread *t = &e->msgs;
-    pthread_mutex_lock(&t->mu);
-    bool stopped = t->stop || !t->started;
-    if (!stopped)
-        t->inflight++;
-    pthread_mutex_unlock(&t->mu);
-    return stopped ? -XFER_ECANCELED : 0;
+    if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE) ||
+        !__atomic_load_n(&t->started, __ATOMIC_ACQUIRE))
+        return -XFER_ECANCELED;
+    __atomic_add_fetch(&t->inflight, 1, __ATOMIC_SEQ_CST);
+    return 0;
 }
 
 /* Unlinks the queued messages of p. t->mu held. */
@@ -250,8 +287,10 @@ void msg_peer_gone(xfer_engine *e, xfer_peer *p)
         pthread_mutex_lock(&t->mu);
         struct msg_out *gone = take_peer_msgs(t, p);
         uint64_t r = t->rounds;
-        while ((t->busy && t->rounds == r) || t->direct)
+        __atomic_add_fetch(&t->waiters, 1, __ATOMIC_SEQ_CST);
+        while ((t->busy && t->rounds == r) || __atomic_load_n(&t->direct, __ATOMIC_SEQ_CST))
             pthread_cond_wait(&t->done_cv, &t->mu);
+        __atomic_sub_fetch(&t->waiters, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&t->mu);
         if (!gone && pass > 0)
             return;
@@ -277,7 +316,7 @@ int msg_thread_start(xfer_engine *e)
         xfer_engine_set_error(e, "cannot start the message thread");
         return -XFER_ENOMEM;
     }
-    t->started = true;
+    __atomic_store_n(&t->started, true, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -290,16 +329,19 @@ void msg_thread_stop(xfer_engine *e)
     /* Drain first: the peer's side of a two-sided message may wait for a
      * FIN that the last RECV before this call queued. */
     struct timespec until = xfer_mono_after_ms(MSG_DRAIN_MS);
-    while (t->inflight && pthread_cond_timedwait(&t->idle_cv, &t->mu, &until) == 0)
+    __atomic_add_fetch(&t->waiters, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&t->inflight, __ATOMIC_SEQ_CST) &&
+           pthread_cond_timedwait(&t->idle_cv, &t->mu, &until) == 0)
         ;
-    t->stop = true;
+    __atomic_sub_fetch(&t->waiters, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&t->stop, true, __ATOMIC_RELEASE);
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
     pthread_join(t->thread, NULL);
     pthread_mutex_lock(&t->mu);
     struct msg_out *o = t->head;
     t->head = t->tail = NULL;
-    t->started = false;
+    __atomic_store_n(&t->started, false, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&t->mu);
     while (o) {
         struct msg_out *next = o->next;
@@ -311,17 +353,33 @@ void msg_thread_stop(xfer_engine *e)
 
 /* ---- receiving -------------------------------------------------------------- */
 
+/* A received notification is built by the thread that reads it and freed
+ * by the application's: small ones (up to NOTIF_BLK bytes with their
+ * message) come from a block cache too. Every notification block is at
+ * least NOTIF_BLK bytes, so either way of freeing one is safe. */
+#define NOTIF_BLK 256
+static struct xfer_blk_cache notif_cache = {.size = NOTIF_BLK};
+
+void msg_notif_free(struct xfer_notif *n)
+{
+    if (n && (size_t)(n->data - (uint8_t *)n) + n->len + 1 <= NOTIF_BLK)
+        xfer_blk_put(&notif_cache, n);
+    else
+        free(n);
+}
+
 static struct xfer_notif *notif_from_frame(const char *node_id, uint64_t incarnation,
                                            const uint8_t *frame, const struct xfer_msg_hdr *h)
 {
     size_t failed_bytes = (size_t)h->n_listed * sizeof(struct xfer_notif_fail);
-    struct xfer_notif *n = malloc(sizeof(*n) + failed_bytes + h->msg_len + 1);
+    size_t size = sizeof(struct xfer_notif) + failed_bytes + h->msg_len + 1;
+    struct xfer_notif *n = size <= NOTIF_BLK ? xfer_blk_get(&notif_cache) : malloc(size);
     if (!n)
         return NULL;
     memset(n, 0, sizeof(*n));
     /* (snprintf "%s" was ~600 instructions per notification: a third of
      * what the receiving side's engine does for one) */
-    memcpy(n->node_id, node_id, strnlen(node_id, sizeof(n->node_id) - 1));
+    xfer_copy_str(n->node_id, sizeof(n->node_id), node_id);
     n->incarnation = incarnation;
     n->seq = h->seq;
     n->bound = h->flags & XFER_MSG_F_BOUND;
@@ -367,7 +425,7 @@ int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnati
     if (rc < 0) {
         xfer_debug("notification %llu from %s refused: receive queue full",
                    (unsigned long long)h.seq, node_id);
-        free(n);
+        msg_notif_free(n);
     }
     return rc;
 }

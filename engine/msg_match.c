@@ -24,6 +24,7 @@
  * the matcher, a FIN, the sweep, or mm_forget (the item ended), which then
  * owns that reference.
  */
+#include "blk_cache.h"
 #include "internal.h"
 #include "msg_wire.h"
 
@@ -57,6 +58,36 @@ struct mm_send {
     xfer_peer *to;
 };
 
+/* Entries are made by one thread and freed by another (a submitter posts a
+ * RECV, the transport thread an RTS arrives on matches and frees it): from
+ * block caches (blk_cache.h), not malloc, in steady state. An RTS with up
+ * to RTS_BLK - sizeof(struct mm_rts) eager bytes fits a cached block. */
+#define RTS_BLK 1024
+union mm_entry {
+    struct mm_recv v;
+    struct mm_send s;
+};
+static struct xfer_blk_cache ent_cache = {.size = sizeof(union mm_entry)};
+static struct xfer_blk_cache rts_cache = {.size = RTS_BLK};
+
+static size_t rts_size(size_t eager)
+{
+    return sizeof(struct mm_rts) + eager;
+}
+
+static struct mm_rts *rts_new(size_t eager)
+{
+    return rts_size(eager) <= RTS_BLK ? xfer_blk_get(&rts_cache) : malloc(rts_size(eager));
+}
+
+static void rts_free(struct mm_rts *x)
+{
+    if (x && rts_size(x->r.eager ? x->r.len : 0) <= RTS_BLK)
+        xfer_blk_put(&rts_cache, x);
+    else
+        free(x);
+}
+
 /* A transport thread's inline match: the FIN of this SEND is not sent but
  * becomes the answer to its RTS (mm_rts_arrived). */
 struct fin_capture {
@@ -81,7 +112,7 @@ void msg_match_init(xfer_engine *e)
 int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *want,
                 uint64_t tag, uint64_t cap, bool host)
 {
-    struct mm_recv *r = malloc(sizeof(*r));
+    struct mm_recv *r = xfer_blk_get(&ent_cache);
     if (!r)
         return -XFER_ENOMEM;
     *r = (struct mm_recv){NULL, b, i, run, want, tag, cap, host};
@@ -100,7 +131,7 @@ int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer
 int mm_send_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *p, uint64_t len,
                 uint64_t *send_id)
 {
-    struct mm_send *s = malloc(sizeof(*s));
+    struct mm_send *s = xfer_blk_get(&ent_cache);
     if (!s)
         return -XFER_ENOMEM;
     struct msg_match *m = &e->match;
@@ -141,7 +172,7 @@ void mm_forget(xfer_engine *e, xfer_batch *b, size_t i)
     pthread_mutex_unlock(&m->mu);
     if (gone) {
         batch_unhold_locked(b);
-        free(gone);
+        xfer_blk_put(&ent_cache, gone);
     }
 }
 
@@ -167,13 +198,16 @@ static struct mm_send *take_send(struct msg_match *m, uint64_t id, const char *n
 static void send_finished(struct mm_send *s, const char *node, const struct xfer_msg_fin *f)
 {
     char why[160];
-    snprintf(why, sizeof(why), "receiver %s: %s", node, xfer_strerror(f->status));
-    if (f->status == 0 && f->got != s->len)
+    if (f->status == 0 && f->got != s->len) {
         xfer_batch_chunk_done(s->b, s->i, 0, -XFER_EPROTO, "receiver reports another length");
-    else
-        xfer_batch_chunk_done(s->b, s->i, f->status == 0 ? s->len : 0, f->status, why);
+    } else if (f->status == 0) { /* (formatting a reason per message cost ~1k instructions) */
+        xfer_batch_chunk_done(s->b, s->i, s->len, 0, NULL);
+    } else {
+        snprintf(why, sizeof(why), "receiver %s: %s", node, xfer_strerror(f->status));
+        xfer_batch_chunk_done(s->b, s->i, 0, f->status, why);
+    }
     xfer_batch_put(s->b);
-    free(s);
+    xfer_blk_put(&ent_cache, s);
 }
 
 /* An RTS that was not queued at the target fails its SEND (if still
@@ -195,7 +229,7 @@ static void rts_done(struct msg_out *o, int status, const char *why)
              why && *why ? why : xfer_strerror(status));
     xfer_batch_chunk_done(s->b, s->i, 0, status, msg);
     xfer_batch_put(s->b);
-    free(s);
+    xfer_blk_put(&ent_cache, s);
 }
 
 void mm_send_rts(xfer_engine *e, xfer_batch *b, xfer_peer *p, const struct xfer_msg_rts *r)
@@ -214,7 +248,7 @@ void mm_send_rts(xfer_engine *e, xfer_batch *b, xfer_peer *p, const struct xfer_
     o->m.lazy = !r->eager; /* rendezvous: the FIN completes the SEND, not this answer */
     if (msg_send(e, o) < 0) {
         struct msg_out stub = {.peer = p, .id = r->send_id};
-        free(o);
+        msg_out_free(o);
         rts_done(&stub, -XFER_ECANCELED, "engine is shutting down");
     }
 }
@@ -247,7 +281,7 @@ void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, ui
     o->done = fin_done;
     o->m.lazy = true;
     if (msg_send(e, o) < 0)
-        free(o);
+        msg_out_free(o);
 }
 
 /* ---- arrivals (transport threads) ---------------------------------------------- */
@@ -263,11 +297,16 @@ static int rts_queue(xfer_engine *e, const char *node, uint64_t inc, struct mm_r
     struct msg_match *m = &e->match;
     pthread_mutex_lock(&m->mu);
     xfer_peer *p = xfer_peer_find(e, node);
-    struct xfer_peer_desc d;
+    uint64_t known = 0;
+    if (p) { /* (not xfer_peer_describe: a copy of the whole ~1 KiB description per RTS) */
+        pthread_mutex_lock(&p->mu);
+        known = p->desc.incarnation;
+        pthread_mutex_unlock(&p->mu);
+    }
     int rc = 0;
     if (!p)
         rc = -XFER_ENOENT;
-    else if (xfer_peer_describe(p, &d), d.incarnation && d.incarnation != inc)
+    else if (known && known != inc)
         rc = -XFER_ESTALE;
     else if (m->n_rts >= XFER_MSG_UNEXPECTED_MAX)
         rc = -XFER_ENOSPC;
@@ -289,10 +328,12 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
 {
     /* The data comes through our own connection to the sender. */
     size_t eager = r->eager ? r->len : 0; /* kept with the RTS until matched */
-    struct mm_rts *x = malloc(sizeof(*x) + eager);
+    struct mm_rts *x = rts_new(eager);
     if (!x)
         return -XFER_ENOMEM;
-    *x = (struct mm_rts){NULL, NULL, *r};
+    x->next = NULL;
+    x->from = NULL;
+    memcpy(&x->r, r, sizeof(*r)); /* (a compound literal copied it word by word, twice) */
     if (r->eager) {
         memcpy(x + 1, r->eager, eager);
         x->r.eager = (const uint8_t *)(x + 1);
@@ -302,7 +343,7 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
     if (rc < 0) {
         if (rc == -XFER_ENOENT)
             xfer_warn("message from %s refused: not a known peer (add it to receive)", node);
-        free(x);
+        rts_free(x);
         return rc;
     }
     /* Match here what needs no post; the FIN of this RTS, if it matched
@@ -403,10 +444,10 @@ static bool match_pairs(xfer_engine *e, bool inline_only)
             return stopped;
         int rc = batch_recv_matched(v->b, v->i, v->run, x->from, &x->r);
         xfer_batch_put(v->b);
-        free(v);
+        xfer_blk_put(&ent_cache, v);
         pthread_mutex_lock(&m->mu);
         if (rc == 0) {
-            free(x);
+            rts_free(x);
         } else { /* that RECV ended meanwhile: the message waits for the next one */
             x->next = m->rts_head;
             m->rts_head = x;
@@ -492,7 +533,7 @@ static void sweep_where(xfer_engine *e, bool (*peer_gone)(const xfer_peer *, con
         snprintf(why, sizeof(why), "%s %s while receiving", what, v->want->desc.node_id);
         xfer_batch_chunk_done(v->b, v->i, 0, -XFER_ECONN, why);
         xfer_batch_put(v->b);
-        free(v);
+        xfer_blk_put(&ent_cache, v);
     }
     for (struct mm_send *s; (s = dead_s);) {
         dead_s = s->next;
@@ -500,11 +541,11 @@ static void sweep_where(xfer_engine *e, bool (*peer_gone)(const xfer_peer *, con
                  s->to->desc.node_id);
         xfer_batch_chunk_done(s->b, s->i, 0, -XFER_ECONN, why);
         xfer_batch_put(s->b);
-        free(s);
+        xfer_blk_put(&ent_cache, s);
     }
     for (struct mm_rts *x; (x = dead_x);) {
         dead_x = x->next;
-        free(x);
+        rts_free(x);
     }
 }
 
@@ -535,19 +576,19 @@ void msg_match_destroy(xfer_engine *e)
         struct mm_recv *n = v->next;
         xfer_batch_chunk_done(v->b, v->i, 0, -XFER_ECANCELED, "engine is shutting down");
         xfer_batch_put(v->b);
-        free(v);
+        xfer_blk_put(&ent_cache, v);
         v = n;
     }
     while (s) {
         struct mm_send *n = s->next;
         xfer_batch_chunk_done(s->b, s->i, 0, -XFER_ECANCELED, "engine is shutting down");
         xfer_batch_put(s->b);
-        free(s);
+        xfer_blk_put(&ent_cache, s);
         s = n;
     }
     while (x) {
         struct mm_rts *n = x->next;
-        free(x);
+        rts_free(x);
         x = n;
     }
     pthread_mutex_destroy(&m->mu);

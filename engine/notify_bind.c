@@ -19,24 +19,38 @@ static struct batch_note *find(struct batch_notes *ns, const xfer_peer *p)
     return NULL;
 }
 
+/* Room for one more binding: the first lives in ns->one1. */
+static bool notes_room(struct batch_notes *ns)
+{
+    if (ns->n < ns->cap)
+        return true;
+    if (!ns->v) {
+        ns->v = ns->one1;
+        ns->cap = 1;
+        return true;
+    }
+    size_t cap = 2 * ns->cap < 4 ? 4 : 2 * ns->cap;
+    struct batch_note *v =
+        ns->v == ns->one1 ? malloc(cap * sizeof(*v)) : realloc(ns->v, cap * sizeof(*v));
+    if (!v)
+        return false;
+    if (ns->v == ns->one1)
+        memcpy(v, ns->one1, sizeof(ns->one1));
+    ns->v = v;
+    ns->cap = cap;
+    return true;
+}
+
 int notes_bind(struct batch_notes *ns, xfer_peer *p, const void *msg, size_t len)
 {
-    uint8_t *copy = malloc(len ? len : 1);
-    if (!copy)
+    uint8_t *copy = NULL;
+    if (len > NOTE_INLINE && !(copy = malloc(len)))
         return -XFER_ENOMEM;
-    if (len)
-        memcpy(copy, msg, len);
     struct batch_note *nt = find(ns, p);
     if (!nt) {
-        if (ns->n == ns->cap) {
-            size_t cap = ns->cap ? 2 * ns->cap : 4;
-            struct batch_note *v = realloc(ns->v, cap * sizeof(*v));
-            if (!v) {
-                free(copy);
-                return -XFER_ENOMEM;
-            }
-            ns->v = v;
-            ns->cap = cap;
+        if (!notes_room(ns)) {
+            free(copy);
+            return -XFER_ENOMEM;
         }
         nt = &ns->v[ns->n++];
         memset(nt, 0, sizeof(*nt));
@@ -44,17 +58,22 @@ int notes_bind(struct batch_notes *ns, xfer_peer *p, const void *msg, size_t len
     }
     free(nt->msg);
     nt->msg = copy;
+    if (len)
+        memcpy(copy ? copy : nt->inl, msg, len);
     nt->len = len;
     return 0;
 }
 
 void notes_free(struct batch_notes *ns)
 {
+    if (!ns->v) /* none bound (every message and most batches) */
+        return;
     for (size_t k = 0; k < ns->n; k++) {
         free(ns->v[k].msg);
         free(ns->v[k].failed);
     }
-    free(ns->v);
+    if (ns->v != ns->one1)
+        free(ns->v);
     memset(ns, 0, sizeof(*ns));
 }
 
@@ -162,7 +181,7 @@ struct msg_out *notes_frame(xfer_engine *e, struct batch_notes *ns, size_t k)
     struct msg_out *o = msg_out_new(xfer_msg_frame_len(&h));
     if (!o)
         return NULL;
-    xfer_msg_encode(&h, failed, nt->msg, (uint8_t *)o->m.frame);
+    xfer_msg_encode(&h, failed, nt->msg ? nt->msg : nt->inl, (uint8_t *)o->m.frame);
     o->peer = nt->peer;
     o->note = k;
     o->run = ns->run;

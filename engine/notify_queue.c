@@ -39,7 +39,7 @@ void notify_queue_destroy(xfer_engine *e)
     if (!q->v)
         return;
     for (size_t k = 0; k < q->n; k++)
-        free(q->v[(q->head + k) % q->cap]);
+        msg_notif_free(q->v[(q->head + k) % q->cap]);
     free(q->v);
     q->v = NULL;
     close(q->efd);
@@ -103,7 +103,7 @@ int xfer_notif_poll(xfer_engine *e, struct xfer_notif **out, size_t max)
 
 void xfer_notif_free(struct xfer_notif *n)
 {
-    free(n);
+    msg_notif_free(n);
 }
 
 int xfer_notif_fd(const xfer_engine *e)

@@ -592,7 +592,7 @@ void xfer_region_set_transport_data(xfer_region *r, unsigned bit, void *data)
 static void describe_locked(const xfer_region *r, struct xfer_region_desc *out)
 {
     memset(out, 0, sizeof(*out));
-    snprintf(out->name, sizeof(out->name), "%s", r->name);
+    xfer_copy_str(out->name, sizeof(out->name), r->name); /* per message (an RTS) */
     out->id = r->id;
     out->gen = r->gen;
     out->kind = r->kind;

@@ -106,6 +106,7 @@ struct tcp_tx {
     struct xfer_gpu_stage *gst;
     const uint8_t *gsrc;   /* device memory to send */
     struct tcp_slab *slab; /* allocated with the other chunks of one post, or NULL */
+    bool cached;           /* a MSG_REQ's, from tcp_msg.c's block cache (tcp_msg_tx_put) */
 };
 
 /* The chunks of one post, allocated at once and freed with the last one:
@@ -416,6 +417,8 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m);
 int tcp_msg_header(struct tcp_sock *s);
 /* Target: the payload is in s->rx_msg: hand it to the engine, answer. */
 void tcp_msg_received(struct tcp_sock *s);
+/* Frees a MSG_REQ's t->cached (tcp_tx_free): back into the cache. */
+void tcp_msg_tx_put(struct tcp_tx *t);
 /* Initiator, tcp_post: the n items idx of b went out as frames chunks, all
  * on s: a notification bound to them goes right behind (docs/notify.md). */
 void tcp_msg_behind(struct tcp_conn *tc, xfer_batch *b, struct tcp_sock *s, const size_t *idx,

@@ -7,15 +7,32 @@
  */
 #include "tcp.h"
 
+#include "blk_cache.h"
+
 #include <stdlib.h>
 #include <string.h>
+
+/* A MSG_REQ's tcp_tx is built by the sending thread and freed by whoever
+ * reads the answer (often the socket's progress thread); a received frame
+ * of up to RX_BLK bytes is read into a cached block too (blk_cache.h:
+ * no malloc per message in steady state). */
+#define RX_BLK 1024
+static struct xfer_blk_cache tx_cache = {.size = sizeof(struct tcp_tx)};
+static struct xfer_blk_cache rx_cache = {.size = RX_BLK};
+
+void tcp_msg_tx_put(struct tcp_tx *t)
+{
+    xfer_blk_put(&tx_cache, t);
+}
 
 /* The MSG_REQ of m; behind a batch's frames: seq (else 0) and how many. */
 static struct tcp_tx *msg_tx(struct tcp_conn *tc, struct xfer_msg *m, uint32_t seq, uint32_t frames)
 {
-    struct tcp_tx *t = calloc(1, sizeof(*t));
+    struct tcp_tx *t = xfer_blk_get(&tx_cache);
     if (!t)
         return NULL;
+    memset(t, 0, sizeof(*t));
+    t->cached = true;
     t->msg = m;
     t->op = XFER_WIRE_MSG_REQ;
     t->len = m->len;
@@ -72,7 +89,9 @@ int tcp_msg_header(struct tcp_sock *s)
         return -1;
     }
     tcp_in_note(s); /* a waiter for this peer's messages reads s (tcp_wait.c) */
-    s->rx_msg = malloc(s->rh.length ? s->rh.length : 1);
+    /* (s->rx_msg is freed with free() if the socket fails meanwhile:
+     * correct for a cached block too) */
+    s->rx_msg = s->rh.length <= RX_BLK ? xfer_blk_get(&rx_cache) : malloc(s->rh.length);
     s->rx_dst = s->rx_msg; /* NULL (no memory): discarded, answered ENOMEM */
     s->rx_region = NULL;
     s->rx_gpu = false;
@@ -136,7 +155,10 @@ void tcp_msg_received(struct tcp_sock *s)
     else if (s->rx_msg)
         status = xfer_engine_msg_recv(s->tt->engine, s->peer_node, s->peer_inc, s->rx_msg,
                                       (size_t)s->rh.length);
-    free(s->rx_msg);
+    if (s->rh.length <= RX_BLK)
+        xfer_blk_put(&rx_cache, s->rx_msg);
+    else
+        free(s->rx_msg);
     s->rx_msg = NULL;
     s->rx_dst = NULL;
     s->rx_state = RX_HDR;

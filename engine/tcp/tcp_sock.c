@@ -110,7 +110,10 @@ void tcp_tx_free(struct tcp_tx *t)
     free(t->own); /* a detached WRITE payload (tcp_fence.c) */
     struct tcp_slab *s = t->slab;
     if (!s) {
-        free(t);
+        if (t->cached)
+            tcp_msg_tx_put(t);
+        else
+            free(t);
         return;
     }
     TX_POISON(t, sizeof(*t));
