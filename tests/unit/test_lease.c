@@ -103,6 +103,17 @@ static void test_guarded_ranges(void **state)
     assert_int_equal(xfer_region_deregister(e, r), 0);
 }
 
+/* CLOCK_MONOTONIC in whole milliseconds, truncated as the engine's
+ * xfer_now_ms: a lease deadline is renew_ms + ttl in those units, so only
+ * times read the same way compare exactly (a finer t0 can be up to 1 ms
+ * later than the renewal's truncated reading). */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void test_expiry_and_renewal(void **state)
 {
     xfer_engine *e = *state;
@@ -111,10 +122,11 @@ static void test_expiry_and_renewal(void **state)
     int err;
     xfer_lease *l = xfer_lease_new(e, "a", 400, &err);
     assert_int_equal(xfer_lease_add(l, r, (struct xfer_range[]){{0, 512}}, 1), 0);
-    struct timespec t0, t1, step = {0, 100 * 1000000};
+    struct timespec step = {0, 100 * 1000000};
+    int64_t t0 = 0;
     for (int i = 0; i < 5; i++) { /* 500 ms, renewed every 100 ms */
         assert_int_equal(access_by(e, r, "a", 0, 512), 0);
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        t0 = mono_ms();
         assert_int_equal(xfer_lease_renew(l, 400), 0);
         nanosleep(&step, NULL);
     }
@@ -126,18 +138,11 @@ static void test_expiry_and_renewal(void **state)
         if (rc == 0)
             nanosleep(&(struct timespec){0, 10 * 1000000}, NULL);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t t1 = mono_ms();
     assert_int_equal(rc, -XFER_ESTALE);
-    assert_true((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 400);
+    assert_true(t1 - t0 >= 400);
     xfer_lease_free(l);
     assert_int_equal(xfer_region_deregister(e, r), 0); /* frees the rules */
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* What the rdma owner binds memory windows over (xfer_region_lease_window)
