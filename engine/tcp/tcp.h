@@ -272,10 +272,15 @@ struct tcp_transport {
     volatile bool stop;
     int n_threads;
     struct tcp_thread *threads;
-    unsigned next_thread;   /* atomic round robin */
-    uint64_t next_req;      /* atomic */
-    int sockbuf;            /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
-    bool direct;            /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
+    unsigned next_thread; /* atomic round robin */
+    uint64_t next_req;    /* atomic */
+    int sockbuf;          /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
+    bool direct;          /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
+    /* Accepted sockets stay lazy between waiters (tcp_wait.c) only with
+     * XFER_TCP_LAZY_TARGET=1: a request that comes right after a target's
+     * waiter left would wait for the owner's tick (H200: p90 2.3 ms instead
+     * of 0.4 ms, docs/perf.md step 8). */
+    bool lazy_target;
     struct tcp_slab *spare; /* the last slab freed, reused by the next post; atomic */
     /* fences (tcp_fence.c). Target: written with every thread's fence_mu
      * held (record one), read with one (WRITE payload going into a region). */

@@ -475,6 +475,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->sockbuf = sb ? atoi(sb) : 0;
     const char *direct = getenv("XFER_TCP_DIRECT"); /* 0: always hand off (measuring) */
     tt->direct = !direct || strcmp(direct, "0") != 0;
+    const char *lazy = getenv("XFER_TCP_LAZY_TARGET");
+    tt->lazy_target = lazy && !strcmp(lazy, "1");
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     tt->n_threads = cfg->progress_threads > 0 ? cfg->progress_threads : 1;
     tt->threads = calloc((size_t)tt->n_threads, sizeof(*tt->threads));

@@ -12,7 +12,8 @@
  * threads stop and A reconnects (the lazy sockets close). Every answer
  * must come within ANSWER_MS (the tick is 1 ms; a lost edge waits for the
  * 5 s deadline); every notification must arrive, once. Once more with
- * busy-polling waiters (XFER_BUSY_POLL_US). */
+ * busy-polling waiters (XFER_BUSY_POLL_US), and with accepted sockets
+ * lazy too (XFER_TCP_LAZY_TARGET=1; by default they get EPOLLIN back). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -280,11 +281,24 @@ static void test_busy_poll(void **state)
     unsetenv("XFER_BUSY_POLL_US");
 }
 
+/* Accepted sockets lazy too (off by default): the notification waiter's
+ * sockets stay out of B's epoll between waits, and what A sends there
+ * while nobody waits must still be read (by the tick). */
+static void test_lazy_target(void **state)
+{
+    (void)state;
+    setenv("XFER_TCP_LAZY_TARGET", "1", 1);
+    race();
+    unsetenv("XFER_TCP_LAZY_TARGET");
+}
+
 int main(void)
 {
     unsetenv("XFER_BUSY_POLL_US");
     unsetenv("XFER_WAIT_RX");
+    unsetenv("XFER_TCP_LAZY_TARGET");
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_sleeping),
-                                       cmocka_unit_test(test_busy_poll)};
+                                       cmocka_unit_test(test_busy_poll),
+                                       cmocka_unit_test(test_lazy_target)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
