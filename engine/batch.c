@@ -11,6 +11,7 @@
  * with hold/put while they refer to it; free() only drops the user's hold.
  */
 #include "batch.h"
+#include "blk_cache.h"
 #include "xfer_grow.h"
 
 #include <errno.h>
@@ -37,29 +38,11 @@
  * application may have it in its epoll set). Under AddressSanitizer a kept
  * batch is poisoned, so a use after the free is still caught. */
 #define IDLE_ITEMS 16
-#define IDLE_N     (sizeof(((xfer_engine *)0)->idle_b) / sizeof(xfer_batch *))
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define IDLE_POISON(b)   ASAN_POISON_MEMORY_REGION(b, sizeof(*(b)))
-#define IDLE_UNPOISON(b) ASAN_UNPOISON_MEMORY_REGION(b, sizeof(*(b)))
-#else
-#define IDLE_POISON(b)   ((void)(b))
-#define IDLE_UNPOISON(b) ((void)(b))
-#endif
+#define IDLE_N     (sizeof(((xfer_engine *)0)->idle_b) / sizeof(void *))
 
 static xfer_batch *idle_take(xfer_engine *e)
 {
-    for (size_t k = 0; k < IDLE_N; k++) {
-        if (!__atomic_load_n(&e->idle_b[k], __ATOMIC_RELAXED))
-            continue;
-        xfer_batch *b = __atomic_exchange_n(&e->idle_b[k], NULL, __ATOMIC_ACQUIRE);
-        if (b) {
-            IDLE_UNPOISON(b);
-            return b;
-        }
-    }
-    return NULL;
+    return xfer_slots_take(e->idle_b, IDLE_N, sizeof(xfer_batch));
 }
 
 /* The application frees b: true if b was reset and kept. */
@@ -83,16 +66,7 @@ static bool idle_keep(xfer_batch *b)
         b->fd_used = false;
     }
     pthread_mutex_unlock(&b->mu);
-    xfer_engine *e = b->engine; /* (b is poisoned while it is offered) */
-    for (size_t k = 0; keep && k < IDLE_N; k++) {
-        xfer_batch *none = NULL;
-        IDLE_POISON(b);
-        if (__atomic_compare_exchange_n(&e->idle_b[k], &none, b, false, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED))
-            return true;
-        IDLE_UNPOISON(b);
-    }
-    return false;
+    return keep && xfer_slots_offer(b->engine->idle_b, IDLE_N, b, sizeof(*b));
 }
 
 void batch_idle_drain(xfer_engine *e)

@@ -40,39 +40,53 @@ struct xfer_blk_cache {
     unsigned long hits, misses; /* relaxed counters: tests and measuring */
 };
 
+/* The lock-free slots under the cache, also used for other objects kept
+ * for reuse (batches, batch.c). Takes any object offered (size bytes, made
+ * addressable again), or NULL when every slot is empty. */
+static inline void *xfer_slots_take(void **slot, size_t n, size_t size)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (!__atomic_load_n(&slot[k], __ATOMIC_RELAXED))
+            continue;
+        void *p = __atomic_exchange_n(&slot[k], NULL, __ATOMIC_ACQUIRE);
+        if (p) {
+            BLK_UNPOISON(p, size);
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* Puts p (size bytes, poisoned while it waits) into an empty slot: false
+ * when all are full (p is then the caller's again, addressable). */
+static inline bool xfer_slots_offer(void **slot, size_t n, void *p, size_t size)
+{
+    BLK_POISON(p, size);
+    for (size_t k = 0; k < n; k++) {
+        void *none = NULL;
+        if (!__atomic_load_n(&slot[k], __ATOMIC_RELAXED) &&
+            __atomic_compare_exchange_n(&slot[k], &none, p, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+            return true;
+    }
+    BLK_UNPOISON(p, size);
+    return false;
+}
+
 /* A block of c->size bytes (uninitialised), cached or malloc'd; NULL when
  * the system is out of memory. */
 static inline void *xfer_blk_get(struct xfer_blk_cache *c)
 {
-    for (int k = 0; k < XFER_BLK_SLOTS; k++) {
-        if (!__atomic_load_n(&c->slot[k], __ATOMIC_RELAXED))
-            continue;
-        void *p = __atomic_exchange_n(&c->slot[k], NULL, __ATOMIC_ACQUIRE);
-        if (p) {
-            BLK_UNPOISON(p, c->size);
-            __atomic_add_fetch(&c->hits, 1, __ATOMIC_RELAXED);
-            return p;
-        }
-    }
-    __atomic_add_fetch(&c->misses, 1, __ATOMIC_RELAXED);
-    return malloc(c->size);
+    void *p = xfer_slots_take(c->slot, XFER_BLK_SLOTS, c->size);
+    __atomic_add_fetch(p ? &c->hits : &c->misses, 1, __ATOMIC_RELAXED);
+    return p ? p : malloc(c->size);
 }
 
 /* Gives back p (a block of c->size bytes from xfer_blk_get, or NULL). */
 static inline void xfer_blk_put(struct xfer_blk_cache *c, void *p)
 {
-    if (!p)
-        return;
-    BLK_POISON(p, c->size);
-    for (int k = 0; k < XFER_BLK_SLOTS; k++) {
-        void *none = NULL;
-        if (!__atomic_load_n(&c->slot[k], __ATOMIC_RELAXED) &&
-            __atomic_compare_exchange_n(&c->slot[k], &none, p, false, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED))
-            return;
-    }
-    BLK_UNPOISON(p, c->size);
-    free(p);
+    if (p && !xfer_slots_offer(c->slot, XFER_BLK_SLOTS, p, c->size))
+        free(p);
 }
 
 #endif

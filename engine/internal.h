@@ -371,7 +371,7 @@ struct xfer_engine {
     uint32_t batch_seq; /* atomic: the last run's sequence number (batch.c) */
     /* Small finished batches freed by the application, reset and kept for
      * the next xfer_batch_new (batch.c, "kept batches"); atomic slots */
-    xfer_batch *idle_b[4];
+    void *idle_b[4]; /* kept xfer_batch (batch.c), lock-free slots (blk_cache.h) */
     struct peer_repair repair;
     struct msg_thread msgs;
     struct notify_queue notifs;
