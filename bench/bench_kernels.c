@@ -266,7 +266,8 @@ static const struct shape {
     {131072, 64, 5},  {262144, 128, 5}, {65536, 128, 5},  {65536, 512, 2},
 };
 #define NSWEEP (sizeof(sweep) / sizeof(sweep[0]))
-static const char *const variant_names[] = {"auto", "vec4", "vec8", "vec4s", "vec8s", "bulk"};
+static const char *const variant_names[] = {"auto", "vec4",  "vec8",  "vec4s", "vec8s",
+                                            "bulk", "bulkr", "bulk8", "bulk6", "bulk2"};
 
 static void shape_name(char *buf, size_t len, const struct shape *sh)
 {
@@ -289,7 +290,7 @@ static void sweep_run(const char *path, const struct shape *sw, size_t n, op_fn 
     size_t best_i = 0;
     char name[48];
     for (size_t v = 0; v < n; v++) {
-        if (sw[v].variant == 5 && skip_bulk)
+        if (sw[v].variant >= 5 && skip_bulk)
             continue;
         xfer_kernels_tune(sw[v].chunk, sw[v].threads, sw[v].variant);
         struct gbs g = time_op(fn, o);
@@ -411,10 +412,11 @@ static void bench_big(const char *path, int a, int b)
 
 /* Grid shapes for the block runs (entry 0 automatic). */
 static const struct shape br_sweep[] = {
-    {0, 0, 0},        {0, 0, 1},         {0, 0, 2},        {0, 0, 5},        {131072, 64, 5},
-    {262144, 64, 5},  {524288, 64, 5},   {262144, 128, 5}, {65536, 128, 5},  {131072, 256, 1},
-    {262144, 256, 1}, {262144, 512, 1},  {131072, 256, 2}, {262144, 256, 2}, {262144, 256, 4},
-    {1048576, 64, 5}, {1048576, 256, 1},
+    {0, 0, 0},       {0, 0, 1},       {0, 0, 2},       {0, 0, 5},        {131072, 64, 5},
+    {262144, 64, 5}, {32768, 64, 5},  {16384, 64, 5},  {131072, 256, 2}, {0, 0, 6},
+    {32768, 64, 6},  {131072, 64, 6}, {0, 0, 7},       {32768, 64, 7},   {131072, 64, 7},
+    {0, 0, 8},       {32768, 64, 8},  {131072, 64, 8}, {0, 0, 9},        {32768, 64, 9},
+    {16384, 64, 9},  {131072, 64, 9}, {262144, 64, 8}, {98304, 64, 6},   {49152, 64, 6},
 };
 
 /* The KV pool request of issue 16 as block runs, one GPU or src -> dst. */
@@ -456,6 +458,13 @@ static void bench_block_runs(const char *path, int src_dev, int dst_dev, int on)
     report(path, "kvpool ceiling one-shot", BR_LEN, time_op_oneshot(op_ceiling, &o), ceil.med);
     sweep_run(path, br_sweep, sizeof(br_sweep) / sizeof(br_sweep[0]), op_block_runs, &o,
               "blocks (auto)", BR_LEN, ceil.med);
+    for (int v = 5; v <= 9 && !skip_bulk; v++) { /* each bulk variant alone on an idle stream */
+        char what[48];
+        xfer_kernels_tune(0, 0, v);
+        snprintf(what, sizeof(what), "one-shot %s", variant_names[v]);
+        report(path, what, BR_LEN, time_op_oneshot(op_block_runs, &o), ceil.med);
+    }
+    xfer_kernels_tune(0, 0, 0);
     static const char *const up_names[] = {"param", "up", "same"};
     for (int m = 0; m < 3; m++) { /* how the runs reach the GPU (xfer_kernels_tune_upload) */
         char what[48];
