@@ -266,8 +266,7 @@ static const struct shape {
     {131072, 64, 5},  {262144, 128, 5}, {65536, 128, 5},  {65536, 512, 2},
 };
 #define NSWEEP (sizeof(sweep) / sizeof(sweep[0]))
-static const char *const variant_names[] = {"auto", "vec4",  "vec8",  "vec4s", "vec8s",
-                                            "bulk", "bulkr", "bulk8", "bulk6", "bulk2"};
+static const char *const variant_names[] = {"auto", "vec4", "vec8", "vec4s", "vec8s", "bulk"};
 
 static void shape_name(char *buf, size_t len, const struct shape *sh)
 {
@@ -290,7 +289,7 @@ static void sweep_run(const char *path, const struct shape *sw, size_t n, op_fn 
     size_t best_i = 0;
     char name[48];
     for (size_t v = 0; v < n; v++) {
-        if (sw[v].variant >= 5 && skip_bulk)
+        if (sw[v].variant == 5 && skip_bulk)
             continue;
         xfer_kernels_tune(sw[v].chunk, sw[v].threads, sw[v].variant);
         struct gbs g = time_op(fn, o);
@@ -413,10 +412,8 @@ static void bench_big(const char *path, int a, int b)
 /* Grid shapes for the block runs (entry 0 automatic). */
 static const struct shape br_sweep[] = {
     {0, 0, 0},       {0, 0, 1},       {0, 0, 2},       {0, 0, 5},        {131072, 64, 5},
-    {262144, 64, 5}, {32768, 64, 5},  {16384, 64, 5},  {131072, 256, 2}, {0, 0, 6},
-    {32768, 64, 6},  {131072, 64, 6}, {0, 0, 7},       {32768, 64, 7},   {131072, 64, 7},
-    {0, 0, 8},       {32768, 64, 8},  {131072, 64, 8}, {0, 0, 9},        {32768, 64, 9},
-    {16384, 64, 9},  {131072, 64, 9}, {262144, 64, 8}, {98304, 64, 6},   {49152, 64, 6},
+    {262144, 64, 5}, {65536, 64, 5},  {32768, 64, 5},  {16384, 64, 5},   {8192, 64, 5},
+    {16384, 128, 5}, {16384, 256, 1}, {16384, 256, 2}, {131072, 256, 2},
 };
 
 /* The KV pool request of issue 16 as block runs, one GPU or src -> dst. */
@@ -458,10 +455,12 @@ static void bench_block_runs(const char *path, int src_dev, int dst_dev, int on)
     report(path, "kvpool ceiling one-shot", BR_LEN, time_op_oneshot(op_ceiling, &o), ceil.med);
     sweep_run(path, br_sweep, sizeof(br_sweep) / sizeof(br_sweep[0]), op_block_runs, &o,
               "blocks (auto)", BR_LEN, ceil.med);
-    for (int v = 5; v <= 9 && !skip_bulk; v++) { /* each bulk variant alone on an idle stream */
+    static const uint64_t os_chunk[] = {65536, 16384, 8192}; /* alone, bulk engine */
+    for (size_t i = 0; i < 3 && !skip_bulk; i++) {
         char what[48];
-        xfer_kernels_tune(0, 0, v);
-        snprintf(what, sizeof(what), "one-shot %s", variant_names[v]);
+        xfer_kernels_tune(os_chunk[i], 64, 5);
+        snprintf(what, sizeof(what), "one-shot bulk c=%lluK",
+                 (unsigned long long)os_chunk[i] >> 10);
         report(path, what, BR_LEN, time_op_oneshot(op_block_runs, &o), ceil.med);
     }
     xfer_kernels_tune(0, 0, 0);

@@ -1,11 +1,14 @@
 /* Hopper bulk-copy (TMA, cp.async.bulk) pipeline for one thread: global ->
- * shared -> global in S stages of SUB bytes, each load completing on an
- * mbarrier, each store a bulk group. Included by kcopy.cu only; compiled
- * for sm_90 and newer (older targets get a trap). */
+ * shared -> global in KBULK_STAGES stages of KBULK_SUB bytes, each load
+ * completing on an mbarrier, each store a bulk group. Included by kcopy.cu
+ * only; compiled for sm_90 and newer (older targets get a trap). */
 #ifndef XFER_KBULK_CUH
 #define XFER_KBULK_CUH
 
 #include <stdint.h>
+
+#define KBULK_STAGES 3
+#define KBULK_SUB    16384 /* 3 x 16 KiB = 48 KiB of shared memory per block */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KBULK_OK 1
@@ -79,9 +82,7 @@ __device__ __forceinline__ void bulk_wait_read(void)
 #endif
 }
 
-/* All committed stores are complete. A thread block may end once its
- * stores have read shared memory (bulk_wait_read): the grid's completion
- * makes their writes visible, as for any store; read_exit variants do. */
+/* All committed stores are complete. */
 __device__ __forceinline__ void bulk_wait_all(void)
 {
 #if KBULK_OK
@@ -104,22 +105,20 @@ __device__ __forceinline__ bool bulk_body(const char *dst, uint32_t len, uint32_
 
 /* One thread moves the aligned bodies of every piece that walker w yields
  * (pieces with relatively misaligned src/dst are skipped: the fringe threads
- * copy those whole). stage: S * SUB bytes of shared memory, bar: S
- * initialised mbarriers. RX: end once the last store has read shared
- * memory, not once it is complete (the thread block's slot frees sooner). */
-template <int S, int SUB, bool RX, class W>
-__device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
+ * copy those whole). stage: KBULK_STAGES * KBULK_SUB bytes of shared memory,
+ * bar: KBULK_STAGES initialised mbarriers. */
+template <class W> __device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
 {
-    char *q_dst[S];
-    uint32_t q_len[S];
+    char *q_dst[KBULK_STAGES];
+    uint32_t q_len[KBULK_STAGES];
     uint32_t parity = 0; /* bit s: parity of stage s's next completion */
     uint32_t issued = 0, stored = 0;
     struct kpiece p;
     uint32_t off = 0, head = 0, body = 0;
     bool have = false;
     for (;;) {
-        /* refill: keep up to S loads in flight */
-        while (issued - stored < S) {
+        /* refill: keep up to KBULK_STAGES loads in flight */
+        while (issued - stored < KBULK_STAGES) {
             while (!have || off >= body) {
                 if (!w.next(p)) {
                     have = false;
@@ -131,35 +130,32 @@ __device__ void bulk_pipeline(W w, char *stage, uint64_t *bar)
             }
             if (!have)
                 break;
-            uint32_t s = issued % S, n = min(body - off, (uint32_t)SUB);
-            if (issued >= S)
+            uint32_t s = issued % KBULK_STAGES, n = min(body - off, (uint32_t)KBULK_SUB);
+            if (issued >= KBULK_STAGES)
                 bulk_wait_read(); /* the store that used stage s has read it */
 #pragma unroll
-            for (int i = 0; i < S; i++)
+            for (int i = 0; i < KBULK_STAGES; i++)
                 if (i == (int)s)
                     q_dst[i] = p.dst + head + off, q_len[i] = n;
-            bulk_load(stage + s * SUB, p.src + head + off, n, &bar[s]);
+            bulk_load(stage + s * KBULK_SUB, p.src + head + off, n, &bar[s]);
             off += n;
             issued++;
         }
         if (stored == issued)
             break;
-        uint32_t s = stored % S;
+        uint32_t s = stored % KBULK_STAGES;
         mbar_wait(&bar[s], (parity >> s) & 1u);
         parity ^= 1u << s;
         char *d = q_dst[0];
         uint32_t n = q_len[0];
 #pragma unroll
-        for (int i = 1; i < S; i++)
+        for (int i = 1; i < KBULK_STAGES; i++)
             if (i == (int)s)
                 d = q_dst[i], n = q_len[i];
-        bulk_store(d, stage + s * SUB, n);
+        bulk_store(d, stage + s * KBULK_SUB, n);
         stored++;
     }
-    if (RX)
-        bulk_wait_read();
-    else
-        bulk_wait_all();
+    bulk_wait_all();
 }
 
 #endif

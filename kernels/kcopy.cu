@@ -7,7 +7,6 @@
 
 #include <stdlib.h>
 #include <type_traits>
-#include <utility>
 
 #define KCOPY_UNROLL 4
 
@@ -269,47 +268,18 @@ struct block_walk {
 #define KBULK_THREADS 64
 
 /* Variants (xfer_kernels_tune): 16-byte vector copy with U loads in flight
- * per thread, optionally with streaming cache hints; or the bulk engine:
- * KV_BULK 3 stages of 16 KiB, each thread block ending once its stores are
- * complete; the others (kvgpu3, 2026-11-29, measured against it for issue
- * 16's depth-1 request) end once their stores have read shared memory:
- * KV_BULKR 3 x 16 KiB, KV_BULK8 4 x 8 KiB (6 blocks per SM), KV_BULK6
- * 6 x 8 KiB, KV_BULK2 2 x 16 KiB (6 per SM).
+ * per thread, optionally with streaming cache hints; or the bulk engine.
  * Tried for the KV pool request and dropped (one H200, 2026-11-29,
  * docs/kernels.md): a grid-stride bulk kernel (as many thread blocks as
  * fit, each walking every grid-th chunk with its pipeline kept full) at
  * 0.89-0.895 of one copy against 0.913 for this one, and evict-first L2
  * hints on the bulk loads and stores (0.915: no change). */
-enum {
-    KV_VEC4 = 1,
-    KV_VEC8,
-    KV_VEC4S,
-    KV_VEC8S,
-    KV_BULK,
-    KV_BULKR,
-    KV_BULK8,
-    KV_BULK6,
-    KV_BULK2,
-    KV_NVARIANTS
-};
-#define KBULKV(V) ((V) >= KV_BULK)
-/* stages, bytes per stage, end on read (bulk variants) */
-__host__ __device__ constexpr int kb_stages(int v)
-{
-    return v == KV_BULK8 ? 4 : v == KV_BULK6 ? 6 : v == KV_BULK2 ? 2 : 3;
-}
-__host__ __device__ constexpr int kb_sub(int v)
-{
-    return v == KV_BULK8 || v == KV_BULK6 ? 8192 : 16384;
-}
-__host__ __device__ constexpr size_t kb_smem(int v)
-{
-    return 128 + (size_t)kb_stages(v) * kb_sub(v);
-}
+enum { KV_VEC4 = 1, KV_VEC8, KV_VEC4S, KV_VEC8S, KV_BULK, KV_NVARIANTS };
+#define KBULKV(V) ((V) == KV_BULK)
 
 /* 8 loads in flight need more than 64 registers per thread, and so does
  * the bulk pipeline's thread with the block walk (316 bytes of spills at
- * 64); bulk blocks are 64 threads and shared memory limits them to 4-6 per
+ * 64); bulk blocks are 64 threads and shared memory limits them to 4 per
  * SM anyway. */
 #define KMINBLOCKS(V) (((V) == KV_VEC8 || (V) == KV_VEC8S || KBULKV(V)) ? 1 : 2)
 
@@ -317,14 +287,14 @@ __host__ __device__ constexpr size_t kb_smem(int v)
 template <int V, class W> __device__ __forceinline__ void run_block(W w)
 {
     if constexpr (KBULKV(V)) {
-        extern __shared__ __align__(128) char kdyn[]; /* kb_smem(V) bytes */
+        extern __shared__ __align__(128) char kdyn[]; /* KBULK_SMEM bytes */
         uint64_t *bar = (uint64_t *)kdyn;
         char *stage = kdyn + 128;
         if (threadIdx.x == 0) {
-            for (int i = 0; i < kb_stages(V); i++)
+            for (int i = 0; i < KBULK_STAGES; i++)
                 mbar_init(&bar[i]);
             mbar_init_fence();
-            bulk_pipeline<kb_stages(V), kb_sub(V), V != KV_BULK>(w, stage, bar);
+            bulk_pipeline(w, stage, bar);
         } else if (threadIdx.x >= 32) {
             kpiece p;
             while (w.next(p))
@@ -458,6 +428,22 @@ struct kgrid kgrid_pick(uint64_t total, int sms, int cc_major, bool aligned)
     return g;
 }
 
+/* Block runs on the bulk engine: at most KBLOCK_CHUNK bytes per thread
+ * block. The KV pool request of issue 16 (16 KiB blocks, 512 MiB) gained
+ * steadily with smaller ranges, 0.892 of one copy at 256 KiB, 0.904 at
+ * 128, 0.912 at 64 (the default before), 0.915 at 32, 0.924 at 16 (one
+ * H200, 2026-11-29, docs/kernels.md); a 16 KiB thread block copies one
+ * such block, and its slot is free again as soon as its one store is. */
+#define KBLOCK_CHUNK 16384
+
+struct kgrid kgrid_pick_blocks(uint64_t total, int sms, int cc_major, bool aligned)
+{
+    struct kgrid g = kgrid_pick(total, sms, cc_major, aligned);
+    if (!tune_chunk && KBULKV(g.variant) && g.chunk > KBLOCK_CHUNK)
+        g.chunk = KBLOCK_CHUNK;
+    return g;
+}
+
 unsigned kgrid_blocks(uint64_t total, struct kgrid g)
 {
     return (unsigned)((total + g.chunk - 1) / g.chunk);
@@ -488,15 +474,16 @@ bool kpeer_reach(int dev, int peer, uint64_t *on, uint64_t *bad)
     return false;
 }
 
-/* The bulk kernels may need more than the default 48 KiB of dynamic
- * shared memory; the attribute is per function and device, set on first
- * use. */
-template <class K> static cudaError_t bulk_smem(K *kernel, int *done, size_t bytes)
+#define KBULK_SMEM (128 + KBULK_STAGES * KBULK_SUB)
+
+/* The bulk kernels need more than the default 48 KiB of dynamic shared
+ * memory; the attribute is per function and device, set on first use. */
+template <class K> static cudaError_t bulk_smem(K *kernel, int *done)
 {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess && dev < 64 && !done[dev]) {
-        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KBULK_SMEM);
         if (e == cudaSuccess)
             done[dev] = 1;
     }
@@ -510,11 +497,11 @@ static cudaError_t klaunch_one(K *kernel, int *smem_set, unsigned blocks, struct
                                cudaStream_t st, A... args)
 {
     if (KBULKV(V)) {
-        cudaError_t e = bulk_smem(kernel, smem_set, kb_smem(V));
+        cudaError_t e = bulk_smem(kernel, smem_set);
         if (e != cudaSuccess)
             return e;
     }
-    kernel<<<blocks, g.threads, KBULKV(V) ? kb_smem(V) : 0, st>>>(args...);
+    kernel<<<blocks, g.threads, KBULKV(V) ? KBULK_SMEM : 0, st>>>(args...);
     return cudaGetLastError();
 }
 
@@ -538,14 +525,6 @@ template <class L> static cudaError_t kdispatch(uint64_t total, struct kgrid g, 
         return launch(std::integral_constant<int, KV_VEC8S>());
     case KV_BULK:
         return launch(std::integral_constant<int, KV_BULK>());
-    case KV_BULKR:
-        return launch(std::integral_constant<int, KV_BULKR>());
-    case KV_BULK8:
-        return launch(std::integral_constant<int, KV_BULK8>());
-    case KV_BULK6:
-        return launch(std::integral_constant<int, KV_BULK6>());
-    case KV_BULK2:
-        return launch(std::integral_constant<int, KV_BULK2>());
     default:
         return cudaErrorInvalidValue;
     }
@@ -606,50 +585,49 @@ template <class K> static cudaError_t kfunc_load(K *kernel)
     return cudaFuncGetAttributes(&a, kernel);
 }
 
-/* The four kernels of variant V, and on sm_90+ a bulk variant's shared
- * memory attribute. */
-template <int V> static cudaError_t preload_variant(int major)
-{
-    cudaError_t e = kfunc_load(batched_copy_kernel<V>);
-    if (e == cudaSuccess)
-        e = kfunc_load(kv_kernel<V>);
-    if (e == cudaSuccess)
-        e = kfunc_load(block_runs_kernel<V>);
-    if (e == cudaSuccess)
-        e = kfunc_load(block_runs_param_kernel<V>);
-    if (!KBULKV(V) || major < 9)
-        return e;
-    if (e == cudaSuccess)
-        e = bulk_smem(batched_copy_kernel<V>, copy_smem_set[V], kb_smem(V));
-    if (e == cudaSuccess)
-        e = bulk_smem(kv_kernel<V>, kv_smem_set[V], kb_smem(V));
-    if (e == cudaSuccess)
-        e = bulk_smem(block_runs_kernel<V>, blk_smem_set[V], kb_smem(V));
-    if (e == cudaSuccess)
-        e = bulk_smem(block_runs_param_kernel<V>, blkp_smem_set[V], kb_smem(V));
-    return e;
-}
-
-template <int... V> static cudaError_t preload_all(int major, std::integer_sequence<int, V...>)
-{
-    cudaError_t e = cudaSuccess;
-    ((e = e == cudaSuccess ? preload_variant<V + 1>(major) : e), ...);
-    return e;
-}
-
 extern "C" int xfer_kernels_preload(int device)
 {
-    int n = 0, saved = -1, major = 0;
+    int n = 0, saved = -1;
     if (xfer_kernels_probe(&n) || device < 0 || device >= n)
         return -XFER_ENODEV;
     cudaGetDevice(&saved);
     cudaError_t e = cudaSetDevice(device);
+    cudaError_t (*const loads[])() = {
+        [] { return kfunc_load(batched_copy_kernel<KV_VEC4>); },
+        [] { return kfunc_load(batched_copy_kernel<KV_VEC8>); },
+        [] { return kfunc_load(batched_copy_kernel<KV_VEC4S>); },
+        [] { return kfunc_load(batched_copy_kernel<KV_VEC8S>); },
+        [] { return kfunc_load(batched_copy_kernel<KV_BULK>); },
+        [] { return kfunc_load(kv_kernel<KV_VEC4>); },
+        [] { return kfunc_load(kv_kernel<KV_VEC8>); },
+        [] { return kfunc_load(kv_kernel<KV_VEC4S>); },
+        [] { return kfunc_load(kv_kernel<KV_VEC8S>); },
+        [] { return kfunc_load(kv_kernel<KV_BULK>); },
+        [] { return kfunc_load(block_runs_kernel<KV_VEC4>); },
+        [] { return kfunc_load(block_runs_kernel<KV_VEC8>); },
+        [] { return kfunc_load(block_runs_kernel<KV_VEC4S>); },
+        [] { return kfunc_load(block_runs_kernel<KV_VEC8S>); },
+        [] { return kfunc_load(block_runs_kernel<KV_BULK>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_VEC4>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_VEC8>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_VEC4S>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_VEC8S>); },
+        [] { return kfunc_load(block_runs_param_kernel<KV_BULK>); },
+        kunpack_preload, /* tcpx's receive unpack (kunpack.cu) */
+    };
+    for (size_t i = 0; e == cudaSuccess && i < sizeof(loads) / sizeof(loads[0]); i++)
+        e = loads[i]();
+    int major = 0;
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (e == cudaSuccess)
-        e = preload_all(major, std::make_integer_sequence<int, KV_NVARIANTS - 1>());
-    if (e == cudaSuccess)
-        e = kunpack_preload(); /* tcpx's receive unpack (kunpack.cu) */
+    if (e == cudaSuccess && major >= 9) /* the bulk variants' shared memory attribute */
+        e = bulk_smem(batched_copy_kernel<KV_BULK>, copy_smem_set[KV_BULK]);
+    if (e == cudaSuccess && major >= 9)
+        e = bulk_smem(kv_kernel<KV_BULK>, kv_smem_set[KV_BULK]);
+    if (e == cudaSuccess && major >= 9)
+        e = bulk_smem(block_runs_kernel<KV_BULK>, blk_smem_set[KV_BULK]);
+    if (e == cudaSuccess && major >= 9)
+        e = bulk_smem(block_runs_param_kernel<KV_BULK>, blkp_smem_set[KV_BULK]);
     if (e != cudaSuccess)
         (void)cudaGetLastError();
     if (saved >= 0)

@@ -186,10 +186,9 @@ static bool tune_round(unsigned r)
         unsigned threads;
         int variant;
         bool aligned;
-    } t[] = {{0, 0, 0, 0},       {16, 32, 1, 0},   {4096, 512, 2, 0}, {48, 96, 3, 0},
-             {65536, 256, 4, 0}, {0, 128, 5, 1},   {4096, 64, 5, 1},  {1008, 64, 5, 1},
-             {0, 0, 0, 1},       {0, 64, 6, 1},    {4096, 64, 7, 1},  {1008, 64, 8, 1},
-             {0, 128, 9, 1},     {32768, 64, 6, 1}};
+    } t[] = {{0, 0, 0, 0},     {16, 32, 1, 0},     {4096, 512, 2, 0},
+             {48, 96, 3, 0},   {65536, 256, 4, 0}, {0, 128, 5, 1},
+             {4096, 64, 5, 1}, {1008, 64, 5, 1},   {0, 0, 0, 1}};
     unsigned i = r % (sizeof(t) / sizeof(t[0]));
     xfer_kernels_tune(t[i].chunk, t[i].threads, t[i].variant);
     /* the runs in the launch's parameters, or uploaded (both ways) */
