@@ -1,11 +1,12 @@
 /*
- * GPU loans (docs/ipc.md "GPU loans"): block items between GPU memory here
- * and a CUDA region the owner lent us are launched by the thread that posts
- * them, with no hand-off to the ipc worker and no ACQV/REL round trip to
- * the owner, and reported by the connection's loan poller, a thread that
- * queries the launches' events back to back while any is in
- * flight (and sleeps otherwise). The owner keeps
- * control as for direct host copies (ipc_direct.c): each item holds a pin
+ * GPU loans (docs/ipc.md "GPU loans"): items between GPU memory here and
+ * a CUDA region the owner lent us (block items as block runs, plain and
+ * vectored ones as segment runs or copy-engine copies) are launched by the
+ * thread that posts them, with no hand-off to the ipc worker and no
+ * ACQV/REL round trip to the owner, and reported by the connection's loan
+ * poller, a thread that queries the launches' events back to back while
+ * any is in flight (and sleeps otherwise). The owner keeps control as for
+ * direct host copies (ipc_direct.c): each item holds a pin
  * on the loan's control slot from before its launch until its kernel has
  * finished, taken before the slot's key is read, so a withdrawal (a
  * deregistration, a lease rule on the region) waits for launches in
