@@ -87,9 +87,24 @@ def xb_ops(label, env=None, **kw):
     return r["gbps"]
 
 
-def pingpong(size):
-    out = run([B + "/bench/pingpong", "--size", str(size), "--seconds", str(SECS), "--json"])
+def pingpong(size, unix=False):
+    out = run([B + "/bench/pingpong", "--size", str(size), "--seconds", str(SECS), "--json"] +
+              (["--unix"] if unix else []))
     return json.loads(out)["lat_us"]["p50"]
+
+
+def msg_rt(tr, only, env=None):
+    """A message round trip (us): bench_notify --only sendrecv[-pre] (2 x one
+    way) or notify-pp (the notification ping-pong)."""
+    out = run([B + "/bench/bench_notify", "--transport", tr, "--only", only, "--iters",
+               str(max(200, int(2000 * SECS)))], env, timeout=300)
+    for line in out.splitlines():
+        v = line.split()
+        if "one way" in line:
+            return 2 * float(v[-2])
+        if "notification round trip" in line:
+            return float(v[-2])
+    raise RuntimeError("bench_notify --only %s: no result" % only)
 
 
 def memcpy(size, threads=1):
@@ -289,6 +304,21 @@ def rows():
         add("1 MiB send/recv, 4 in flight, %s" % tr, "GB/s",
             lambda tr=tr: notif(tr, "sendrecv_1m_gbps"), "1 MiB WRITE, 4 in flight",
             lambda tr=tr: notif(tr, "write_1m_gbps"), "higher", "")
+    # Same-host messages (issues 10/15): ipc carries them through a shared
+    # ring since 2026-11-29 (docs/ipc.md "Message ring"); against UCX's shm
+    # tag round trip and a unix-socket ping-pong (the floor of a message that
+    # crosses a socket).
+    ucx_tag = lambda: 2 * ucx("tag_lat", "posix,self", 8, True)
+    for what, only, env in (("8 B send/recv round trip, ipc, receives posted ahead",
+                             "sendrecv-pre", None),
+                            ("8 B send/recv round trip, ipc, busy-poll 50 us", "sendrecv-pre",
+                             {"XFER_BUSY_POLL_US": "50"}),
+                            ("notification round trip, ipc", "notify-pp", None)):
+        add(what, "p50 us", lambda only=only, env=env: msg_rt("ipc", only, env),
+            "UCX tag_lat x2 (posix)", ucx_tag, "lower", "")
+    add("8 B send/recv round trip, ipc, receives posted ahead, vs unix socket", "p50 us",
+        lambda: msg_rt("ipc", "sendrecv-pre"), "unix ping-pong 56 B",
+        lambda: pingpong(56, unix=True), "lower", "")
     return [r for r in R if ONLY.search(r[0])]
 
 
