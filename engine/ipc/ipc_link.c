@@ -187,8 +187,11 @@ static int ring_send(struct ipc_conn *c, const void *frame, uint32_t len)
     while ((rc = ipc_ring_put(&c->ring, frame, len)) == -XFER_EBUSY) {
         if (xfer_now_ms() > end || ipc_sock_hung_up(c->fd))
             return -XFER_ECONN;
-        while (c->owed && read_answer(c, 0) == 0)
+        int got = 0;
+        while (c->owed && (got = read_answer(c, 0)) == 0)
             ;
+        if (got < 0 && got != -XFER_ETIMEDOUT)
+            return got; /* a corrupt answer ring, or the owner gone */
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
     }
