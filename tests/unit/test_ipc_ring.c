@@ -467,9 +467,52 @@ static void test_fallback(void **state)
     xfer_engine_free(B.e);
 }
 
+/* Frames of nearly the largest size, back to back: 48 standalone
+ * notifications of 60 KiB (2.8 MiB through the 512 KiB ring, wrapping it
+ * several times) submitted without waiting while A reads none of them;
+ * every batch ends 0 and A reads them all, in order, byte for byte. */
+#define FLOOD     48
+#define FLOOD_LEN (60u << 10)
+static void test_full_ring(void **state)
+{
+    (void)state;
+    unsetenv("XFER_IPC_RING");
+    struct side A = {0}, B = {0};
+    linked(&A, &B, "ringx-a", "ringx-b");
+    static uint8_t msg[FLOOD_LEN];
+    xfer_batch *b[FLOOD];
+    for (int i = 0; i < FLOOD; i++) {
+        int err = 0;
+        b[i] = xfer_batch_new(B.e, &err);
+        assert_non_null(b[i]);
+        memset(msg, i + 1, sizeof(msg));
+        assert_int_equal(xfer_batch_notify(b[i], B.p, msg, sizeof(msg)), 0);
+        assert_int_equal(xfer_batch_submit(b[i], DEADLINE), 0);
+    }
+    for (int i = 0; i < FLOOD; i++) {
+        assert_int_equal(xfer_batch_wait(b[i], DEADLINE), 0);
+        xfer_batch_free(b[i]);
+    }
+    for (int got = 0; got < FLOOD;) {
+        struct xfer_notif *n[8];
+        assert_true(xfer_notif_wait(A.e, NULL, DEADLINE) > 0);
+        int k = xfer_notif_poll(A.e, n, 8);
+        for (int j = 0; j < k; j++, got++) {
+            assert_int_equal(n[j]->len, FLOOD_LEN);
+            assert_int_equal(n[j]->data[0], got + 1);
+            assert_int_equal(n[j]->data[FLOOD_LEN - 1], got + 1);
+            xfer_notif_free(n[j]);
+        }
+    }
+    still_serves(&A, &B, 7);
+    xfer_engine_free(A.e);
+    xfer_engine_free(B.e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_race), cmocka_unit_test(test_scribble),
-                                       cmocka_unit_test(test_fallback)};
+                                       cmocka_unit_test(test_fallback),
+                                       cmocka_unit_test(test_full_ring)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
