@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -509,10 +510,105 @@ static void test_full_ring(void **state)
     xfer_engine_free(B.e);
 }
 
+/* The owner stopped (SIGSTOP, another process) while its peer floods it:
+ * the ring fills, the sender's writer waits for room (reading the answers
+ * that come), and once the owner runs again everything arrives: every
+ * batch ends 0, the owner reads all of them, in order. */
+static int stalled_owner(int to_parent, int from_parent)
+{
+    struct side A = {0}, B = {0};
+    side_new(&A, "ringst-a");
+    if (write(to_parent, &A.d, sizeof(A.d)) != sizeof(A.d) ||
+        read(from_parent, &B.d, sizeof(B.d)) != sizeof(B.d) ||
+        xfer_peer_add(A.e, &B.d, &A.p) != 0 || write(to_parent, "r", 1) != 1)
+        return 20;
+    char go;
+    if (read(from_parent, &go, 1) != 1) /* the flood is on its way */
+        return 21;
+    for (int got = 0; got < FLOOD;) {
+        struct xfer_notif *n[8];
+        if (xfer_notif_wait(A.e, NULL, DEADLINE) <= 0)
+            return 22;
+        int k = xfer_notif_poll(A.e, n, 8);
+        for (int j = 0; j < k; j++, got++) {
+            if (n[j]->len != FLOOD_LEN || n[j]->data[0] != got + 1 ||
+                n[j]->data[FLOOD_LEN - 1] != got + 1)
+                return 23;
+            xfer_notif_free(n[j]);
+        }
+    }
+    xfer_engine_free(A.e);
+    return 0;
+}
+
+static void test_stalled_owner(void **state)
+{
+    (void)state;
+    unsetenv("XFER_IPC_RING");
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(stalled_owner(up[1], down[0]));
+    struct side B = {0};
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = "ringst-b";
+    cfg.transports = XFER_TRANSPORT_IPC;
+    cfg.io_timeout_ms = 5000; /* longer than the stop */
+    int rc;
+    B.e = xfer_engine_new(&cfg, &rc);
+    assert_non_null(B.e);
+    xfer_engine_describe(B.e, &B.d);
+    struct xfer_peer_desc ad;
+    char ready;
+    assert_int_equal(read(up[0], &ad, sizeof(ad)), (ssize_t)sizeof(ad));
+    assert_int_equal(write(down[1], &B.d, sizeof(B.d)), (ssize_t)sizeof(B.d));
+    assert_int_equal(read(up[0], &ready, 1), 1);
+    assert_int_equal(xfer_peer_add(B.e, &ad, &B.p), 0);
+    assert_int_equal(xfer_peer_connect(B.p), 0);
+    assert_int_equal(xfer_peer_transport(B.p), XFER_TRANSPORT_IPC);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    static uint8_t msg[FLOOD_LEN];
+    xfer_batch *b[FLOOD];
+    int64_t t0 = now_ms();
+    for (int i = 0; i < FLOOD; i++) {
+        int err = 0;
+        b[i] = xfer_batch_new(B.e, &err);
+        assert_non_null(b[i]);
+        memset(msg, i + 1, sizeof(msg));
+        assert_int_equal(xfer_batch_notify(b[i], B.p, msg, sizeof(msg)), 0);
+        assert_int_equal(xfer_batch_submit(b[i], 3 * DEADLINE), 0);
+    }
+    struct timespec ts = {0, 300 * 1000000L}; /* the ring is full meanwhile */
+    nanosleep(&ts, NULL);
+    assert_int_equal(xfer_batch_poll(b[FLOOD - 1]), -XFER_EINPROGRESS);
+    assert_int_equal(kill(pid, SIGCONT), 0);
+    assert_int_equal(write(down[1], "g", 1), 1);
+    for (int i = 0; i < FLOOD; i++) {
+        assert_int_equal(xfer_batch_wait(b[i], 3 * DEADLINE), 0);
+        xfer_batch_free(b[i]);
+    }
+    printf("stalled owner: %d x %u KiB in %lld ms\n", FLOOD, FLOOD_LEN >> 10,
+           (long long)(now_ms() - t0));
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    xfer_engine_free(B.e);
+    close(up[0]);
+    close(up[1]);
+    close(down[0]);
+    close(down[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_race), cmocka_unit_test(test_scribble),
                                        cmocka_unit_test(test_fallback),
-                                       cmocka_unit_test(test_full_ring)};
+                                       cmocka_unit_test(test_full_ring),
+                                       cmocka_unit_test(test_stalled_owner)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
