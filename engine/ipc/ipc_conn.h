@@ -121,7 +121,7 @@ void ipc_link_worker_msgs(struct ipc_conn *c);
 /* The connection is going: whatever is owed fails (-XFER_ECONN). */
 void ipc_link_fini(struct ipc_conn *c);
 
-/* ipc_dgpu.c, the posting thread: launches the block items idx[0..n) of
+/* ipc_dgpu.c, the posting thread: launches the GPU items idx[0..n) of
  * GPU loans (entries d[k], one user each, dropped here or by the
  * completion) and reports them when their kernel is done. Returns how many
  * it left for the worker, their indices in back (room for n): withdrawn
