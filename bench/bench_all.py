@@ -193,6 +193,18 @@ def notif(tr, key):
     return c.pop(key)
 
 
+def msg_rt(tr, probe):
+    """p50 round trip (us) of bench_notify --only probe over transport tr:
+    notify-pp (two notifications), sendrecv or sendrecv-pre (8 B, 2 x one way)."""
+    out = run([B + "/bench/bench_notify", "--transport", tr, "--only", probe, "--iters", "2000"],
+              timeout=300)
+    for line in out.splitlines():
+        if "round trip" in line or "one way" in line:
+            v = float(line.split()[-2])
+            return v if probe == "notify-pp" else 2 * v
+    raise RuntimeError("bench_notify --only %s: no result" % probe)
+
+
 def lat_p50(r):
     return r["lat_us"]["p50"]
 
@@ -319,6 +331,15 @@ def rows():
         add("1 MiB send/recv, 4 in flight, %s" % tr, "GB/s",
             lambda tr=tr: notif(tr, "sendrecv_1m_gbps"), "1 MiB WRITE, 4 in flight",
             lambda tr=tr: notif(tr, "write_1m_gbps"), "higher", "")
+    # Message round trips against the raw ping-pong (issue 15: <= 1.3 x):
+    # two standalone notifications (each side waits in xfer_notif_wait), and
+    # 8 B xfer_send then xfer_recv each way, blocking or with the receive
+    # posted before the send (docs/notify.md).
+    for name, probe in (("notification round trip, tcp", "notify-pp"),
+                        ("8 B send/recv round trip, tcp, blocking", "sendrecv"),
+                        ("8 B send/recv round trip, tcp, receives posted ahead", "sendrecv-pre")):
+        add(name, "p50 us", lambda probe=probe: msg_rt("tcp", probe), "TCP ping-pong 56 B",
+            lambda: pingpong(56), "lower", "<= 1.3")
     return [r for r in R if ONLY.search(r[0])]
 
 

@@ -411,10 +411,9 @@ static void bench_big(const char *path, int a, int b)
 
 /* Grid shapes for the block runs (entry 0 automatic). */
 static const struct shape br_sweep[] = {
-    {0, 0, 0},        {0, 0, 1},         {0, 0, 2},        {0, 0, 5},        {131072, 64, 5},
-    {262144, 64, 5},  {524288, 64, 5},   {262144, 128, 5}, {65536, 128, 5},  {131072, 256, 1},
-    {262144, 256, 1}, {262144, 512, 1},  {131072, 256, 2}, {262144, 256, 2}, {262144, 256, 4},
-    {1048576, 64, 5}, {1048576, 256, 1},
+    {0, 0, 0},       {0, 0, 1},       {0, 0, 2},       {0, 0, 5},        {131072, 64, 5},
+    {262144, 64, 5}, {65536, 64, 5},  {32768, 64, 5},  {16384, 64, 5},   {8192, 64, 5},
+    {16384, 128, 5}, {16384, 256, 1}, {16384, 256, 2}, {131072, 256, 2},
 };
 
 /* The KV pool request of issue 16 as block runs, one GPU or src -> dst. */
@@ -456,6 +455,15 @@ static void bench_block_runs(const char *path, int src_dev, int dst_dev, int on)
     report(path, "kvpool ceiling one-shot", BR_LEN, time_op_oneshot(op_ceiling, &o), ceil.med);
     sweep_run(path, br_sweep, sizeof(br_sweep) / sizeof(br_sweep[0]), op_block_runs, &o,
               "blocks (auto)", BR_LEN, ceil.med);
+    static const uint64_t os_chunk[] = {65536, 16384, 8192}; /* alone, bulk engine */
+    for (size_t i = 0; i < 3 && !skip_bulk; i++) {
+        char what[48];
+        xfer_kernels_tune(os_chunk[i], 64, 5);
+        snprintf(what, sizeof(what), "one-shot bulk c=%lluK",
+                 (unsigned long long)os_chunk[i] >> 10);
+        report(path, what, BR_LEN, time_op_oneshot(op_block_runs, &o), ceil.med);
+    }
+    xfer_kernels_tune(0, 0, 0);
     static const char *const up_names[] = {"param", "up", "same"};
     for (int m = 0; m < 3; m++) { /* how the runs reach the GPU (xfer_kernels_tune_upload) */
         char what[48];

@@ -18,6 +18,9 @@
  *       --depths 2,4 (GPU pools over ipc: throughput rows with that many
  *       requests in flight, besides the one-at-a-time latency rows)
  *       --quick (no byte check, no per-block copy row: for A/B runs)
+ *       --plain N (each request as N plain items of 1/N of its bytes, item
+ *       k in region k % 64 at both ends, instead of one block item per
+ *       region pair: plain GPU items over ipc, GPU loans or the worker)
  * REDIS_URL names the Redis. Exits 77 when GPU memory is asked for and
  * there is no CUDA device (or no CUDA in the build).
  */
@@ -38,6 +41,7 @@ struct opts {
     const char *transports;
     const char *depths;                     /* requests in flight for the throughput rows, "2,4" */
     int host, gpu, reps, lifetime_s, quick; /* quick: no verify, no per-block copies */
+    size_t plain;                           /* > 0: requests of that many plain items */
     size_t nb;
     struct xfer_kv_geom g;
 };
@@ -80,11 +84,13 @@ static void *pool_memory(const struct opts *o)
 #endif
 }
 
+static xfer_region **regions; /* the pool's, for --plain */
+
 static xfer_kv_pool *pool(xfer_node *n, const struct opts *o, char *mem)
 {
     size_t nr = xfer_kv_geom_regions(&o->g);
     uint64_t len = pool_bytes(o) / nr;
-    xfer_region **r = calloc(nr, sizeof(*r));
+    xfer_region **r = regions = calloc(nr, sizeof(*r));
     xfer_kv_pool *p = NULL;
     for (size_t i = 0; i < nr; i++) {
         char name[32];
@@ -100,7 +106,6 @@ static xfer_kv_pool *pool(xfer_node *n, const struct opts *o, char *mem)
     if (xfer_node_pool_register(n, "kv", &o->g, r, nr, &p))
         fprintf(stderr, "pool: %s\n", xfer_node_last_error(n));
 out:
-    free(r);
     return p;
 }
 
@@ -128,6 +133,30 @@ static void random_blocks(uint64_t *ids, size_t nb, uint64_t nblocks, uint64_t *
     }
 }
 
+/* One request: the block items of lb/rb, or (--plain) o->plain plain
+ * items, item k between region k % R at both ends, at offset k / R times
+ * its length (the same bytes as the block request, in large pieces). */
+static int add_request(xfer_node_batch *b, enum xfer_op op, xfer_kv_pool *p, const uint64_t *lb,
+                       const char *remote, const uint64_t *rb, const struct opts *o)
+{
+    if (!o->plain)
+        return xfer_node_batch_add_blocks(b, op, p, lb, remote, rb, o->nb, 0, 0);
+    size_t nr = xfer_kv_geom_regions(&o->g);
+    uint64_t len = (uint64_t)o->nb * o->g.layers * o->g.kv * o->g.block_bytes / o->plain;
+    const char *peer = remote; /* "peer/kv": the node part */
+    size_t pl = strcspn(peer, "/");
+    for (size_t k = 0; k < o->plain; k++) {
+        char name[2 * XFER_NAME_MAX + 48];
+        uint64_t off = (k / nr) * len;
+        snprintf(name, sizeof(name), "%.*s/kv.%zu+%llu", (int)pl, peer, k % nr,
+                 (unsigned long long)off);
+        int rc = xfer_node_batch_add(b, op, regions[k % nr], off, name, len);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* Median wall seconds of reps requests (op) of nb random blocks to peer. */
 static int move(xfer_node *n, xfer_kv_pool *p, const char *remote, enum xfer_op op,
                 const struct opts *o, double *wall, double *cpu)
@@ -143,7 +172,7 @@ static int move(xfer_node *n, xfer_kv_pool *p, const char *remote, enum xfer_op 
         random_blocks(rb, o->nb, o->g.num_blocks, &x);
         xfer_node_batch *b = xfer_node_batch_new(n, &rc);
         double w0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_THREAD_CPUTIME_ID);
-        rc = xfer_node_batch_add_blocks(b, op, p, lb, remote, rb, o->nb, 0, 0);
+        rc = add_request(b, op, p, lb, remote, rb, o);
         double w1 = now_s(CLOCK_MONOTONIC);
         rc = rc < 0 ? rc : xfer_node_batch_submit(b, 60000);
         double c1 = now_s(CLOCK_THREAD_CPUTIME_ID), w2 = now_s(CLOCK_MONOTONIC);
@@ -194,7 +223,7 @@ static int move_depth(xfer_node *n, xfer_kv_pool *p, const char *remote, enum xf
         random_blocks(lb, o->nb, o->g.num_blocks, &x);
         random_blocks(rb, o->nb, o->g.num_blocks, &x);
         *slot = xfer_node_batch_new(n, &rc);
-        rc = rc ? rc : xfer_node_batch_add_blocks(*slot, op, p, lb, remote, rb, o->nb, 0, 0);
+        rc = rc ? rc : add_request(*slot, op, p, lb, remote, rb, o);
         rc = rc < 0 ? rc : xfer_node_batch_submit(*slot, 60000);
     }
     double t = now_s(CLOCK_MONOTONIC) - t0;
@@ -359,6 +388,9 @@ static int run(xfer_node *n, xfer_kv_pool *p, const char *peer, char *mem, const
            "(%.0f MiB) per request, over %s, median of %d\n",
            mem ? "GPU" : "host", o->g.layers, o->g.kv, (unsigned long long)o->g.block_bytes, o->nb,
            bytes / 1048576, o->transports, o->reps);
+    if (o->plain)
+        printf("  as %zu plain items of %.2f MiB each (--plain)\n", o->plain,
+               bytes / o->plain / 1048576);
     double one = 0, lat[2] = {0, 0}; /* lat: the host-timed ceiling's rows (CUDA builds) */
     (void)lat;
 #if XFER_WITH_CUDA
@@ -418,10 +450,19 @@ static int run(xfer_node *n, xfer_kv_pool *p, const char *peer, char *mem, const
 static int parse(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
-        {"transports", 1, 0, 't'},  {"host", 0, 0, 'H'},        {"gpu", 1, 0, 'g'},
-        {"blocks", 1, 0, 'b'},      {"pool-blocks", 1, 0, 'n'}, {"layers", 1, 0, 'L'},
-        {"block-bytes", 1, 0, 'B'}, {"reps", 1, 0, 'r'},        {"lifetime", 1, 0, 'T'},
-        {"depths", 1, 0, 'D'},      {"quick", 0, 0, 'Q'},       {0, 0, 0, 0},
+        {"transports", 1, 0, 't'},
+        {"host", 0, 0, 'H'},
+        {"gpu", 1, 0, 'g'},
+        {"blocks", 1, 0, 'b'},
+        {"pool-blocks", 1, 0, 'n'},
+        {"layers", 1, 0, 'L'},
+        {"block-bytes", 1, 0, 'B'},
+        {"reps", 1, 0, 'r'},
+        {"lifetime", 1, 0, 'T'},
+        {"depths", 1, 0, 'D'},
+        {"quick", 0, 0, 'Q'},
+        {"plain", 1, 0, 'P'},
+        {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -447,10 +488,19 @@ static int parse(int argc, char **argv, struct opts *o)
             o->depths = optarg;
         else if (c == 'Q')
             o->quick = 1;
+        else if (c == 'P')
+            o->plain = strtoul(optarg, NULL, 0);
         else
             return -1;
     }
-    return o->nb && o->nb <= o->g.num_blocks && o->reps > 0 && o->g.layers ? 0 : -1;
+    uint64_t per = o->plain ? (uint64_t)o->nb * o->g.block_bytes * o->g.layers * o->g.kv / o->plain
+                            : 0; /* a plain item's bytes: whole, and inside its region */
+    bool plain_ok =
+        !o->plain ||
+        (per && per * o->plain == (uint64_t)o->nb * o->g.block_bytes * o->g.layers * o->g.kv &&
+         (o->plain + o->g.layers * o->g.kv - 1) / (o->g.layers * o->g.kv) * per <=
+             o->g.num_blocks * o->g.block_bytes);
+    return o->nb && o->nb <= o->g.num_blocks && o->reps > 0 && o->g.layers && plain_ok ? 0 : -1;
 }
 
 int main(int argc, char **argv)

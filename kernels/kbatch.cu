@@ -154,9 +154,11 @@ static int kb_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask, F launc
     }
     if (b->trace)
         cudaEventRecord(b->t[t].ev0, b->dev[exec].stream);
+    b->err[0] = 0;
     rc = launch(b->dev[exec].stage, b->dev[exec].stream);
-    if (rc) {
-        snprintf(b->err, sizeof(b->err), "%s", xfer_kstage_last_error(b->dev[exec].stage));
+    if (rc) { /* the stage's reason, unless the launch said its own */
+        if (!b->err[0])
+            snprintf(b->err, sizeof(b->err), "%s", xfer_kstage_last_error(b->dev[exec].stage));
         goto out;
     }
     cudaError_t e;
@@ -190,6 +192,26 @@ extern "C" int xfer_kbatch_start_runs(struct xfer_kbatch *b, int exec, uint64_t 
         return -XFER_EINVAL;
     return kb_start(b, exec, peer_mask, [&](struct xfer_kstage *st, cudaStream_t s) {
         return xfer_kernels_batched_copy_runs(st, r, nr, total, s);
+    });
+}
+
+extern "C" int xfer_kbatch_start_copies(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                                        const struct xfer_copy_run *r, size_t nr, uint64_t total,
+                                        const struct xfer_copy_desc *ce, size_t nce)
+{
+    if ((nr && !r) || (nce && !ce))
+        return -XFER_EINVAL;
+    return kb_start(b, exec, peer_mask, [&](struct xfer_kstage *st, cudaStream_t s) {
+        int rc = nr ? xfer_kernels_batched_copy_runs(st, r, nr, total, s) : 0;
+        for (size_t i = 0; rc == 0 && i < nce; i++) {
+            cudaError_t e = cudaMemcpyAsync(ce[i].dst, ce[i].src, ce[i].len, cudaMemcpyDefault, s);
+            if (e != cudaSuccess) {
+                /* what started runs to its end before the caller lets go */
+                cudaStreamSynchronize(s);
+                rc = kb_fail(b, -XFER_EIO, "copy-engine copy", e);
+            }
+        }
+        return rc;
     });
 }
 

@@ -428,6 +428,22 @@ struct kgrid kgrid_pick(uint64_t total, int sms, int cc_major, bool aligned)
     return g;
 }
 
+/* Block runs on the bulk engine: at most KBLOCK_CHUNK bytes per thread
+ * block. The KV pool request of issue 16 (16 KiB blocks, 512 MiB) gained
+ * steadily with smaller ranges, 0.892 of one copy at 256 KiB, 0.904 at
+ * 128, 0.912 at 64 (the default before), 0.915 at 32, 0.924 at 16 (one
+ * H200, 2026-11-29, docs/kernels.md); a 16 KiB thread block copies one
+ * such block, and its slot is free again as soon as its one store is. */
+#define KBLOCK_CHUNK 16384
+
+struct kgrid kgrid_pick_blocks(uint64_t total, int sms, int cc_major, bool aligned)
+{
+    struct kgrid g = kgrid_pick(total, sms, cc_major, aligned);
+    if (!tune_chunk && KBULKV(g.variant) && g.chunk > KBLOCK_CHUNK)
+        g.chunk = KBLOCK_CHUNK;
+    return g;
+}
+
 unsigned kgrid_blocks(uint64_t total, struct kgrid g)
 {
     return (unsigned)((total + g.chunk - 1) / g.chunk);

@@ -17,6 +17,8 @@ struct kgrid {
  * xfer_kernels_tune(). aligned: every piece has src == dst modulo 16 and
  * starts 16-byte aligned in whole 16-byte units (the bulk engine may run). */
 struct kgrid kgrid_pick(uint64_t total, int sms, int cc_major, bool aligned);
+/* The same for block runs (bulk engine: smaller ranges per thread block). */
+struct kgrid kgrid_pick_blocks(uint64_t total, int sms, int cc_major, bool aligned);
 /* Thread blocks of a launch of `total` bytes. */
 unsigned kgrid_blocks(uint64_t total, struct kgrid g);
 

@@ -486,7 +486,7 @@ static int brun_param(struct xfer_kstage *s, const struct xfer_block_run *r, siz
     struct kparam_blob *p = s->pb; /* the launch copies it: reused at once */
     uint64_t mis = 0;
     brun_fill(r, nr, p->w, NULL, &mis);
-    struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, (mis & 15) == 0);
+    struct kgrid g = kgrid_pick_blocks(total, s->sms, s->cc_major, (mis & 15) == 0);
     p->total = total, p->chunk = g.chunk, p->nr = (uint32_t)nr, p->pad = 0;
     cudaError_t e = klaunch_block_runs_param(p, g, st);
     if (e == cudaErrorInvalidValue || e == cudaErrorNotSupported ||
@@ -527,7 +527,7 @@ extern "C" int xfer_kernels_block_runs(struct xfer_kstage *s, const struct xfer_
     if ((rc = slot_get(s, bytes, &sl)))
         return rc;
     brun_fill(r, nr, sl->host, sl->dev, &mis);
-    struct kgrid g = kgrid_pick(total, s->sms, s->cc_major, (mis & 15) == 0);
+    struct kgrid g = kgrid_pick_blocks(total, s->sms, s->cc_major, (mis & 15) == 0);
     const struct kbrun *druns = (const struct kbrun *)sl->dev;
     const uint64_t *dstart = (const uint64_t *)(druns + nr);
     return stage_run(s, sl, bytes, st, how == 2,

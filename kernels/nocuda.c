@@ -101,6 +101,14 @@ int xfer_kbatch_start_runs(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
     return -XFER_ENODEV;
 }
 
+int xfer_kbatch_start_copies(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                             const struct xfer_copy_run *r, size_t nr, uint64_t total,
+                             const struct xfer_copy_desc *ce, size_t nce)
+{
+    (void)b, (void)exec, (void)peer_mask, (void)r, (void)nr, (void)total, (void)ce, (void)nce;
+    return -XFER_ENODEV;
+}
+
 int xfer_kbatch_start_blocks(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
                              const struct xfer_block_run *r, size_t nr)
 {

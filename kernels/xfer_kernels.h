@@ -195,6 +195,13 @@ int xfer_kbatch_start(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
 /* The same for segment runs (xfer_kernels_batched_copy_runs). */
 int xfer_kbatch_start_runs(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
                            const struct xfer_copy_run *r, size_t nr, uint64_t total);
+/* Segment runs r[0..nr) (total bytes, as xfer_kbatch_start_runs; nr may
+ * be 0) and then copy-engine copies ce[0..nce) (one cudaMemcpyAsync each:
+ * for segments of 16 MiB and more, where the copy engine is ahead of the
+ * kernel), one ticket for all. */
+int xfer_kbatch_start_copies(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
+                             const struct xfer_copy_run *r, size_t nr, uint64_t total,
+                             const struct xfer_copy_desc *ce, size_t nce);
 /* The same for block runs (xfer_kernels_block_runs). */
 int xfer_kbatch_start_blocks(struct xfer_kbatch *b, int exec, uint64_t peer_mask,
                              const struct xfer_block_run *r, size_t nr);

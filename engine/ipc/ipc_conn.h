@@ -130,7 +130,7 @@ void ipc_link_fini(struct ipc_conn *c);
  * ring when both sides take one; < 0 only when the socket failed. */
 int ipc_link_ring_setup(struct ipc_conn *c, uint32_t flags, int timeout_ms);
 
-/* ipc_dgpu.c, the posting thread: launches the block items idx[0..n) of
+/* ipc_dgpu.c, the posting thread: launches the GPU items idx[0..n) of
  * GPU loans (entries d[k], one user each, dropped here or by the
  * completion) and reports them when their kernel is done. Returns how many
  * it left for the worker, their indices in back (room for n): withdrawn

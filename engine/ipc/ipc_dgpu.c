@@ -1,11 +1,12 @@
 /*
- * GPU loans (docs/ipc.md "GPU loans"): block items between GPU memory here
- * and a CUDA region the owner lent us are launched by the thread that posts
- * them, with no hand-off to the ipc worker and no ACQV/REL round trip to
- * the owner, and reported by the connection's loan poller, a thread that
- * queries the launches' events back to back while any is in
- * flight (and sleeps otherwise). The owner keeps
- * control as for direct host copies (ipc_direct.c): each item holds a pin
+ * GPU loans (docs/ipc.md "GPU loans"): items between GPU memory here and
+ * a CUDA region the owner lent us (block items as block runs, plain and
+ * vectored ones as segment runs or copy-engine copies) are launched by the
+ * thread that posts them, with no hand-off to the ipc worker and no
+ * ACQV/REL round trip to the owner, and reported by the connection's loan
+ * poller, a thread that queries the launches' events back to back while
+ * any is in flight (and sleeps otherwise). The owner keeps control as for
+ * direct host copies (ipc_direct.c): each item holds a pin
  * on the loan's control slot from before its launch until its kernel has
  * finished, taken before the slot's key is read, so a withdrawal (a
  * deregistration, a lease rule on the region) waits for launches in
@@ -35,6 +36,7 @@ struct dgpu_tr {
     uint64_t post, go, launched, seen, reported;
     double gpu_us;
     size_t n;
+    char kind; /* 'b' block runs, 's' segment runs / copy-engine copies */
 };
 
 /* One launch: its ticket and what its completion reports. */
@@ -82,10 +84,10 @@ static void dgpu_trace_dump(void)
     n = n < DGPU_TR_MAX ? n : DGPU_TR_MAX;
     for (unsigned i = 0; i < n; i++) {
         const struct dgpu_tr *t = &dgpu_trs[i];
-        fprintf(stderr, "dgpu-trace %llu %llu %llu %llu %llu %.1f %zu\n",
+        fprintf(stderr, "dgpu-trace %llu %llu %llu %llu %llu %.1f %zu %c\n",
                 (unsigned long long)t->post, (unsigned long long)t->go,
                 (unsigned long long)t->launched, (unsigned long long)t->seen,
-                (unsigned long long)t->reported, t->gpu_us, t->n);
+                (unsigned long long)t->reported, t->gpu_us, t->n, t->kind);
     }
 }
 
@@ -256,19 +258,60 @@ static bool dgpu_fits(const struct xfer_block_list *bl, uint64_t len, const uint
     return true;
 }
 
-/* Takes item idx (entry d) into L and runs: 0 taken, 1 for the worker
+/* Segments this long go to the copy engine (ipc_copy.c's
+ * IPC_KBATCH_MAX_ITEM: ahead of the kernel from 16 MiB on). */
+#define DGPU_CE_MIN (16ull << 20)
+/* Segments of one post's launch at most (24 MiB of staged descriptors);
+ * vectored items past it go to the worker. */
+#define DGPU_SEGS_MAX (1u << 20)
+
+/* What one post launches: block items as block runs (one launch, lb);
+ * plain and vectored items as segment runs (ls), plain ones of DGPU_CE_MIN
+ * and more as copy-engine copies in the same ticket. */
+struct dgpu_post {
+    struct dgpu_launch *lb, *ls;
+    struct xfer_block_run *br;
+    struct xfer_copy_run *cr;
+    struct xfer_seg *one; /* plain items' segment */
+    struct xfer_copy_desc *ce;
+    size_t ncr, nce, nsegs; /* nsegs: of cr */
+    uint64_t ctotal;        /* bytes of cr */
+    const uint64_t *ids;
+    uint64_t top;
+    int pair[2]; /* the launches' GPU (the owner memory's) and ours */
+};
+
+/* Vectored segments all inside the owner's len bytes and under the
+ * copy-engine size (larger ones: the worker, one copy each); their sum. */
+static bool dgpu_segs_fit(const struct xfer_seg *v, size_t n, uint64_t len, uint64_t *sum)
+{
+    *sum = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (v[k].len >= DGPU_CE_MIN || !xfer_range_ok(v[k].remote_off, v[k].len, len))
+            return false;
+        *sum += v[k].len;
+    }
+    return true;
+}
+
+/* Takes item idx (entry d) into P and runs: 0 taken, 1 for the worker
  * (outside the loan, another GPU pair, withdrawn), -1 ended (d let go). */
 static int dgpu_take(struct ipc_direct_table *t, xfer_batch *b, size_t idx, struct ipc_direct *d,
-                     struct dgpu_launch *L, struct xfer_block_run *runs, int *pair,
-                     const uint64_t **ids, uint64_t *top)
+                     struct dgpu_post *P)
 {
     const struct xfer_item *it = xfer_batch_item(b, idx);
     struct xfer_block_list bl;
+    size_t nseg = 0;
+    const struct xfer_seg *v = xfer_batch_item_segs(b, idx, &nseg);
+    bool blk = !v && xfer_batch_item_blocks(b, idx, &bl);
+    uint64_t bytes = it->len;
     int ldev = xfer_region_device(it->local);
-    if (!xfer_batch_item_blocks(b, idx, &bl) || !dgpu_fits(&bl, d->len, ids, top))
+    if (blk ? !dgpu_fits(&bl, d->len, &P->ids, &P->top)
+        : v ? P->nsegs + nseg > DGPU_SEGS_MAX || !dgpu_segs_fit(v, nseg, d->len, &bytes)
+            : !xfer_range_ok(it->remote_off, it->len, d->len))
         return 1; /* the owner's check names the segment */
-    if (L->n && (pair[0] != d->dev || pair[1] != ldev))
-        return 1; /* one launch per post: one GPU pair */
+    if ((P->lb->n || P->ls->n) && (P->pair[0] != d->dev || P->pair[1] != ldev))
+        return 1; /* one GPU pair per post */
     if (!xfer_batch_io_begin(b, idx)) {
         __atomic_sub_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
         return -1; /* cancelled or timed out: its memory is off limits */
@@ -280,10 +323,29 @@ static int dgpu_take(struct ipc_direct_table *t, xfer_batch *b, size_t idx, stru
         xfer_batch_io_end(b, idx);
         return 1; /* withdrawn: the owner will say why */
     }
-    pair[0] = d->dev, pair[1] = ldev;
-    runs[L->n] = ipc_block_run((char *)xfer_region_ptr(it->local), d->base, &bl, 0,
-                               bl.nstreams * bl.nids, it->op == XFER_OP_READ);
-    L->it[L->n++] = (struct dgpu_item){b, idx, d, it->len};
+    P->pair[0] = d->dev, P->pair[1] = ldev;
+    char *local = (char *)xfer_region_ptr(it->local);
+    bool rd = it->op == XFER_OP_READ;
+    struct dgpu_launch *L = blk ? P->lb : P->ls;
+    if (blk) {
+        P->br[L->n] = ipc_block_run(local, d->base, &bl, 0, bl.nstreams * bl.nids, rd);
+    } else if (!v && it->len >= DGPU_CE_MIN) {
+        char *l = local + it->local_off, *r = d->base + it->remote_off;
+        P->ce[P->nce++] = (struct xfer_copy_desc){rd ? l : r, rd ? r : l, it->len};
+    } else {
+        if (!v) {
+            P->one[P->ncr] = (struct xfer_seg){it->local_off, it->remote_off, it->len};
+            v = &P->one[P->ncr], nseg = 1;
+        }
+        P->cr[P->ncr++] = (struct xfer_copy_run){.a = local,
+                                                 .b = d->base,
+                                                 .segs = (const uint64_t *)(const void *)v,
+                                                 .n = nseg,
+                                                 .a_is_dst = rd};
+        P->ctotal += bytes;
+        P->nsegs += nseg;
+    }
+    L->it[L->n++] = (struct dgpu_item){b, idx, d, bytes};
     return 0;
 }
 
@@ -299,58 +361,81 @@ static void dgpu_undo(struct dgpu_launch *L, size_t *back, size_t *nb)
     }
 }
 
+/* dkb_mu held: starts L (block runs, or P's segment runs and copies) and
+ * queues it for the poller; false if it did not start (logged). */
+static bool dgpu_launch(struct ipc_dgpu *g, struct dgpu_launch *L, const struct dgpu_post *P)
+{
+    uint64_t mask = P->pair[1] != P->pair[0] ? 1ull << P->pair[1] : 0;
+    L->tr.go = dgpu_ns();
+    int t = !g           ? -XFER_ENOMEM
+            : L == P->lb ? xfer_kbatch_start_blocks(g->kb, P->pair[0], mask, P->br, L->n)
+                         : xfer_kbatch_start_copies(g->kb, P->pair[0], mask, P->cr, P->ncr,
+                                                    P->ctotal, P->ce, P->nce);
+    if (t < 0) {
+        xfer_debug("ipc: GPU loan launch on cuda:%d not used (%s): %s", P->pair[0],
+                   xfer_strerror(t), g ? xfer_kbatch_last_error(g->kb) : "no poller");
+        return false;
+    }
+    L->tr.launched = dgpu_ns();
+    L->tr.n = L->n;
+    L->ticket = t;
+    if (g->tail)
+        g->tail->next = L;
+    else
+        g->head = L;
+    g->tail = L;
+    pthread_cond_signal(&g->cv);
+    return true;
+}
+
+static struct dgpu_launch *dgpu_launch_new(struct ipc_conn *c, size_t n, uint64_t t_post, char kind)
+{
+    struct dgpu_launch *L = malloc(sizeof(*L) + n * sizeof(L->it[0]));
+    if (L)
+        *L = (struct dgpu_launch){
+            .ctl = c->direct.ctl, .ticket = -1, .tr.post = t_post, .tr.kind = kind};
+    return L;
+}
+
 size_t ipc_dgpu_post(struct ipc_conn *c, xfer_batch *b, const size_t *idx, struct ipc_direct **d,
                      size_t n, size_t *back)
 {
     size_t nb = 0;
     uint64_t t_post = dgpu_ns();
-    struct dgpu_launch *L = malloc(sizeof(*L) + n * sizeof(L->it[0]));
-    struct xfer_block_run *runs = malloc(n * sizeof(*runs));
-    const uint64_t *ids = NULL;
-    uint64_t top = 0;
-    int pair[2] = {-1, -1}; /* the launch's GPU (the owner memory's) and ours */
-    if (L)
-        *L = (struct dgpu_launch){.ctl = c->direct.ctl, .ticket = -1, .tr.post = t_post};
+    struct dgpu_post P = {.lb = dgpu_launch_new(c, n, t_post, 'b'),
+                          .ls = dgpu_launch_new(c, n, t_post, 's'),
+                          .br = malloc(n * sizeof(*P.br)),
+                          .cr = malloc(n * sizeof(*P.cr)),
+                          .one = malloc(n * sizeof(*P.one)),
+                          .ce = malloc(n * sizeof(*P.ce)),
+                          .pair = {-1, -1}};
+    bool ok = P.lb && P.ls && P.br && P.cr && P.one && P.ce;
     for (size_t k = 0; k < n; k++) {
-        int rc = L && runs ? dgpu_take(&c->direct, b, idx[k], d[k], L, runs, pair, &ids, &top) : 1;
+        int rc = ok ? dgpu_take(&c->direct, b, idx[k], d[k], &P) : 1;
         if (rc == 1) {
             __atomic_sub_fetch(&d[k]->users, 1, __ATOMIC_ACQ_REL);
             back[nb++] = idx[k];
         }
     }
-    if (!L || L->n == 0) {
-        free(L);
-        free(runs);
-        return nb;
-    }
-    xfer_batch_hold_n(b, (int)L->n); /* b outlives the completion; put there */
-    uint64_t mask = pair[1] != pair[0] ? 1ull << pair[1] : 0;
-    size_t taken = L->n;
-    pthread_mutex_lock(&c->dkb_mu);
-    struct ipc_dgpu *g = dgpu_get(c);
-    L->tr.go = dgpu_ns();
-    int t = g ? xfer_kbatch_start_blocks(g->kb, pair[0], mask, runs, L->n) : -XFER_ENOMEM;
-    if (t >= 0) {
-        L->tr.launched = dgpu_ns();
-        L->tr.n = L->n;
-        L->ticket = t;
-        if (g->tail)
-            g->tail->next = L;
-        else
-            g->head = L;
-        g->tail = L;
-        pthread_cond_signal(&g->cv);
-    } else {
-        xfer_debug("ipc: GPU loan launch on cuda:%d not used (%s): %s", pair[0], xfer_strerror(t),
-                   g ? xfer_kbatch_last_error(g->kb) : "no poller");
-    }
-    pthread_mutex_unlock(&c->dkb_mu);
-    if (t < 0) {
+    struct dgpu_launch *Ls[2] = {P.lb, P.ls};
+    for (int w = 0; ok && w < 2; w++) {
+        struct dgpu_launch *L = Ls[w];
+        if (!L->n)
+            continue;
+        xfer_batch_hold_n(b, (int)L->n); /* b outlives the completion; put there */
+        size_t taken = L->n;
+        pthread_mutex_lock(&c->dkb_mu);
+        bool started = dgpu_launch(dgpu_get(c), L, &P);
+        pthread_mutex_unlock(&c->dkb_mu);
+        if (started) {
+            Ls[w] = NULL; /* the poller's now */
+            continue;
+        }
         dgpu_undo(L, back, &nb);
         for (size_t k = 0; k < taken; k++)
             xfer_batch_put(b);
-        free(L);
     }
-    free(runs);
+    free(Ls[0]), free(Ls[1]);
+    free(P.br), free(P.cr), free(P.one), free(P.ce);
     return nb;
 }

@@ -108,10 +108,10 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     for (size_t k = 0; rc == 0 && k < n; k++) {
         const struct xfer_item *it = xfer_batch_item(b, idx[k]);
         size_t nseg;               /* vectored items go to the worker: one owner check each */
-        struct xfer_block_list bl; /* block items too, but GPU loans' (ipc_dgpu.c) */
+        struct xfer_block_list bl; /* block items too, but any item of a GPU loan (ipc_dgpu.c) */
         bool vec = xfer_batch_item_segs(b, idx[k], &nseg) != NULL;
         bool blk = !vec && xfer_batch_item_blocks(b, idx[k], &bl), plain = !vec && !blk;
-        if (blk && c->direct.head && (gd[ng] = ipc_direct_get_gpu(&c->direct, it))) {
+        if (c->direct.head && (gd[ng] = ipc_direct_get_gpu(&c->direct, it))) {
             gpu[ng++] = idx[k];
             continue;
         }

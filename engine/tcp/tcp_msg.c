@@ -72,6 +72,7 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
     for (int k = 0; k < tc->n; k++) {
         if (!kick[k])
             continue;
+        tcp_out_note(tc->socks[k]); /* before the frame goes: its answer comes there */
         if (!(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
             tcp_thread_kick(tc->socks[k]);
         if (wait_b) /* its answer ends the SEND: the waiter may read it itself */
