@@ -87,9 +87,24 @@ def xb_ops(label, env=None, **kw):
     return r["gbps"]
 
 
-def pingpong(size):
-    out = run([B + "/bench/pingpong", "--size", str(size), "--seconds", str(SECS), "--json"])
+def pingpong(size, unix=False):
+    out = run([B + "/bench/pingpong", "--size", str(size), "--seconds", str(SECS), "--json"] +
+              (["--unix"] if unix else []))
     return json.loads(out)["lat_us"]["p50"]
+
+
+def ipc_msg_rt(only, env=None):
+    """An ipc message round trip (us): bench_notify --only sendrecv[-pre] (2 x
+    one way) or notify-pp (the notification ping-pong), with env."""
+    out = run([B + "/bench/bench_notify", "--transport", "ipc", "--only", only, "--iters",
+               str(max(200, int(2000 * SECS)))], env, timeout=300)
+    for line in out.splitlines():
+        v = line.split()
+        if "one way" in line:
+            return 2 * float(v[-2])
+        if "notification round trip" in line:
+            return float(v[-2])
+    raise RuntimeError("bench_notify --only %s: no result" % only)
 
 
 def memcpy(size, threads=1):
@@ -283,6 +298,21 @@ def rows():
     add("8 B READ round trip, ipc", "p50 us",
         lambda: lat_p50(xb(op="read", size=8, transport="ipc")), "UCX ucp_put_lat x2 (posix)",
         lambda: 2 * ucx("ucp_put_lat", "posix,self", 8, True), "lower", "<= 5 us absolute")
+    # Same-host messages (issues 10/15): ipc carries them through a shared
+    # ring since 2026-11-29 (docs/ipc.md "Message ring"); against UCX's shm
+    # tag round trip and a unix-socket ping-pong (the floor of a message that
+    # crosses a socket).
+    ucx_tag = lambda: 2 * ucx("tag_lat", "posix,self", 8, True)
+    for what, only, env in (("8 B send/recv round trip, ipc, receives posted ahead",
+                             "sendrecv-pre", None),
+                            ("8 B send/recv round trip, ipc, busy-poll 50 us", "sendrecv-pre",
+                             {"XFER_BUSY_POLL_US": "50"}),
+                            ("notification round trip, ipc", "notify-pp", None)):
+        add(what, "p50 us", lambda only=only, env=env: ipc_msg_rt(only, env),
+            "UCX tag_lat x2 (posix)", ucx_tag, "lower", "")
+    add("8 B send/recv round trip, ipc, receives posted ahead, vs unix socket", "p50 us",
+        lambda: ipc_msg_rt("sendrecv-pre"), "unix ping-pong 56 B",
+        lambda: pingpong(56, unix=True), "lower", "")
     add("4 KiB WRITE, batch 128, depth 2, ipc", "GB/s",
         lambda: xb(op="write", size=4096, batch=128, depth=2, transport="ipc")["gbps"],
         "memcpy 4 KiB, 1 thread", lambda: memcpy(4096), "higher", "")
