@@ -87,9 +87,24 @@ def xb_ops(label, env=None, **kw):
     return r["gbps"]
 
 
-def pingpong(size):
-    out = run([B + "/bench/pingpong", "--size", str(size), "--seconds", str(SECS), "--json"])
+def pingpong(size, unix=False):
+    out = run([B + "/bench/pingpong", "--size", str(size), "--seconds", str(SECS), "--json"] +
+              (["--unix"] if unix else []))
     return json.loads(out)["lat_us"]["p50"]
+
+
+def ipc_msg_rt(only, env=None):
+    """An ipc message round trip (us): bench_notify --only sendrecv[-pre] (2 x
+    one way) or notify-pp (the notification ping-pong), with env."""
+    out = run([B + "/bench/bench_notify", "--transport", "ipc", "--only", only, "--iters",
+               str(max(200, int(2000 * SECS)))], env, timeout=300)
+    for line in out.splitlines():
+        v = line.split()
+        if "one way" in line:
+            return 2 * float(v[-2])
+        if "notification round trip" in line:
+            return float(v[-2])
+    raise RuntimeError("bench_notify --only %s: no result" % only)
 
 
 def memcpy(size, threads=1):
@@ -176,6 +191,19 @@ def notif(tr, key):
         c.clear()
         c.update(json.loads(out.strip().splitlines()[-1]))
     return c.pop(key)
+
+
+def msg_rt(tr, probe):
+    """p50 round trip (us) of bench_notify --only probe over transport tr:
+    notify-pp (two notifications), sendrecv, sendrecv-pre or sendrecv-local
+    (8 B, 2 x one way)."""
+    out = run([B + "/bench/bench_notify", "--transport", tr, "--only", probe, "--iters", "2000"],
+              timeout=300)
+    for line in out.splitlines():
+        if "round trip" in line or "one way" in line:
+            v = float(line.split()[-2])
+            return v if probe == "notify-pp" else 2 * v
+    raise RuntimeError("bench_notify --only %s: no result" % probe)
 
 
 def lat_p50(r):
@@ -270,6 +298,21 @@ def rows():
     add("8 B READ round trip, ipc", "p50 us",
         lambda: lat_p50(xb(op="read", size=8, transport="ipc")), "UCX ucp_put_lat x2 (posix)",
         lambda: 2 * ucx("ucp_put_lat", "posix,self", 8, True), "lower", "<= 5 us absolute")
+    # Same-host messages (issues 10/15): ipc carries them through a shared
+    # ring since 2026-11-29 (docs/ipc.md "Message ring"); against UCX's shm
+    # tag round trip and a unix-socket ping-pong (the floor of a message that
+    # crosses a socket).
+    ucx_tag = lambda: 2 * ucx("tag_lat", "posix,self", 8, True)
+    for what, only, env in (("8 B send/recv round trip, ipc, receives posted ahead",
+                             "sendrecv-pre", None),
+                            ("8 B send/recv round trip, ipc, busy-poll 50 us", "sendrecv-pre",
+                             {"XFER_BUSY_POLL_US": "50"}),
+                            ("notification round trip, ipc", "notify-pp", None)):
+        add(what, "p50 us", lambda only=only, env=env: ipc_msg_rt(only, env),
+            "UCX tag_lat x2 (posix)", ucx_tag, "lower", "")
+    add("8 B send/recv round trip, ipc, receives posted ahead, vs unix socket", "p50 us",
+        lambda: ipc_msg_rt("sendrecv-pre"), "unix ping-pong 56 B",
+        lambda: pingpong(56, unix=True), "lower", "")
     add("4 KiB WRITE, batch 128, depth 2, ipc", "GB/s",
         lambda: xb(op="write", size=4096, batch=128, depth=2, transport="ipc")["gbps"],
         "memcpy 4 KiB, 1 thread", lambda: memcpy(4096), "higher", "")
@@ -289,6 +332,18 @@ def rows():
         add("1 MiB send/recv, 4 in flight, %s" % tr, "GB/s",
             lambda tr=tr: notif(tr, "sendrecv_1m_gbps"), "1 MiB WRITE, 4 in flight",
             lambda tr=tr: notif(tr, "write_1m_gbps"), "higher", "")
+    # Message round trips against the raw ping-pong (issue 15: <= 1.3 x):
+    # two standalone notifications (each side waits in xfer_notif_wait), and
+    # 8 B xfer_send then xfer_recv each way, blocking or with the receive
+    # posted before the send, and blocking with the opt-in XFER_SEND_LOCAL
+    # (eager, locally completed; docs/notify.md).
+    for name, probe in (("notification round trip, tcp", "notify-pp"),
+                        ("8 B send/recv round trip, tcp, blocking", "sendrecv"),
+                        ("8 B send/recv round trip, tcp, receives posted ahead", "sendrecv-pre"),
+                        ("8 B send/recv round trip, tcp, XFER_SEND_LOCAL (opt-in)",
+                         "sendrecv-local")):
+        add(name, "p50 us", lambda probe=probe: msg_rt("tcp", probe), "TCP ping-pong 56 B",
+            lambda: pingpong(56), "lower", "<= 1.3")
     return [r for r in R if ONLY.search(r[0])]
 
 

@@ -2,10 +2,12 @@
  * Raw TCP ping-pong over loopback: the floor under any request/response
  * transport. A child process echoes; the parent sends `size` bytes, waits for
  * them back, and repeats for `seconds`. Blocking sockets, TCP_NODELAY, one
- * round trip in flight: what a hand-written RPC over TCP costs.
+ * round trip in flight: what a hand-written RPC over TCP costs. --unix: the
+ * same over a unix stream socket pair (the floor under a same-host message
+ * that crosses a socket, as ipc messages did before their ring).
  *
  *   pingpong [--size BYTES (56 = xfer's 48-byte header + 8 bytes)]
- *            [--seconds S] [--json]
+ *            [--seconds S] [--unix] [--json]
  * Prints round-trip p50/p99/p99.9 in microseconds and round trips per second.
  */
 #include "bench_util.h"
@@ -41,12 +43,13 @@ static void nodelay(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-static int echo(int lfd, size_t size)
+static int echo(int lfd, size_t size, bool unix_pair)
 {
-    int fd = accept(lfd, NULL, NULL);
+    int fd = unix_pair ? lfd : accept(lfd, NULL, NULL);
     if (fd < 0)
         return 1;
-    nodelay(fd);
+    if (!unix_pair)
+        nodelay(fd);
     uint8_t *buf = malloc(size);
     while (buf && bench_read_full(fd, buf, size) == 0 && write_full(fd, buf, size) == 0)
         ;
@@ -55,11 +58,14 @@ static int echo(int lfd, size_t size)
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"size", 1, 0, 's'}, {"seconds", 1, 0, 't'}, {"json", 0, 0, 'j'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"size", 1, 0, 's'},
+                                       {"seconds", 1, 0, 't'},
+                                       {"json", 0, 0, 'j'},
+                                       {"unix", 0, 0, 'u'},
+                                       {0, 0, 0, 0}};
     size_t size = 56;
     double seconds = 1;
-    bool json = false;
+    bool json = false, unix_pair = false;
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         if (c == 's')
             size = (size_t)bench_size(optarg);
@@ -67,31 +73,54 @@ int main(int argc, char **argv)
             seconds = atof(optarg);
         else if (c == 'j')
             json = true;
+        else if (c == 'u')
+            unix_pair = true;
         else
             return 2;
     }
     if (size == 0 || size > (64u << 20) || !(seconds > 0) || optind != argc) {
-        fprintf(stderr, "usage: pingpong [--size BYTES] [--seconds S] [--json]\n");
+        fprintf(stderr, "usage: pingpong [--size BYTES] [--seconds S] [--unix] [--json]\n");
         return 2;
     }
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof(a);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 1) < 0 ||
-        getsockname(lfd, (struct sockaddr *)&a, &al) < 0) {
-        perror("pingpong: listen");
-        return 1;
+    int fd = -1;
+    pid_t pid;
+    if (unix_pair) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) {
+            perror("pingpong: socketpair");
+            return 1;
+        }
+        pid = fork();
+        if (pid == 0) {
+            close(sv[0]);
+            _exit(echo(sv[1], size, true));
+        }
+        close(sv[1]);
+        fd = sv[0];
+        if (pid < 0) {
+            perror("pingpong: fork");
+            return 1;
+        }
+    } else {
+        int lfd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t al = sizeof(a);
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 1) < 0 ||
+            getsockname(lfd, (struct sockaddr *)&a, &al) < 0) {
+            perror("pingpong: listen");
+            return 1;
+        }
+        pid = fork();
+        if (pid == 0)
+            _exit(echo(lfd, size, false));
+        close(lfd);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (pid < 0 || fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+            perror("pingpong: connect");
+            return 1;
+        }
+        nodelay(fd);
     }
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(echo(lfd, size));
-    close(lfd);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (pid < 0 || fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        perror("pingpong: connect");
-        return 1;
-    }
-    nodelay(fd);
     uint8_t *buf = calloc(1, size);
     struct bench_lat lat = {0};
     uint64_t n = 0;
@@ -127,9 +156,9 @@ int main(int argc, char **argv)
                "\"p99\":%.2f,\"p999\":%.2f}}\n",
                size, (unsigned long long)n, (double)n / secs, p50, p99, p999);
     else
-        printf("tcp ping-pong size=%zu: round trip p50 %.1f us p99 %.1f us p99.9 %.1f us, "
+        printf("%s ping-pong size=%zu: round trip p50 %.1f us p99 %.1f us p99.9 %.1f us, "
                "%.0f round trips/s\n",
-               size, p50, p99, p999, (double)n / secs);
+               unix_pair ? "unix" : "tcp", size, p50, p99, p999, (double)n / secs);
     free(lat.v);
     return 0;
 }

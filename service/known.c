@@ -31,11 +31,19 @@ static void known_add(struct xferd *d, const char *node)
     snprintf(d->known[d->nknown++], XFER_NAME_MAX, "%s", node);
 }
 
+/* The node starts its registry thread before start_node learns the
+ * registry, so the first RESYNC (the listing of the nodes that joined
+ * before we subscribed, who will send no JOIN) may come before known_reg is
+ * set: it is then left to xferd_known_attach. */
 static void known_resync(struct xferd *d)
 {
+    pthread_mutex_lock(&d->known_lock);
+    xfer_registry *reg = d->known_reg;
+    d->known_due = !reg;
+    pthread_mutex_unlock(&d->known_lock);
     struct xfer_node_desc *nodes = NULL;
     size_t n = 0;
-    if (xfer_registry_list_nodes(d->reg, &nodes, &n))
+    if (!reg || xfer_registry_list_nodes(reg, &nodes, &n))
         return; /* Redis gone again: keep what we knew */
     pthread_mutex_lock(&d->known_lock);
     d->nknown = 0;
@@ -43,6 +51,17 @@ static void known_resync(struct xferd *d)
         known_add(d, nodes[i].peer.node_id);
     pthread_mutex_unlock(&d->known_lock);
     free(nodes);
+}
+
+/* Called once by start_node with the node's registry (main thread). */
+void xferd_known_attach(struct xferd *d, xfer_registry *reg)
+{
+    pthread_mutex_lock(&d->known_lock);
+    d->known_reg = reg;
+    bool due = d->known_due;
+    pthread_mutex_unlock(&d->known_lock);
+    if (due)
+        known_resync(d);
 }
 
 void xferd_known_on_event(struct xferd *d, const struct xfer_registry_event *ev)

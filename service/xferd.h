@@ -56,6 +56,8 @@ struct xferd {
     pthread_mutex_t known_lock;        /* known.c: other nodes in the registry */
     char (*known)[XFER_NAME_MAX];
     size_t nknown, capknown;
+    xfer_registry *known_reg; /* under known_lock: set once the node is up */
+    bool known_due;           /* a RESYNC came before known_reg was set */
 };
 
 /* ---- jobs.c: worker pool; done callbacks run on the loop thread ---- */
@@ -157,6 +159,7 @@ int batch_table_query(struct batch_table *t, uint64_t id, Xctl__BatchResult *res
 
 /* ---- known.c: the nodes of the registry, kept from its events ---- */
 void xferd_known_on_event(struct xferd *d, const struct xfer_registry_event *ev);
+void xferd_known_attach(struct xferd *d, xfer_registry *reg);
 uint32_t xferd_known_count(struct xferd *d);
 void xferd_known_free(struct xferd *d);
 

@@ -219,6 +219,7 @@ static int start_node(struct xferd *d)
     }
     d->eng = xfer_node_engine(d->node);
     d->reg = xfer_node_registry(d->node);
+    xferd_known_attach(d, d->reg);
     d->incarnation = xfer_node_incarnation(d->node);
     for (int i = 0; i < d->cfg.nregions; i++) {
         const struct xferd_region_conf *rc = &d->cfg.regions[i];

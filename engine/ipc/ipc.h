@@ -47,6 +47,9 @@ enum ipc_msg_type {
     IPC_ACQV_REQ = 9, /* validate + pin count segment lists (vectored items) */
     IPC_ACQV_RESP = 10,
     IPC_BYE = 11, /* owner -> initiator, no payload: its engine stops, the socket closes next */
+    IPC_RING_REQ = 12,  /* + the message ring's memfd (ipc_ring.h), no payload */
+    IPC_RING_RESP = 13, /* int32 status: 0 = messages go through the ring from now on */
+    IPC_RING_BELL = 14, /* no payload: frames wait in the ring and its reader may sleep */
 };
 
 enum ipc_mech { IPC_MECH_NONE = 0, IPC_MECH_MEMFD, IPC_MECH_CMA, IPC_MECH_CUDA, IPC_MECH_CUMEM };
@@ -65,8 +68,9 @@ struct ipc_hello {
     uint64_t probe_addr; /* owner memory holding probe_cookie, for a CMA probe */
     uint8_t probe_cookie[16];
     uint32_t ctl_slots; /* slots of the control page passed with HELLO, 0 = none */
-    uint32_t pad;
+    uint32_t flags;     /* IPC_HELLO_RING; 0 from an owner built before it */
 };
+#define IPC_HELLO_RING 1u /* the owner takes a message ring (IPC_RING_REQ) */
 
 struct ipc_map_req {
     uint32_t id, gen;

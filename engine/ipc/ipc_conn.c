@@ -504,6 +504,8 @@ static int conn_hello(struct ipc_conn *c, const struct xfer_peer_desc *pd, int t
         snprintf(why, why_len, "cross-memory attach probe read the wrong bytes (pid reuse?)");
         rc = -XFER_EPROTO;
     }
+    if (rc == 0 && (rc = ipc_link_ring_setup(c, hello.flags, timeout_ms)) < 0)
+        snprintf(why, why_len, "message ring setup: %s", xfer_strerror(rc));
     return rc;
 }
 
@@ -548,6 +550,7 @@ out_fail:
     if (c->fd >= 0)
         close(c->fd);
     ipc_direct_fini(&c->direct);
+    ipc_ring_unmap(&c->ring);
     free(c);
     return rc;
 }
@@ -566,6 +569,7 @@ void ipc_conn_close(struct xfer_conn *xc)
     ipc_dgpu_fini(c);            /* GPU loans in flight reported */
     ipc_direct_fini(&c->direct); /* before the mappings it points into go */
     ipc_map_clear(&c->maps);
+    ipc_ring_unmap(&c->ring);
     ipc_cuda_copier_free(c->copier);
     xfer_kbatch_free(c->kb);
     close(c->fd);

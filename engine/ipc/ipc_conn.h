@@ -7,6 +7,7 @@
 
 #include "ipc.h"
 #include "ipc_map.h"
+#include "ipc_ring.h"
 
 struct ipc_work {
     xfer_batch *b;
@@ -90,10 +91,15 @@ struct ipc_conn {
     struct ipc_msgq *owed, *owed_tail; /* link_mu: sent, answer not read yet */
     struct ipc_msgq *answered;         /* link_mu: to complete once it is let go */
     bool link_broken;                  /* link_mu */
-    struct ipc_direct_table direct;    /* entries: mu */
-    int64_t direct_check_ms;           /* last direct_check */
-    pthread_mutex_t dkb_mu;            /* GPU loan launches and their poller (ipc_dgpu.c) */
-    struct ipc_dgpu *dgpu;             /* dkb_mu; made on the first launch */
+    /* Messages and their answers through shared memory (ipc_ring.h) when
+     * both sides agreed at connect; written and read under link_mu. */
+    struct ipc_ring ring;
+    bool ring_up;
+    int ring_spin_us;               /* an answer is spun for this long before sleeping */
+    struct ipc_direct_table direct; /* entries: mu */
+    int64_t direct_check_ms;        /* last direct_check */
+    pthread_mutex_t dkb_mu;         /* GPU loan launches and their poller (ipc_dgpu.c) */
+    struct ipc_dgpu *dgpu;          /* dkb_mu; made on the first launch */
 };
 
 /* ipc_pin.c: pins every checked job at the owner (IPC_ACQ_REQ for plain
@@ -120,6 +126,9 @@ void ipc_link_lazy(struct ipc_conn *c);
 void ipc_link_worker_msgs(struct ipc_conn *c);
 /* The connection is going: whatever is owed fails (-XFER_ECONN). */
 void ipc_link_fini(struct ipc_conn *c);
+/* At connect, after HELLO (flags: its IPC_HELLO_RING): sets up the message
+ * ring when both sides take one; < 0 only when the socket failed. */
+int ipc_link_ring_setup(struct ipc_conn *c, uint32_t flags, int timeout_ms);
 
 /* ipc_dgpu.c, the posting thread: launches the GPU items idx[0..n) of
  * GPU loans (entries d[k], one user each, dropped here or by the

@@ -24,29 +24,69 @@
  */
 #include "ipc_conn.h"
 #include "xfer_io.h"
+#include "mono_clock.h"
 
 #include <poll.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 /* How long a sender waits for its own answer before leaving it to the
  * worker; an owner answers at once unless stopped or starved of CPU. */
 #define IPC_MSG_WAIT_MS 20
+
+/* How long one sleep for an answer in the ring lasts before the socket is
+ * looked at for a hang-up (the owner died: no answer will come). */
+#define RING_WAIT_SLICE_US 10000
+
+/* link_mu held: the next answer from the ring, waiting at most wait_ms
+ * (spinning ring_spin_us first, then asleep on the ring's futex). */
+static int ring_answer(struct ipc_conn *c, int wait_ms, int32_t *ans)
+{
+    int64_t now = xfer_mono_ns(), end = now + (int64_t)wait_ms * 1000000;
+    int64_t spin_end = now + (int64_t)c->ring_spin_us * 1000;
+    bool slept = false;
+    for (;;) {
+        int got = ipc_ring_take_answer(&c->ring, ans);
+        if (got != 0)
+            return got < 0 ? got : 0;
+        now = xfer_mono_ns();
+        if (now >= end)
+            return -XFER_ETIMEDOUT;
+        if (now < spin_end) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        if (slept && ipc_sock_hung_up(c->fd)) /* answers it gave before are in the ring */
+            return ipc_ring_take_answer(&c->ring, ans) == 1 ? 0 : -XFER_ECONN;
+        int64_t left_us = (end - now) / 1000 + 1;
+        ipc_ring_wait_answer(&c->ring, left_us < RING_WAIT_SLICE_US ? left_us : RING_WAIT_SLICE_US);
+        slept = true;
+    }
+}
 
 /* link_mu held: reads the answer owed to the oldest message, waiting at
  * most wait_ms for it to start arriving (-XFER_ETIMEDOUT: nothing read);
  * the message moves to c->answered. Any other failure breaks the link. */
 static int read_answer(struct ipc_conn *c, int wait_ms)
 {
-    struct pollfd p = {.fd = c->fd, .events = POLLIN};
-    int n = poll(&p, 1, wait_ms);
-    if (n == 0)
-        return -XFER_ETIMEDOUT;
-    struct ipc_hdr h;
+    struct ipc_hdr h = {.type = IPC_MSG_RESP};
     int32_t ans = -XFER_ECONN;
-    int rc = n < 0 ? -XFER_ECONN : ipc_recv_fixed(c->fd, &h, &ans, sizeof(ans), c->io_timeout_ms);
+    int rc;
+    if (c->ring_up) {
+        rc = ring_answer(c, wait_ms, &ans);
+    } else {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int n = poll(&p, 1, wait_ms);
+        if (n == 0)
+            return -XFER_ETIMEDOUT;
+        rc = n < 0 ? -XFER_ECONN : ipc_recv_fixed(c->fd, &h, &ans, sizeof(ans), c->io_timeout_ms);
+    }
     if (rc == 0 &&
         (h.type != IPC_MSG_RESP || (ans > 0 && ans != XFER_MSG_DELIVERED) || ans <= -XFER_ERR_MAX))
         rc = -XFER_EPROTO;
+    if (rc == -XFER_EPROTO && c->ring_up)
+        xfer_warn("ipc: corrupt answer ring from the owner, closing the connection");
     if (rc < 0)
         return rc;
     struct ipc_msgq *q = c->owed;
@@ -136,13 +176,40 @@ void ipc_link_unlock(struct ipc_conn *c, int rc)
     complete(done);
 }
 
+/* link_mu held: puts a frame in the ring (waiting while it is full: the
+ * owner drains it; answers that came meanwhile are read, so that an owner
+ * waiting for room for them does not wait on us) and rings the bell when
+ * the owner's readers may sleep. */
+static int ring_send(struct ipc_conn *c, const void *frame, uint32_t len)
+{
+    int64_t end = xfer_now_ms() + c->io_timeout_ms;
+    int rc;
+    while ((rc = ipc_ring_put(&c->ring, frame, len)) == -XFER_EBUSY) {
+        if (xfer_now_ms() > end || ipc_sock_hung_up(c->fd))
+            return -XFER_ECONN;
+        int got = 0;
+        while (c->owed && (got = read_answer(c, 0)) == 0)
+            ;
+        if (got < 0 && got != -XFER_ETIMEDOUT)
+            return got; /* a corrupt answer ring, or the owner gone */
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+    if (rc == 0 && ipc_ring_need_bell(&c->ring))
+        rc = ipc_send(c->fd, IPC_RING_BELL, 0, NULL, 0, -1, c->io_timeout_ms);
+    if (rc == -XFER_EPROTO)
+        xfer_warn("ipc: corrupt message ring (the owner's read index), closing the connection");
+    return rc;
+}
+
 /* link_mu held: sends q's frame and keeps it owed an answer. */
 static int link_send(struct ipc_conn *c, struct ipc_msgq *q)
 {
     if (c->link_broken)
         return -XFER_ECONN;
-    int rc =
-        ipc_send(c->fd, IPC_MSG_REQ, 1, q->m->frame, (uint32_t)q->m->len, -1, c->io_timeout_ms);
+    int rc = c->ring_up ? ring_send(c, q->m->frame, (uint32_t)q->m->len)
+                        : ipc_send(c->fd, IPC_MSG_REQ, 1, q->m->frame, (uint32_t)q->m->len, -1,
+                                   c->io_timeout_ms);
     if (rc < 0) {
         link_break(c);
         return rc;
@@ -266,4 +333,26 @@ void ipc_link_fini(struct ipc_conn *c)
     pthread_mutex_lock(&c->link_mu);
     link_break(c);
     ipc_link_unlock(c, 0);
+}
+
+int ipc_link_ring_setup(struct ipc_conn *c, uint32_t flags, int timeout_ms)
+{
+    if (!(flags & IPC_HELLO_RING) || !ipc_ring_enabled())
+        return 0; /* a peer without it, or off here: the socket carries messages */
+    int fd = -1;
+    if (ipc_ring_create(&c->ring, &fd) < 0)
+        return 0;
+    struct ipc_hdr h;
+    int32_t st = -XFER_ECONN;
+    int rc = ipc_send(c->fd, IPC_RING_REQ, 0, NULL, 0, fd, timeout_ms);
+    close(fd);
+    if (rc == 0)
+        rc = ipc_recv_fixed(c->fd, &h, &st, sizeof(st), timeout_ms);
+    if (rc == 0)
+        rc = ipc_msg_check(&h, &st, IPC_RING_RESP, 1);
+    c->ring_up = rc == 0 && st == 0;
+    if (!c->ring_up)
+        ipc_ring_unmap(&c->ring);
+    c->ring_spin_us = xfer_engine_config_get(c->t->base.engine)->busy_poll_us;
+    return rc;
 }

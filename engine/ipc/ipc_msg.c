@@ -95,7 +95,13 @@ int ipc_msg_check(const struct ipc_hdr *h, const void *payload, uint32_t want_ty
     case IPC_REL:
         return records(h, 0, IPC_BATCH_MAX, sizeof(uint32_t)) ? 0 : -XFER_EPROTO;
     case IPC_BYE:
+    case IPC_RING_REQ:
+    case IPC_RING_BELL:
         return records(h, 0, 0, 0) ? 0 : -XFER_EPROTO;
+    case IPC_RING_RESP:
+        return records(h, 1, 1, sizeof(int32_t)) && status_ok(*(const int32_t *)payload)
+                   ? 0
+                   : -XFER_EPROTO;
     default:
         return -XFER_EPROTO;
     }

@@ -339,6 +339,7 @@ static int conn_handshake(struct serve_conn *c)
     c->loans_up = ipc_loans_init(&c->loans, c->fd, serve_timeout(s)) == 0;
     pthread_mutex_unlock(&s->mu);
     hello.ctl_slots = c->loans_up ? IPC_CTL_SLOTS : 0;
+    hello.flags = s->ring_ok ? IPC_HELLO_RING : 0;
     rc = ipc_send(c->fd, IPC_HELLO, 1, &hello, sizeof(hello), c->loans_up ? c->loans.ctl_fd : -1,
                   cfg->connect_timeout_ms);
     if (c->loans_up) {
@@ -352,7 +353,8 @@ int ipc_serve_one(struct serve_conn *c)
 {
     struct ipc_hdr h;
     c->served++;
-    int rc = ipc_recv(c->fd, &h, c->buf, (uint32_t)c->buf_max, NULL, serve_timeout(c->srv));
+    int fd = -1; /* only IPC_RING_REQ carries one */
+    int rc = ipc_recv(c->fd, &h, c->buf, (uint32_t)c->buf_max, &fd, serve_timeout(c->srv));
     if (rc == -XFER_EPROTO)
         xfer_warn("ipc: malformed message from peer %s (bad magic or version, or %u bytes "
                   "over the limit of %zu), closing",
@@ -360,6 +362,19 @@ int ipc_serve_one(struct serve_conn *c)
     if (rc < 0)
         return rc;
     switch (h.type) {
+    case IPC_RING_REQ:
+        rc = ipc_msg_check(&h, c->buf, IPC_RING_REQ, 0);
+        if (rc == 0)
+            rc = ipc_serve_ring_setup(c, fd);
+        fd = -1;
+        break;
+    case IPC_RING_BELL: /* frames wait in the ring: serve them all */
+        rc = ipc_msg_check(&h, c->buf, IPC_RING_BELL, 0);
+        if (rc == 0 && c->ring_up) {
+            ipc_ring_bell_taken(&c->ring);
+            rc = ipc_serve_ring(c);
+        }
+        break;
     case IPC_MAP_REQ:
         rc = handle_map(c, &h, c->buf);
         break;
@@ -378,6 +393,8 @@ int ipc_serve_one(struct serve_conn *c)
     default:
         rc = -XFER_EPROTO;
     }
+    if (fd >= 0)
+        close(fd);
     if (rc == -XFER_EPROTO)
         xfer_warn("ipc: malformed message (type %u) from peer %s, closing", h.type, c->peer_node);
     return rc;
@@ -451,6 +468,7 @@ static void conn_free(struct serve_conn *c)
         nanosleep(&ts, NULL);
     }
     ipc_rx_fini(c);
+    ipc_ring_unmap(&c->ring);
     free(c->buf);
     if (c->loans_up)
         ipc_loans_fini(&c->loans);
@@ -576,6 +594,7 @@ struct ipc_server *ipc_server_start(xfer_engine *e, const char *node_id, uint64_
         s->linger_us = (int)strtol(lg, NULL, 10) < 0 ? 0 : (int)strtol(lg, NULL, 10);
     if (s->linger_us > 1000000)
         s->linger_us = 1000000;
+    s->ring_ok = ipc_ring_enabled();
     if (getrandom(s->probe_cookie, sizeof(s->probe_cookie), 0) != sizeof(s->probe_cookie))
         memset(s->probe_cookie, 0x5a, sizeof(s->probe_cookie));
     pthread_mutex_init(&s->mu, NULL);

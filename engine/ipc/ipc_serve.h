@@ -7,6 +7,7 @@
 #define XFER_IPC_SERVE_H
 
 #include "ipc.h"
+#include "ipc_ring.h"
 
 #define IPC_MAP_TRACK 1024 /* mappings tracked per peer for revocation */
 
@@ -46,6 +47,11 @@ struct serve_conn {
     uint64_t peer_inc;
     struct ipc_loans loans; /* regions lent for direct copies (ipc_direct.c) */
     bool loans_up;
+    /* The message ring (ipc_ring.h): set up once under rx_mu, read without
+     * it by spinning waiters (ring_up, acquire), freed with c. */
+    struct ipc_ring ring;
+    bool ring_up;
+    int ring_spin; /* rx_mu: waiters spinning on the ring (none: its readers sleep) */
     struct serve_conn *next;
 };
 
@@ -60,12 +66,24 @@ struct ipc_server {
     bool stopping;
     unsigned any_next; /* mu: where the next wait for any peer starts */
     int linger_us;     /* how long a connection stays with its waiters (XFER_IPC_LINGER_US) */
+    bool ring_ok;      /* peers may set up a message ring (XFER_IPC_RING not 0) */
     uint8_t probe_cookie[16];
 };
 
 /* ipc_serve.c, rx_mu held: reads one request (fd is readable) and answers
  * it. < 0: the connection is over (malformed request, peer gone). */
 int ipc_serve_one(struct serve_conn *c);
+
+/* ipc_serve.c, rx_mu held: serves every frame waiting in c's ring; < 0:
+ * the connection is over (a corrupt ring, answers not taken). */
+int ipc_serve_ring(struct serve_conn *c);
+/* rx_mu held: IPC_RING_REQ with the ring's fd (taken, -1 = none): maps it
+ * when this side takes rings and answers IPC_RING_RESP. */
+int ipc_serve_ring_setup(struct serve_conn *c, int fd);
+static inline bool ipc_ring_has(const struct serve_conn *c)
+{
+    return __atomic_load_n(&c->ring_up, __ATOMIC_ACQUIRE) && ipc_ring_pending(&c->ring);
+}
 
 /* ipc_serve_rx.c */
 int ipc_rx_init(struct serve_conn *c);

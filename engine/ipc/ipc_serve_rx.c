@@ -133,10 +133,16 @@ static bool linger(struct serve_conn *c, uint64_t served)
      * either way), a FIN and pin traffic (MAP, ACQ, REL) are read at once. */
     uint8_t head[sizeof(struct ipc_hdr) + 6]; /* + the frame's magic, version, kind */
     struct ipc_hdr h;
-    if (recv(c->fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof(head))
+    ssize_t got = recv(c->fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT);
+    if (got < (ssize_t)sizeof(h))
         return false;
     memcpy(&h, head, sizeof(h));
-    if (h.type != IPC_MSG_REQ || head[sizeof(h) + 5] != XFER_MSG_RTS)
+    /* a bell: the frame waits in the ring (its kind a hint: it is checked
+     * when served) */
+    int kind = h.type == IPC_RING_BELL && c->ring_up          ? ipc_ring_peek_kind(&c->ring)
+               : h.type == IPC_MSG_REQ && got == sizeof(head) ? head[sizeof(h) + 5]
+                                                              : -1;
+    if (kind != XFER_MSG_RTS)
         return false;
     struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
     while (c->waiters == 0 && c->served == served && !c->failed && xfer_mono_ns() < until)
@@ -232,15 +238,46 @@ static void unpin(struct ipc_server *s, struct serve_conn **v, int n)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Busy-polls p (the sockets, wake_fd) without sleeping for up to spin_us:
- * > 0 when one of them is ready, as poll. */
-static int spin_poll(struct pollfd *p, nfds_t n, int spin_us)
+/* While spinning, the sockets and wake_fd are polled this often; the rings
+ * (ipc_ring.h) are looked at all the time, so a message that comes through
+ * a ring to a spinning waiter costs no system call at all. */
+#define SPIN_POLL_NS 20000
+
+/* Busy-polls the rings of v[0..n) and p (the sockets, wake_fd) without
+ * sleeping for up to spin_us: > 0 when one of them is ready (as poll; a
+ * ring: *ring set, no revents). */
+static int spin_poll(struct serve_conn **v, int n, struct pollfd *p, nfds_t np, int spin_us,
+                     bool *ring)
 {
-    int64_t end = xfer_mono_ns() + (int64_t)spin_us * 1000;
-    int k;
-    while ((k = poll(p, n, 0)) == 0 && xfer_mono_ns() < end)
-        ;
-    return k;
+    int64_t now = xfer_mono_ns(), end = now + (int64_t)spin_us * 1000;
+    int64_t next = now + SPIN_POLL_NS;
+    for (;;) {
+        for (int i = 0; i < n; i++)
+            if (p[i].fd >= 0 && ipc_ring_has(v[i])) {
+                *ring = true;
+                return 1;
+            }
+        now = xfer_mono_ns();
+        if (now >= next || now >= end) {
+            int k = poll(p, np, 0);
+            if (k != 0 || now >= end)
+                return k;
+            next = now + SPIN_POLL_NS;
+        }
+        __builtin_ia32_pause();
+    }
+}
+
+/* rx_mu held: a waiter starts (on) or stops spinning on c's ring. While
+ * one spins, writers ring no bell; the last one to stop says readers may
+ * sleep (with a fence): what came before is served by its caller after
+ * this (rx_after_poll), what comes after rings. */
+static void ring_spin(struct serve_conn *c, bool on)
+{
+    if (on && c->ring_spin++ == 0)
+        ipc_ring_sleep(&c->ring, false);
+    else if (!on && --c->ring_spin == 0)
+        ipc_ring_sleep(&c->ring, true);
 }
 
 /* rx_mu held, after the poll: serves one request if the poll saw c readable
@@ -251,12 +288,14 @@ static void rx_after_poll(struct serve_conn *c, short revents, uint64_t served)
     bool ready = revents || c->skipped;
     bool there = (revents & POLLIN) && c->served == served;
     c->skipped = false;
-    if (!c->failed && ready && (there || readable_now(c->fd))) {
-        int err = ipc_serve_one(c);
-        if (err < 0) { /* over, as in the serving thread: it cleans up */
-            c->failed = err;
-            shutdown(c->fd, SHUT_RDWR);
-        }
+    int err = 0;
+    if (!c->failed && ready && (there || readable_now(c->fd)))
+        err = ipc_serve_one(c);
+    if (err == 0 && !c->failed && ipc_ring_has(c)) /* frames no bell announced */
+        err = ipc_serve_ring(c);
+    if (err < 0) { /* over, as in the serving thread: it cleans up */
+        c->failed = err;
+        shutdown(c->fd, SHUT_RDWR);
     }
     rx_leave(c);
     if (c->parked && (c->waiters == 0 || c->failed))
@@ -269,6 +308,7 @@ static int wait_conns(struct serve_conn **v, int n, int wake_fd, int timeout_ms,
 {
     struct pollfd p[WAIT_ANY_MAX + 1];
     uint64_t served[WAIT_ANY_MAX];
+    bool spun[WAIT_ANY_MAX], ring = false;
     int in = 0;
     for (int i = 0; i < n; i++) {
         struct serve_conn *c = v[i];
@@ -276,6 +316,9 @@ static int wait_conns(struct serve_conn **v, int n, int wake_fd, int timeout_ms,
         bool over = c->failed != 0;
         if (!over)
             rx_enter(c);
+        spun[i] = !over && spin_us > 0 && c->ring_up;
+        if (spun[i])
+            ring_spin(c, true);
         served[i] = c->served;
         pthread_mutex_unlock(&c->rx_mu);
         /* fd stays open while c is pinned (conn_free waits for the pins) */
@@ -286,8 +329,17 @@ static int wait_conns(struct serve_conn **v, int n, int wake_fd, int timeout_ms,
         return -1;
     p[n] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
     nfds_t np = (nfds_t)n + (wake_fd >= 0);
-    int k = spin_us > 0 ? spin_poll(p, np, spin_us) : 0;
-    if (k == 0)
+    int k = spin_us > 0 ? spin_poll(v, n, p, np, spin_us, &ring) : 0;
+    for (int i = 0; i < n; i++) {
+        if (!spun[i])
+            continue;
+        pthread_mutex_lock(&v[i]->rx_mu);
+        ring_spin(v[i], false);
+        pthread_mutex_unlock(&v[i]->rx_mu);
+    }
+    for (int i = 0; i < n && k == 0 && !ring; i++) /* after the fence of ring_spin */
+        ring = p[i].fd >= 0 && ipc_ring_has(v[i]);
+    if (k == 0 && !ring)
         k = poll(p, np, timeout_ms);
     int rc = k < 0 && errno != EINTR ? -1 : 0;
     bool any_live = false;
@@ -296,7 +348,7 @@ static int wait_conns(struct serve_conn **v, int n, int wake_fd, int timeout_ms,
         if (p[i].fd < 0)
             continue;
         pthread_mutex_lock(&c->rx_mu);
-        rx_after_poll(c, k > 0 ? p[i].revents : 0, served[i]);
+        rx_after_poll(c, k > 0 && !ring ? p[i].revents : 0, served[i]);
         any_live |= !c->failed;
         pthread_mutex_unlock(&c->rx_mu);
     }

@@ -107,6 +107,7 @@ struct tcp_tx {
     const uint8_t *gsrc;   /* device memory to send */
     struct tcp_slab *slab; /* allocated with the other chunks of one post, or NULL */
     bool cached;           /* a MSG_REQ's, from tcp_msg.c's block cache (tcp_msg_tx_put) */
+    bool noresp;           /* a MSG_REQ with XFER_WIRE_F_NORESP: done once written */
 };
 
 /* The chunks of one post, allocated at once and freed with the last one:
@@ -215,7 +216,8 @@ struct tcp_sock {
     /* target, iomu: requests served well in this read, counted at its end
      * (a count per request was ~90 instructions of a 4 KiB item's) */
     uint64_t srv_ops, srv_bytes;
-    char peer_node[XFER_NAME_MAX]; /* target: the initiator, as its handshake proved */
+    /* target: the initiator, as its handshake proved; initiator: the target */
+    char peer_node[XFER_NAME_MAX];
     uint64_t peer_inc;
     /* payload into GPU memory: received into a staging slot first */
     bool rx_gpu;
@@ -281,6 +283,9 @@ struct tcp_transport {
      * waiter left would wait for the owner's tick (H200: p90 2.3 ms instead
      * of 0.4 ms, docs/perf.md step 8). */
     bool lazy_target;
+    /* A notification waiter also reads the answers to this side's last
+     * message to its peer (tcp_wait.c; XFER_NOTIF_WAIT_ACK=0: off). */
+    bool notif_ack;
     struct tcp_slab *spare; /* the last slab freed, reused by the next post; atomic */
     /* fences (tcp_fence.c). Target: written with every thread's fence_mu
      * held (record one), read with one (WRITE payload going into a region). */
@@ -295,7 +300,11 @@ struct tcp_transport {
     struct tcp_sock *in_sock[TCP_IN_SLOTS][TCP_IN_SOCKS];
     unsigned in_next[TCP_IN_SLOTS]; /* the place the next one takes when all are used */
     struct tcp_sock *in_last; /* anyone's last message came on it (atomic; cleared under in_mu) */
-    pthread_mutex_t sent_mu;  /* initiator: recent fences */
+    /* Initiator: per peer (same hash), the socket our last message to it
+     * went out on: a thread in xfer_notif_wait for that peer reads its
+     * answer there too (tcp_wait.c). Set and cleared under in_mu. */
+    struct tcp_sock *out_sock[TCP_IN_SLOTS];
+    pthread_mutex_t sent_mu; /* initiator: recent fences */
     uint32_t sent[TCP_FENCES_RESEND];
     unsigned sent_n;
 };
@@ -379,6 +388,11 @@ int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms
  * s closes (forget it). */
 void tcp_in_note(struct tcp_sock *s);
 void tcp_in_forget(struct tcp_sock *s);
+/* Initiator: a message went out on s (its answer comes back there: a
+ * notification waiter for that peer reads it); s is about to be freed
+ * (forget it, wait until no waiter polls it). */
+void tcp_out_note(struct tcp_sock *s);
+void tcp_out_forget(struct tcp_sock *s);
 /* Owner, iomu held, after serving s: takes EPOLLIN back if a waiter left it
  * out and none polls now. */
 void tcp_sock_attend(struct tcp_sock *s);

@@ -97,6 +97,7 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
         close(fd);
         return -XFER_ENOMEM;
     }
+    snprintf((*out)->peer_node, sizeof((*out)->peer_node), "%s", d->node_id);
     return 0;
 }
 
@@ -162,6 +163,7 @@ void tcp_disconnect(struct xfer_conn *c)
         }
         released = s->released;
         pthread_mutex_unlock(&th->mu);
+        tcp_out_forget(s); /* a notification waiter may poll it */
         if (released)
             tcp_sock_destroy(s);
         else /* its thread is stuck: leaking beats a use after free */

@@ -477,6 +477,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->direct = !direct || strcmp(direct, "0") != 0;
     const char *lazy = getenv("XFER_TCP_LAZY_TARGET");
     tt->lazy_target = lazy && !strcmp(lazy, "1");
+    const char *ack = getenv("XFER_NOTIF_WAIT_ACK"); /* 0: off (measuring) */
+    tt->notif_ack = !ack || strcmp(ack, "0") != 0;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     tt->n_threads = cfg->progress_threads > 0 ? cfg->progress_threads : 1;
     tt->threads = calloc((size_t)tt->n_threads, sizeof(*tt->threads));

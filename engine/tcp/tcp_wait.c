@@ -57,6 +57,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
+#include <time.h>
 
 void tcp_sock_deferred(struct tcp_sock *s)
 {
@@ -135,8 +136,11 @@ void tcp_in_forget(struct tcp_sock *s)
 
 /* The accepted sockets node's messages came on (node NULL: those of the
  * peer whose message came last), pinned, into out[TCP_IN_SOCKS]; how many.
- * Sockets that carried GPU memory are left out. */
-static int in_pin(struct tcp_transport *tt, const char *node, struct tcp_sock **out)
+ * Sockets that carried GPU memory are left out. With init: also the
+ * initiator socket our last message to that node went out on, pinned, or
+ * NULL. */
+static int in_pin(struct tcp_transport *tt, const char *node, struct tcp_sock **out,
+                  struct tcp_sock **init)
 {
     int n = 0;
     pthread_mutex_lock(&tt->in_mu);
@@ -152,8 +156,41 @@ static int in_pin(struct tcp_transport *tt, const char *node, struct tcp_sock **
         __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
         out[n++] = s;
     }
+    if (init) {
+        struct tcp_sock *s = node ? tt->out_sock[in_hash(node)] : NULL;
+        *init = s && !strcmp(s->peer_node, node) ? s : NULL;
+        if (*init)
+            __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+    }
     pthread_mutex_unlock(&tt->in_mu);
     return n;
+}
+
+/* ---- the answer socket of each peer (initiator) ------------------------------------ */
+
+void tcp_out_note(struct tcp_sock *s)
+{
+    struct tcp_transport *tt = s->tt;
+    struct tcp_sock **slot = &tt->out_sock[in_hash(s->peer_node)];
+    if (__atomic_load_n(slot, __ATOMIC_RELAXED) == s)
+        return; /* the usual case: messages to a peer keep to its first live socket */
+    pthread_mutex_lock(&tt->in_mu);
+    __atomic_store_n(slot, s, __ATOMIC_RELAXED); /* another peer with the same hash: forgotten */
+    pthread_mutex_unlock(&tt->in_mu);
+}
+
+void tcp_out_forget(struct tcp_sock *s)
+{
+    struct tcp_transport *tt = s->tt;
+    struct tcp_sock **slot = &tt->out_sock[in_hash(s->peer_node)];
+    pthread_mutex_lock(&tt->in_mu);
+    if (*slot == s)
+        __atomic_store_n(slot, NULL, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&tt->in_mu);
+    /* No new pin now; a waiter's poll ends within its slice (20 ms), and
+     * it sees the socket closed (fd < 0, under iomu) */
+    while (__atomic_load_n(&s->pins, __ATOMIC_ACQUIRE))
+        nanosleep(&(struct timespec){0, 100000}, NULL);
 }
 
 static void in_unpin(struct tcp_sock **v, int n)
@@ -333,10 +370,38 @@ static int spin_poll(struct pollfd *p, nfds_t np, int spin_us)
  * answer, say) does not make the answers wait for it. */
 #define LATE_NS 4000
 
+/* A socket poll saw readable, read while this thread stays its waiter
+ * (EPOLLIN stays out of the owner's interest: no epoll_ctl pair to go on
+ * polling). 0, or -1: stop polling it (closed, GPU memory queued, or
+ * something left to the owner; leaving it then carries that out). */
+static int read_in_place(struct tcp_sock *s)
+{
+    pthread_mutex_lock(&s->iomu);
+    int rc = 0;
+    if (s->fd < 0 || !waiter_may(s)) {
+        rc = -1;
+    } else {
+        s->skipped = false; /* read now */
+        s->by_waiter = true;
+        tcp_sock_readable(s);
+        s->by_waiter = false;
+        if (s->rx_defer || (s->target && s->rx_blocked))
+            rc = -1;
+    }
+    pthread_mutex_unlock(&s->iomu);
+    return rc;
+}
+
 /* Polls v[0..n) and wake_fd (unless done() already holds) for at most
- * timeout_ms (busy-polling the first spin_us), then reads what arrived as
- * the sockets' owners would. A socket whose iomu is held is left out of
- * this call (see top). */
+ * timeout_ms (busy-polling the first spin_us), reading what arrives as the
+ * sockets' owners would; returns once done() holds, wake_fd is readable,
+ * the time is up or a socket stopped. A socket whose iomu is held is left
+ * out of this call (see top). One answer that is not yet what done() waits
+ * for (a SEND's RTS answered before its FIN; the acknowledgement of this
+ * side's notification before the peer's) is read in place and the poll
+ * goes on: leaving the sockets and coming back would give the accepted
+ * ones EPOLLIN back in between (an epoll_ctl pair, and their owner woken
+ * if the next message comes then). */
 static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void *), void *arg,
                       int timeout_ms, int spin_us)
 {
@@ -369,19 +434,40 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
     }
     int rc = gone ? -1 : 0;
     bool polled = false, done_before = done(arg);
-    if (!gone && !done_before) {
+    int64_t t_end = xfer_mono_ns() + (int64_t)(busy && timeout_ms > 1 ? 1 : timeout_ms) * 1000000;
+    for (bool first = true; !gone && !done_before; first = false) {
         /* The owner may have taken what we wait for just before we polled:
          * wake_fd then wakes us. */
         int np = nw;
         p[np++] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
         int64_t t0 = xfer_mono_ns();
-        int k = spin_us > 0 ? spin_poll(p, (nfds_t)np, spin_us) : 0;
-        if (k == 0)
-            k = poll(p, (nfds_t)np, busy && timeout_ms > 1 ? 1 : timeout_ms);
+        int k = first && spin_us > 0 ? spin_poll(p, (nfds_t)np, spin_us) : 0;
+        if (k == 0) {
+            int64_t left = t_end - t0;
+            k = poll(p, (nfds_t)np,
+                     timeout_ms < 0 ? -1
+                     : left > 0     ? (int)((left + 999999) / 1000000)
+                                    : 0);
+        }
         late = k > 0 && xfer_mono_ns() - t0 < LATE_NS;
         if (k < 0 && errno != EINTR)
             rc = -1;
         polled = k >= 0;
+        if (k <= 0 || p[nw].revents || timeout_ms == 0)
+            break; /* time up (or EINTR), or woken: the caller looks */
+        bool stop = false;
+        for (int i = 0; i < nw && !stop; i++) {
+            if (p[i].revents && read_in_place(w[i]) < 0)
+                stop = true; /* leaving carries out what it left, and reads the rest */
+            else
+                p[i].revents = 0;
+        }
+        if (stop)
+            break;
+        if (done(arg) || xfer_mono_ns() >= t_end) {
+            late = false; /* all read; what came since: the skipped flag, or the next waiter */
+            break;
+        }
     }
     /* Not polled: read all (a socket closed meanwhile), or none but what
      * the owner skipped (done before the poll: nothing to wait for). */
@@ -412,7 +498,7 @@ int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, in
     struct tcp_sock *s = chan;
     if (s && !s->target && waiter_may(s))
         v[n++] = s;
-    int n_in = inbound ? in_pin(tc->tt, xfer_peer_desc_get(c->peer)->node_id, v + n) : 0;
+    int n_in = inbound ? in_pin(tc->tt, xfer_peer_desc_get(c->peer)->node_id, v + n, NULL) : 0;
     n += n_in;
     if (n == 0)
         return -1;
@@ -431,8 +517,16 @@ static bool notif_queued(void *e)
 int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms)
 {
     struct tcp_transport *tt = container_of(t, struct tcp_transport, base);
-    struct tcp_sock *v[TCP_IN_SOCKS];
-    int n = in_pin(tt, node, v);
+    struct tcp_sock *v[1 + TCP_IN_SOCKS], *init = NULL;
+    int n = in_pin(tt, node, v, tt->notif_ack ? &init : NULL);
+    /* The answer to this side's last message to node comes back on init:
+     * a notification ping-pong's waiter reads its acknowledgement there
+     * (else the owner of init wakes for each), unless GPU memory went
+     * through it (staging is the owner's). */
+    if (init && waiter_may(init))
+        v[n++] = init;
+    else if (init)
+        __atomic_sub_fetch(&init->pins, 1, __ATOMIC_ACQ_REL);
     if (n == 0)
         return -1;
     /* The queue's eventfd is readable while a notification is queued. */

@@ -1,0 +1,614 @@
+/* The shared-memory message ring of ipc connections (engine/ipc/ipc_ring.c,
+ * docs/ipc.md "Message ring").
+ *
+ * test_race: two processes share a ring. The child is the owner: it reads
+ * frames, sometimes spinning (no bell wanted), sometimes asleep in poll on
+ * a socketpair after saying so (the bell protocol of ipc_serve_rx.c), and
+ * answers each one. The parent is the initiator: one thread writes frames
+ * of random lengths (wrapping the ring, filling it) with random pauses and
+ * rings the bell only when ipc_ring_need_bell says so; another reads the
+ * answers, spinning or asleep on the futex. Every frame must arrive once,
+ * in order, byte for byte, every answer in order, and no sleeper may wait
+ * past its deadline (a lost wake-up fails the test instead of hanging it).
+ *
+ * test_scribble: a raw client sets up a ring with an engine's owner and
+ * then breaks it (indices out of range, a bad record header, a forged read
+ * index of the answers): the owner must close that connection, and keep
+ * serving its real peer. test_fallback: an unsealed memfd is refused and
+ * the socket keeps carrying messages; an owner or an initiator with
+ * XFER_IPC_RING=0 still exchanges messages (over the socket). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "ipc/ipc.h"
+#include "ipc/ipc_ring.h"
+#include "transport.h"
+#include "xfer_handshake.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FRAMES 30000
+#else
+#define FRAMES 200000
+#endif
+#define SLEEP_DEADLINE_MS 3000 /* no sleeper waits this long unless a wake-up was lost */
+#define IO_TIMEOUT        400
+#define DEADLINE          10000
+
+static int64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static uint32_t frame_len(uint32_t i)
+{
+    return (i * 2654435761u) % 3000; /* 0 .. 2999 bytes */
+}
+
+static void frame_fill(uint8_t *p, uint32_t i, uint32_t len)
+{
+    for (uint32_t k = 0; k < len; k++)
+        p[k] = (uint8_t)(i * 31 + k);
+}
+
+/* Owner process: 0 when every frame came once, in order. */
+static int owner_main(int ring_fd, int bell)
+{
+    struct ipc_ring r;
+    if (ipc_ring_attach(&r, ring_fd) != 0)
+        return 10;
+    static uint8_t buf[4096], want[4096];
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    uint32_t next = 0;
+    bool spinning = false;
+    while (next < FRAMES) {
+        uint32_t len = 0;
+        int got = ipc_ring_get(&r, buf, sizeof(buf), &len);
+        if (got < 0)
+            return 11;
+        if (got == 1) {
+            frame_fill(want, next, frame_len(next));
+            if (len != frame_len(next) || memcmp(buf, want, len) != 0)
+                return 12;
+            while (ipc_ring_answer(&r, (int32_t)(next & 0x7fffffff)) == -XFER_EBUSY)
+                ;
+            next++;
+            continue;
+        }
+        if (rnd(&seed) % 4 == 0) { /* spin a while: writers ring no bell */
+            if (!spinning)
+                ipc_ring_sleep(&r, false);
+            spinning = true;
+            continue;
+        }
+        ipc_ring_sleep(&r, true); /* then re-check before sleeping */
+        spinning = false;
+        if (ipc_ring_pending(&r))
+            continue;
+        struct pollfd p = {.fd = bell, .events = POLLIN};
+        if (poll(&p, 1, SLEEP_DEADLINE_MS) != 1)
+            return 13; /* a lost wake-up */
+        struct ipc_hdr h;
+        if (ipc_recv(bell, &h, NULL, 0, NULL, 1000) != 0 || h.type != IPC_RING_BELL)
+            return 14;
+        ipc_ring_bell_taken(&r);
+    }
+    ipc_ring_unmap(&r);
+    return 0;
+}
+
+struct initiator {
+    struct ipc_ring r;
+    int bell;
+    int fails;
+    unsigned bells; /* rung: the reader was asleep */
+};
+
+static void *writer_main(void *arg)
+{
+    struct initiator *in = arg;
+    static uint8_t buf[4096];
+    uint64_t seed = 12345;
+    for (uint32_t i = 0; i < FRAMES; i++) {
+        uint32_t len = frame_len(i);
+        frame_fill(buf, i, len);
+        int64_t end = now_ms() + SLEEP_DEADLINE_MS;
+        int rc;
+        while ((rc = ipc_ring_put(&in->r, buf, len)) == -XFER_EBUSY && now_ms() < end)
+            ;
+        if (rc != 0) {
+            in->fails++;
+            return NULL;
+        }
+        if (ipc_ring_need_bell(&in->r)) {
+            in->bells++;
+            if (ipc_send(in->bell, IPC_RING_BELL, 0, NULL, 0, -1, 1000) != 0) {
+                in->fails++;
+                return NULL;
+            }
+        }
+        uint64_t x = rnd(&seed) % 64;
+        if (x == 0) { /* a pause: the reader goes to sleep */
+            struct timespec ts = {0, (long)(rnd(&seed) % 50000)};
+            nanosleep(&ts, NULL);
+        } else if (x == 1) {
+            sched_yield();
+        }
+    }
+    return NULL;
+}
+
+static void test_race(void **state)
+{
+    (void)state;
+    struct initiator in = {0};
+    int fd = -1, sv[2];
+    assert_int_equal(ipc_ring_create(&in.r, &fd), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(sv[0]);
+        _exit(owner_main(fd, sv[1]));
+    }
+    close(sv[1]);
+    close(fd);
+    in.bell = sv[0];
+    pthread_t w;
+    pthread_create(&w, NULL, writer_main, &in);
+    uint64_t seed = 777;
+    for (uint32_t i = 0; i < FRAMES && !in.fails; i++) {
+        int32_t st = 0;
+        int64_t end = now_ms() + SLEEP_DEADLINE_MS;
+        int got;
+        while ((got = ipc_ring_take_answer(&in.r, &st)) == 0 && now_ms() < end)
+            if (rnd(&seed) % 2)
+                ipc_ring_wait_answer(&in.r, 1000 * SLEEP_DEADLINE_MS);
+        assert_int_equal(got, 1); /* 0: a lost futex wake-up */
+        assert_int_equal(st, (int32_t)(i & 0x7fffffff));
+    }
+    pthread_join(w, NULL);
+    assert_int_equal(in.fails, 0);
+    printf("%d frames, %u bells\n", FRAMES, in.bells);
+    assert_true(in.bells > 0 && in.bells < FRAMES); /* it slept, and it spun */
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(sv[0]);
+    ipc_ring_unmap(&in.r);
+}
+
+/* ---- against an engine ------------------------------------------------ */
+
+struct side {
+    xfer_engine *e;
+    xfer_region *r;
+    xfer_peer *p;
+    struct xfer_peer_desc d;
+};
+
+static void side_new(struct side *s, const char *name)
+{
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = name;
+    cfg.transports = XFER_TRANSPORT_IPC | XFER_TRANSPORT_TCP;
+    cfg.io_timeout_ms = IO_TIMEOUT;
+    int rc;
+    s->e = xfer_engine_new(&cfg, &rc);
+    assert_non_null(s->e);
+    assert_int_equal(xfer_region_alloc(s->e, "buf", 1 << 20, XFER_ACCESS_RW, &s->r), 0);
+    xfer_engine_describe(s->e, &s->d);
+}
+
+static void linked(struct side *A, struct side *B, const char *a, const char *b)
+{
+    side_new(A, a);
+    side_new(B, b);
+    assert_int_equal(xfer_peer_add(A->e, &B->d, &A->p), 0);
+    assert_int_equal(xfer_peer_add(B->e, &A->d, &B->p), 0);
+    assert_int_equal(xfer_peer_connect(A->p), 0);
+    assert_int_equal(xfer_peer_connect(B->p), 0);
+    assert_int_equal(xfer_peer_transport(A->p), XFER_TRANSPORT_IPC);
+    assert_int_equal(xfer_peer_transport(B->p), XFER_TRANSPORT_IPC);
+}
+
+/* A raw ipc client of a, claiming to be b, past HELLO (its flags in *flags). */
+static int raw_as(const struct side *a, const struct side *b, uint32_t *flags)
+{
+    char why[256];
+    int fd = ipc_sock_connect(a->d.node_id, a->d.incarnation, 2000, why, sizeof(why));
+    assert_true(fd >= 0);
+    struct xfer_hs_self self = {.node_id = b->d.node_id, .incarnation = b->d.incarnation};
+    struct xfer_hs_peer peer;
+    assert_int_equal(xfer_handshake_client(fd, &self, 2000, &peer, why, sizeof(why)), 0);
+    struct ipc_hello hello;
+    struct ipc_hdr h;
+    int ctl = -1;
+    assert_int_equal(ipc_recv(fd, &h, &hello, sizeof(hello), &ctl, 2000), 0);
+    assert_int_equal(h.type, IPC_HELLO);
+    if (ctl >= 0)
+        close(ctl);
+    *flags = hello.flags;
+    return fd;
+}
+
+/* IPC_RING_REQ with ring_fd: the owner's status. */
+static int32_t ring_req(int fd, int ring_fd)
+{
+    assert_int_equal(ipc_send(fd, IPC_RING_REQ, 0, NULL, 0, ring_fd, 1000), 0);
+    struct ipc_hdr h;
+    int32_t st = 1;
+    assert_int_equal(ipc_recv(fd, &h, &st, sizeof(st), NULL, 2000), 0);
+    assert_int_equal(h.type, IPC_RING_RESP);
+    return st;
+}
+
+static void ring_send(int fd, struct ipc_ring *r, const void *frame, uint32_t len)
+{
+    assert_int_equal(ipc_ring_put(r, frame, len), 0);
+    if (ipc_ring_need_bell(r))
+        assert_int_equal(ipc_send(fd, IPC_RING_BELL, 0, NULL, 0, -1, 1000), 0);
+}
+
+static int32_t ring_answer_within(struct ipc_ring *r, int ms)
+{
+    int32_t st;
+    int64_t end = now_ms() + ms;
+    while (now_ms() < end) {
+        int got = ipc_ring_take_answer(r, &st);
+        assert_true(got >= 0);
+        if (got)
+            return st;
+        ipc_ring_wait_answer(r, 10000);
+    }
+    return -1000;
+}
+
+static bool closed_within(int fd, int ms)
+{
+    int64_t end = now_ms() + ms;
+    for (;;) {
+        int left = (int)(end - now_ms());
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, left) != 1)
+            return false;
+        char buf[256];
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return true;
+    }
+}
+
+struct recv_job {
+    struct side *s;
+    uint64_t off, tag, got;
+    int rc;
+};
+
+static void *recv_main(void *arg)
+{
+    struct recv_job *j = arg;
+    j->rc = xfer_recv(j->s->e, j->s->r, j->off, 64, j->s->p, j->tag, &j->got, DEADLINE);
+    return NULL;
+}
+
+/* from's message of 40 bytes reaches to (a RECV waiting in a thread). */
+static void one_way(struct side *from, struct side *to, uint64_t tag)
+{
+    uint8_t *out = xfer_region_ptr(from->r), *in = (uint8_t *)xfer_region_ptr(to->r) + 4096;
+    for (int i = 0; i < 40; i++)
+        out[i] = (uint8_t)(tag * 7 + (uint64_t)i);
+    struct recv_job j = {.s = to, .off = 4096, .tag = tag};
+    pthread_t th;
+    pthread_create(&th, NULL, recv_main, &j);
+    assert_int_equal(xfer_send(from->e, from->r, 0, 40, from->p, tag, DEADLINE), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(j.rc, 0);
+    assert_int_equal(j.got, 40);
+    assert_memory_equal(in, out, 40);
+}
+
+/* B's real messages still reach A, and A's B. */
+static void still_serves(struct side *A, struct side *B, uint64_t tag)
+{
+    one_way(B, A, tag);
+    one_way(A, B, tag);
+}
+
+enum scribble { HEAD_ODD, HEAD_FAR, BAD_SEQ, BAD_LEN, LEN_PAST_HEAD, ANSWERS_TAIL, NSCRIBBLE };
+
+static void scribble(int fd, struct ipc_ring *r, enum scribble k)
+{
+    static uint8_t junk[64];
+    memset(junk, 0xab, sizeof(junk));
+    uint64_t at = r->req_pos;
+    uint32_t hdr[2];
+    switch (k) {
+    case HEAD_ODD:
+        __atomic_store_n(&r->shm->req.head, at + 3, __ATOMIC_RELEASE);
+        break;
+    case HEAD_FAR:
+        __atomic_store_n(&r->shm->req.head, at + 2ull * IPC_RING_REQ_BYTES, __ATOMIC_RELEASE);
+        break;
+    case BAD_SEQ:
+        r->req_seq += 5;
+        assert_int_equal(ipc_ring_put(r, junk, sizeof(junk)), 0);
+        break;
+    case BAD_LEN:       /* a record claiming 4 GiB */
+    case LEN_PAST_HEAD: /* a record longer than what was published */
+        hdr[0] = k == BAD_LEN ? 0xfffffff0u : 4000u;
+        hdr[1] = r->req_seq;
+        memcpy(r->req + at % IPC_RING_REQ_BYTES, hdr, sizeof(hdr));
+        __atomic_store_n(&r->shm->req.head, at + 16, __ATOMIC_RELEASE);
+        break;
+    case ANSWERS_TAIL: /* the answers' read index ahead of what was written */
+        __atomic_store_n(&r->shm->resp.tail, 12345, __ATOMIC_RELEASE);
+        assert_int_equal(ipc_ring_put(r, junk, sizeof(junk)), 0);
+        break;
+    case NSCRIBBLE:
+        break;
+    }
+    assert_int_equal(ipc_send(fd, IPC_RING_BELL, 0, NULL, 0, -1, 1000), 0);
+}
+
+static void test_scribble(void **state)
+{
+    (void)state;
+    unsetenv("XFER_IPC_RING"); /* on, whatever the environment says */
+    struct side A = {0}, B = {0};
+    linked(&A, &B, "ring-a", "ring-b");
+    still_serves(&A, &B, 1);
+    for (int k = 0; k < NSCRIBBLE; k++) {
+        uint32_t flags = 0;
+        int raw = raw_as(&A, &B, &flags);
+        assert_true(flags & IPC_HELLO_RING);
+        struct ipc_ring r;
+        int rfd = -1;
+        assert_int_equal(ipc_ring_create(&r, &rfd), 0);
+        assert_int_equal(ring_req(raw, rfd), 0);
+        close(rfd);
+        /* a well-formed request with a garbage engine frame: answered, kept */
+        uint8_t junk[64];
+        memset(junk, 0xab, sizeof(junk));
+        ring_send(raw, &r, junk, sizeof(junk));
+        assert_int_equal(ring_answer_within(&r, DEADLINE), -XFER_EPROTO);
+        scribble(raw, &r, (enum scribble)k);
+        assert_true(closed_within(raw, IO_TIMEOUT + 4000));
+        close(raw);
+        ipc_ring_unmap(&r);
+        still_serves(&A, &B, 10 + (uint64_t)k);
+    }
+    xfer_engine_free(A.e);
+    xfer_engine_free(B.e);
+}
+
+/* A peer whose ring is refused goes on over the socket. */
+static void socket_still_carries(int raw)
+{
+    uint8_t junk[64];
+    memset(junk, 0xab, sizeof(junk));
+    assert_int_equal(ipc_send(raw, IPC_MSG_REQ, 1, junk, sizeof(junk), -1, 1000), 0);
+    struct ipc_hdr h;
+    int32_t st = 0;
+    assert_int_equal(ipc_recv(raw, &h, &st, sizeof(st), NULL, DEADLINE), 0);
+    assert_int_equal(h.type, IPC_MSG_RESP);
+    assert_int_equal(st, -XFER_EPROTO);
+}
+
+static void test_fallback(void **state)
+{
+    (void)state;
+    unsetenv("XFER_IPC_RING");
+    struct side A = {0}, B = {0};
+    linked(&A, &B, "ringf-a", "ringf-b");
+    /* an unsealed memfd (the peer could shrink it under us): refused */
+    uint32_t flags = 0;
+    int raw = raw_as(&A, &B, &flags);
+    int mfd = memfd_create("not-sealed", MFD_CLOEXEC);
+    assert_int_equal(ftruncate(mfd, (off_t)ipc_ring_size()), 0);
+    assert_int_equal(ring_req(raw, mfd), -XFER_EPROTO);
+    close(mfd);
+    socket_still_carries(raw);
+    close(raw);
+    xfer_engine_free(A.e);
+    xfer_engine_free(B.e);
+
+    /* the owner off: no ring offered, a request for one refused */
+    setenv("XFER_IPC_RING", "0", 1);
+    side_new(&A, "ringf-c");
+    unsetenv("XFER_IPC_RING");
+    side_new(&B, "ringf-d");
+    raw = raw_as(&A, &B, &flags);
+    assert_int_equal(flags & IPC_HELLO_RING, 0);
+    struct ipc_ring r;
+    int rfd = -1;
+    assert_int_equal(ipc_ring_create(&r, &rfd), 0);
+    assert_int_equal(ring_req(raw, rfd), -XFER_ENOTSUP);
+    close(rfd);
+    ipc_ring_unmap(&r);
+    socket_still_carries(raw);
+    close(raw);
+    assert_int_equal(xfer_peer_add(A.e, &B.d, &A.p), 0);
+    assert_int_equal(xfer_peer_add(B.e, &A.d, &B.p), 0);
+    assert_int_equal(xfer_peer_connect(B.p), 0); /* B (ring on) to A (off) */
+    setenv("XFER_IPC_RING", "0", 1);
+    assert_int_equal(xfer_peer_connect(A.p), 0); /* A (off) to B (on) */
+    unsetenv("XFER_IPC_RING");
+    assert_int_equal(xfer_peer_transport(A.p), XFER_TRANSPORT_IPC);
+    for (uint64_t t = 0; t < 50; t++)
+        still_serves(&A, &B, 100 + t);
+    xfer_engine_free(A.e);
+    xfer_engine_free(B.e);
+}
+
+/* Frames of nearly the largest size, back to back: 48 standalone
+ * notifications of 60 KiB (2.8 MiB through the 512 KiB ring, wrapping it
+ * several times) submitted without waiting while A reads none of them;
+ * every batch ends 0 and A reads them all, in order, byte for byte. */
+#define FLOOD     48
+#define FLOOD_LEN (60u << 10)
+static void test_full_ring(void **state)
+{
+    (void)state;
+    unsetenv("XFER_IPC_RING");
+    struct side A = {0}, B = {0};
+    linked(&A, &B, "ringx-a", "ringx-b");
+    static uint8_t msg[FLOOD_LEN];
+    xfer_batch *b[FLOOD];
+    for (int i = 0; i < FLOOD; i++) {
+        int err = 0;
+        b[i] = xfer_batch_new(B.e, &err);
+        assert_non_null(b[i]);
+        memset(msg, i + 1, sizeof(msg));
+        assert_int_equal(xfer_batch_notify(b[i], B.p, msg, sizeof(msg)), 0);
+        assert_int_equal(xfer_batch_submit(b[i], DEADLINE), 0);
+    }
+    for (int i = 0; i < FLOOD; i++) {
+        assert_int_equal(xfer_batch_wait(b[i], DEADLINE), 0);
+        xfer_batch_free(b[i]);
+    }
+    for (int got = 0; got < FLOOD;) {
+        struct xfer_notif *n[8];
+        assert_true(xfer_notif_wait(A.e, NULL, DEADLINE) > 0);
+        int k = xfer_notif_poll(A.e, n, 8);
+        for (int j = 0; j < k; j++, got++) {
+            assert_int_equal(n[j]->len, FLOOD_LEN);
+            assert_int_equal(n[j]->data[0], got + 1);
+            assert_int_equal(n[j]->data[FLOOD_LEN - 1], got + 1);
+            xfer_notif_free(n[j]);
+        }
+    }
+    still_serves(&A, &B, 7);
+    xfer_engine_free(A.e);
+    xfer_engine_free(B.e);
+}
+
+/* The owner stopped (SIGSTOP, another process) while its peer floods it:
+ * the ring fills, the sender's writer waits for room (reading the answers
+ * that come), and once the owner runs again everything arrives: every
+ * batch ends 0, the owner reads all of them, in order. */
+static int stalled_owner(int to_parent, int from_parent)
+{
+    struct side A = {0}, B = {0};
+    side_new(&A, "ringst-a");
+    if (write(to_parent, &A.d, sizeof(A.d)) != sizeof(A.d) ||
+        read(from_parent, &B.d, sizeof(B.d)) != sizeof(B.d) ||
+        xfer_peer_add(A.e, &B.d, &A.p) != 0 || write(to_parent, "r", 1) != 1)
+        return 20;
+    char go;
+    if (read(from_parent, &go, 1) != 1) /* the flood is on its way */
+        return 21;
+    for (int got = 0; got < FLOOD;) {
+        struct xfer_notif *n[8];
+        if (xfer_notif_wait(A.e, NULL, DEADLINE) <= 0)
+            return 22;
+        int k = xfer_notif_poll(A.e, n, 8);
+        for (int j = 0; j < k; j++, got++) {
+            if (n[j]->len != FLOOD_LEN || n[j]->data[0] != got + 1 ||
+                n[j]->data[FLOOD_LEN - 1] != got + 1)
+                return 23;
+            xfer_notif_free(n[j]);
+        }
+    }
+    xfer_engine_free(A.e);
+    return 0;
+}
+
+static void test_stalled_owner(void **state)
+{
+    (void)state;
+    unsetenv("XFER_IPC_RING");
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(stalled_owner(up[1], down[0]));
+    struct side B = {0};
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.node_id = "ringst-b";
+    cfg.transports = XFER_TRANSPORT_IPC;
+    cfg.io_timeout_ms = 5000; /* longer than the stop */
+    int rc;
+    B.e = xfer_engine_new(&cfg, &rc);
+    assert_non_null(B.e);
+    xfer_engine_describe(B.e, &B.d);
+    struct xfer_peer_desc ad;
+    char ready;
+    assert_int_equal(read(up[0], &ad, sizeof(ad)), (ssize_t)sizeof(ad));
+    assert_int_equal(write(down[1], &B.d, sizeof(B.d)), (ssize_t)sizeof(B.d));
+    assert_int_equal(read(up[0], &ready, 1), 1);
+    assert_int_equal(xfer_peer_add(B.e, &ad, &B.p), 0);
+    assert_int_equal(xfer_peer_connect(B.p), 0);
+    assert_int_equal(xfer_peer_transport(B.p), XFER_TRANSPORT_IPC);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    static uint8_t msg[FLOOD_LEN];
+    xfer_batch *b[FLOOD];
+    int64_t t0 = now_ms();
+    for (int i = 0; i < FLOOD; i++) {
+        int err = 0;
+        b[i] = xfer_batch_new(B.e, &err);
+        assert_non_null(b[i]);
+        memset(msg, i + 1, sizeof(msg));
+        assert_int_equal(xfer_batch_notify(b[i], B.p, msg, sizeof(msg)), 0);
+        assert_int_equal(xfer_batch_submit(b[i], 3 * DEADLINE), 0);
+    }
+    struct timespec ts = {0, 300 * 1000000L}; /* the ring is full meanwhile */
+    nanosleep(&ts, NULL);
+    assert_int_equal(xfer_batch_poll(b[FLOOD - 1]), -XFER_EINPROGRESS);
+    assert_int_equal(kill(pid, SIGCONT), 0);
+    assert_int_equal(write(down[1], "g", 1), 1);
+    for (int i = 0; i < FLOOD; i++) {
+        assert_int_equal(xfer_batch_wait(b[i], 3 * DEADLINE), 0);
+        xfer_batch_free(b[i]);
+    }
+    printf("stalled owner: %d x %u KiB in %lld ms\n", FLOOD, FLOOD_LEN >> 10,
+           (long long)(now_ms() - t0));
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    xfer_engine_free(B.e);
+    close(up[0]);
+    close(up[1]);
+    close(down[0]);
+    close(down[1]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_race), cmocka_unit_test(test_scribble),
+                                       cmocka_unit_test(test_fallback),
+                                       cmocka_unit_test(test_full_ring),
+                                       cmocka_unit_test(test_stalled_owner)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
