@@ -181,7 +181,8 @@ def notif(tr, key):
 
 def msg_rt(tr, probe, env=None):
     """p50 round trip (us) of bench_notify --only probe over transport tr:
-    notify-pp (two notifications), sendrecv or sendrecv-pre (8 B, 2 x one way)."""
+    notify-pp (two notifications), sendrecv, sendrecv-pre or sendrecv-local
+    (8 B, 2 x one way)."""
     out = run([B + "/bench/bench_notify", "--transport", tr, "--only", probe, "--iters", "2000"],
               env, timeout=300)
     for line in out.splitlines():
@@ -320,10 +321,13 @@ def rows():
     # Message round trips against the raw ping-pong (issue 15: <= 1.3 x):
     # two standalone notifications (each side waits in xfer_notif_wait), and
     # 8 B xfer_send then xfer_recv each way, blocking or with the receive
-    # posted before the send (docs/notify.md).
+    # posted before the send, and blocking with the opt-in XFER_SEND_LOCAL
+    # (eager, locally completed; docs/notify.md).
     for name, probe in (("notification round trip, tcp", "notify-pp"),
                         ("8 B send/recv round trip, tcp, blocking", "sendrecv"),
-                        ("8 B send/recv round trip, tcp, receives posted ahead", "sendrecv-pre")):
+                        ("8 B send/recv round trip, tcp, receives posted ahead", "sendrecv-pre"),
+                        ("8 B send/recv round trip, tcp, XFER_SEND_LOCAL (opt-in)",
+                         "sendrecv-local")):
         add(name, "p50 us", lambda probe=probe: msg_rt("tcp", probe), "TCP ping-pong 56 B",
             lambda: pingpong(56), "lower", "<= 1.3")
     return [r for r in R if ONLY.search(r[0])]

@@ -28,6 +28,8 @@
  * notifications, each side waiting in xfer_notif_wait; no spinning).
  * --only notify-read runs part 1 at 4 KiB alone (a reader thread waits in
  * xfer_notif_wait before each batch is sent: context switches per batch).
+ * --only sendrecv-local: the blocking 8 B ping-pong with XFER_SEND_LOCAL
+ * SENDs (eager, locally completed: the opt-in of docs/notify.md).
  */
 #include "xfer.h"
 
@@ -299,6 +301,10 @@ struct echo {
     bool pre;
 };
 
+/* --only sendrecv-local: the blocking ping-pong's SENDs are XFER_SEND_LOCAL
+ * (eager, locally completed: docs/notify.md). */
+static unsigned send_flags;
+
 /* A RECV batch submitted now, waited for later. */
 static xfer_batch *recv_post(struct side *s, uint64_t off, uint64_t tag)
 {
@@ -347,7 +353,7 @@ static void *echo_main(void *arg)
     for (int k = 0; k < x->iters; k++) {
         uint64_t got;
         if (xfer_recv(x->T->e, x->T->r, 0, 64, x->T->p, 1, &got, 10000) != 0 ||
-            xfer_send(x->T->e, x->T->r, 0, got, x->T->p, 2, 10000) != 0) {
+            xfer_send_flags(x->T->e, x->T->r, 0, got, x->T->p, 2, send_flags, 10000) != 0) {
             fprintf(stderr, "bench: echo failed at %d\n", k);
             break;
         }
@@ -368,7 +374,7 @@ static int bench_latency(struct side *I, struct side *T, int iters, bool with_wr
         uint64_t got;
         double t0 = now_us();
         xfer_batch *rb = pre ? recv_post(I, 64, 2) : NULL;
-        if (xfer_send(I->e, I->r, 0, 8, I->p, 1, 10000) != 0 ||
+        if (xfer_send_flags(I->e, I->r, 0, 8, I->p, 1, send_flags, 10000) != 0 ||
             (pre ? recv_end(rb, &got) : xfer_recv(I->e, I->r, 64, 64, I->p, 2, &got, 10000)) != 0) {
             fprintf(stderr, "bench: ping failed at %d\n", k);
             rc = 1;
@@ -533,10 +539,14 @@ int main(int argc, char **argv)
             rc = bench_latency(&I, &T, iters, false, false);
         else if (!strcmp(only, "sendrecv-pre"))
             rc = bench_latency(&I, &T, iters, false, true);
-        else
+        else if (!strcmp(only, "sendrecv-local")) {
+            send_flags = XFER_SEND_LOCAL;
+            rc = bench_latency(&I, &T, iters, false, false);
+        } else
             fprintf(
                 stderr,
-                "bench_notify: --only notify, notify-read, notify-pp, sendrecv or sendrecv-pre\n");
+                "bench_notify: --only notify, notify-read, notify-pp, sendrecv, sendrecv-pre or "
+                "sendrecv-local\n");
         xfer_engine_free(I.e);
         xfer_engine_free(T.e);
         return rc;

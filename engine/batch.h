@@ -46,7 +46,8 @@ struct batch_item {
     xfer_peer *want;  /* RECV: the peer asked for (NULL = any) */
     xfer_peer *from;  /* matched RECV: the sender */
     uint32_t name;    /* SEND/RECV: 1 + its entry in b->names, 0 none */
-    uint64_t send_id; /* SEND: the RTS id; matched RECV: the sender's */
+    uint64_t send_id; /* SEND: the RTS id; matched RECV: the sender's (0: no FIN, a local SEND) */
+    bool local;       /* SEND: XFER_SEND_LOCAL (completes when its frame is written) */
 };
 
 struct xfer_batch {

@@ -153,7 +153,7 @@ int xfer_notify(xfer_engine *e, xfer_peer *p, const void *msg, size_t len, int d
 void batch_msg_item_end(xfer_batch *b, size_t i, int status)
 {
     struct batch_item *bi = &b->items[i];
-    if (bi->kind == BK_RECV && bi->matched) /* the sender waits for this */
+    if (bi->kind == BK_RECV && bi->matched && bi->send_id) /* the sender waits for this */
         mm_send_fin(b->engine, bi->from, bi->send_id, status, status == 0 ? bi->it.len : 0);
     else if (bi->kind != BK_RMA)
         mm_forget(b->engine, b, i);
@@ -189,6 +189,9 @@ void batch_msg_start(xfer_batch *b)
             b->names[bi->name - 1][0] = '\0';
             rc = mm_recv_add(b->engine, b, i, b->notes.run, bi->want, bi->tag, bi->cap,
                              bi->it.local->kind == XFER_MEM_HOST);
+        } else if (bi->local) { /* no FIN comes: nothing to register (batch_msg_submit) */
+            bi->send_id = 0;
+            rc = 0;
         } else {
             rc = mm_send_add(b->engine, b, i, b->notes.run, bi->it.peer, bi->it.len, &bi->send_id);
         }
@@ -207,19 +210,25 @@ void batch_msg_submit(xfer_batch *b)
         pthread_mutex_lock(&b->mu);
         struct batch_item *bi = &b->items[i];
         recvs |= bi->kind == BK_RECV;
-        bool go = bi->kind == BK_SEND && bi->open;
+        bool go = bi->kind == BK_SEND && bi->open, local = bi->local;
         uint64_t id = bi->send_id, tag = bi->tag, len = bi->it.len, off = bi->it.local_off;
         xfer_peer *p = bi->it.peer;
-        xfer_region *local = bi->it.local;
+        xfer_region *local_r = bi->it.local;
         pthread_mutex_unlock(&b->mu);
         if (!go)
             continue;
         /* (built here, not for every item: zeroing it is ~100 instructions) */
         struct xfer_msg_rts r = {.send_id = id, .tag = tag, .len = len, .off = off};
-        xfer_region_describe(local, &r.src); /* pinned by the run */
-        if (b->engine->match.eager && r.len <= XFER_MSG_EAGER_MAX && local->kind == XFER_MEM_HOST)
-            r.eager = local->ptr + r.off; /* copied into the frame by mm_send_rts */
-        mm_send_rts(b->engine, b, p, &r);
+        xfer_region_describe(local_r, &r.src); /* pinned by the run */
+        if ((b->engine->match.eager || local) && r.len <= XFER_MSG_EAGER_MAX &&
+            local_r->kind == XFER_MEM_HOST)
+            r.eager = local_r->ptr + r.off; /* copied into the frame by mm_send_rts */
+        if (local) {                        /* checked at add: eager */
+            r.local = true;
+            mm_send_local(b->engine, b, i, p, &r);
+        } else {
+            mm_send_rts(b->engine, b, p, &r);
+        }
     }
     if (recvs) /* messages that arrived before these RECVs: matched here, not
                 * by a hand-off to the message thread */
@@ -238,7 +247,7 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
     bi->matched = true;
     bi->from = p;
     xfer_copy_str(b->names[bi->name - 1], XFER_NAME_MAX, p->desc.node_id); /* p may go */
-    bi->send_id = r->send_id;
+    bi->send_id = r->local ? 0 : r->send_id; /* 0: no FIN (a locally completed SEND) */
     bi->tag = r->tag;
     char why[160];
     if (r->len > bi->cap) {
@@ -254,6 +263,14 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
         memcpy(dst->ptr + bi->it.local_off, r->eager, r->len);
         bi->it.len = r->len;
         batch_item_end(b, i, 0, NULL); /* sends the FIN */
+        batch_maybe_finish(b);
+        pthread_mutex_unlock(&b->mu);
+        return 0;
+    }
+    if (r->local) { /* its sender's buffer may be reused: nothing to READ */
+        snprintf(why, sizeof(why), "locally completed message from %s into device memory",
+                 p->desc.node_id);
+        batch_item_end(b, i, -XFER_EINVAL, why);
         batch_maybe_finish(b);
         pthread_mutex_unlock(&b->mu);
         return 0;
@@ -307,6 +324,25 @@ int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_
     return add_msg_item(b, XFER_OP_RECV, local, off, cap, p, tag);
 }
 
+int xfer_batch_add_send_flags(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len,
+                              xfer_peer *p, uint64_t tag, unsigned flags)
+{
+    if (flags & ~XFER_SEND_LOCAL)
+        return -XFER_EINVAL;
+    if (!(flags & XFER_SEND_LOCAL))
+        return xfer_batch_add_send(b, local, off, len, p, tag);
+    /* eager only: its bytes travel in the frame, nobody READs them */
+    if (!b || !local || local->kind != XFER_MEM_HOST || len > XFER_MSG_EAGER_MAX)
+        return -XFER_EINVAL;
+    int i = add_msg_item(b, XFER_OP_SEND, local, off, len, p, tag);
+    if (i >= 0) {
+        pthread_mutex_lock(&b->mu);
+        b->items[i].local = true;
+        pthread_mutex_unlock(&b->mu);
+    }
+    return i;
+}
+
 uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i)
 {
     if (!b || i >= b->n)
@@ -338,13 +374,14 @@ int xfer_batch_item_msg(const xfer_batch *b, size_t i, uint64_t *tag, char *node
 }
 
 static int one_msg(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_t off, uint64_t len,
-                   xfer_peer *p, uint64_t tag, uint64_t *got, int deadline_ms)
+                   xfer_peer *p, uint64_t tag, unsigned flags, uint64_t *got, int deadline_ms)
 {
     int rc;
     xfer_batch *b = xfer_batch_new(e, &rc);
     if (!b)
         return rc;
-    rc = add_msg_item(b, op, local, off, len, p, tag);
+    rc = op == XFER_OP_SEND ? xfer_batch_add_send_flags(b, local, off, len, p, tag, flags)
+                            : add_msg_item(b, op, local, off, len, p, tag);
     if (rc >= 0)
         rc = xfer_batch_submit(b, deadline_ms);
     if (rc >= 0)
@@ -360,11 +397,17 @@ static int one_msg(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_t
 int xfer_send(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
               uint64_t tag, int deadline_ms)
 {
-    return one_msg(e, XFER_OP_SEND, local, off, len, p, tag, NULL, deadline_ms);
+    return one_msg(e, XFER_OP_SEND, local, off, len, p, tag, 0, NULL, deadline_ms);
+}
+
+int xfer_send_flags(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
+                    uint64_t tag, unsigned flags, int deadline_ms)
+{
+    return one_msg(e, XFER_OP_SEND, local, off, len, p, tag, flags, NULL, deadline_ms);
 }
 
 int xfer_recv(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
               uint64_t tag, uint64_t *got, int deadline_ms)
 {
-    return one_msg(e, XFER_OP_RECV, local, off, cap, p, tag, got, deadline_ms);
+    return one_msg(e, XFER_OP_RECV, local, off, cap, p, tag, 0, got, deadline_ms);
 }

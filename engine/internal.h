@@ -331,6 +331,10 @@ int mm_send_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer
 void mm_forget(xfer_engine *e, xfer_batch *b, size_t i);
 /* Queues an RTS (no lock needed) / a FIN (b->mu may be held). */
 void mm_send_rts(xfer_engine *e, xfer_batch *b, xfer_peer *p, const struct xfer_msg_rts *r);
+/* The RTS of a locally completed SEND (item i of b, r->local): the item
+ * ends when the transport reports the frame written (or answered). */
+void mm_send_local(xfer_engine *e, xfer_batch *b, size_t i, xfer_peer *p,
+                   const struct xfer_msg_rts *r);
 void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, uint64_t got);
 /* No lock held (message thread, submitter): pairs arrived RTS with posted
  * RECVs; mm_sweep fails entries whose peer's connection is gone

@@ -253,6 +253,48 @@ void mm_send_rts(xfer_engine *e, xfer_batch *b, xfer_peer *p, const struct xfer_
     }
 }
 
+/* A locally completed SEND (XFER_SEND_LOCAL): its frame was written (tcp:
+ * status 0, no answer comes), or its transport carried the target's
+ * answer (0 or XFER_MSG_DELIVERED: done; an error ends it). o->id is the
+ * item's index, o->note its length. */
+static void local_done(struct msg_out *o, int status, const char *why)
+{
+    xfer_batch *b = o->b;
+    if (status >= 0) {
+        xfer_batch_chunk_done(b, (size_t)o->id, o->note, 0, NULL);
+    } else {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "send to %s: %s", o->peer->desc.node_id,
+                 why && *why ? why : xfer_strerror(status));
+        xfer_batch_chunk_done(b, (size_t)o->id, 0, status, msg);
+    }
+    xfer_batch_put(b);
+}
+
+void mm_send_local(xfer_engine *e, xfer_batch *b, size_t i, xfer_peer *p,
+                   const struct xfer_msg_rts *r)
+{
+    struct msg_out *o = msg_out_new(xfer_msg_rts_frame_len(r));
+    xfer_batch_hold(b);
+    if (!o) {
+        xfer_batch_chunk_done(b, i, 0, -XFER_ENOMEM, "out of memory for a message");
+        xfer_batch_put(b);
+        return;
+    }
+    xfer_msg_encode_rts(msg_next_seq(e), r, (uint8_t *)o->m.frame);
+    o->peer = p;
+    o->b = b;
+    o->id = i;
+    o->note = (size_t)r->len; /* (a SEND has no binding: the bytes it reports) */
+    o->done = local_done;
+    o->m.noresp = true; /* (no wait_b: over tcp no answer comes for a waiter to read) */
+    if (msg_send(e, o) < 0) {
+        msg_out_free(o);
+        xfer_batch_chunk_done(b, i, 0, -XFER_ECANCELED, "engine is shutting down");
+        xfer_batch_put(b);
+    }
+}
+
 static void fin_done(struct msg_out *o, int status, const char *why)
 {
     /* Lost: the sender's SEND ends by its deadline or the sweep. Unknown
@@ -343,6 +385,8 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
     if (rc < 0) {
         if (rc == -XFER_ENOENT)
             xfer_warn("message from %s refused: not a known peer (add it to receive)", node);
+        else if (r->local) /* its sender is not told (XFER_SEND_LOCAL) */
+            xfer_debug("locally completed message from %s dropped: %s", node, xfer_strerror(rc));
         rts_free(x);
         return rc;
     }

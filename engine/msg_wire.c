@@ -74,10 +74,11 @@ int xfer_msg_decode(const uint8_t *in, size_t len, struct xfer_msg_hdr *h, char 
     h->msg_len = xfer_get32(in + 32);
     if (h->kind == 0 || h->kind >= XFER_MSG_KIND_MAX)
         return bad(why, why_len, "message frame: unknown kind");
-    if (h->flags & ~(XFER_MSG_F_BOUND | XFER_MSG_F_EAGER) ||
+    if (h->flags & ~(XFER_MSG_F_BOUND | XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL) ||
         (h->flags & ~(h->kind == XFER_MSG_NOTIFY ? XFER_MSG_F_BOUND
-                      : h->kind == XFER_MSG_RTS  ? XFER_MSG_F_EAGER
-                                                 : 0u)))
+                      : h->kind == XFER_MSG_RTS  ? XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL
+                                                 : 0u)) ||
+        ((h->flags & XFER_MSG_F_LOCAL) && !(h->flags & XFER_MSG_F_EAGER)))
         return bad(why, why_len, "message frame: unknown flags");
     if (h->kind != XFER_MSG_NOTIFY && (h->status || h->n_items || !two_sided_len_ok(h)))
         return bad(why, why_len, "message frame: malformed two-sided frame");
@@ -135,7 +136,7 @@ size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *
     uint32_t eager = r->eager ? (uint32_t)r->len : 0;
     uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, XFER_MSG_RTS_BODY + eager, out);
     if (r->eager)
-        xfer_put16(out + 6, XFER_MSG_F_EAGER);
+        xfer_put16(out + 6, XFER_MSG_F_EAGER | (r->local ? XFER_MSG_F_LOCAL : 0));
     memset(p, 0, XFER_MSG_RTS_BODY);
     xfer_put64(p, r->send_id);
     xfer_put64(p + 8, r->tag);
@@ -199,6 +200,7 @@ int xfer_msg_decode_rts(const struct xfer_msg_hdr *h, const uint8_t *p, struct x
         if (h->msg_len - XFER_MSG_RTS_BODY != r->len)
             return -XFER_EPROTO;
         r->eager = p + XFER_MSG_RTS_BODY;
+        r->local = h->flags & XFER_MSG_F_LOCAL;
     }
     return 0;
 }

@@ -37,6 +37,8 @@ enum xfer_msg_kind {
 
 #define XFER_MSG_F_BOUND 1u /* NOTIFY: bound to a batch */
 #define XFER_MSG_F_EAGER 2u /* RTS: the message's len bytes follow the body */
+#define XFER_MSG_F_LOCAL                                                                           \
+    4u /* RTS, with EAGER: the sender completed it (no FIN, no answer wanted) */
 
 struct xfer_msg_hdr {
     uint8_t kind;
@@ -57,6 +59,7 @@ struct xfer_msg_rts {
     uint64_t off;                /* of the message in src */
     struct xfer_region_desc src; /* sender's region (id, gen, addr, len, access, blobs) */
     const uint8_t *eager;        /* NULL, or the len message bytes (XFER_MSG_F_EAGER) */
+    bool local;                  /* XFER_MSG_F_LOCAL (eager only) */
 };
 
 struct xfer_msg_fin {

@@ -39,6 +39,11 @@ struct xfer_msg {
      * which completes with its FIN): a transport may leave it to be read
      * later instead of holding the sending thread (ipc). */
     bool lazy;
+    /* No answer wanted (an RTS of XFER_SEND_LOCAL): a transport that can
+     * tell its peer so (tcp) calls xfer_msg_done(m, 0) once the frame is
+     * written and the target answers nothing; others carry the answer as
+     * usual. */
+    bool noresp;
 };
 
 enum xfer_transport_cap {

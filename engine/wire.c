@@ -57,7 +57,9 @@ int xfer_wire_decode(const uint8_t in[XFER_WIRE_HDR_LEN], uint32_t max_payload,
     h->length = xfer_get64(in + 32);
     h->status = (int32_t)xfer_get32(in + 40);
     h->payload = xfer_get32(in + 44);
-    if (h->version != XFER_PROTO_VERSION || (h->flags & ~XFER_WIRE_F_SEQ))
+    if (h->version != XFER_PROTO_VERSION || (h->flags & ~(XFER_WIRE_F_SEQ | XFER_WIRE_F_NORESP)))
+        return -XFER_EPROTO;
+    if ((h->flags & XFER_WIRE_F_NORESP) && h->op != XFER_WIRE_MSG_REQ)
         return -XFER_EPROTO;
     if (h->op == 0 || h->op >= XFER_WIRE_OP_MAX)
         return -XFER_EPROTO;

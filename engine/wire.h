@@ -6,7 +6,7 @@
  *    0   4  magic      0x58464552 ("XFER" read as LE bytes 'R','E','F','X')
  *    4   1  version    XFER_PROTO_VERSION
  *    5   1  op         enum xfer_wire_op
- *    6   2  flags      XFER_WIRE_F_SEQ or 0
+ *    6   2  flags      XFER_WIRE_F_SEQ, XFER_WIRE_F_NORESP (MSG_REQ) or 0
  *    8   8  req_id     initiator's chunk id, echoed in the response; with
  *                      XFER_WIRE_F_SEQ its high 32 bits are the batch's
  *                      sequence number (the fence of docs/engine.md)
@@ -40,6 +40,10 @@ enum xfer_wire_op {
 };
 
 #define XFER_WIRE_F_SEQ 1u /* req_id >> 32 is the initiator's batch sequence number */
+/* MSG_REQ only: no MSG_RESP wanted (the RTS of a locally completed SEND,
+ * XFER_SEND_LOCAL): the target answers nothing, the initiator does not
+ * wait for an answer. */
+#define XFER_WIRE_F_NORESP 2u
 
 struct xfer_wire_hdr {
     uint8_t version;

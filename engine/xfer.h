@@ -552,6 +552,22 @@ int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_
                         uint64_t tag);
 int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
                         uint64_t tag);
+/* Opt-in weaker SEND (docs/notify.md, "Eager, locally completed"):
+ * XFER_SEND_LOCAL, for host memory of at most XFER_MSG_EAGER_MAX bytes
+ * (else -XFER_EINVAL at add). The SEND ends 0 once its frame (bytes
+ * copied in) was written to the peer's message channel (tcp: the socket;
+ * other transports: at the target's answer, which still comes), without
+ * waiting for a RECV: no FIN, and over tcp no answer at all. The sender is
+ * not told of truncation (the RECV still ends -XFER_ETRUNC), of a full
+ * receive queue or an unknown sender (the receiver drops the message and
+ * logs it), nor of a peer that dies after the frame left (-XFER_ECONN only
+ * if the connection failed first). At most once and in order with the
+ * peer's other messages, as any SEND; a RECV into device memory that
+ * matches one ends -XFER_EINVAL (the sender's buffer may be reused). Both
+ * engines must have this code (an older receiver refuses the frame). */
+#define XFER_SEND_LOCAL 1u
+int xfer_batch_add_send_flags(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len,
+                              xfer_peer *p, uint64_t tag, unsigned flags);
 /* Received length of a finished RECV item (else the item's len). */
 uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i);
 /* Tag and sender of a finished RECV item (for any-tag, any-peer receives);
@@ -563,6 +579,9 @@ int xfer_send(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t len, xf
               uint64_t tag, int deadline_ms);
 int xfer_recv(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
               uint64_t tag, uint64_t *got, int deadline_ms);
+/* xfer_send with flags (XFER_SEND_LOCAL). */
+int xfer_send_flags(xfer_engine *e, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
+                    uint64_t tag, unsigned flags, int deadline_ms);
 
 /* ---- KV blocks ---------------------------------------------------------- */
 /* Block i of a region with a layout is the xfer_layout_block_size() bytes

@@ -93,7 +93,22 @@ struct post_state {
     uint64_t budget;       /* bytes the posting thread still copies itself */
     struct ipc_post *post; /* tasks for the copy threads, NULL until the first */
     size_t left;           /* items not yet looked at (room for the post) */
+    /* GPU loan items of the windows so far, launched together (one or two
+     * launches for the whole post, not per window: 512 plain items were 8
+     * launches); gback: room for those the launch leaves to the worker */
+    size_t *gpu, *gback, ng, gcap;
+    struct ipc_direct **gd;
 };
+
+/* Launches the GPU loan items collected so far (ipc_dgpu.c); what it
+ * leaves goes to the worker, which asks the owner. */
+static void post_gpu_flush(struct ipc_conn *c, xfer_batch *b, struct post_state *ps)
+{
+    size_t nback = ps->ng ? ipc_dgpu_post(c, b, ps->gpu, ps->gd, ps->ng, ps->gback) : 0;
+    if (nback) /* withdrawn meanwhile, or not launched */
+        ipc_conn_queue(c, b, ps->gback, nback);
+    ps->ng = 0;
+}
 
 /* Up to IPC_DIRECT_POST_MAX items: those lent go direct while the budget
  * lasts, then to the post's copy-thread tasks; the rest queue. */
@@ -101,8 +116,11 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
                        struct post_state *ps)
 {
     size_t slow[IPC_DIRECT_POST_MAX], fast[IPC_DIRECT_POST_MAX], pool[IPC_DIRECT_POST_MAX];
-    size_t gpu[IPC_DIRECT_POST_MAX], ns = 0, nf = 0, np = 0, ng = 0;
-    struct ipc_direct *d[IPC_DIRECT_POST_MAX], *pd[IPC_DIRECT_POST_MAX], *gd[IPC_DIRECT_POST_MAX];
+    size_t ns = 0, nf = 0, np = 0;
+    struct ipc_direct *d[IPC_DIRECT_POST_MAX], *pd[IPC_DIRECT_POST_MAX];
+    if (ps->gcap - ps->ng < n) /* no room for another window's GPU items */
+        post_gpu_flush(c, b, ps);
+    size_t ng0 = ps->ng;
     pthread_mutex_lock(&c->mu);
     int rc = c->broken || c->stop ? -XFER_ECONN : 0;
     for (size_t k = 0; rc == 0 && k < n; k++) {
@@ -111,8 +129,8 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
         struct xfer_block_list bl; /* block items too, but any item of a GPU loan (ipc_dgpu.c) */
         bool vec = xfer_batch_item_segs(b, idx[k], &nseg) != NULL;
         bool blk = !vec && xfer_batch_item_blocks(b, idx[k], &bl), plain = !vec && !blk;
-        if (c->direct.head && (gd[ng] = ipc_direct_get_gpu(&c->direct, it))) {
-            gpu[ng++] = idx[k];
+        if (c->direct.head && (ps->gd[ps->ng] = ipc_direct_get_gpu(&c->direct, it))) {
+            ps->gpu[ps->ng++] = idx[k];
             continue;
         }
         bool room = it->len <= ps->budget;
@@ -132,7 +150,7 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     /* A dead owner's memory stays mapped here: copying into it would be a
      * silent loss. One poll per window that copies directly (the worker
      * learns it otherwise only from its next round trip). */
-    if (rc == 0 && (nf || np || ng) && ipc_sock_hung_up(c->fd))
+    if (rc == 0 && (nf || np || ps->ng > ng0) && ipc_sock_hung_up(c->fd))
         rc = -XFER_ECONN;
     if (rc == 0 && ns)
         rc = queue_locked(c, b, slow, ns);
@@ -140,12 +158,10 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     if (rc < 0) { /* none started: the direct ones are let go unstarted */
         direct_unget(d, nf);
         direct_unget(pd, np);
-        direct_unget(gd, ng);
+        direct_unget(ps->gd + ng0, ps->ng - ng0);
+        ps->ng = ng0;
         return rc;
     }
-    size_t nback = ng ? ipc_dgpu_post(c, b, gpu, gd, ng, slow) : 0;
-    if (nback) /* withdrawn meanwhile, or not launched: the owner decides */
-        ipc_conn_queue(c, b, slow, nback);
     if (np && !ps->post) /* room for every pool item this post can still have */
         ps->post = ipc_post_new(ps->left);
     size_t k = 0;
@@ -172,7 +188,19 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
-    struct post_state ps = {.budget = IPC_DIRECT_POST_BYTES, .left = n};
+    size_t g_idx[IPC_DIRECT_POST_MAX], g_back[IPC_DIRECT_POST_MAX];
+    struct ipc_direct *g_d[IPC_DIRECT_POST_MAX];
+    struct post_state ps = {.budget = IPC_DIRECT_POST_BYTES,
+                            .left = n,
+                            .gpu = g_idx,
+                            .gback = g_back,
+                            .gd = g_d,
+                            .gcap = IPC_DIRECT_POST_MAX};
+    void *heap = NULL; /* room for every item's GPU launch (else one per window) */
+    if (n > IPC_DIRECT_POST_MAX && (heap = malloc(n * (2 * sizeof(size_t) + sizeof(void *))))) {
+        ps.gpu = heap, ps.gback = ps.gpu + n, ps.gd = (struct ipc_direct **)(ps.gback + n);
+        ps.gcap = n;
+    }
     int rc = 0;
     size_t k = 0;
     for (; k < n; k += IPC_DIRECT_POST_MAX) {
@@ -189,6 +217,14 @@ int ipc_conn_post(struct xfer_conn *xc, xfer_batch *b, const size_t *idx, size_t
         if ((rc = post_window(c, b, idx + k, w, &ps)) < 0)
             break;
     }
+    if (rc < 0) { /* a later window found the connection gone: none launched */
+        direct_unget(ps.gd, ps.ng);
+        for (size_t j = 0; j < ps.ng; j++)
+            xfer_batch_chunk_done(b, ps.gpu[j], 0, rc, "ipc: cannot queue the item");
+        ps.ng = 0;
+    }
+    post_gpu_flush(c, b, &ps); /* the windows' GPU loan items: one launch per kind */
+    free(heap);
     post_publish(c, b, ps.post); /* what the windows left for the threads */
     ipc_post_put(ps.post);
     if (rc < 0 && k == 0)

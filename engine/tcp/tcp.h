@@ -107,6 +107,7 @@ struct tcp_tx {
     const uint8_t *gsrc;   /* device memory to send */
     struct tcp_slab *slab; /* allocated with the other chunks of one post, or NULL */
     bool cached;           /* a MSG_REQ's, from tcp_msg.c's block cache (tcp_msg_tx_put) */
+    bool noresp;           /* a MSG_REQ with XFER_WIRE_F_NORESP: done once written */
 };
 
 /* The chunks of one post, allocated at once and freed with the last one:

@@ -42,13 +42,15 @@ static struct tcp_tx *msg_tx(struct tcp_conn *tc, struct xfer_msg *m, uint32_t s
     t->req_id = __atomic_add_fetch(&tc->tt->next_req, 1, __ATOMIC_RELAXED);
     if (seq)
         t->req_id = (uint64_t)seq << 32 | (t->req_id & 0xffffffffu);
-    struct xfer_wire_hdr h = {.version = XFER_PROTO_VERSION,
-                              .op = XFER_WIRE_MSG_REQ,
-                              .flags = seq ? XFER_WIRE_F_SEQ : 0,
-                              .req_id = t->req_id,
-                              .region_id = frames,
-                              .length = m->len,
-                              .payload = (uint32_t)m->len};
+    t->noresp = m->noresp;
+    struct xfer_wire_hdr h = {
+        .version = XFER_PROTO_VERSION,
+        .op = XFER_WIRE_MSG_REQ,
+        .flags = (uint16_t)((seq ? XFER_WIRE_F_SEQ : 0) | (m->noresp ? XFER_WIRE_F_NORESP : 0)),
+        .req_id = t->req_id,
+        .region_id = frames,
+        .length = m->len,
+        .payload = (uint32_t)m->len};
     xfer_wire_encode(&h, t->hdr);
     return t;
 }
@@ -163,5 +165,6 @@ void tcp_msg_received(struct tcp_sock *s)
     s->rx_msg = NULL;
     s->rx_dst = NULL;
     s->rx_state = RX_HDR;
-    tcp_queue_response(s, &s->rh, XFER_WIRE_MSG_RESP, status, NULL, NULL);
+    if (!(s->rh.flags & XFER_WIRE_F_NORESP)) /* (else its sender completed it: no answer) */
+        tcp_queue_response(s, &s->rh, XFER_WIRE_MSG_RESP, status, NULL, NULL);
 }

@@ -174,6 +174,8 @@ static void tx_advance(struct tcp_sock *s, size_t n)
             response_sent(s, t);
         else if (t->op == XFER_WIRE_FENCE) /* answered by nothing */
             tcp_tx_free(t);
+        else if (t->noresp) /* a locally completed SEND: written is done */
+            tcp_chunk_complete(s, t, 0, NULL);
         else
             inflight_push(s, t);
     }

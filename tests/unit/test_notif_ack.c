@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fork_pair.h"
 #include "xfer.h"
 
 #define DEADLINE 5000
@@ -39,13 +40,6 @@
 #else
 #define ROUNDS 1000
 #endif
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Voluntary context switches of this process's threads but the main one. */
 static long other_switches(void)
@@ -77,28 +71,11 @@ struct side {
     uint64_t rng;
 };
 
-/* An engine named me, the other side's description exchanged over the
- * pipes, each the other's peer. 0 or -1. */
+/* An engine named me, each the other's peer (fork_pair.h). */
 static int side_up(struct side *s, const char *me, const char *other, int rfd, int wfd)
 {
-    struct xfer_engine_config cfg;
-    xfer_engine_config_init(&cfg);
-    cfg.transports = XFER_TRANSPORT_TCP;
-    cfg.sockets_per_peer = 2;
-    cfg.progress_threads = 2;
-    cfg.node_id = me;
-    int rc;
-    if (!(s->e = xfer_engine_new(&cfg, &rc)))
-        return -1;
-    struct xfer_peer_desc mine, theirs;
-    xfer_engine_describe(s->e, &mine);
-    if (write(wfd, &mine, sizeof(mine)) != (ssize_t)sizeof(mine) ||
-        read(rfd, &theirs, sizeof(theirs)) != (ssize_t)sizeof(theirs))
-        return -1;
     s->other = other;
-    if (xfer_peer_add(s->e, &theirs, &s->p) != 0 || xfer_peer_connect(s->p) != 0)
-        return -1;
-    return 0;
+    return fp_side_up(&s->e, &s->p, me, rfd, wfd);
 }
 
 static xfer_batch *note_send(struct side *s, int k)
@@ -127,8 +104,8 @@ static uint64_t rnd(uint64_t *s)
 static const char *note_take(struct side *s, int k, xfer_batch *prev)
 {
     struct xfer_notif *n = NULL;
-    int64_t end = now_ms() + DEADLINE;
-    while (!n && now_ms() < end)
+    int64_t end = fp_now_ms() + DEADLINE;
+    while (!n && fp_now_ms() < end)
         if (xfer_notif_wait(s->e, s->other, DEADLINE) > 0)
             xfer_notif_poll(s->e, &n, 1);
     char want[32];
@@ -143,7 +120,7 @@ static const char *note_take(struct side *s, int k, xfer_batch *prev)
         return why;
     int rc;
     if (rnd(&s->rng) % 3 == 0) { /* nobody waits: someone must have read it */
-        while ((rc = xfer_batch_poll(prev)) == -XFER_EINPROGRESS && now_ms() < end)
+        while ((rc = xfer_batch_poll(prev)) == -XFER_EINPROGRESS && fp_now_ms() < end)
             sched_yield();
     } else {
         rc = xfer_batch_wait(prev, DEADLINE);
@@ -153,8 +130,9 @@ static const char *note_take(struct side *s, int k, xfer_batch *prev)
 }
 
 /* B, in the child: echoes ROUNDS notifications. Exit status 0 or 1. */
-static int side_b(int rfd, int wfd, const char *ack)
+static int side_b(int rfd, int wfd, void *arg)
 {
+    const char *ack = arg;
     setenv("XFER_NOTIF_WAIT_ACK", ack, 1);
     struct side s = {.rng = 0x9e3779b97f4a7c15ull};
     if (side_up(&s, "ack-b", "ack-a", rfd, wfd) < 0)
@@ -180,24 +158,15 @@ static int side_b(int rfd, int wfd, const char *ack)
  * process's other threads' voluntary context switches per round trip. */
 static double ping_pong(const char *ack, double *us_per_rt)
 {
-    int ab[2], ba[2];
-    assert_int_equal(pipe(ab), 0);
-    assert_int_equal(pipe(ba), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(ab[1]);
-        close(ba[0]);
-        _exit(side_b(ab[0], ba[1], ack));
-    }
-    close(ab[0]);
-    close(ba[1]);
+    int rfd = -1, wfd = -1;
+    pid_t pid = fp_fork(side_b, (void *)ack, &rfd, &wfd);
+    assert_true(pid > 0);
     setenv("XFER_NOTIF_WAIT_ACK", ack, 1);
     struct side s = {.rng = 0x2545f4914f6cdd1dull};
-    assert_int_equal(side_up(&s, "ack-a", "ack-b", ba[0], ab[1]), 0);
+    assert_int_equal(side_up(&s, "ack-a", "ack-b", rfd, wfd), 0);
     unsetenv("XFER_NOTIF_WAIT_ACK");
     long sw0 = other_switches();
-    int64_t t0 = now_ms();
+    int64_t t0 = fp_now_ms();
     const char *why = NULL;
     int k = 0;
     for (xfer_batch *b; k < ROUNDS && !why; k++) {
@@ -207,16 +176,13 @@ static double ping_pong(const char *ack, double *us_per_rt)
             why = note_take(&s, k, b);
     }
     long sw = other_switches() - sw0;
-    int64_t ms = now_ms() - t0;
+    int64_t ms = fp_now_ms() - t0;
     if (why)
         print_message("a: round %d: %s\n", k - 1, why);
-    close(ab[1]);
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
+    int st = fp_join(pid, rfd, wfd);
     xfer_engine_free(s.e);
-    close(ba[0]);
     assert_null(why);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(st, 0);
     double per = (double)sw / ROUNDS;
     *us_per_rt = 1000.0 * (double)ms / ROUNDS;
     print_message("XFER_NOTIF_WAIT_ACK=%s: %.2f voluntary switches of other threads per round "

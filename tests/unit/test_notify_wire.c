@@ -221,6 +221,25 @@ static void test_eager(void **state)
     struct xfer_msg_hdr n = {.kind = XFER_MSG_NOTIFY, .flags = XFER_MSG_F_EAGER, .msg_len = 1};
     xfer_msg_encode(&n, NULL, "x", buf);
     assert_int_equal(xfer_msg_decode(buf, xfer_msg_frame_len(&n), &h, NULL, 0), -XFER_EPROTO);
+    /* LOCAL (XFER_SEND_LOCAL): on an eager RTS only */
+    r.len = 13;
+    r.eager = data;
+    r.local = true;
+    len = xfer_msg_encode_rts(8, &r, buf);
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_int_equal(h.flags, XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL);
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), 0);
+    assert_true(d.local);
+    assert_memory_equal(d.eager, data, 13);
+    xfer_put16(buf + 6, XFER_MSG_F_LOCAL); /* without EAGER */
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), -XFER_EPROTO);
+    xfer_put16(fb + 6, XFER_MSG_F_LOCAL); /* on a FIN */
+    assert_int_equal(xfer_msg_decode(fb, XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY, &h, NULL, 0),
+                     -XFER_EPROTO);
+    n.flags = XFER_MSG_F_LOCAL; /* on a notification */
+    xfer_msg_encode(&n, NULL, "x", buf);
+    assert_int_equal(xfer_msg_decode(buf, xfer_msg_frame_len(&n), &h, NULL, 0), -XFER_EPROTO);
+    r.local = false;
     /* rendezvous RTS: no bytes, eager stays NULL */
     r.eager = NULL;
     len = xfer_msg_encode_rts(8, &r, buf);

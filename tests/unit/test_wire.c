@@ -66,7 +66,25 @@ static void test_rejects_bad_magic_version_op(void **state)
     xfer_wire_encode(&h, buf);
     assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
     h = sample();
-    h.flags = 2; /* only XFER_WIRE_F_SEQ is defined */
+    h.flags = 4; /* only XFER_WIRE_F_SEQ and XFER_WIRE_F_NORESP are defined */
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    /* NORESP only on a MSG_REQ (the RTS of a locally completed SEND) */
+    h = sample();
+    h.flags = XFER_WIRE_F_NORESP;
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
+    h = (struct xfer_wire_hdr){.version = XFER_PROTO_VERSION,
+                               .op = XFER_WIRE_MSG_REQ,
+                               .flags = XFER_WIRE_F_NORESP,
+                               .req_id = 9,
+                               .length = 100,
+                               .payload = 100};
+    xfer_wire_encode(&h, buf);
+    assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), 0);
+    assert_int_equal(d.flags, XFER_WIRE_F_NORESP);
+    h.op = XFER_WIRE_MSG_RESP;
+    h.length = h.payload = 0;
     xfer_wire_encode(&h, buf);
     assert_int_equal(xfer_wire_decode(buf, 1 << 20, &d), -XFER_EPROTO);
 }

@@ -1,0 +1,75 @@
+/* Two engines in two processes over tcp (test_notif_ack, test_send_local):
+ * each makes its engine, the descriptions cross over a pair of pipes, and
+ * each adds and connects the other as a peer. */
+#ifndef XFER_TEST_FORK_PAIR_H
+#define XFER_TEST_FORK_PAIR_H
+
+#include "xfer.h"
+
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline int64_t fp_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Engine `me` (tcp, 2 sockets per peer, 2 progress threads), its peer the
+ * process at the other end of rfd/wfd. 0 or -1. */
+static inline int fp_side_up(xfer_engine **e, xfer_peer **p, const char *me, int rfd, int wfd)
+{
+    struct xfer_engine_config cfg;
+    xfer_engine_config_init(&cfg);
+    cfg.transports = XFER_TRANSPORT_TCP;
+    cfg.sockets_per_peer = 2;
+    cfg.progress_threads = 2;
+    cfg.node_id = me;
+    int rc;
+    if (!(*e = xfer_engine_new(&cfg, &rc)))
+        return -1;
+    struct xfer_peer_desc mine, theirs;
+    xfer_engine_describe(*e, &mine);
+    if (write(wfd, &mine, sizeof(mine)) != (ssize_t)sizeof(mine) ||
+        read(rfd, &theirs, sizeof(theirs)) != (ssize_t)sizeof(theirs))
+        return -1;
+    if (xfer_peer_add(*e, &theirs, p) != 0 || xfer_peer_connect(*p) != 0)
+        return -1;
+    return 0;
+}
+
+/* Forks the other side: child(rfd, wfd, arg) runs there, its return the
+ * exit status; *rfd, *wfd: this side's ends. The pid, or -1. */
+static inline pid_t fp_fork(int (*child)(int rfd, int wfd, void *arg), void *arg, int *rfd,
+                            int *wfd)
+{
+    int ab[2], ba[2];
+    if (pipe(ab) != 0 || pipe(ba) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(ab[1]);
+        close(ba[0]);
+        _exit(child(ab[0], ba[1], arg));
+    }
+    close(ab[0]);
+    close(ba[1]);
+    *rfd = ba[0];
+    *wfd = ab[1];
+    return pid;
+}
+
+/* Tells the child this side is done (its rfd ends), waits for it: its
+ * exit status, or -1. */
+static inline int fp_join(pid_t pid, int rfd, int wfd)
+{
+    close(wfd);
+    int st = 0;
+    pid_t w = waitpid(pid, &st, 0);
+    close(rfd);
+    return w == pid && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#endif
