@@ -93,20 +93,6 @@ def pingpong(size, unix=False):
     return json.loads(out)["lat_us"]["p50"]
 
 
-def ipc_msg_rt(only, env=None):
-    """An ipc message round trip (us): bench_notify --only sendrecv[-pre] (2 x
-    one way) or notify-pp (the notification ping-pong), with env."""
-    out = run([B + "/bench/bench_notify", "--transport", "ipc", "--only", only, "--iters",
-               str(max(200, int(2000 * SECS)))], env, timeout=300)
-    for line in out.splitlines():
-        v = line.split()
-        if "one way" in line:
-            return 2 * float(v[-2])
-        if "notification round trip" in line:
-            return float(v[-2])
-    raise RuntimeError("bench_notify --only %s: no result" % only)
-
-
 def memcpy(size, threads=1):
     out = run([B + "/bench/memcpy_bw", "--sizes", str(size), "--threads", str(threads),
                "--seconds", str(min(SECS, 0.5)), "--json"])
@@ -193,12 +179,12 @@ def notif(tr, key):
     return c.pop(key)
 
 
-def msg_rt(tr, probe):
+def msg_rt(tr, probe, env=None):
     """p50 round trip (us) of bench_notify --only probe over transport tr:
     notify-pp (two notifications), sendrecv, sendrecv-pre or sendrecv-local
     (8 B, 2 x one way)."""
     out = run([B + "/bench/bench_notify", "--transport", tr, "--only", probe, "--iters", "2000"],
-              timeout=300)
+              env, timeout=300)
     for line in out.splitlines():
         if "round trip" in line or "one way" in line:
             v = float(line.split()[-2])
@@ -308,10 +294,10 @@ def rows():
                             ("8 B send/recv round trip, ipc, busy-poll 50 us", "sendrecv-pre",
                              {"XFER_BUSY_POLL_US": "50"}),
                             ("notification round trip, ipc", "notify-pp", None)):
-        add(what, "p50 us", lambda only=only, env=env: ipc_msg_rt(only, env),
+        add(what, "p50 us", lambda only=only, env=env: msg_rt("ipc", only, env),
             "UCX tag_lat x2 (posix)", ucx_tag, "lower", "")
     add("8 B send/recv round trip, ipc, receives posted ahead, vs unix socket", "p50 us",
-        lambda: ipc_msg_rt("sendrecv-pre"), "unix ping-pong 56 B",
+        lambda: msg_rt("ipc", "sendrecv-pre"), "unix ping-pong 56 B",
         lambda: pingpong(56, unix=True), "lower", "")
     add("4 KiB WRITE, batch 128, depth 2, ipc", "GB/s",
         lambda: xb(op="write", size=4096, batch=128, depth=2, transport="ipc")["gbps"],

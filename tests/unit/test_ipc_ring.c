@@ -26,7 +26,6 @@
 #include "ipc/ipc.h"
 #include "ipc/ipc_ring.h"
 #include "transport.h"
-#include "xfer_handshake.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -206,58 +205,7 @@ static void test_race(void **state)
 
 /* ---- against an engine ------------------------------------------------ */
 
-struct side {
-    xfer_engine *e;
-    xfer_region *r;
-    xfer_peer *p;
-    struct xfer_peer_desc d;
-};
-
-static void side_new(struct side *s, const char *name)
-{
-    struct xfer_engine_config cfg;
-    xfer_engine_config_init(&cfg);
-    cfg.node_id = name;
-    cfg.transports = XFER_TRANSPORT_IPC | XFER_TRANSPORT_TCP;
-    cfg.io_timeout_ms = IO_TIMEOUT;
-    int rc;
-    s->e = xfer_engine_new(&cfg, &rc);
-    assert_non_null(s->e);
-    assert_int_equal(xfer_region_alloc(s->e, "buf", 1 << 20, XFER_ACCESS_RW, &s->r), 0);
-    xfer_engine_describe(s->e, &s->d);
-}
-
-static void linked(struct side *A, struct side *B, const char *a, const char *b)
-{
-    side_new(A, a);
-    side_new(B, b);
-    assert_int_equal(xfer_peer_add(A->e, &B->d, &A->p), 0);
-    assert_int_equal(xfer_peer_add(B->e, &A->d, &B->p), 0);
-    assert_int_equal(xfer_peer_connect(A->p), 0);
-    assert_int_equal(xfer_peer_connect(B->p), 0);
-    assert_int_equal(xfer_peer_transport(A->p), XFER_TRANSPORT_IPC);
-    assert_int_equal(xfer_peer_transport(B->p), XFER_TRANSPORT_IPC);
-}
-
-/* A raw ipc client of a, claiming to be b, past HELLO (its flags in *flags). */
-static int raw_as(const struct side *a, const struct side *b, uint32_t *flags)
-{
-    char why[256];
-    int fd = ipc_sock_connect(a->d.node_id, a->d.incarnation, 2000, why, sizeof(why));
-    assert_true(fd >= 0);
-    struct xfer_hs_self self = {.node_id = b->d.node_id, .incarnation = b->d.incarnation};
-    struct xfer_hs_peer peer;
-    assert_int_equal(xfer_handshake_client(fd, &self, 2000, &peer, why, sizeof(why)), 0);
-    struct ipc_hello hello;
-    struct ipc_hdr h;
-    int ctl = -1;
-    assert_int_equal(ipc_recv(fd, &h, &hello, sizeof(hello), &ctl, 2000), 0);
-    assert_int_equal(h.type, IPC_HELLO);
-    if (ctl >= 0)
-        close(ctl);
-    *flags = hello.flags;
-    return fd;
-}
+#include "ipc_fixture.h"
 
 /* IPC_RING_REQ with ring_fd: the owner's status. */
 static int32_t ring_req(int fd, int ring_fd)
@@ -289,21 +237,6 @@ static int32_t ring_answer_within(struct ipc_ring *r, int ms)
         ipc_ring_wait_answer(r, 10000);
     }
     return -1000;
-}
-
-static bool closed_within(int fd, int ms)
-{
-    int64_t end = now_ms() + ms;
-    for (;;) {
-        int left = (int)(end - now_ms());
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&p, 1, left) != 1)
-            return false;
-        char buf[256];
-        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-            return true;
-    }
 }
 
 struct recv_job {
@@ -468,12 +401,33 @@ static void test_fallback(void **state)
     xfer_engine_free(B.e);
 }
 
+#define FLOOD     48
+#define FLOOD_LEN (60u << 10)
+
+/* Reads FLOOD notifications of FLOOD_LEN bytes, the i-th filled with i + 1:
+ * 0, or what was wrong. */
+static int read_flood(xfer_engine *e)
+{
+    for (int got = 0; got < FLOOD;) {
+        struct xfer_notif *n[8];
+        if (xfer_notif_wait(e, NULL, DEADLINE) <= 0)
+            return 22;
+        int k = xfer_notif_poll(e, n, 8);
+        for (int j = 0; j < k; j++, got++) {
+            bool ok = n[j]->len == FLOOD_LEN && n[j]->data[0] == got + 1 &&
+                      n[j]->data[FLOOD_LEN - 1] == got + 1;
+            xfer_notif_free(n[j]);
+            if (!ok)
+                return 23;
+        }
+    }
+    return 0;
+}
+
 /* Frames of nearly the largest size, back to back: 48 standalone
  * notifications of 60 KiB (2.8 MiB through the 512 KiB ring, wrapping it
  * several times) submitted without waiting while A reads none of them;
  * every batch ends 0 and A reads them all, in order, byte for byte. */
-#define FLOOD     48
-#define FLOOD_LEN (60u << 10)
 static void test_full_ring(void **state)
 {
     (void)state;
@@ -494,17 +448,7 @@ static void test_full_ring(void **state)
         assert_int_equal(xfer_batch_wait(b[i], DEADLINE), 0);
         xfer_batch_free(b[i]);
     }
-    for (int got = 0; got < FLOOD;) {
-        struct xfer_notif *n[8];
-        assert_true(xfer_notif_wait(A.e, NULL, DEADLINE) > 0);
-        int k = xfer_notif_poll(A.e, n, 8);
-        for (int j = 0; j < k; j++, got++) {
-            assert_int_equal(n[j]->len, FLOOD_LEN);
-            assert_int_equal(n[j]->data[0], got + 1);
-            assert_int_equal(n[j]->data[FLOOD_LEN - 1], got + 1);
-            xfer_notif_free(n[j]);
-        }
-    }
+    assert_int_equal(read_flood(A.e), 0);
     still_serves(&A, &B, 7);
     xfer_engine_free(A.e);
     xfer_engine_free(B.e);
@@ -525,20 +469,9 @@ static int stalled_owner(int to_parent, int from_parent)
     char go;
     if (read(from_parent, &go, 1) != 1) /* the flood is on its way */
         return 21;
-    for (int got = 0; got < FLOOD;) {
-        struct xfer_notif *n[8];
-        if (xfer_notif_wait(A.e, NULL, DEADLINE) <= 0)
-            return 22;
-        int k = xfer_notif_poll(A.e, n, 8);
-        for (int j = 0; j < k; j++, got++) {
-            if (n[j]->len != FLOOD_LEN || n[j]->data[0] != got + 1 ||
-                n[j]->data[FLOOD_LEN - 1] != got + 1)
-                return 23;
-            xfer_notif_free(n[j]);
-        }
-    }
+    int rc = read_flood(A.e);
     xfer_engine_free(A.e);
-    return 0;
+    return rc;
 }
 
 static void test_stalled_owner(void **state)

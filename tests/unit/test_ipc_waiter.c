@@ -37,64 +37,7 @@
 #define IO_TIMEOUT 400
 #define DEADLINE   10000
 
-struct side {
-    xfer_engine *e;
-    xfer_region *r;
-    xfer_peer *p;
-    struct xfer_peer_desc d;
-};
-
-static void side_new(struct side *s, const char *name)
-{
-    struct xfer_engine_config cfg;
-    xfer_engine_config_init(&cfg);
-    cfg.node_id = name;
-    cfg.transports = XFER_TRANSPORT_IPC | XFER_TRANSPORT_TCP;
-    cfg.io_timeout_ms = IO_TIMEOUT;
-    int rc;
-    s->e = xfer_engine_new(&cfg, &rc);
-    assert_non_null(s->e);
-    assert_int_equal(xfer_region_alloc(s->e, "buf", 1 << 20, XFER_ACCESS_RW, &s->r), 0);
-    xfer_engine_describe(s->e, &s->d);
-}
-
-/* A raw ipc client of a, claiming to be b: past the handshake and HELLO. */
-static int raw_as(const struct side *a, const struct side *b)
-{
-    char why[256];
-    int fd = ipc_sock_connect(a->d.node_id, a->d.incarnation, 2000, why, sizeof(why));
-    assert_true(fd >= 0);
-    struct xfer_hs_self self = {.node_id = b->d.node_id, .incarnation = b->d.incarnation};
-    struct xfer_hs_peer peer;
-    assert_int_equal(xfer_handshake_client(fd, &self, 2000, &peer, why, sizeof(why)), 0);
-    struct ipc_hello hello;
-    struct ipc_hdr h;
-    int ctl = -1;
-    assert_int_equal(ipc_recv(fd, &h, &hello, sizeof(hello), &ctl, 2000), 0);
-    assert_int_equal(h.type, IPC_HELLO);
-    if (ctl >= 0)
-        close(ctl);
-    return fd;
-}
-
-/* Has a closed fd within ms? (EOF or a reset; anything else it sent is read past) */
-static bool closed_within(int fd, int ms)
-{
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        int left = ms - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&p, 1, left) != 1)
-            return false;
-        char buf[256];
-        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-            return true;
-    }
-}
+#include "ipc_fixture.h"
 
 struct recv_job {
     struct side *a;
@@ -165,7 +108,7 @@ static void test_bad_requests_while_waiting(void **state)
     uint8_t *out = xfer_region_ptr(B.r), *in = (uint8_t *)xfer_region_ptr(A.r) + 4096;
     for (int round = 0; round < 3 * NBAD; round++) {
         enum bad k = (enum bad)(round % NBAD);
-        int raw = raw_as(&A, &B);
+        int raw = raw_as(&A, &B, NULL);
         struct recv_job j = {.a = &A, .tag = 100 + (uint64_t)round};
         pthread_t th;
         pthread_create(&th, NULL, recv_main, &j);
@@ -217,17 +160,6 @@ static int answer_within(int fd, int ms)
 
 #define LINGER_US 1000000 /* long enough that no stall of this machine outlasts it */
 
-static void linked(struct side *A, struct side *B, const char *a, const char *b)
-{
-    side_new(A, a);
-    side_new(B, b);
-    assert_int_equal(xfer_peer_add(A->e, &B->d, &A->p), 0);
-    assert_int_equal(xfer_peer_add(B->e, &A->d, &B->p), 0);
-    assert_int_equal(xfer_peer_connect(A->p), 0);
-    assert_int_equal(xfer_peer_connect(B->p), 0);
-    assert_int_equal(xfer_peer_transport(A->p), XFER_TRANSPORT_IPC);
-}
-
 /* A RECV's waiter that leaves (here: its deadline passed) leaves the
  * connection lingering: a message arriving then is not read by the serving
  * thread as an unexpected one but by the next RECV's waiter (answered
@@ -239,7 +171,7 @@ static void test_linger(void **state)
     setenv("XFER_IPC_LINGER_US", "1000000", 1);
     struct side A = {0}, B = {0};
     linked(&A, &B, "ipcl-a", "ipcl-b");
-    int raw = raw_as(&A, &B);
+    int raw = raw_as(&A, &B, NULL);
     send_bad(raw, GARBAGE_FRAME); /* answered: past HELLO, waiters may poll it */
     uint64_t got = 0;
     uint8_t *in = (uint8_t *)xfer_region_ptr(A.r) + 4096;
@@ -294,7 +226,7 @@ static void test_notif_wait_any(void **state)
     xfer_peer *ac;
     assert_int_equal(xfer_peer_add(A.e, &C.d, &ac), 0);
     assert_int_equal(xfer_peer_connect(ac), 0);
-    int rb = raw_as(&A, &B), rc = raw_as(&A, &C);
+    int rb = raw_as(&A, &B, NULL), rc = raw_as(&A, &C, NULL);
     send_bad(rb, GARBAGE_FRAME); /* answered: past HELLO, waiters may poll them */
     send_bad(rc, GARBAGE_FRAME);
     uint64_t got;
@@ -330,7 +262,7 @@ static void test_bye(void **state)
     struct side A = {0}, B = {0};
     side_new(&A, "ipcb-a");
     side_new(&B, "ipcb-b");
-    int raw = raw_as(&A, &B);
+    int raw = raw_as(&A, &B, NULL);
     assert_false(ipc_sock_said_bye(raw));
     xfer_engine_free(A.e);
     assert_true(ipc_sock_said_bye(raw));
