@@ -85,10 +85,12 @@ static void repair_peer(xfer_peer *p, int timeout_ms)
     pthread_rwlock_unlock(&p->conn_lock);
     if (rc < 0 || !nc) {
         bool first = p->repair_delay_ms == 0; /* later ones at debug: no log flood */
+        bool left = st & XFER_CONN_PEER_LEFT; /* it said so: expected, not a fault */
         backoff(p, xfer_now_ms());
-        xfer_log(first ? XFER_LOG_WARN : XFER_LOG_DEBUG,
-                 "peer %s: %s reconnect failed: %s (%s); retrying every %d ms at most", node,
-                 t->ops->name, xfer_strerror(rc), xfer_engine_last_error(e), REPAIR_DELAY_MAX_MS);
+        xfer_log(first ? (left ? XFER_LOG_INFO : XFER_LOG_WARN) : XFER_LOG_DEBUG,
+                 "peer %s: %s reconnect failed%s: %s (%s); retrying every %d ms at most", node,
+                 t->ops->name, left ? " (its engine stopped)" : "", xfer_strerror(rc),
+                 xfer_engine_last_error(e), REPAIR_DELAY_MAX_MS);
         return;
     }
     nc->transport = t;

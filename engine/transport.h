@@ -62,6 +62,7 @@ enum xfer_conn_state_bits {
     XFER_CONN_SOME_DEAD = 1u << 0, /* at least one channel died */
     XFER_CONN_ALL_DEAD = 1u << 1,  /* none can carry chunks any more */
     XFER_CONN_BUSY = 1u << 2,      /* live channels have chunks in flight */
+    XFER_CONN_PEER_LEFT = 1u << 3, /* the peer closed it in order (its engine stopped) */
 };
 
 struct xfer_transport_ops {

@@ -113,7 +113,8 @@ unsigned ipc_conn_state(struct xfer_conn *xc)
 {
     struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
     bool broken = __atomic_load_n(&c->broken, __ATOMIC_RELAXED);
-    return broken || ipc_sock_hung_up(c->fd) ? XFER_CONN_ALL_DEAD : 0;
+    unsigned left = __atomic_load_n(&c->peer_left, __ATOMIC_RELAXED) ? XFER_CONN_PEER_LEFT : 0;
+    return broken || ipc_sock_hung_up(c->fd) ? XFER_CONN_ALL_DEAD | left : 0;
 }
 
 static void jobs_report(struct ipc_job *jobs, size_t n)
@@ -426,9 +427,12 @@ static void *worker_main(void *arg)
         }
         pthread_mutex_lock(&c->mu);
     }
+    bool bye = rc < 0 && !c->stop && ipc_sock_said_bye(c->fd); /* nothing of ours cut off */
+    if (bye) /* before broken: ipc_conn_state reads both */
+        __atomic_store_n(&c->peer_left, true, __ATOMIC_RELAXED);
     if (rc < 0)
-        __atomic_store_n(&c->broken, true, __ATOMIC_RELAXED); /* ipc_conn_state reads it */
-    if (rc < 0 && !c->stop && ipc_sock_said_bye(c->fd))       /* nothing of ours cut off */
+        __atomic_store_n(&c->broken, true, __ATOMIC_RELEASE);
+    if (bye)
         xfer_info("ipc: %s closed its connection (its engine stopped)",
                   xfer_peer_desc_get(c->base.peer)->node_id);
     else if (rc < 0 && !c->stop) /* a close shuts the socket down: no news */

@@ -79,6 +79,7 @@ struct ipc_conn {
     void *hparts; /* the worker's host copy parts (ipc_hcopy.c) */
     size_t hparts_cap;
     bool stop, broken;
+    bool peer_left; /* broken by the peer's IPC_BYE (ipc_conn_state) */
     struct ipc_map_cache maps;
     struct ipc_cuda_copier *copier; /* created on the first CUDA item */
     struct xfer_kbatch *kb;         /* batched GPU<->GPU copies, ipc_kbatch.c */

@@ -65,3 +65,30 @@ def test_engine_send_recv_in_process():
         assert r.wait(0.2) is False
         r.cancel()
         assert r.status()[0].code == xfer.Code.ECANCELED
+
+
+def test_send_local_completion():
+    """local_completion=True (XFER_SEND_LOCAL): the SEND ends once written,
+    before any RECV is posted; the RECV gets the bytes later; truncation
+    fails only the RECV; more than 8 KiB is refused when added."""
+    with xfer.Engine("sl-a", transports="tcp") as a, xfer.Engine("sl-b", transports="tcp") as b:
+        pa, pb = b.add_peer(a.info()), a.add_peer(b.info())
+        src = a.register("src", bytes_of(5, 16384).copy())
+        dst = b.register("dst", 16384)
+        plain = a.send(pb, src, 0, 64, tag=1)  # the default waits for a RECV
+        assert plain.wait(0.2) is False
+        t = a.send(pb, src, 64, 4096, tag=2, local_completion=True)
+        assert t.wait(10)  # no RECV posted for tag 2 yet
+        r = b.recv(dst, 0, 8192, peer=pa, tag=2)
+        assert r.wait(10) and r.item_bytes(0) == 4096
+        assert np.array_equal(dst.numpy()[:4096], src.numpy()[64:4160])
+        r1 = b.recv(dst, 8192, 64, peer=pa, tag=1)
+        assert r1.wait(10) and plain.wait(10)
+        # Too long for the posted buffer: only the receiver learns it.
+        r = b.recv(dst, 0, 100, peer=pa, tag=3)
+        t = a.send(pb, src, 0, 5000, tag=3, local_completion=True)
+        assert t.wait(10)
+        with pytest.raises(xfer.TruncatedError):
+            r.wait(10)
+        with pytest.raises(xfer.InvalidArgumentError):
+            a.send(pb, src, 0, 16384, tag=4, local_completion=True)

@@ -46,6 +46,7 @@ OP_READ, OP_WRITE = 1, 2
 EINPROGRESS = 14
 NOTIFY_MAX = 65536
 MSG_TAG_ANY = (1 << 64) - 1
+SEND_LOCAL = 1  # XFER_SEND_LOCAL
 
 
 class Layout(Structure):
@@ -321,6 +322,7 @@ notif_wait = _fn("xfer_notif_wait", c_int, P, c_char_p, c_int)
 notif_pending = _fn("xfer_notif_pending", c_size_t, P)
 notif_refused = _fn("xfer_notif_refused", c_uint64, P)
 batch_add_send = _fn("xfer_batch_add_send", c_int, P, P, c_uint64, c_uint64, P, c_uint64)
+batch_add_send_flags = _fn("xfer_batch_add_send_flags", c_int, P, P, c_uint64, c_uint64, P, c_uint64, c_uint)
 batch_add_recv = _fn("xfer_batch_add_recv", c_int, P, P, c_uint64, c_uint64, P, c_uint64)
 batch_item_bytes = _fn("xfer_batch_item_bytes", c_uint64, P, c_size_t)
 batch_item_msg = _fn("xfer_batch_item_msg", c_int, P, c_size_t, POINTER(c_uint64), c_char_p)

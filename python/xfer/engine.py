@@ -517,11 +517,13 @@ class Engine:
         return self.batch().read(local, local_off, peer, remote, remote_off, length).submit(deadline_ms)
 
     def send(self, peer: Peer, local: Region, offset: int = 0, nbytes: Optional[int] = None, tag: int = 0,
-             deadline_ms: int = 0) -> Transfer:
+             deadline_ms: int = 0, local_completion: bool = False) -> Transfer:
         """Submits one SEND of local [offset, +nbytes) (default: the rest of
-        the region) to peer with tag; done once the peer received it."""
+        the region) to peer with tag; done once the peer received it, or
+        once written with local_completion=True (Transfer.send says what
+        that gives up)."""
         n = local.nbytes - offset if nbytes is None else nbytes
-        return self.batch().send(local, offset, n, peer, tag).submit(deadline_ms)
+        return self.batch().send(local, offset, n, peer, tag, local_completion).submit(deadline_ms)
 
     def recv(self, local: Region, offset: int = 0, cap: Optional[int] = None, peer: Optional[Peer] = None,
              tag: Optional[int] = None, deadline_ms: int = 0) -> Transfer:

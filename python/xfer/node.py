@@ -559,14 +559,16 @@ class Node:
 
     # -- two-sided messages ------------------------------------------------------------
     def send(self, node: str, local, nbytes: Optional[int] = None, *, tag: int = 0,
-             deadline_ms: int = 0) -> Transfer:
+             deadline_ms: int = 0, local_completion: bool = False) -> Transfer:
         """Sends local (a region, its name, or (region, offset)) as a
-        message to node with tag; done once node received it (its recv)."""
+        message to node with tag; done once node received it (its recv), or
+        once written with local_completion=True (Transfer.send says what
+        that gives up)."""
         r, off = self._local(local)
         n = r.nbytes - off if nbytes is None else nbytes
         t = Transfer(self._eng)
         self._transfers.add(t)
-        return t.send(r, off, n, _RefPeer(self, node), tag).submit(deadline_ms)
+        return t.send(r, off, n, _RefPeer(self, node), tag, local_completion).submit(deadline_ms)
 
     def recv(self, local, cap: Optional[int] = None, *, node: Optional[str] = None, tag: Optional[int] = None,
              deadline_ms: int = 0) -> Transfer:

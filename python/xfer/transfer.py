@@ -156,11 +156,17 @@ class Transfer:
         """Adds WRITEs of blocks local_ids[i] -> remote_ids[i]."""
         return self._blocks(_lib.OP_WRITE, local, local_ids, peer, remote, remote_ids)
 
-    def send(self, local: "Region", local_off: int, nbytes: int, peer: "Peer", tag: int = 0) -> "Transfer":
+    def send(self, local: "Region", local_off: int, nbytes: int, peer: "Peer", tag: int = 0,
+             local_completion: bool = False) -> "Transfer":
         """Adds a SEND (two-sided message) of local [local_off, +nbytes) to
         peer with tag; it completes when a matching RECV took it. Both sides
-        must know each other as peers (the receiver reads the bytes)."""
-        rc = _lib.batch_add_send(self.handle, local.handle, local_off, nbytes, peer.handle, tag)
+        must know each other as peers (the receiver reads the bytes).
+        local_completion=True (XFER_SEND_LOCAL, host memory of at most 8 KiB):
+        it completes once its frame was written, like UCX's eager send; the
+        sender is then not told of truncation, a full receive queue or a
+        peer that died after the frame left (docs/notify.md)."""
+        flags = _lib.SEND_LOCAL if local_completion else 0
+        rc = _lib.batch_add_send_flags(self.handle, local.handle, local_off, nbytes, peer.handle, tag, flags)
         check(rc, self._engine.last_error, "send")
         self._refs.append((local, peer))
         return self
