@@ -424,6 +424,30 @@ static int read_flood(xfer_engine *e)
     return 0;
 }
 
+/* B submits FLOOD standalone notifications of FLOOD_LEN bytes to A, the
+ * i-th filled with i + 1, without waiting for any (read_flood's order). */
+static void send_flood(struct side *B, xfer_batch **b, int deadline_ms)
+{
+    static uint8_t msg[FLOOD_LEN];
+    for (int i = 0; i < FLOOD; i++) {
+        int err = 0;
+        b[i] = xfer_batch_new(B->e, &err);
+        assert_non_null(b[i]);
+        memset(msg, i + 1, sizeof(msg));
+        assert_int_equal(xfer_batch_notify(b[i], B->p, msg, sizeof(msg)), 0);
+        assert_int_equal(xfer_batch_submit(b[i], deadline_ms), 0);
+    }
+}
+
+/* Every batch of the flood ends 0. */
+static void end_flood(xfer_batch **b, int deadline_ms)
+{
+    for (int i = 0; i < FLOOD; i++) {
+        assert_int_equal(xfer_batch_wait(b[i], deadline_ms), 0);
+        xfer_batch_free(b[i]);
+    }
+}
+
 /* Frames of nearly the largest size, back to back: 48 standalone
  * notifications of 60 KiB (2.8 MiB through the 512 KiB ring, wrapping it
  * several times) submitted without waiting while A reads none of them;
@@ -434,20 +458,9 @@ static void test_full_ring(void **state)
     unsetenv("XFER_IPC_RING");
     struct side A = {0}, B = {0};
     linked(&A, &B, "ringx-a", "ringx-b");
-    static uint8_t msg[FLOOD_LEN];
     xfer_batch *b[FLOOD];
-    for (int i = 0; i < FLOOD; i++) {
-        int err = 0;
-        b[i] = xfer_batch_new(B.e, &err);
-        assert_non_null(b[i]);
-        memset(msg, i + 1, sizeof(msg));
-        assert_int_equal(xfer_batch_notify(b[i], B.p, msg, sizeof(msg)), 0);
-        assert_int_equal(xfer_batch_submit(b[i], DEADLINE), 0);
-    }
-    for (int i = 0; i < FLOOD; i++) {
-        assert_int_equal(xfer_batch_wait(b[i], DEADLINE), 0);
-        xfer_batch_free(b[i]);
-    }
+    send_flood(&B, b, DEADLINE);
+    end_flood(b, DEADLINE);
     assert_int_equal(read_flood(A.e), 0);
     still_serves(&A, &B, 7);
     xfer_engine_free(A.e);
@@ -504,26 +517,15 @@ static void test_stalled_owner(void **state)
     assert_int_equal(xfer_peer_connect(B.p), 0);
     assert_int_equal(xfer_peer_transport(B.p), XFER_TRANSPORT_IPC);
     assert_int_equal(kill(pid, SIGSTOP), 0);
-    static uint8_t msg[FLOOD_LEN];
     xfer_batch *b[FLOOD];
     int64_t t0 = now_ms();
-    for (int i = 0; i < FLOOD; i++) {
-        int err = 0;
-        b[i] = xfer_batch_new(B.e, &err);
-        assert_non_null(b[i]);
-        memset(msg, i + 1, sizeof(msg));
-        assert_int_equal(xfer_batch_notify(b[i], B.p, msg, sizeof(msg)), 0);
-        assert_int_equal(xfer_batch_submit(b[i], 3 * DEADLINE), 0);
-    }
+    send_flood(&B, b, 3 * DEADLINE);
     struct timespec ts = {0, 300 * 1000000L}; /* the ring is full meanwhile */
     nanosleep(&ts, NULL);
     assert_int_equal(xfer_batch_poll(b[FLOOD - 1]), -XFER_EINPROGRESS);
     assert_int_equal(kill(pid, SIGCONT), 0);
     assert_int_equal(write(down[1], "g", 1), 1);
-    for (int i = 0; i < FLOOD; i++) {
-        assert_int_equal(xfer_batch_wait(b[i], 3 * DEADLINE), 0);
-        xfer_batch_free(b[i]);
-    }
+    end_flood(b, 3 * DEADLINE);
     printf("stalled owner: %d x %u KiB in %lld ms\n", FLOOD, FLOOD_LEN >> 10,
            (long long)(now_ms() - t0));
     int status = 0;
