@@ -54,23 +54,7 @@ static char fail_why[THREADS][160];
 /* One socket, one progress thread: every waiter of A shares it. */
 static int side_up(xfer_engine **e, xfer_peer **p, const char *me, int rfd, int wfd)
 {
-    struct xfer_engine_config cfg;
-    xfer_engine_config_init(&cfg);
-    cfg.transports = XFER_TRANSPORT_TCP;
-    cfg.sockets_per_peer = 1;
-    cfg.progress_threads = 1;
-    cfg.node_id = me;
-    int rc;
-    if (!(*e = xfer_engine_new(&cfg, &rc)))
-        return -1;
-    struct xfer_peer_desc mine, theirs;
-    xfer_engine_describe(*e, &mine);
-    if (write(wfd, &mine, sizeof(mine)) != (ssize_t)sizeof(mine) ||
-        read(rfd, &theirs, sizeof(theirs)) != (ssize_t)sizeof(theirs))
-        return -1;
-    if (xfer_peer_add(*e, &theirs, p) != 0 || xfer_peer_connect(*p) != 0)
-        return -1;
-    return 0;
+    return fp_side_up_n(e, p, me, rfd, wfd, 1, 1);
 }
 
 /* B: serves its region until A closes the pipe (or kills it). */
