@@ -44,6 +44,11 @@ struct xfer_msg {
      * written and the target answers nothing; others carry the answer as
      * usual. */
     bool noresp;
+    /* The transport's while it holds m (from send_msg until it calls
+     * xfer_msg_done): room for its queue node, so that a message costs no
+     * allocation there (ipc: struct ipc_msgq, ~300 instructions a message
+     * as a calloc/free pair). */
+    _Alignas(8) unsigned char tp[40];
 };
 
 enum xfer_transport_cap {

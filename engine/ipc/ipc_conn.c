@@ -445,8 +445,7 @@ static void *worker_main(void *arg)
     ipc_link_fini(c); /* neither are answers read any more */
     while (mq) {
         struct ipc_msgq *next = mq->next;
-        xfer_msg_done(mq->m, -XFER_ECONN, "ipc connection to the owner lost");
-        free(mq);
+        xfer_msg_done(mq->m, -XFER_ECONN, "ipc connection to the owner lost"); /* mq too */
         mq = next;
     }
     if (pending)

@@ -55,12 +55,15 @@ static inline struct xfer_seg ipc_job_seg(const struct ipc_job *j, uint32_t k)
 void ipc_job_fail(struct ipc_job *j, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-struct ipc_msgq { /* an engine message queued, or sent and owed its answer */
+/* An engine message queued, or sent and owed its answer: kept in the
+ * message's own m->tp (no allocation). */
+struct ipc_msgq {
     struct xfer_msg *m;
     struct ipc_msgq *next;
     int32_t status; /* the answer, once read */
     int64_t sent_ms;
 };
+_Static_assert(sizeof(struct ipc_msgq) <= sizeof(((struct xfer_msg *)0)->tp), "ipc_msgq in m->tp");
 
 struct ipc_conn {
     struct xfer_conn base;

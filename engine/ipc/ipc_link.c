@@ -159,9 +159,8 @@ static void complete(struct ipc_msgq *q)
     }
     while (rev) {
         struct ipc_msgq *next = rev->next;
-        xfer_msg_done(rev->m, rev->status,
+        xfer_msg_done(rev->m, rev->status, /* rev (in m->tp) goes with m */
                       rev->status == -XFER_ECONN ? "ipc connection to the owner lost" : NULL);
-        free(rev);
         rev = next;
     }
 }
@@ -288,10 +287,8 @@ int ipc_conn_send_msg(struct xfer_conn *xc, struct xfer_msg *m)
     struct ipc_conn *c = container_of(xc, struct ipc_conn, base);
     if (m->len > XFER_MSG_FRAME_MAX)
         return -XFER_EINVAL;
-    struct ipc_msgq *q = calloc(1, sizeof(*q));
-    if (!q)
-        return -XFER_ENOMEM;
-    q->m = m;
+    struct ipc_msgq *q = (struct ipc_msgq *)m->tp; /* m's own room: no allocation */
+    *q = (struct ipc_msgq){.m = m};
     bool mine = pthread_mutex_trylock(&c->link_mu) == 0;
     pthread_mutex_lock(&c->mu);
     bool dead = c->broken || c->stop || (mine && c->link_broken);
@@ -308,8 +305,6 @@ int ipc_conn_send_msg(struct xfer_conn *xc, struct xfer_msg *m)
     if (dead || queue) {
         if (mine)
             pthread_mutex_unlock(&c->link_mu);
-        if (dead)
-            free(q);
         return dead ? -XFER_ECONN : 0;
     }
     bool lazy = m->lazy;

@@ -21,6 +21,10 @@
  * back to epoll_wait (on a hang-up it parks on rx_cv until the last waiter
  * leaves, not to spin on it). A waiter that stops polling reads the socket
  * if its poll saw it readable or the serving thread skipped an edge.
+ * A waiter that busy-polls connections that all have a message ring does
+ * not take the socket while it spins (spin_rings): it looks at the rings
+ * only, and the socket, which then carries only pin traffic, stays with
+ * the serving thread; no epoll_ctl pair per wait.
  *
  * Linger. In a blocking ping-pong (xfer_send, then xfer_recv) the peer's
  * next message arrives before this side's RECV exists, usually while no
@@ -238,9 +242,10 @@ static void unpin(struct ipc_server *s, struct serve_conn **v, int n)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* While spinning, the sockets and wake_fd are polled this often; the rings
- * (ipc_ring.h) are looked at all the time, so a message that comes through
- * a ring to a spinning waiter costs no system call at all. */
+/* While spinning, wake_fd (and the sockets of connections without a ring)
+ * is polled this often; the rings (ipc_ring.h) are looked at all the time,
+ * so a message that comes through a ring to a spinning waiter costs no
+ * system call at all. */
 #define SPIN_POLL_NS 20000
 
 /* Busy-polls the rings of v[0..n) and p (the sockets, wake_fd) without
@@ -302,10 +307,81 @@ static void rx_after_poll(struct serve_conn *c, short revents, uint64_t served)
         pthread_cond_signal(&c->rx_cv);
 }
 
+/* Spinning first (XFER_BUSY_POLL_US) when every connection of v has a
+ * ring: the waiter looks only at the rings and, every SPIN_POLL_NS, at
+ * wake_fd; the sockets stay with the serving threads, which only bells
+ * (none come while it spins) and pin traffic reach. So a message that
+ * comes while it spins costs no system call: no epoll_ctl pair to take
+ * the socket and give it back (rx_enter/rx_leave, ~2 per one-way message
+ * before), no poll. Then it serves what came, under rx_mu. 0: something
+ * came (or was served meanwhile), -1: none of them can be read any more,
+ * 1: nothing came within spin_us: sleep as usual. */
+static int spin_rings(struct serve_conn **v, int n, int wake_fd, int spin_us)
+{
+    bool on[WAIT_ANY_MAX];
+    for (int i = 0; i < n; i++) {
+        struct serve_conn *c = v[i];
+        pthread_mutex_lock(&c->rx_mu);
+        on[i] = !c->failed;
+        if (on[i])
+            ring_spin(c, true);
+        pthread_mutex_unlock(&c->rx_mu);
+    }
+    struct pollfd wp = {.fd = wake_fd, .events = POLLIN};
+    int64_t now = xfer_mono_ns(), end = now + (int64_t)spin_us * 1000;
+    int64_t next = now + SPIN_POLL_NS;
+    bool came = false;
+    while (!came) {
+        for (int i = 0; i < n && !came; i++)
+            came = on[i] && ipc_ring_pending(&v[i]->ring);
+        if (came)
+            break;
+        now = xfer_mono_ns();
+        if (now >= end)
+            break;
+        if (now >= next && wake_fd >= 0) {
+            came = poll(&wp, 1, 0) > 0;
+            next = now + SPIN_POLL_NS;
+        }
+        __builtin_ia32_pause();
+    }
+    bool any_live = false;
+    for (int i = 0; i < n; i++) {
+        struct serve_conn *c = v[i];
+        if (!on[i])
+            continue;
+        pthread_mutex_lock(&c->rx_mu);
+        ring_spin(c, false); /* with a fence: frames from now on ring */
+        int err = 0;
+        if (!c->failed && ipc_ring_has(c)) { /* what came before that */
+            came = true;
+            err = ipc_serve_ring(c);
+        }
+        if (err < 0) { /* over, as in the serving thread: it cleans up */
+            c->failed = err;
+            shutdown(c->fd, SHUT_RDWR);
+        }
+        if (c->waiters == 0 && c->ring_spin == 0)
+            c->left_ns = xfer_mono_ns(); /* the serving thread's linger counts from here */
+        any_live |= !c->failed;
+        pthread_mutex_unlock(&c->rx_mu);
+    }
+    return !any_live ? -1 : came ? 0 : 1;
+}
+
 /* Polls the n pinned connections v and wake_fd (above); 0, or -1 when none
  * of them can be read any more or the poll failed. */
 static int wait_conns(struct serve_conn **v, int n, int wake_fd, int timeout_ms, int spin_us)
 {
+    bool rings = spin_us > 0;
+    for (int i = 0; i < n && rings; i++)
+        rings = __atomic_load_n(&v[i]->ring_up, __ATOMIC_ACQUIRE);
+    if (rings) {
+        int rc = spin_rings(v, n, wake_fd, spin_us);
+        if (rc <= 0)
+            return rc;
+        spin_us = 0; /* nothing came: asleep on the sockets */
+    }
     struct pollfd p[WAIT_ANY_MAX + 1];
     uint64_t served[WAIT_ANY_MAX];
     bool spun[WAIT_ANY_MAX], ring = false;

@@ -97,7 +97,8 @@ void ipc_region_describe(const xfer_region *r, char *out, size_t len)
         if (n + 20 < len)
             snprintf(out + n, len - n, "+%llx", (unsigned long long)ex.alloc_off);
     } else if (xfer_region_memfd(r) >= 0) {
-        snprintf(out, len, "memfd");
+        if (len >= sizeof("memfd")) /* per SEND (its RTS): no snprintf (~300 instructions) */
+            memcpy(out, "memfd", sizeof("memfd"));
     } else {
         snprintf(out, len, "cma:%d:%llx", (int)getpid(),
                  (unsigned long long)(uintptr_t)xfer_region_ptr(r));

@@ -54,9 +54,15 @@
 #define TCP_IN_SOCKS        8    /* target: sockets remembered per peer (tcp_wait.c) */
 #define TCP_TX_SPARE_MAX    256u /* target: sent responses kept per socket for reuse */
 /* Lazy EPOLLIN (tcp_wait.c): how often a progress thread with lazy sockets
- * looks at them, and how long one whose waiters stopped coming stays lazy. */
-#define TCP_LAZY_TICK_MS 1
-#define TCP_LAZY_KEEP_MS 100
+ * looks at them (TCP_LAZY_TICK_TGT_US while one of them is an accepted
+ * socket: a request that comes there while nobody waits is read within two
+ * of those ticks), how long one whose waiters stopped coming stays lazy,
+ * and for how long an accepted socket whose request waited for a tick is
+ * not left lazy again. */
+#define TCP_LAZY_TICK_MS     1
+#define TCP_LAZY_TICK_TGT_US 100
+#define TCP_LAZY_KEEP_MS     100
+#define TCP_LAZY_OFF_MS      1000
 /* Solo waiter (tcp_wait.c): the longest a waiter sleeps in a blocking recv
  * (SO_RCVTIMEO) before it goes back to polling its wake fd too. */
 #define TCP_SOLO_MS 2
@@ -169,6 +175,8 @@ struct tcp_sock {
     bool on_lazy;                  /* th->mu and iomu: on th->lazy_head */
     int64_t lazy_ms;               /* iomu: when the owner's tick last saw a waiter had come */
     uint32_t lazy_uses, lazy_seen; /* iomu: waiters that left it lazy; as the tick last saw */
+    bool lazy_gave;                /* target, iomu: the tick gave EPOLLIN back; no waiter since */
+    int64_t lazy_off_ms;           /* target, iomu: its waiters leave EPOLLIN in until then */
     struct tcp_sock *lazy_next;    /* th->mu */
     uint32_t ev_mask;              /* as last given to epoll_ctl */
     bool by_waiter;
@@ -257,9 +265,12 @@ struct tcp_thread {
     /* mu (read unlocked by the thread itself): sockets whose EPOLLIN a
      * waiter left out (rx_lazy); while there are any, epoll_wait wakes
      * every TCP_LAZY_TICK_MS (ticking, atomic) to give it back to those
-     * nobody waits on (tcp_lazy_tick). */
+     * nobody waits on (tcp_lazy_tick); every TCP_LAZY_TICK_TGT_US while
+     * lazy_tgt (mu; read unlocked) of them are accepted sockets (then
+     * tick_fine, atomic, as ticking). */
     struct tcp_sock *lazy_head;
-    bool ticking;
+    bool ticking, tick_fine;
+    int lazy_tgt;
     /* The read side of the fences for this thread's payload receives
      * (tcp_fence.c): a FENCE takes every thread's, a receive only its own,
      * so receives on different threads share no lock. */
@@ -290,10 +301,11 @@ struct tcp_transport {
     int sockbuf;          /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
     bool direct;          /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
     bool solo;            /* solo waiters on initiator sockets (XFER_TCP_SOLO=0: off) */
-    /* Accepted sockets stay lazy between waiters (tcp_wait.c) only with
-     * XFER_TCP_LAZY_TARGET=1: a request that comes right after a target's
-     * waiter left would wait for the owner's tick (H200: p90 2.3 ms instead
-     * of 0.4 ms, docs/perf.md step 8). */
+    /* Accepted sockets stay lazy between waiters (tcp_wait.c) unless
+     * XFER_TCP_LAZY_TARGET=0: a request that comes right after a target's
+     * waiter left waits for the owner's fine tick (at most two of
+     * TCP_LAZY_TICK_TGT_US), and such a socket is then not left lazy for
+     * TCP_LAZY_OFF_MS (docs/perf.md step 10). */
     bool lazy_target;
     /* A notification waiter also reads the answers to this side's last
      * message to its peer (tcp_wait.c; XFER_NOTIF_WAIT_ACK=0: off). */

@@ -183,6 +183,21 @@ static void check_timeouts(struct tcp_thread *th)
     }
 }
 
+/* epoll_wait for at most ns (the fine tick is below epoll_wait's 1 ms);
+ * a kernel without epoll_pwait2 (before 5.11) gets whole milliseconds. */
+static int sleep_epoll(int epfd, struct epoll_event *ev, int64_t ns)
+{
+    static bool no_pwait2;
+    if (!__atomic_load_n(&no_pwait2, __ATOMIC_RELAXED)) {
+        struct timespec ts = {ns / 1000000000, ns % 1000000000};
+        int n = epoll_pwait2(epfd, ev, 64, &ts, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        __atomic_store_n(&no_pwait2, true, __ATOMIC_RELAXED);
+    }
+    return epoll_wait(epfd, ev, 64, (int)((ns + 999999) / 1000000));
+}
+
 static void *thread_main(void *arg)
 {
     struct tcp_thread *th = arg;
@@ -197,8 +212,15 @@ static void *thread_main(void *arg)
         __atomic_store_n(&th->ticking, ticking, __ATOMIC_SEQ_CST);
         if (!ticking)
             ticking = __atomic_load_n(&th->lazy_head, __ATOMIC_SEQ_CST) != NULL;
-        int ms = th->ready_head || th->gpu_head ? 0 : ticking ? TCP_LAZY_TICK_MS : 100;
-        int n = epoll_wait(th->epfd, ev, 64, ms);
+        /* The same for the fine tick, with lazy_tgt (tcp_wait.c). */
+        bool fine = __atomic_load_n(&th->lazy_tgt, __ATOMIC_SEQ_CST) > 0;
+        __atomic_store_n(&th->tick_fine, fine, __ATOMIC_SEQ_CST);
+        if (!fine)
+            fine = __atomic_load_n(&th->lazy_tgt, __ATOMIC_SEQ_CST) > 0;
+        ticking |= fine;
+        int64_t tick_ns = fine ? TCP_LAZY_TICK_TGT_US * 1000 : TCP_LAZY_TICK_MS * 1000000;
+        int64_t sleep_ns = th->ready_head || th->gpu_head ? 0 : ticking ? tick_ns : 100 * 1000000;
+        int n = sleep_epoll(th->epfd, ev, sleep_ns);
         for (int i = 0; i < n; i++) {
             struct tcp_sock *s = ev[i].data.ptr;
             if (!s) {
@@ -211,9 +233,13 @@ static void *thread_main(void *arg)
             /* A waiter polling s reads it (tcp_wait.c), and once more after
              * it stopped polling if skipped: this edge is not lost. */
             if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) {
-                if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST))
+                if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST)) {
+                    if (s->lazy_gave) { /* it came while nobody waited (tcp_wait.c) */
+                        s->lazy_gave = false;
+                        s->lazy_off_ms = xfer_now_ms() + TCP_LAZY_OFF_MS;
+                    }
                     tcp_sock_readable(s);
-                else
+                } else
                     s->skipped = true;
             }
             if (s->fd >= 0 && (ev[i].events & EPOLLOUT)) {
@@ -230,10 +256,12 @@ static void *thread_main(void *arg)
         serve_ready(th);
         if (th->gpu_head)
             tcp_gpu_pump(th);
-        int64_t now = xfer_now_ms();
-        if (ticking && now >= next_tick) {
+        int64_t now_ns = xfer_mono_ns(), now = now_ns / 1000000;
+        if (next_tick - now_ns > tick_ns)
+            next_tick = now_ns + tick_ns; /* the tick turned fine */
+        if (ticking && now_ns >= next_tick) {
             tcp_lazy_tick(th);
-            next_tick = now + TCP_LAZY_TICK_MS;
+            next_tick = now_ns + tick_ns;
         }
         if (now >= next_check) {
             check_timeouts(th);
@@ -478,7 +506,7 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     const char *solo = getenv("XFER_TCP_SOLO"); /* 0: waiters always poll (measuring) */
     tt->solo = !solo || strcmp(solo, "0") != 0;
     const char *lazy = getenv("XFER_TCP_LAZY_TARGET");
-    tt->lazy_target = lazy && !strcmp(lazy, "1");
+    tt->lazy_target = !lazy || strcmp(lazy, "0") != 0;
     const char *ack = getenv("XFER_NOTIF_WAIT_ACK"); /* 0: off (measuring) */
     tt->notif_ack = !ack || strcmp(ack, "0") != 0;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

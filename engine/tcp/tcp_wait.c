@@ -28,10 +28,8 @@
  * back cost two epoll_ctl per socket per wait, 2 of an 8 B WRITE round
  * trip's 8 system calls. So the last waiter to leave a socket leaves it
  * out (rx_lazy) when nothing it knows of is on the way (an initiator
- * socket with nothing in flight; an accepted socket only with
- * XFER_TCP_LAZY_TARGET=1, as its peer may send a request at any time and
- * that request would wait for the owner's tick: p90 2.3 ms instead of
- * 0.4 ms for a WRITE right after a notification waiter left, H200), and
+ * socket with nothing in flight; an accepted socket, whose peer may send a
+ * request at any time, see below; XFER_TCP_LAZY_TARGET=0: not those), and
  * the next waiter finds it out already. The
  * owner takes it back when it serves the socket anyway (a kick, an
  * EPOLLOUT) and, for what arrives while nobody waits (a batch submitted
@@ -42,6 +40,15 @@
  * Re-adding EPOLLIN reports data already there at once: nothing is lost,
  * and such data waits at most two ticks. A waiter that finds what it
  * waits for already there (late, see LATE_NS) gives EPOLLIN back itself.
+ * Accepted sockets: a request that comes right after the node's waiter
+ * left (a WRITE after the notification that announced the last request)
+ * waited up to two 1 ms ticks (H200: p90 2.3 ms instead of 0.4 ms), so
+ * while one is lazy its owner ticks every TCP_LAZY_TICK_TGT_US instead
+ * (such a request waits at most ~0.2 ms), and one whose request did wait
+ * (the tick gave EPOLLIN back and the owner, not a waiter, then read it:
+ * lazy_gave) is not left lazy for TCP_LAZY_OFF_MS: traffic that comes
+ * while nobody waits gets the old epoll_ctl pair per wait, a ping-pong
+ * (its waiter back within a tick) none.
  *
  * A waiter does not block on a socket's iomu to start polling it: the
  * holder (the owner reading, another waiter) may be taking the very
@@ -239,9 +246,12 @@ static void lazy_enter(struct tcp_sock *s)
     s->lazy_ms = xfer_now_ms();
     pthread_mutex_lock(&th->mu);
     s->on_lazy = true;
+    if (s->target) /* the owner ticks fine now: woken if it sleeps coarse */
+        __atomic_store_n(&th->lazy_tgt, th->lazy_tgt + 1, __ATOMIC_SEQ_CST);
     s->lazy_next = th->lazy_head;
     __atomic_store_n(&th->lazy_head, s, __ATOMIC_SEQ_CST); /* the owner reads it unlocked */
-    bool wake = !__atomic_load_n(&th->ticking, __ATOMIC_SEQ_CST);
+    bool wake = !__atomic_load_n(&th->ticking, __ATOMIC_SEQ_CST) ||
+                (s->target && !__atomic_load_n(&th->tick_fine, __ATOMIC_SEQ_CST));
     pthread_mutex_unlock(&th->mu);
     if (wake)
         tcp_thread_wake(th);
@@ -258,6 +268,8 @@ void tcp_lazy_unlink(struct tcp_sock *s)
         }
     }
     s->on_lazy = false;
+    if (s->target)
+        __atomic_store_n(&s->th->lazy_tgt, s->th->lazy_tgt - 1, __ATOMIC_RELAXED);
 }
 
 void tcp_sock_attend(struct tcp_sock *s)
@@ -290,8 +302,10 @@ void tcp_lazy_tick(struct tcp_thread *th)
                 s->lazy_ms = now;
             }
             bool idle = now - s->lazy_ms >= TCP_LAZY_KEEP_MS;
-            if (s->rx_lazy && s->fd >= 0 && !fresh && (may_get_data(s) || idle))
+            if (s->rx_lazy && s->fd >= 0 && !fresh && (may_get_data(s) || idle)) {
                 tcp_sock_attend(s); /* not while a waiter polls */
+                s->lazy_gave = s->target && !s->rx_lazy;
+            }
             keep = s->rx_lazy && s->fd >= 0;
         }
         pthread_mutex_lock(&th->mu); /* under iomu: see lazy_enter */
@@ -300,6 +314,8 @@ void tcp_lazy_tick(struct tcp_thread *th)
             th->lazy_head = s;
         } else {
             s->on_lazy = false;
+            if (s->target)
+                __atomic_store_n(&th->lazy_tgt, th->lazy_tgt - 1, __ATOMIC_RELAXED);
         }
         pthread_mutex_unlock(&th->mu);
         if (locked)
@@ -319,6 +335,12 @@ static bool waiter_may(struct tcp_sock *s)
     bool gpu = s->gpu_seen;
     pthread_mutex_unlock(&s->qmu);
     return !gpu;
+}
+
+/* iomu held: may the last waiter of accepted socket s leave it lazy? */
+static bool target_may_lazy(const struct tcp_sock *s)
+{
+    return s->th->tt->lazy_target && (!s->lazy_off_ms || xfer_now_ms() >= s->lazy_off_ms);
 }
 
 /* After the poll: reads s as its owner would if poll saw it readable or
@@ -347,7 +369,7 @@ static int read_as_waiter(struct tcp_sock *s, bool ready, bool late)
     }
     bool defer = s->rx_defer;
     if (s->fd >= 0 && last) {
-        if (rc == 0 && !defer && !late && (s->target ? s->th->tt->lazy_target : !may_get_data(s)))
+        if (rc == 0 && !defer && !late && (s->target ? target_may_lazy(s) : !may_get_data(s)))
             lazy_enter(s);
         else
             s->rx_lazy = false;
@@ -489,6 +511,7 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
         int fd = v[i]->fd;
         if (fd >= 0) {
             __atomic_add_fetch(&v[i]->waiters, 1, __ATOMIC_SEQ_CST);
+            v[i]->lazy_gave = false; /* what comes now, a waiter reads */
             tcp_sock_interest(v[i]);
             p[nw] = (struct pollfd){.fd = fd, .events = POLLIN | POLLRDHUP};
             w[nw++] = v[i];

@@ -16,7 +16,11 @@
  * index of the answers): the owner must close that connection, and keep
  * serving its real peer. test_fallback: an unsealed memfd is refused and
  * the socket keeps carrying messages; an owner or an initiator with
- * XFER_IPC_RING=0 still exchanges messages (over the socket). */
+ * XFER_IPC_RING=0 still exchanges messages (over the socket).
+ * test_spinning_waiter: a RECV whose waiter spins (XFER_BUSY_POLL_US) takes
+ * frames from the ring that no bell announced, and a ring it finds corrupt
+ * ends that connection only (the spinner leaves the socket to the serving
+ * thread, so it must end it as the serving thread would). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +29,7 @@
 
 #include "ipc/ipc.h"
 #include "ipc/ipc_ring.h"
+#include "msg_wire.h"
 #include "transport.h"
 
 #include <errno.h>
@@ -401,6 +406,77 @@ static void test_fallback(void **state)
     xfer_engine_free(B.e);
 }
 
+/* Until the owner's readers of r spin (say no bell is needed), at most ms. */
+static bool spinning_within(struct ipc_ring *r, int ms)
+{
+    int64_t end = now_ms() + ms;
+    while (__atomic_load_n(&r->shm->req.sleep, __ATOMIC_ACQUIRE) != 0) {
+        if (now_ms() > end)
+            return false;
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
+/* An eager RTS of 40 bytes with tag from b, put in the ring without a bell. */
+static void rts_put(struct ipc_ring *r, const struct side *b, uint64_t tag)
+{
+    static uint8_t frame[XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + 64];
+    uint8_t bytes[40];
+    for (int i = 0; i < 40; i++)
+        bytes[i] = (uint8_t)(tag * 7 + (uint64_t)i);
+    struct xfer_msg_rts m = {.send_id = 9000 + tag, .tag = tag, .len = 40, .eager = bytes};
+    xfer_region_describe(b->r, &m.src);
+    size_t n = xfer_msg_encode_rts(tag, &m, frame);
+    assert_int_equal(ipc_ring_put(r, frame, (uint32_t)n), 0);
+}
+
+static void test_spinning_waiter(void **state)
+{
+    (void)state;
+    unsetenv("XFER_IPC_RING");
+    setenv("XFER_BUSY_POLL_US", "1000000", 1); /* RECV waiters spin through each slice */
+    struct side A = {0}, B = {0};
+    linked(&A, &B, "ringw-a", "ringw-b");
+    unsetenv("XFER_BUSY_POLL_US");
+    int raw = raw_as(&A, &B, NULL); /* A's newest connection from "ringw-b" */
+    struct ipc_ring r;
+    int rfd = -1;
+    assert_int_equal(ipc_ring_create(&r, &rfd), 0);
+    assert_int_equal(ring_req(raw, rfd), 0);
+    close(rfd);
+    for (uint64_t tag = 1; tag <= 20; tag++) {
+        struct recv_job j = {.s = &A, .off = 4096, .tag = tag};
+        pthread_t th;
+        pthread_create(&th, NULL, recv_main, &j);
+        assert_true(spinning_within(&r, DEADLINE));
+        rts_put(&r, &B, tag); /* no bell: only a spinner looks */
+        assert_int_equal(ring_answer_within(&r, DEADLINE), XFER_MSG_DELIVERED);
+        pthread_join(th, NULL);
+        assert_int_equal(j.rc, 0);
+        assert_int_equal(j.got, 40);
+        assert_int_equal(((uint8_t *)xfer_region_ptr(A.r))[4096 + 39], (uint8_t)(tag * 7 + 39));
+    }
+    /* a corrupt index seen by the spinner: that connection ends, A goes on */
+    struct recv_job j = {.s = &A, .off = 4096, .tag = 99};
+    pthread_t th;
+    pthread_create(&th, NULL, recv_main, &j);
+    assert_true(spinning_within(&r, DEADLINE));
+    __atomic_store_n(&r.shm->req.head, r.req_pos + 3, __ATOMIC_RELEASE);
+    assert_true(closed_within(raw, IO_TIMEOUT + 4000));
+    /* the RECV is still there: B's own SEND (on its real connection) meets it */
+    assert_int_equal(xfer_send(B.e, B.r, 0, 40, B.p, 99, DEADLINE), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(j.rc, 0);
+    assert_int_equal(j.got, 40);
+    close(raw);
+    ipc_ring_unmap(&r);
+    still_serves(&A, &B, 200);
+    xfer_engine_free(A.e);
+    xfer_engine_free(B.e);
+}
+
 #define FLOOD     48
 #define FLOOD_LEN (60u << 10)
 
@@ -541,9 +617,9 @@ static void test_stalled_owner(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_race), cmocka_unit_test(test_scribble),
-                                       cmocka_unit_test(test_fallback),
-                                       cmocka_unit_test(test_full_ring),
-                                       cmocka_unit_test(test_stalled_owner)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_race),          cmocka_unit_test(test_scribble),
+        cmocka_unit_test(test_fallback),      cmocka_unit_test(test_full_ring),
+        cmocka_unit_test(test_stalled_owner), cmocka_unit_test(test_spinning_waiter)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

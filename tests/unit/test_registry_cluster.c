@@ -519,23 +519,59 @@ static bool promoted(void *arg)
     return p >= 0 && p != k->dead;
 }
 
-/* Replication offset of server i (ROLE): its own when which < 0, else the
- * one its first replica acknowledged. */
-static long long repl_offset(struct cluster *cl, int i, int which)
+/* Replication offset of primary i (ROLE: its master_repl_offset). */
+static long long primary_offset(struct cluster *cl, int i)
 {
     redisReply *r = srv_cmd(cl, i, "ROLE");
     long long v = -1;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3) {
-        const redisReply *reps = r->element[2];
-        if (which < 0)
-            v = r->element[1]->integer;
-        else if (reps->type == REDIS_REPLY_ARRAY && reps->elements > 0 &&
-                 reps->element[0]->elements >= 3)
-            v = strtoll(reps->element[0]->element[2]->str, NULL, 10);
-    }
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        v = r->element[1]->integer;
     if (r)
         freeReplyObject(r);
     return v;
+}
+
+/* Offset that a connected replica of primary i has processed, asked of the
+ * replica itself (ROLE: "slave", host, port, state, offset): the primary's
+ * view of it is the replica's REPLCONF ACK, sent once a second. -1: no
+ * replica of i is connected. */
+static long long replica_offset(struct cluster *cl, int i)
+{
+    long long v = -1;
+    for (int j = 0; j < NSRV; j++) {
+        if (j == i || cl->srv[j].pid <= 0)
+            continue;
+        redisReply *r = srv_cmd(cl, j, "ROLE");
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 &&
+            !strcmp(r->element[0]->str, "slave") && r->element[2]->integer == cl->srv[i].port &&
+            !strcmp(r->element[3]->str, "connected"))
+            v = r->element[4]->integer;
+        if (r)
+            freeReplyObject(r);
+    }
+    return v;
+}
+
+/* Every server's ROLE, for a failed replication wait. */
+static void print_roles(struct cluster *cl)
+{
+    for (int j = 0; j < NSRV; j++) {
+        redisReply *r = cl->srv[j].pid > 0 ? srv_cmd(cl, j, "ROLE") : NULL;
+        printf("server %d (port %d): ", j, cl->srv[j].port);
+        for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k < r->elements; k++) {
+            const redisReply *e = r->element[k];
+            if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS)
+                printf("%s ", e->str);
+            else if (e->type == REDIS_REPLY_INTEGER)
+                printf("%lld ", e->integer);
+            else
+                printf("[%zu replicas] ", e->elements);
+        }
+        printf("%s\n", r ? "" : "(down)");
+        if (r)
+            freeReplyObject(r);
+    }
 }
 
 struct caught_up {
@@ -546,7 +582,7 @@ struct caught_up {
 static bool replica_caught_up(void *arg)
 {
     struct caught_up *c = arg;
-    return repl_offset(c->cl, c->srv, 0) >= c->offset;
+    return replica_offset(c->cl, c->srv) >= c->offset;
 }
 
 static bool connected(void *arg)
@@ -593,8 +629,12 @@ static void test_cluster_failover(void **state)
     assert_true(p >= 0);
     assert_int_equal(xfer_registry_heartbeat(a), 0); /* the keys live 1 s from now */
     /* The replica has all of it (replication is asynchronous; it acks each second). */
-    struct caught_up cu = {cl, p, repl_offset(cl, p, -1)};
-    assert_true(tr_wait(NULL, replica_caught_up, &cu, 5000));
+    struct caught_up cu = {cl, p, primary_offset(cl, p)};
+    if (!tr_wait(NULL, replica_caught_up, &cu, 10000)) {
+        printf("replica of server %d never processed offset %lld:\n", p, cu.offset);
+        print_roles(cl);
+        fail();
+    }
     uint64_t t_kill = (uint64_t)time(NULL) * 1000;
     tr_kill(&cl->srv[p], SIGKILL);
     uint64_t t0 = tr_now_ms();
