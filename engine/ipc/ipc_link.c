@@ -177,8 +177,8 @@ void ipc_link_unlock(struct ipc_conn *c, int rc)
 
 /* link_mu held: puts a frame in the ring (waiting while it is full: the
  * owner drains it; answers that came meanwhile are read, so that an owner
- * waiting for room for them does not wait on us) and rings the bell when
- * the owner's readers may sleep. */
+ * waiting for room for them does not wait on us) and wakes the owner's
+ * readers when they may sleep (the bell, or the waiters' eventfd). */
 static int ring_send(struct ipc_conn *c, const void *frame, uint32_t len)
 {
     int64_t end = xfer_now_ms() + c->io_timeout_ms;
@@ -194,8 +194,8 @@ static int ring_send(struct ipc_conn *c, const void *frame, uint32_t len)
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
     }
-    if (rc == 0 && ipc_ring_need_bell(&c->ring))
-        rc = ipc_send(c->fd, IPC_RING_BELL, 0, NULL, 0, -1, c->io_timeout_ms);
+    if (rc == 0)
+        rc = ipc_ring_ring(&c->ring, ipc_ring_need_bell(&c->ring), c->fd, c->io_timeout_ms);
     if (rc == -XFER_EPROTO)
         xfer_warn("ipc: corrupt message ring (the owner's read index), closing the connection");
     return rc;
@@ -339,13 +339,20 @@ int ipc_link_ring_setup(struct ipc_conn *c, uint32_t flags, int timeout_ms)
         return 0;
     struct ipc_hdr h;
     int32_t st = -XFER_ECONN;
+    int efd = -1; /* the owner's waiters' eventfd (an owner built before: none) */
     int rc = ipc_send(c->fd, IPC_RING_REQ, 0, NULL, 0, fd, timeout_ms);
     close(fd);
     if (rc == 0)
-        rc = ipc_recv_fixed(c->fd, &h, &st, sizeof(st), timeout_ms);
+        rc = ipc_recv(c->fd, &h, &st, sizeof(st), &efd, timeout_ms);
     if (rc == 0)
         rc = ipc_msg_check(&h, &st, IPC_RING_RESP, 1);
     c->ring_up = rc == 0 && st == 0;
+    if (c->ring_up && efd >= 0) {
+        c->ring.efd = efd;
+        c->ring.efd_up = true;
+    } else if (efd >= 0) {
+        close(efd);
+    }
     if (!c->ring_up)
         ipc_ring_unmap(&c->ring);
     c->ring_spin_us = xfer_engine_config_get(c->t->base.engine)->busy_poll_us;

@@ -8,6 +8,7 @@
  * ring of a multiple of 8). Answers: one slot each (status, index).
  */
 #include "ipc_ring.h"
+#include "ipc.h"
 #include "xfer.h"
 
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -74,6 +76,7 @@ int ipc_ring_create(struct ipc_ring *r, int *fd_out)
     r->shm->magic = IPC_RING_MAGIC;
     r->shm->req_bytes = IPC_RING_REQ_BYTES;
     r->shm->resp_slots = IPC_RING_RESP_SLOTS;
+    r->shm->features = IPC_RING_F_EFD;
     *fd_out = fd;
     return 0;
 }
@@ -98,13 +101,16 @@ int ipc_ring_attach(struct ipc_ring *r, int fd)
             ipc_ring_unmap(r);
             return -XFER_EPROTO;
         }
-        __atomic_store_n(&r->shm->req.sleep, 1, __ATOMIC_SEQ_CST); /* nobody spins yet */
+        __atomic_store_n(&r->shm->req.sleep, IPC_SLEEP_SOCK,
+                         __ATOMIC_SEQ_CST); /* nobody spins yet */
     }
     return rc;
 }
 
 void ipc_ring_unmap(struct ipc_ring *r)
 {
+    if (r->efd_up)
+        close(r->efd);
     if (r->shm)
         munmap(r->shm, r->map_len);
     memset(r, 0, sizeof(*r));
@@ -147,14 +153,37 @@ int ipc_ring_put(struct ipc_ring *r, const void *frame, uint32_t len)
     return 0;
 }
 
-bool ipc_ring_need_bell(struct ipc_ring *r)
+unsigned ipc_ring_need_bell(struct ipc_ring *r)
 {
-    /* Dekker with ipc_ring_sleep(on) / ipc_ring_bell_taken: head stored,
+    /* Dekker with ipc_ring_sleep / ipc_ring_bell_taken: head stored,
      * fence, then their word loaded. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (!__atomic_load_n(&r->shm->req.sleep, __ATOMIC_RELAXED))
-        return false;
-    return __atomic_exchange_n(&r->shm->req.belled, 1, __ATOMIC_SEQ_CST) == 0;
+    uint32_t how = __atomic_load_n(&r->shm->req.sleep, __ATOMIC_RELAXED);
+    if (how == IPC_SLEEP_SPIN)
+        return 0;
+    if (how == IPC_SLEEP_EFD && r->efd_up)
+        return IPC_SLEEP_EFD;
+    /* IPC_SLEEP_SOCK, or anything else the page says: the socket */
+    return __atomic_exchange_n(&r->shm->req.belled, 1, __ATOMIC_SEQ_CST) == 0 ? IPC_SLEEP_SOCK : 0;
+}
+
+int ipc_ring_ring(struct ipc_ring *r, unsigned bell, int fd, int timeout_ms)
+{
+    uint64_t one = 1;
+    if (bell == IPC_SLEEP_EFD)
+        return write(r->efd, &one, sizeof(one)) == sizeof(one) ? 0 : -XFER_ECONN;
+    if (bell == IPC_SLEEP_SOCK)
+        return ipc_send(fd, IPC_RING_BELL, 0, NULL, 0, -1, timeout_ms);
+    return 0;
+}
+
+int ipc_ring_make_efd(struct ipc_ring *r)
+{
+    if (!(__atomic_load_n(&r->shm->features, __ATOMIC_RELAXED) & IPC_RING_F_EFD))
+        return -1;
+    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    r->efd_up = r->efd >= 0;
+    return r->efd_up ? r->efd : -1;
 }
 
 int ipc_ring_get(struct ipc_ring *r, void *buf, uint32_t max, uint32_t *len)
@@ -198,11 +227,10 @@ int ipc_ring_peek_kind(const struct ipc_ring *r)
     return kind;
 }
 
-void ipc_ring_sleep(struct ipc_ring *r, bool on)
+void ipc_ring_sleep(struct ipc_ring *r, uint32_t how)
 {
-    __atomic_store_n(&r->shm->req.sleep, on ? 1u : 0u, __ATOMIC_RELAXED);
-    if (on)
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&r->shm->req.sleep, how, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 void ipc_ring_bell_taken(struct ipc_ring *r)

@@ -51,7 +51,8 @@ struct serve_conn {
      * it by spinning waiters (ring_up, acquire), freed with c. */
     struct ipc_ring ring;
     bool ring_up;
-    int ring_spin; /* rx_mu: waiters spinning on the ring (none: its readers sleep) */
+    int ring_spin;     /* rx_mu: waiters spinning on the ring (none: its readers sleep) */
+    int ring_sleepers; /* rx_mu: waiters asleep on ring.efd (none: on the socket) */
     struct serve_conn *next;
 };
 

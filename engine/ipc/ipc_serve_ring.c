@@ -26,11 +26,12 @@ int ipc_serve_ring_setup(struct serve_conn *c, int fd)
         st = ipc_ring_attach(&c->ring, fd);
     if (fd >= 0)
         close(fd);
+    int efd = st == 0 ? ipc_ring_make_efd(&c->ring) : -1; /* its waiters sleep on it */
     if (st == 0)
         __atomic_store_n(&c->ring_up, true, __ATOMIC_RELEASE);
     else
         xfer_debug("ipc: no message ring with %s: %s", c->peer_node, xfer_strerror(st));
-    return ipc_send(c->fd, IPC_RING_RESP, 1, &st, sizeof(st), -1, io_timeout(c));
+    return ipc_send(c->fd, IPC_RING_RESP, 1, &st, sizeof(st), efd, io_timeout(c));
 }
 
 /* rx_mu held: puts st in the answer ring, waiting while it is full (the

@@ -109,13 +109,21 @@ static void rx_enter(struct serve_conn *c)
         interest(c, false);
 }
 
+/* rx_mu held: nobody waits on c any more (the serving thread's linger
+ * counts from here). */
+static void note_left(struct serve_conn *c)
+{
+    if (c->waiters == 0 && c->ring_spin == 0 && c->ring_sleepers == 0)
+        c->left_ns = xfer_mono_ns();
+}
+
 /* rx_mu held: a thread stopped polling; the last one gives the input back
  * (level-triggered: what is left wakes the serving thread, which lingers). */
 static void rx_leave(struct serve_conn *c)
 {
     if (--c->waiters > 0 || c->failed)
         return;
-    c->left_ns = xfer_mono_ns();
+    note_left(c);
     interest(c, true);
 }
 
@@ -273,16 +281,46 @@ static int spin_poll(struct serve_conn **v, int n, struct pollfd *p, nfds_t np, 
     }
 }
 
-/* rx_mu held: a waiter starts (on) or stops spinning on c's ring. While
- * one spins, writers ring no bell; the last one to stop says readers may
- * sleep (with a fence): what came before is served by its caller after
- * this (rx_after_poll), what comes after rings. */
+/* rx_mu held: tells c's writer how its readers wait now (with a fence):
+ * one spins (no wake-up), a message waiter sleeps on the ring's eventfd
+ * (write it), else the serving thread sleeps on the socket (the bell).
+ * Whoever changes it serves what came before after this; what comes
+ * after wakes them the new way. */
+static void ring_mode(struct serve_conn *c)
+{
+    ipc_ring_sleep(&c->ring, c->ring_spin > 0       ? IPC_SLEEP_SPIN
+                             : c->ring_sleepers > 0 ? IPC_SLEEP_EFD
+                                                    : IPC_SLEEP_SOCK);
+}
+
+/* rx_mu held: a waiter starts (on) or stops spinning on c's ring. */
 static void ring_spin(struct serve_conn *c, bool on)
 {
-    if (on && c->ring_spin++ == 0)
-        ipc_ring_sleep(&c->ring, false);
-    else if (!on && --c->ring_spin == 0)
-        ipc_ring_sleep(&c->ring, true);
+    c->ring_spin += on ? 1 : -1;
+    ring_mode(c);
+}
+
+/* rx_mu held: serves the frames in c's ring; a corrupt ring ends c. */
+static void serve_ring_now(struct serve_conn *c)
+{
+    int err = !c->failed && ipc_ring_has(c) ? ipc_serve_ring(c) : 0;
+    if (err < 0) { /* over, as in the serving thread: it cleans up */
+        c->failed = err;
+        shutdown(c->fd, SHUT_RDWR);
+    }
+}
+
+/* rx_mu held, after the poll: a waiter asleep on c's ring eventfd (woke:
+ * it was written) stops sleeping and serves what came. */
+static void rx_after_sleep(struct serve_conn *c, bool woke)
+{
+    c->ring_sleepers--;
+    ring_mode(c);
+    uint64_t drain;
+    if (woke && read(c->ring.efd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+        xfer_debug("ipc: ring eventfd read: %s", strerror(errno));
+    serve_ring_now(c);
+    note_left(c);
 }
 
 /* rx_mu held, after the poll: serves one request if the poll saw c readable
@@ -296,12 +334,11 @@ static void rx_after_poll(struct serve_conn *c, short revents, uint64_t served)
     int err = 0;
     if (!c->failed && ready && (there || readable_now(c->fd)))
         err = ipc_serve_one(c);
-    if (err == 0 && !c->failed && ipc_ring_has(c)) /* frames no bell announced */
-        err = ipc_serve_ring(c);
     if (err < 0) { /* over, as in the serving thread: it cleans up */
         c->failed = err;
         shutdown(c->fd, SHUT_RDWR);
     }
+    serve_ring_now(c); /* frames no bell announced */
     rx_leave(c);
     if (c->parked && (c->waiters == 0 || c->failed))
         pthread_cond_signal(&c->rx_cv);
@@ -351,18 +388,10 @@ static int spin_rings(struct serve_conn **v, int n, int wake_fd, int spin_us)
         if (!on[i])
             continue;
         pthread_mutex_lock(&c->rx_mu);
-        ring_spin(c, false); /* with a fence: frames from now on ring */
-        int err = 0;
-        if (!c->failed && ipc_ring_has(c)) { /* what came before that */
-            came = true;
-            err = ipc_serve_ring(c);
-        }
-        if (err < 0) { /* over, as in the serving thread: it cleans up */
-            c->failed = err;
-            shutdown(c->fd, SHUT_RDWR);
-        }
-        if (c->waiters == 0 && c->ring_spin == 0)
-            c->left_ns = xfer_mono_ns(); /* the serving thread's linger counts from here */
+        ring_spin(c, false);     /* with a fence: frames from now on wake */
+        came |= ipc_ring_has(c); /* what came before that */
+        serve_ring_now(c);
+        note_left(c);
         any_live |= !c->failed;
         pthread_mutex_unlock(&c->rx_mu);
     }
@@ -384,21 +413,31 @@ static int wait_conns(struct serve_conn **v, int n, int wake_fd, int timeout_ms,
     }
     struct pollfd p[WAIT_ANY_MAX + 1];
     uint64_t served[WAIT_ANY_MAX];
-    bool spun[WAIT_ANY_MAX], ring = false;
+    bool spun[WAIT_ANY_MAX], efd[WAIT_ANY_MAX], ring = false;
     int in = 0;
     for (int i = 0; i < n; i++) {
         struct serve_conn *c = v[i];
         pthread_mutex_lock(&c->rx_mu);
         bool over = c->failed != 0;
-        if (!over)
+        /* A ring with an eventfd: sleep on that, the socket stays with the
+         * serving thread (no epoll_ctl pair, no socket bell to read). */
+        efd[i] = !over && spin_us == 0 && c->ring_up && c->ring.efd_up;
+        if (efd[i]) {
+            c->ring_sleepers++;
+            ring_mode(c);
+        } else if (!over) {
             rx_enter(c);
+        }
         spun[i] = !over && spin_us > 0 && c->ring_up;
         if (spun[i])
             ring_spin(c, true);
         served[i] = c->served;
         pthread_mutex_unlock(&c->rx_mu);
-        /* fd stays open while c is pinned (conn_free waits for the pins) */
-        p[i] = (struct pollfd){.fd = over ? -1 : c->fd, .events = POLLIN | POLLRDHUP};
+        /* fds stay open while c is pinned (conn_free waits for the pins) */
+        p[i] = (struct pollfd){.fd = over     ? -1
+                                     : efd[i] ? c->ring.efd
+                                              : c->fd,
+                               .events = POLLIN | POLLRDHUP};
         in += !over;
     }
     if (in == 0)
@@ -424,7 +463,10 @@ static int wait_conns(struct serve_conn **v, int n, int wake_fd, int timeout_ms,
         if (p[i].fd < 0)
             continue;
         pthread_mutex_lock(&c->rx_mu);
-        rx_after_poll(c, k > 0 && !ring ? p[i].revents : 0, served[i]);
+        if (efd[i])
+            rx_after_sleep(c, k > 0 && (p[i].revents & POLLIN));
+        else
+            rx_after_poll(c, k > 0 && !ring ? p[i].revents : 0, served[i]);
         any_live |= !c->failed;
         pthread_mutex_unlock(&c->rx_mu);
     }

@@ -3,7 +3,8 @@
  *
  * test_race: two processes share a ring. The child is the owner: it reads
  * frames, sometimes spinning (no bell wanted), sometimes asleep in poll on
- * a socketpair after saying so (the bell protocol of ipc_serve_rx.c), and
+ * a socketpair or on an eventfd after saying so (the bell protocol of
+ * ipc_serve_rx.c: the serving thread's socket, a message waiter's eventfd), and
  * answers each one. The parent is the initiator: one thread writes frames
  * of random lengths (wrapping the ring, filling it) with random pauses and
  * rings the bell only when ipc_ring_need_bell says so; another reads the
@@ -20,7 +21,10 @@
  * test_spinning_waiter: a RECV whose waiter spins (XFER_BUSY_POLL_US) takes
  * frames from the ring that no bell announced, and a ring it finds corrupt
  * ends that connection only (the spinner leaves the socket to the serving
- * thread, so it must end it as the serving thread would). */
+ * thread, so it must end it as the serving thread would).
+ * test_sleeping_waiter: a RECV whose waiter sleeps is woken through the
+ * ring's eventfd (the initiator is told so), and an initiator that takes
+ * no eventfd still gets the socket bell. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -80,8 +85,10 @@ static void frame_fill(uint8_t *p, uint32_t i, uint32_t len)
         p[k] = (uint8_t)(i * 31 + k);
 }
 
-/* Owner process: 0 when every frame came once, in order. */
-static int owner_main(int ring_fd, int bell)
+/* Owner process: 0 when every frame came once, in order. It sleeps on the
+ * bell socket (as the serving thread) or on the eventfd efd (as a message
+ * waiter), at random. */
+static int owner_main(int ring_fd, int bell, int efd)
 {
     struct ipc_ring r;
     if (ipc_ring_attach(&r, ring_fd) != 0)
@@ -106,17 +113,24 @@ static int owner_main(int ring_fd, int bell)
         }
         if (rnd(&seed) % 4 == 0) { /* spin a while: writers ring no bell */
             if (!spinning)
-                ipc_ring_sleep(&r, false);
+                ipc_ring_sleep(&r, IPC_SLEEP_SPIN);
             spinning = true;
             continue;
         }
-        ipc_ring_sleep(&r, true); /* then re-check before sleeping */
+        bool on_efd = rnd(&seed) % 2;
+        ipc_ring_sleep(&r, on_efd ? IPC_SLEEP_EFD : IPC_SLEEP_SOCK); /* then re-check */
         spinning = false;
         if (ipc_ring_pending(&r))
             continue;
-        struct pollfd p = {.fd = bell, .events = POLLIN};
+        struct pollfd p = {.fd = on_efd ? efd : bell, .events = POLLIN};
         if (poll(&p, 1, SLEEP_DEADLINE_MS) != 1)
             return 13; /* a lost wake-up */
+        uint64_t drain;
+        if (on_efd) {
+            if (read(efd, &drain, sizeof(drain)) != sizeof(drain))
+                return 15;
+            continue;
+        }
         struct ipc_hdr h;
         if (ipc_recv(bell, &h, NULL, 0, NULL, 1000) != 0 || h.type != IPC_RING_BELL)
             return 14;
@@ -130,7 +144,7 @@ struct initiator {
     struct ipc_ring r;
     int bell;
     int fails;
-    unsigned bells; /* rung: the reader was asleep */
+    unsigned bells, efd_bells; /* rung (socket, eventfd): the reader was asleep */
 };
 
 static void *writer_main(void *arg)
@@ -149,12 +163,12 @@ static void *writer_main(void *arg)
             in->fails++;
             return NULL;
         }
-        if (ipc_ring_need_bell(&in->r)) {
-            in->bells++;
-            if (ipc_send(in->bell, IPC_RING_BELL, 0, NULL, 0, -1, 1000) != 0) {
-                in->fails++;
-                return NULL;
-            }
+        unsigned how = ipc_ring_need_bell(&in->r);
+        in->bells += how == IPC_SLEEP_SOCK;
+        in->efd_bells += how == IPC_SLEEP_EFD;
+        if (ipc_ring_ring(&in->r, how, in->bell, 1000) != 0) {
+            in->fails++;
+            return NULL;
         }
         uint64_t x = rnd(&seed) % 64;
         if (x == 0) { /* a pause: the reader goes to sleep */
@@ -174,11 +188,14 @@ static void test_race(void **state)
     int fd = -1, sv[2];
     assert_int_equal(ipc_ring_create(&in.r, &fd), 0);
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    in.r.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); /* the owner's, passed by fork */
+    in.r.efd_up = in.r.efd >= 0;
+    assert_true(in.r.efd_up);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         close(sv[0]);
-        _exit(owner_main(fd, sv[1]));
+        _exit(owner_main(fd, sv[1], in.r.efd));
     }
     close(sv[1]);
     close(fd);
@@ -198,8 +215,9 @@ static void test_race(void **state)
     }
     pthread_join(w, NULL);
     assert_int_equal(in.fails, 0);
-    printf("%d frames, %u bells\n", FRAMES, in.bells);
-    assert_true(in.bells > 0 && in.bells < FRAMES); /* it slept, and it spun */
+    printf("%d frames, %u bells, %u eventfd writes\n", FRAMES, in.bells, in.efd_bells);
+    /* it slept both ways, and it spun */
+    assert_true(in.bells > 0 && in.efd_bells > 0 && in.bells + in.efd_bells < FRAMES);
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
@@ -223,11 +241,24 @@ static int32_t ring_req(int fd, int ring_fd)
     return st;
 }
 
+/* The same, keeping the waiters' eventfd the owner passes (r->efd). */
+static int32_t ring_req_keep(int fd, int ring_fd, struct ipc_ring *r)
+{
+    assert_int_equal(ipc_send(fd, IPC_RING_REQ, 0, NULL, 0, ring_fd, 1000), 0);
+    struct ipc_hdr h;
+    int32_t st = 1;
+    int efd = -1;
+    assert_int_equal(ipc_recv(fd, &h, &st, sizeof(st), &efd, 2000), 0);
+    assert_int_equal(h.type, IPC_RING_RESP);
+    r->efd = efd;
+    r->efd_up = efd >= 0;
+    return st;
+}
+
 static void ring_send(int fd, struct ipc_ring *r, const void *frame, uint32_t len)
 {
     assert_int_equal(ipc_ring_put(r, frame, len), 0);
-    if (ipc_ring_need_bell(r))
-        assert_int_equal(ipc_send(fd, IPC_RING_BELL, 0, NULL, 0, -1, 1000), 0);
+    assert_int_equal(ipc_ring_ring(r, ipc_ring_need_bell(r), fd, 1000), 0);
 }
 
 static int32_t ring_answer_within(struct ipc_ring *r, int ms)
@@ -406,11 +437,11 @@ static void test_fallback(void **state)
     xfer_engine_free(B.e);
 }
 
-/* Until the owner's readers of r spin (say no bell is needed), at most ms. */
-static bool spinning_within(struct ipc_ring *r, int ms)
+/* Until the owner's readers of r wait as how says (IPC_SLEEP_*), at most ms. */
+static bool waiting_within(struct ipc_ring *r, uint32_t how, int ms)
 {
     int64_t end = now_ms() + ms;
-    while (__atomic_load_n(&r->shm->req.sleep, __ATOMIC_ACQUIRE) != 0) {
+    while (__atomic_load_n(&r->shm->req.sleep, __ATOMIC_ACQUIRE) != how) {
         if (now_ms() > end)
             return false;
         struct timespec ts = {0, 50000};
@@ -450,7 +481,7 @@ static void test_spinning_waiter(void **state)
         struct recv_job j = {.s = &A, .off = 4096, .tag = tag};
         pthread_t th;
         pthread_create(&th, NULL, recv_main, &j);
-        assert_true(spinning_within(&r, DEADLINE));
+        assert_true(waiting_within(&r, IPC_SLEEP_SPIN, DEADLINE));
         rts_put(&r, &B, tag); /* no bell: only a spinner looks */
         assert_int_equal(ring_answer_within(&r, DEADLINE), XFER_MSG_DELIVERED);
         pthread_join(th, NULL);
@@ -462,7 +493,7 @@ static void test_spinning_waiter(void **state)
     struct recv_job j = {.s = &A, .off = 4096, .tag = 99};
     pthread_t th;
     pthread_create(&th, NULL, recv_main, &j);
-    assert_true(spinning_within(&r, DEADLINE));
+    assert_true(waiting_within(&r, IPC_SLEEP_SPIN, DEADLINE));
     __atomic_store_n(&r.shm->req.head, r.req_pos + 3, __ATOMIC_RELEASE);
     assert_true(closed_within(raw, IO_TIMEOUT + 4000));
     /* the RECV is still there: B's own SEND (on its real connection) meets it */
@@ -473,6 +504,57 @@ static void test_spinning_waiter(void **state)
     close(raw);
     ipc_ring_unmap(&r);
     still_serves(&A, &B, 200);
+    xfer_engine_free(A.e);
+    xfer_engine_free(B.e);
+}
+
+/* A RECV whose waiter sleeps (no busy poll) sleeps on the ring's eventfd,
+ * not on the socket: its initiator is told to write that (IPC_SLEEP_EFD)
+ * and the waiter wakes and takes the frame (matched on arrival). An
+ * initiator that takes no eventfd (features 0: one built before) gets none
+ * and rings the bell on the socket as before. */
+static void test_sleeping_waiter(void **state)
+{
+    (void)state;
+    unsetenv("XFER_IPC_RING");
+    struct side A = {0}, B = {0};
+    linked(&A, &B, "ringz-a", "ringz-b");
+    for (int old = 0; old < 2; old++) {
+        int raw = raw_as(&A, &B, NULL);
+        struct ipc_ring r;
+        int rfd = -1;
+        assert_int_equal(ipc_ring_create(&r, &rfd), 0);
+        if (old)
+            r.shm->features = 0;
+        assert_int_equal(ring_req_keep(raw, rfd, &r), 0);
+        close(rfd);
+        assert_int_equal(r.efd_up, !old);
+        int efd_bells = 0;
+        for (uint64_t tag = 1; tag <= 20; tag++) {
+            struct recv_job j = {.s = &A, .off = 4096, .tag = tag};
+            pthread_t th;
+            pthread_create(&th, NULL, recv_main, &j);
+            if (!old) /* the RECV's waiter asleep on the eventfd */
+                assert_true(waiting_within(&r, IPC_SLEEP_EFD, DEADLINE));
+            rts_put(&r, &B, tag);
+            unsigned bell = ipc_ring_need_bell(&r);
+            efd_bells += bell == IPC_SLEEP_EFD;
+            assert_int_equal(ipc_ring_ring(&r, bell, raw, 1000), 0);
+            int32_t st = ring_answer_within(&r, DEADLINE);
+            /* old: the RTS may come before the RECV (queued, answered 0) */
+            assert_true(st == XFER_MSG_DELIVERED || (old && st == 0));
+            pthread_join(th, NULL);
+            assert_int_equal(j.rc, 0);
+            assert_int_equal(j.got, 40);
+            assert_int_equal(((uint8_t *)xfer_region_ptr(A.r))[4096 + 39], (uint8_t)(tag * 7 + 39));
+        }
+        printf("%s initiator: %d of 20 frames woke the waiter through its eventfd\n",
+               old ? "old" : "new", efd_bells);
+        assert_true(old ? efd_bells == 0 : efd_bells > 0);
+        close(raw);
+        ipc_ring_unmap(&r);
+    }
+    still_serves(&A, &B, 300);
     xfer_engine_free(A.e);
     xfer_engine_free(B.e);
 }
@@ -618,8 +700,9 @@ static void test_stalled_owner(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_race),          cmocka_unit_test(test_scribble),
-        cmocka_unit_test(test_fallback),      cmocka_unit_test(test_full_ring),
-        cmocka_unit_test(test_stalled_owner), cmocka_unit_test(test_spinning_waiter)};
+        cmocka_unit_test(test_race),           cmocka_unit_test(test_scribble),
+        cmocka_unit_test(test_fallback),       cmocka_unit_test(test_full_ring),
+        cmocka_unit_test(test_stalled_owner),  cmocka_unit_test(test_spinning_waiter),
+        cmocka_unit_test(test_sleeping_waiter)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
