@@ -155,7 +155,11 @@ void batch_msg_item_end(xfer_batch *b, size_t i, int status)
     struct batch_item *bi = &b->items[i];
     if (bi->kind == BK_RECV && bi->matched && bi->send_id) /* the sender waits for this */
         mm_send_fin(b->engine, bi->from, bi->send_id, status, status == 0 ? bi->it.len : 0);
-    else if (bi->kind != BK_RMA)
+    else if (bi->kind != BK_RMA && !bi->matched && !(bi->kind == BK_SEND && bi->local))
+        /* Nothing to forget (and no lock and list walk per message) for a
+         * matched RECV, whose entry the matcher took off before it could
+         * call batch_recv_matched, nor for a locally completed SEND, which
+         * batch_msg_start never registered. */
         mm_forget(b->engine, b, i);
     if (b->notes.n && bi->kind == BK_RMA) { /* the fence: a peer's last item sends */
         long k = notes_item_end(&b->notes, bi->it.peer, i, status);
