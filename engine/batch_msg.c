@@ -211,6 +211,14 @@ void batch_msg_submit(xfer_batch *b)
 {
     bool recvs = false;
     for (size_t i = 0; i < b->n; i++) {
+        /* An item's kind is set before the submit (whose lock published it)
+         * and nothing appends while the submit runs (submit_run reads the
+         * kinds unlocked too): read without the lock, which only a SEND
+         * needs (its open and the fields below). One lock per RECV saved. */
+        if (b->items[i].kind != BK_SEND) {
+            recvs |= b->items[i].kind == BK_RECV;
+            continue;
+        }
         pthread_mutex_lock(&b->mu);
         struct batch_item *bi = &b->items[i];
         recvs |= bi->kind == BK_RECV;
@@ -245,7 +253,7 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
     pthread_mutex_lock(&b->mu);
     struct batch_item *bi = i < b->n ? &b->items[i] : NULL;
     if (b->state != B_RUNNING || b->notes.run != run || !bi || !bi->open || bi->matched) {
-        pthread_mutex_unlock(&b->mu);
+        batch_put_unlock(b); /* the matcher's hold */
         return -XFER_ENOENT;
     }
     bi->matched = true;
@@ -259,7 +267,7 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
                  (unsigned long long)r->len, p->desc.node_id, (unsigned long long)bi->cap);
         batch_item_end(b, i, -XFER_ETRUNC, why); /* the FIN tells the sender */
         batch_maybe_finish(b);
-        pthread_mutex_unlock(&b->mu);
+        batch_put_unlock(b); /* the matcher's hold */
         return 0;
     }
     xfer_region *dst = bi->it.local;
@@ -268,7 +276,7 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
         bi->it.len = r->len;
         batch_item_end(b, i, 0, NULL); /* sends the FIN */
         batch_maybe_finish(b);
-        pthread_mutex_unlock(&b->mu);
+        batch_put_unlock(b); /* the matcher's hold */
         return 0;
     }
     if (r->local) { /* its sender's buffer may be reused: nothing to READ */
@@ -276,7 +284,7 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
                  p->desc.node_id);
         batch_item_end(b, i, -XFER_EINVAL, why);
         batch_maybe_finish(b);
-        pthread_mutex_unlock(&b->mu);
+        batch_put_unlock(b); /* the matcher's hold */
         return 0;
     }
     /* rendezvous (or eager bytes for device memory: READ them instead) */
@@ -290,12 +298,13 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
     if (r->len == 0) {
         batch_item_end(b, i, 0, NULL);
         batch_maybe_finish(b);
-        pthread_mutex_unlock(&b->mu);
+        batch_put_unlock(b); /* the matcher's hold */
         return 0;
     }
     pthread_mutex_unlock(&b->mu);
     size_t idx = i;
     batch_post_to_peer(b, p, &idx, 1);
+    xfer_batch_put(b);
     return 0;
 }
 

@@ -349,7 +349,8 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
 int mm_fin_arrived(xfer_engine *e, const char *node, const struct xfer_msg_fin *f);
 /* batch_msg.c, no lock held: RECV item i of run got the message r from p:
  * it becomes a READ of the sender's region (or ends -XFER_ETRUNC).
- * -XFER_ENOENT when the item no longer waits (ended, another run). */
+ * -XFER_ENOENT when the item no longer waits (ended, another run). Drops
+ * the caller's hold on b (under the lock it takes anyway). */
 int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
                        const struct xfer_msg_rts *r);
 /* b->mu held and another reference alive: drops one hold without the lock

@@ -490,8 +490,7 @@ static bool match_pairs_locked(xfer_engine *e, bool inline_only)
         pthread_mutex_unlock(&m->mu);
         if (!got)
             return stopped;
-        int rc = batch_recv_matched(v->b, v->i, v->run, x->from, &x->r);
-        xfer_batch_put(v->b);
+        int rc = batch_recv_matched(v->b, v->i, v->run, x->from, &x->r); /* drops v's hold */
         xfer_blk_put(&ent_cache, v);
         pthread_mutex_lock(&m->mu);
         if (rc == 0) {
