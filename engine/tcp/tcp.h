@@ -21,6 +21,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define TCP_MAX_PAYLOAD (64u << 20) /* largest frame payload we accept */
 #define TCP_RXBUF       8192        /* header read-ahead buffer */
@@ -62,6 +63,9 @@
 #define TCP_LAZY_TICK_TGT_US 100
 #define TCP_LAZY_KEEP_MS     100
 #define TCP_LAZY_OFF_MS      1000
+/* Solo waiter (tcp_wait.c): the longest a waiter sleeps in a blocking recv
+ * (SO_RCVTIMEO) before it goes back to polling its wake fd too. */
+#define TCP_SOLO_MS 2
 /* Initiator: plain host-memory items of at most TCP_RUN_ITEM_MAX bytes that
  * lie back to back on both sides go out as one frame of up to TCP_RUN_MAX
  * bytes (and at most chunk_bytes): per-frame costs were most of a 4 KiB
@@ -176,6 +180,13 @@ struct tcp_sock {
     struct tcp_sock *lazy_next;    /* th->mu */
     uint32_t ev_mask;              /* as last given to epoll_ctl */
     bool by_waiter;
+    /* Solo waiter (tcp_wait.c): solo_ok, the descriptor is blocking with a
+     * receive timeout (every other call passes MSG_DONTWAIT); rx_solo
+     * (iomu), a waiter alone on this initiator socket sleeps in recv on it:
+     * no one else reads it meanwhile (they note skipped); solo_close
+     * (iomu), it was closed meanwhile: shut down, its descriptor left to
+     * that waiter to close. */
+    bool solo_ok, rx_solo, solo_close;
     bool rx_defer;
     bool fail_defer;
     enum xfer_log_level fail_lvl;
@@ -289,6 +300,7 @@ struct tcp_transport {
     uint64_t next_req;    /* atomic */
     int sockbuf;          /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
     bool direct;          /* submitters may send on idle sockets (XFER_TCP_DIRECT=0: off) */
+    bool solo;            /* solo waiters on initiator sockets (XFER_TCP_SOLO=0: off) */
     /* Accepted sockets stay lazy between waiters (tcp_wait.c) unless
      * XFER_TCP_LAZY_TARGET=0: a request that comes right after a target's
      * waiter left waits for the owner's fine tick (at most two of
@@ -382,6 +394,7 @@ bool tcp_sock_send_direct(struct tcp_sock *s);
 
 /* tcp_recv.c: reading */
 void tcp_sock_readable(struct tcp_sock *s);
+void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err);
 /* Target: queues the response op to request req (r pinned: payload from
  * it, released when sent). NULL when out of memory (socket failed). */
 struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,

@@ -542,9 +542,33 @@ static void target_readable(struct tcp_sock *s)
 
 void tcp_sock_readable(struct tcp_sock *s)
 {
+    if (s->rx_solo) { /* a solo waiter sleeps in recv on it: it reads (tcp_wait.c) */
+        s->skipped = true;
+        return;
+    }
     s->rx_short = false;
     if (s->target)
         target_readable(s);
     else
         initiator_readable(s);
+}
+
+/* A solo waiter's blocking recv (tcp_wait.c) brought n bytes into rxbuf,
+ * which was empty (n <= 0: end of stream, or errno err); iomu held, s
+ * open, an initiator socket. Reads on as the owner would, and no recv just
+ * to hear EAGAIN after a short one unless something came meanwhile
+ * (skipped). */
+void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err)
+{
+    if (n <= 0) {
+        s->rx_errno = n < 0 ? err : 0;
+        rx_failed(s);
+        return;
+    }
+    s->last_progress_ms = xfer_now_ms();
+    s->rx_lo = 0;
+    s->rx_hi = (size_t)n;
+    s->rx_short = (size_t)n < asked && !s->skipped;
+    s->skipped = false;
+    initiator_readable(s);
 }

@@ -255,7 +255,12 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
         else
             xfer_log(lvl, "tcp: connection %s closed: %s", s->name, why);
         epoll_ctl(th->epfd, EPOLL_CTL_DEL, s->fd, NULL);
-        close(s->fd);
+        if (s->rx_solo) { /* a waiter sleeps in recv on it: wake it, it closes */
+            shutdown(s->fd, SHUT_RDWR);
+            s->solo_close = true;
+        } else {
+            close(s->fd);
+        }
         s->fd = -1;
     }
     pthread_mutex_lock(&s->qmu);

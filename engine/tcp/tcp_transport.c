@@ -503,6 +503,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->sockbuf = sb ? atoi(sb) : 0;
     const char *direct = getenv("XFER_TCP_DIRECT"); /* 0: always hand off (measuring) */
     tt->direct = !direct || strcmp(direct, "0") != 0;
+    const char *solo = getenv("XFER_TCP_SOLO"); /* 0: waiters always poll (measuring) */
+    tt->solo = !solo || strcmp(solo, "0") != 0;
     const char *lazy = getenv("XFER_TCP_LAZY_TARGET");
     tt->lazy_target = !lazy || strcmp(lazy, "0") != 0;
     const char *ack = getenv("XFER_NOTIF_WAIT_ACK"); /* 0: off (measuring) */

@@ -56,6 +56,20 @@
  * 1 ms and tries again. With busy_poll_us, it polls without sleeping
  * first (XFER_CAP_RX_SPIN): the owner's EPOLLIN is out, so no thread but
  * the waiter wakes for the answer.
+ *
+ * Solo: a waiter alone on one initiator socket with nothing buffered
+ * sleeps in a blocking recv on it (at most TCP_SOLO_MS, SO_RCVTIMEO) instead
+ * of poll on it and its wake fd then recv: one system call less per round
+ * trip, and the poll's setup on two files. Its descriptor is blocking for
+ * that (solo_ok; every other call passes MSG_DONTWAIT). Meanwhile
+ * (rx_solo) nobody else reads the socket: tcp_sock_readable only notes
+ * skipped, and the waiter reads on after its recv, so what a second waiter
+ * or the owner saw is read there (and ends their batches, which wakes them).
+ * A close meanwhile shuts the socket down (the recv returns) and leaves the
+ * descriptor to the waiter, so its number is not reused under a recv. What
+ * ends the batch without an answer on that socket (a deadline, a cancel
+ * whose fence is not answered) is seen after at most TCP_SOLO_MS; then
+ * the waiter polls its wake fd too, as before. XFER_TCP_SOLO=0: off.
  */
 #include "tcp.h"
 #include "xfer_io.h"
@@ -64,7 +78,9 @@
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 void tcp_sock_deferred(struct tcp_sock *s)
 {
@@ -414,6 +430,55 @@ static int read_in_place(struct tcp_sock *s)
     return rc;
 }
 
+/* A solo wait on s (see top), its only socket, whose waiter this thread
+ * is: 1 = it read something, 0 = nothing came within TCP_SOLO_MS (or s does
+ * not qualify): poll on, -1 = stop (s closed, or something left to the
+ * owner). */
+static int solo_recv(struct tcp_sock *s)
+{
+    pthread_mutex_lock(&s->iomu);
+    struct tcp_tx *head = s->inf_head;
+    bool ok = s->solo_ok && s->fd >= 0 && !s->target &&
+              __atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST) == 1 && !s->skipped && !s->rx_defer &&
+              !s->in_ready && s->rx_state == RX_HDR && s->rx_lo == s->rx_hi && waiter_may(s);
+    if (!ok) {
+        pthread_mutex_unlock(&s->iomu);
+        return 0;
+    }
+    bool big = (head && head->op == XFER_WIRE_READ_REQ && head->len >= 65536) || s->rx_big;
+    size_t asked = big ? XFER_WIRE_HDR_LEN : s->rxcap;
+    int fd = s->fd;
+    uint8_t *buf = s->rxbuf; /* only a reader changes it, and none reads meanwhile */
+    s->rx_solo = true;
+    pthread_mutex_unlock(&s->iomu);
+    ssize_t n = recv(fd, buf, asked, 0); /* blocks: fd is blocking (solo_ok) */
+    int err = errno;
+    pthread_mutex_lock(&s->iomu);
+    s->rx_solo = false;
+    if (s->solo_close) {
+        close(fd);
+        s->solo_close = false;
+    }
+    int rc;
+    if (s->fd < 0) {
+        rc = -1;
+    } else if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) {
+        rc = 0;                           /* what came meanwhile (skipped) is read after the poll */
+    } else if (n > 0 && !waiter_may(s)) { /* GPU memory queued meanwhile: the owner's */
+        s->rx_lo = 0;
+        s->rx_hi = (size_t)n;
+        s->skipped = true; /* leaving hands it to the owner (read_as_waiter) */
+        rc = -1;
+    } else {
+        s->by_waiter = true;
+        tcp_sock_solo_in(s, n, asked, err);
+        s->by_waiter = false;
+        rc = s->rx_defer || s->fd < 0 ? -1 : 1;
+    }
+    pthread_mutex_unlock(&s->iomu);
+    return rc;
+}
+
 /* Polls v[0..n) and wake_fd (unless done() already holds) for at most
  * timeout_ms (busy-polling the first spin_us), reading what arrives as the
  * sockets' owners would; returns once done() holds, wake_fd is readable,
@@ -458,6 +523,15 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
     int rc = gone ? -1 : 0;
     bool polled = false, done_before = done(arg);
     int64_t t_end = xfer_mono_ns() + (int64_t)(busy && timeout_ms > 1 ? 1 : timeout_ms) * 1000000;
+    if (!gone && !done_before && n == 1 && nw == 1 && !w[0]->target && spin_us == 0 &&
+        (timeout_ms < 0 || timeout_ms >= TCP_SOLO_MS)) {
+        int k = solo_recv(w[0]);
+        if (k != 0) { /* read (the skipped flag has the rest), or stop */
+            polled = k > 0;
+            p[0].revents = 0;
+            done_before = k < 0 || done(arg);
+        }
+    }
     for (bool first = true; !gone && !done_before; first = false) {
         /* The owner may have taken what we wait for just before we polled:
          * wake_fd then wakes us. */

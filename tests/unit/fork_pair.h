@@ -17,15 +17,16 @@ static inline int64_t fp_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Engine `me` (tcp, 2 sockets per peer, 2 progress threads), its peer the
- * process at the other end of rfd/wfd. 0 or -1. */
-static inline int fp_side_up(xfer_engine **e, xfer_peer **p, const char *me, int rfd, int wfd)
+/* Engine `me` (tcp, `socks` sockets per peer, `threads` progress threads),
+ * its peer the process at the other end of rfd/wfd. 0 or -1. */
+static inline int fp_side_up_n(xfer_engine **e, xfer_peer **p, const char *me, int rfd, int wfd,
+                               int socks, int threads)
 {
     struct xfer_engine_config cfg;
     xfer_engine_config_init(&cfg);
     cfg.transports = XFER_TRANSPORT_TCP;
-    cfg.sockets_per_peer = 2;
-    cfg.progress_threads = 2;
+    cfg.sockets_per_peer = socks;
+    cfg.progress_threads = threads;
     cfg.node_id = me;
     int rc;
     if (!(*e = xfer_engine_new(&cfg, &rc)))
@@ -38,6 +39,12 @@ static inline int fp_side_up(xfer_engine **e, xfer_peer **p, const char *me, int
     if (xfer_peer_add(*e, &theirs, p) != 0 || xfer_peer_connect(*p) != 0)
         return -1;
     return 0;
+}
+
+/* fp_side_up_n with 2 sockets per peer and 2 progress threads. */
+static inline int fp_side_up(xfer_engine **e, xfer_peer **p, const char *me, int rfd, int wfd)
+{
+    return fp_side_up_n(e, p, me, rfd, wfd, 2, 2);
 }
 
 /* Forks the other side: child(rfd, wfd, arg) runs there, its return the
