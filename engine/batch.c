@@ -144,6 +144,16 @@ void xfer_batch_put(xfer_batch *b)
         batch_destroy(b);
 }
 
+/* b->mu held: drops one hold and lets go of mu (xfer_batch_put without
+ * taking mu again: a submit ends with both, one lock per message saved). */
+void batch_put_unlock(xfer_batch *b)
+{
+    bool last = drop_holds_locked(b, 1);
+    pthread_mutex_unlock(&b->mu);
+    if (last)
+        batch_destroy(b);
+}
+
 static void batch_destroy(xfer_batch *b)
 {
     if (b->efd >= 0)

@@ -98,7 +98,7 @@ static int start_run(xfer_batch *b, int deadline_ms)
     int rc = batch_wait_unheld(b);
     if (rc < 0)
         return rc;
-    for (size_t i = 0, j; i < b->n; i = j) { /* one lock per run on a region */
+    for (size_t i = 0, j; i < b->n; i = j) { /* one pin per run on a region */
         xfer_region *r = b->items[i].it.local;
         for (j = i + 1; j < b->n && b->items[j].it.local == r; j++)
             ;
@@ -187,8 +187,7 @@ static int submit_run(xfer_batch *b, int deadline_ms)
     pthread_mutex_lock(&b->mu);
     if (b->state != B_RUNNING) /* finished already: make sure it is unlinked */
         batch_monitor_unlink(b->engine, b);
-    pthread_mutex_unlock(&b->mu);
-    xfer_batch_put(b);
+    batch_put_unlock(b); /* our hold, under the same lock */
     return 0;
 }
 

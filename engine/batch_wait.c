@@ -101,13 +101,15 @@ static void rx_env(void)
     }
 }
 
+/* b->mu held on entry and on return; let go around each transport wait.
+ * (One lock per slice, taken over from the caller and handed back: it took
+ * two more per message, docs/notify.md "Per-message locks".) */
 static void wait_rx(xfer_batch *b, int64_t end_ns)
 {
     rx_env();
     if (__atomic_load_n(&rx_off, __ATOMIC_RELAXED))
         return;
     for (;;) {
-        pthread_mutex_lock(&b->mu);
         bool run = b->state == B_RUNNING;
         struct xfer_conn *c = run && !b->wait_many ? b->wait_conn : NULL;
         void *chan = c ? b->wait_chan : NULL;
@@ -120,10 +122,12 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
         if (b->wake_fd < 0) /* the end of the run wakes the poll through it */
             p = NULL;
         b->wait_polling = p != NULL;
-        pthread_mutex_unlock(&b->mu);
-        int64_t left_ms = (end_ns - xfer_mono_ns()) / 1000000;
-        if (!p || left_ms <= 0)
+        int64_t left_ms = p ? (end_ns - xfer_mono_ns()) / 1000000 : 0;
+        if (!p || left_ms <= 0) {
+            b->wait_polling = false;
             return;
+        }
+        pthread_mutex_unlock(&b->mu);
         int rc = -1;
         pthread_rwlock_rdlock(&p->conn_lock); /* c is only used if still p's */
         struct xfer_conn *pc = p->conn;
@@ -139,10 +143,13 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
         b->wait_polling = false;
         bool hit = b->wake_hit;
         b->wake_hit = false;
-        pthread_mutex_unlock(&b->mu);
-        uint64_t drain;
-        if (hit && read(waker, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
-            xfer_debug("waiter eventfd drain failed");
+        if (hit) { /* (rare: the run ended on another thread while we polled) */
+            pthread_mutex_unlock(&b->mu);
+            uint64_t drain;
+            if (read(waker, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+                xfer_debug("waiter eventfd drain failed");
+            pthread_mutex_lock(&b->mu);
+        }
         if (rc < 0)
             return;
     }
@@ -217,9 +224,7 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
         int64_t end = xfer_mono_ns() + limit_ns;
         if (end > b->deadline_ns)
             end = b->deadline_ns;
-        pthread_mutex_unlock(&b->mu);
         wait_rx(b, end);
-        pthread_mutex_lock(&b->mu);
     }
     struct timespec ts = xfer_mono_after_ns(limit_ns);
     while (b->state == B_RUNNING)

@@ -47,7 +47,8 @@ struct xfer_region {
     bool has_cuda_ipc_handle;
     int pins;      /* target accesses + running batches (atomic): added under the table mu while
                       alive, dropped without it; REGION_PINS_DEAD set once deregistration waits */
-    bool dead;     /* deregistration started; table mu */
+    bool dead;     /* deregistration or detach started; set under the table mu
+                      (atomic store: region_pin_n reads it without the lock) */
     bool detached; /* dead by xfer_region_detach, not yet deregistered; table mu */
     struct guard_table *guards; /* lease rules (lease.c), NULL = none; table mu */
     void *tdata[XFER_MAX_TRANSPORTS];
@@ -82,7 +83,7 @@ void region_withdraw_direct(xfer_engine *e, xfer_region *r);
 void region_cuda_close(xfer_region *r);
 /* Initiator-side pin of a local region for a running batch. */
 bool region_pin(xfer_region *r);
-/* n pins at once (one lock for a run of items on the same region). */
+/* n pins at once (one count for a run of items on the same region); no lock. */
 bool region_pin_n(xfer_region *r, int n);
 void region_unpin_n(xfer_region *r, int n);
 void region_unpin(xfer_region *r);
@@ -348,12 +349,15 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
 int mm_fin_arrived(xfer_engine *e, const char *node, const struct xfer_msg_fin *f);
 /* batch_msg.c, no lock held: RECV item i of run got the message r from p:
  * it becomes a READ of the sender's region (or ends -XFER_ETRUNC).
- * -XFER_ENOENT when the item no longer waits (ended, another run). */
+ * -XFER_ENOENT when the item no longer waits (ended, another run). Drops
+ * the caller's hold on b (under the lock it takes anyway). */
 int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
                        const struct xfer_msg_rts *r);
 /* b->mu held and another reference alive: drops one hold without the lock
  * xfer_batch_put takes. */
 void batch_unhold_locked(xfer_batch *b);
+/* b->mu held: drops one hold, lets go of b->mu, frees b if it was the last. */
+void batch_put_unlock(xfer_batch *b);
 /* Kicks the message thread to run the matcher. */
 void msg_kick(xfer_engine *e);
 

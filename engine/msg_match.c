@@ -328,11 +328,12 @@ void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, ui
 
 /* ---- arrivals (transport threads) ---------------------------------------------- */
 
-static bool match_pairs(xfer_engine *e, bool inline_only);
+static bool match_pairs_locked(xfer_engine *e, bool inline_only);
 
 /* Queues x from the peer named node; the peer is looked up under mu, so its
  * removal (which sweeps under mu after unlinking it) cannot free it before
- * x is queued, nor miss x. */
+ * x is queued, nor miss x. On success mu stays held (the caller matches
+ * under it: match_pairs_locked). */
 static int rts_queue(xfer_engine *e, const char *node, uint64_t inc, struct mm_rts *x,
                      const xfer_peer **from)
 {
@@ -361,8 +362,9 @@ static int rts_queue(xfer_engine *e, const char *node, uint64_t inc, struct mm_r
             m->rts_head = x;
         m->rts_tail = x;
         m->n_rts++;
+    } else {
+        pthread_mutex_unlock(&m->mu);
     }
-    pthread_mutex_unlock(&m->mu);
     return rc;
 }
 
@@ -394,7 +396,7 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
      * and landed, is the answer (x is not ours any more: by id). */
     struct fin_capture cap = {from, r->send_id, false};
     tl_fin = &cap;
-    bool rest = match_pairs(e, true);
+    bool rest = match_pairs_locked(e, true); /* mu held by rts_queue */
     tl_fin = NULL;
     if (rest)
         msg_kick(e);
@@ -473,21 +475,22 @@ static void match_done(struct msg_match *m)
 
 /* Pairs RTS with RECVs until none fits; inline_only stops at the first
  * pair that needs a post and returns true then (the message thread must
- * go on). */
-static bool match_pairs(xfer_engine *e, bool inline_only)
+ * go on). mu held on entry, let go on return; it is held from one pair's
+ * match_done to the next take_pair (one lock per pair, not two: the
+ * state between them is the same as under two locks, and whoever waits on
+ * idle_cv or mu just runs after us). */
+static bool match_pairs_locked(xfer_engine *e, bool inline_only)
 {
     struct msg_match *m = &e->match;
     struct mm_rts *x;
     struct mm_recv *v;
     for (;;) {
         bool stopped = false;
-        pthread_mutex_lock(&m->mu);
         bool got = take_pair(m, &x, &v, inline_only, &stopped);
         pthread_mutex_unlock(&m->mu);
         if (!got)
             return stopped;
-        int rc = batch_recv_matched(v->b, v->i, v->run, x->from, &x->r);
-        xfer_batch_put(v->b);
+        int rc = batch_recv_matched(v->b, v->i, v->run, x->from, &x->r); /* drops v's hold */
         xfer_blk_put(&ent_cache, v);
         pthread_mutex_lock(&m->mu);
         if (rc == 0) {
@@ -500,13 +503,13 @@ static bool match_pairs(xfer_engine *e, bool inline_only)
             m->n_rts++;
         }
         match_done(m);
-        pthread_mutex_unlock(&m->mu);
     }
 }
 
 void mm_match_run(xfer_engine *e)
 {
-    match_pairs(e, false);
+    pthread_mutex_lock(&e->match.mu);
+    match_pairs_locked(e, false);
 }
 
 static bool peer_dead(const xfer_peer *p, const xfer_peer *arg)

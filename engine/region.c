@@ -321,7 +321,8 @@ int xfer_region_detach(xfer_engine *e, xfer_region *r)
     pthread_mutex_lock(&t->mu);
     int rc = r->dead ? -XFER_ENOENT : 0;
     if (!rc) {
-        r->dead = r->detached = true;
+        r->detached = true;
+        __atomic_store_n(&r->dead, true, __ATOMIC_SEQ_CST); /* region_pin_n */
         table_remove(t, r);
     }
     pthread_mutex_unlock(&t->mu);
@@ -356,7 +357,7 @@ int xfer_region_deregister(xfer_engine *e, xfer_region *r)
     bool was_detached = r->dead;
     if (!r->dead)
         table_remove(t, r);
-    r->dead = true;
+    __atomic_store_n(&r->dead, true, __ATOMIC_SEQ_CST); /* before the pins are read */
     r->detached = false;
     if (!was_detached) { /* detach told the transports already */
         pthread_mutex_unlock(&t->mu);
@@ -395,15 +396,19 @@ void region_table_destroy(xfer_engine *e)
     t->cap = t->cap_names = t->n_names = 0;
 }
 
+/* Without the table lock (it was one lock per batch run, every message):
+ * the pin is counted first, then dead is read, both seq_cst; detach and
+ * deregistration store dead (seq_cst) before the deregistration reads the
+ * pins. So either this pin sees dead and takes itself back (an unpin that
+ * wakes a waiting deregistration), or the deregistration sees the pin and
+ * waits for it: what the table lock ordered before. */
 bool region_pin_n(xfer_region *r, int n)
 {
-    struct region_table *t = &r->engine->regions;
-    pthread_mutex_lock(&t->mu);
-    bool ok = !r->dead;
-    if (ok)
-        __atomic_add_fetch(&r->pins, n, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&t->mu);
-    return ok;
+    __atomic_add_fetch(&r->pins, n, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&r->dead, __ATOMIC_SEQ_CST))
+        return true;
+    region_unpin_n(r, n);
+    return false;
 }
 
 /* Without the table lock (a target serving requests on several threads
