@@ -332,9 +332,8 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
 {
     xfer_engine *e = tt->engine;
     const struct xfer_engine_config *cfg = xfer_engine_config_get(e);
-    struct xfer_peer_desc self;
-    xfer_engine_describe(e, &self);
-    struct xfer_hs_self hs = {cfg->node_id, self.incarnation, cfg->secret, cfg->secret_len, 0};
+    struct xfer_hs_self hs = {cfg->node_id, xfer_engine_incarnation(e), cfg->secret,
+                              cfg->secret_len, 0};
     struct xfer_hs_peer hp;
     char why[200] = "";
     int rc = xfer_handshake_server(fd, &hs, cfg->connect_timeout_ms, &hp, why, sizeof(why));
