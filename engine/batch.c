@@ -405,7 +405,7 @@ void batch_item_end(xfer_batch *b, size_t i, int status, const char *why)
     struct batch_item *bi = &b->items[i];
     if (!bi->open)
         return;
-    bi->open = false;
+    __atomic_store_n(&bi->open, false, __ATOMIC_RELAXED); /* read unlocked: item_live */
     bi->status = status;
     if (status < 0 && !b->whys) {
         b->whys = calloc(b->n, sizeof(*b->whys)); /* NULL: the code's text stands in */
@@ -445,7 +445,7 @@ static bool finish_quiet(xfer_batch *b)
     if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0 || b->notes.n_unacked > 0)
         return false;
     run_flush(b); /* counted before anyone can see the batch done */
-    b->state = B_DONE;
+    __atomic_store_n(&b->state, B_DONE, __ATOMIC_RELEASE); /* read unlocked: running */
     b->result = 0;
     for (size_t i = 0; i < b->n && b->result == 0; i++)
         if (b->items[i].status < 0)

@@ -135,7 +135,7 @@ static int start_run(xfer_batch *b, int deadline_ms)
     while (b->seq == 0);
     __atomic_store_n(&b->stopping, false, __ATOMIC_RELAXED);
     b->result = -XFER_EINPROGRESS;
-    b->state = B_RUNNING;
+    __atomic_store_n(&b->state, B_RUNNING, __ATOMIC_RELEASE); /* read unlocked */
     b->wait_conn = NULL;
     b->wait_chan = NULL;
     b->wait_many = false;

@@ -212,24 +212,20 @@ static void *notes_main(void *arg)
     return NULL;
 }
 
-static void race(void)
+/* Engines lazy-a (ea) and lazy-b (eb) over tcp, a region of size bytes in
+ * each (ra, rb), and ea's peer pa of eb connected. */
+static void engines_up(int sockets, int threads, uint64_t size)
 {
-    uint64_t seed = (uint64_t)time(NULL) | 1;
-    const char *env = getenv("XFER_TEST_SEED");
-    if (env)
-        seed = strtoull(env, NULL, 0) | 1;
-    printf("seed %llu, %d threads x %d rounds\n", (unsigned long long)seed, THREADS, ROUNDS);
     struct xfer_engine_config cfg;
     xfer_engine_config_init(&cfg);
     cfg.transports = XFER_TRANSPORT_TCP;
-    cfg.sockets_per_peer = 4;
-    cfg.progress_threads = 3;
+    cfg.sockets_per_peer = sockets;
+    cfg.progress_threads = threads;
     int rc;
     cfg.node_id = "lazy-a";
     assert_non_null(ea = xfer_engine_new(&cfg, &rc));
     cfg.node_id = "lazy-b";
     assert_non_null(eb = xfer_engine_new(&cfg, &rc));
-    uint64_t size = (uint64_t)THREADS * 2 * LANE;
     assert_int_equal(xfer_region_alloc(ea, "a", size, XFER_ACCESS_RW, &ra), 0);
     assert_int_equal(xfer_region_alloc(eb, "b", size, XFER_ACCESS_RW, &rb), 0);
     xfer_region_describe(rb, &rdb);
@@ -238,6 +234,16 @@ static void race(void)
     assert_int_equal(xfer_peer_add(ea, &d, &pa), 0);
     assert_int_equal(xfer_peer_region_add(pa, &rdb), 0);
     assert_int_equal(xfer_peer_connect(pa), 0);
+}
+
+static void race(void)
+{
+    uint64_t seed = (uint64_t)time(NULL) | 1;
+    const char *env = getenv("XFER_TEST_SEED");
+    if (env)
+        seed = strtoull(env, NULL, 0) | 1;
+    printf("seed %llu, %d threads x %d rounds\n", (unsigned long long)seed, THREADS, ROUNDS);
+    engines_up(4, 3, (uint64_t)THREADS * 2 * LANE);
     memset(seen, 0, sizeof(seen));
     bad_note[0] = 0;
     sent_notes = got_notes = stop_b = 0;
@@ -341,24 +347,7 @@ static int cmp_i64(const void *a, const void *b)
 static void test_after_waiter(void **state)
 {
     (void)state;
-    struct xfer_engine_config cfg;
-    xfer_engine_config_init(&cfg);
-    cfg.transports = XFER_TRANSPORT_TCP;
-    cfg.sockets_per_peer = 1;
-    cfg.progress_threads = 1;
-    int rc;
-    cfg.node_id = "lazy-a";
-    assert_non_null(ea = xfer_engine_new(&cfg, &rc));
-    cfg.node_id = "lazy-b";
-    assert_non_null(eb = xfer_engine_new(&cfg, &rc));
-    assert_int_equal(xfer_region_alloc(ea, "a", 4096, XFER_ACCESS_RW, &ra), 0);
-    assert_int_equal(xfer_region_alloc(eb, "b", 4096, XFER_ACCESS_RW, &rb), 0);
-    xfer_region_describe(rb, &rdb);
-    struct xfer_peer_desc d;
-    xfer_engine_describe(eb, &d);
-    assert_int_equal(xfer_peer_add(ea, &d, &pa), 0);
-    assert_int_equal(xfer_peer_region_add(pa, &rdb), 0);
-    assert_int_equal(xfer_peer_connect(pa), 0);
+    engines_up(1, 1, 4096);
     after_taken = after_waiting = 0;
     pthread_t tb;
     pthread_create(&tb, NULL, after_b, NULL);
