@@ -264,6 +264,11 @@ const struct xfer_engine_config *xfer_engine_config_get(const xfer_engine *e)
     return &e->cfg;
 }
 
+uint64_t xfer_engine_incarnation(const xfer_engine *e)
+{
+    return e->incarnation;
+}
+
 void xfer_engine_set_data_port(xfer_engine *e, uint16_t port)
 {
     __atomic_store_n(&e->data_port, port, __ATOMIC_RELEASE);

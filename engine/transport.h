@@ -182,6 +182,10 @@ extern const struct xfer_transport_ops *const xfer_transport_table[];
 /* ---- engine services for transports ------------------------------------ */
 
 const struct xfer_engine_config *xfer_engine_config_get(const xfer_engine *e);
+/* This engine's incarnation for handshakes: set before any transport opens,
+ * so a handshake thread may read it while later transports still open
+ * (xfer_engine_describe reads the transport list, which is not settled yet). */
+uint64_t xfer_engine_incarnation(const xfer_engine *e);
 void xfer_engine_set_error(xfer_engine *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* A transport with a listener reports the port it bound (data_port 0 in the

@@ -75,13 +75,11 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
 {
     xfer_engine *e = tt->engine;
     const struct xfer_engine_config *cfg = xfer_engine_config_get(e);
-    struct xfer_peer_desc self;
-    xfer_engine_describe(e, &self);
     int fd = dial(e, d->addr, d->data_port, deadline_ms);
     if (fd < 0)
         return fd;
-    struct xfer_hs_self hs = {cfg->node_id, self.incarnation, cfg->secret, cfg->secret_len,
-                              purpose};
+    struct xfer_hs_self hs = {cfg->node_id, xfer_engine_incarnation(e), cfg->secret,
+                              cfg->secret_len, purpose};
     struct xfer_hs_peer hp;
     char why[200] = "";
     int left = (int)(deadline_ms - xfer_now_ms());

@@ -211,7 +211,7 @@ static void *thread_main(void *arg)
     struct tcp_transport *tt = th->tt;
     struct epoll_event ev[64];
     int64_t next_check = xfer_now_ms() + 100, next_tick = 0;
-    while (!tt->stop) {
+    while (!__atomic_load_n(&tt->stop, __ATOMIC_ACQUIRE)) {
         /* A waiter that puts a socket on the lazy list wakes us unless it
          * sees us ticking (tcp_wait.c): we say whether we tick, then look
          * at the list again, so one of the two sees the other (seq_cst). */
@@ -332,9 +332,8 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
 {
     xfer_engine *e = tt->engine;
     const struct xfer_engine_config *cfg = xfer_engine_config_get(e);
-    struct xfer_peer_desc self;
-    xfer_engine_describe(e, &self);
-    struct xfer_hs_self hs = {cfg->node_id, self.incarnation, cfg->secret, cfg->secret_len, 0};
+    struct xfer_hs_self hs = {cfg->node_id, xfer_engine_incarnation(e), cfg->secret,
+                              cfg->secret_len, 0};
     struct xfer_hs_peer hp;
     char why[200] = "";
     int rc = xfer_handshake_server(fd, &hs, cfg->connect_timeout_ms, &hp, why, sizeof(why));
@@ -427,8 +426,9 @@ static void *acceptor_main(void *arg)
 {
     struct tcp_transport *tt = arg;
     struct pollfd pfd[2] = {{tt->listen_fd, POLLIN, 0}, {tt->accept_wakefd, POLLIN, 0}};
-    while (!tt->stop) {
-        if (poll(pfd, 2, 1000) <= 0 || tt->stop || !(pfd[0].revents & POLLIN))
+    while (!__atomic_load_n(&tt->stop, __ATOMIC_ACQUIRE)) {
+        if (poll(pfd, 2, 1000) <= 0 || __atomic_load_n(&tt->stop, __ATOMIC_ACQUIRE) ||
+            !(pfd[0].revents & POLLIN))
             continue;
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
@@ -450,7 +450,7 @@ static void *acceptor_main(void *arg)
 static void tcp_close(struct xfer_transport *t)
 {
     struct tcp_transport *tt = container_of(t, struct tcp_transport, base);
-    tt->stop = true;
+    __atomic_store_n(&tt->stop, true, __ATOMIC_RELEASE); /* read by every thread, unlocked */
     if (tt->acceptor_started) {
         wake(tt->accept_wakefd);
         pthread_join(tt->acceptor, NULL);

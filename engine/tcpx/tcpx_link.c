@@ -253,10 +253,8 @@ static int client_handshake(struct tcpx_transport *tt, int fd, const struct xfer
                             int64_t deadline, char *why, size_t wl)
 {
     const struct xfer_engine_config *cfg = xfer_engine_config_get(tt->engine);
-    struct xfer_peer_desc self;
-    xfer_engine_describe(tt->engine, &self);
-    struct xfer_hs_self hs = {cfg->node_id, self.incarnation, cfg->secret, cfg->secret_len,
-                              TCPX_PURPOSE};
+    struct xfer_hs_self hs = {cfg->node_id, xfer_engine_incarnation(tt->engine), cfg->secret,
+                              cfg->secret_len, TCPX_PURPOSE};
     struct xfer_hs_peer hp;
     int left = (int)(deadline - xfer_now_ms());
     int rc = left > 0 ? xfer_handshake_client(fd, &hs, left, &hp, why, wl) : -XFER_ETIMEDOUT;
@@ -383,9 +381,8 @@ int tcpx_link_accept(struct tcpx_transport *tt, int fd, const char *from, struct
     xfer_engine *e = tt->engine;
     const struct xfer_engine_config *cfg = xfer_engine_config_get(e);
     int64_t deadline = xfer_now_ms() + 2 * cfg->connect_timeout_ms;
-    struct xfer_peer_desc self;
-    xfer_engine_describe(e, &self);
-    struct xfer_hs_self hs = {cfg->node_id, self.incarnation, cfg->secret, cfg->secret_len, 0};
+    struct xfer_hs_self hs = {cfg->node_id, xfer_engine_incarnation(e), cfg->secret,
+                              cfg->secret_len, 0};
     struct xfer_hs_peer hp;
     char why[200] = "", name[96];
     int rc = xfer_handshake_server(fd, &hs, cfg->connect_timeout_ms, &hp, why, sizeof(why));
