@@ -175,10 +175,13 @@ struct tcp_sock {
     bool on_lazy;                  /* th->mu and iomu: on th->lazy_head */
     int64_t lazy_ms;               /* iomu: when the owner's tick last saw a waiter had come */
     uint32_t lazy_uses, lazy_seen; /* iomu: waiters that left it lazy; as the tick last saw */
-    bool lazy_gave;                /* target, iomu: the tick gave EPOLLIN back; no waiter since */
-    int64_t lazy_off_ms;           /* target, iomu: its waiters leave EPOLLIN in until then */
-    struct tcp_sock *lazy_next;    /* th->mu */
-    uint32_t ev_mask;              /* as last given to epoll_ctl */
+    /* Target, atomic (the tick under iomu, the owner's loop and a waiter
+     * coming in without it): the tick gave EPOLLIN back and no waiter came
+     * since; until when its waiters leave EPOLLIN in. */
+    bool lazy_gave;
+    int64_t lazy_off_ms;
+    struct tcp_sock *lazy_next; /* th->mu */
+    uint32_t ev_mask;           /* as last given to epoll_ctl */
     bool by_waiter;
     /* Solo waiter (tcp_wait.c): solo_ok, the descriptor is blocking with a
      * receive timeout (every other call passes MSG_DONTWAIT); rx_solo

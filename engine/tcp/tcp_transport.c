@@ -241,10 +241,10 @@ static void *thread_main(void *arg)
              * it stopped polling if skipped: this edge is not lost. */
             if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) {
                 if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST)) {
-                    if (s->lazy_gave) { /* it came while nobody waited (tcp_wait.c) */
-                        s->lazy_gave = false;
-                        s->lazy_off_ms = xfer_now_ms() + TCP_LAZY_OFF_MS;
-                    }
+                    /* it came while nobody waited (tcp_wait.c) */
+                    if (__atomic_exchange_n(&s->lazy_gave, false, __ATOMIC_RELAXED))
+                        __atomic_store_n(&s->lazy_off_ms, xfer_now_ms() + TCP_LAZY_OFF_MS,
+                                         __ATOMIC_RELAXED);
                     tcp_sock_readable(s);
                 } else
                     s->skipped = true;

@@ -304,7 +304,7 @@ void tcp_lazy_tick(struct tcp_thread *th)
             bool idle = now - s->lazy_ms >= TCP_LAZY_KEEP_MS;
             if (s->rx_lazy && s->fd >= 0 && !fresh && (may_get_data(s) || idle)) {
                 tcp_sock_attend(s); /* not while a waiter polls */
-                s->lazy_gave = s->target && !s->rx_lazy;
+                __atomic_store_n(&s->lazy_gave, s->target && !s->rx_lazy, __ATOMIC_RELAXED);
             }
             keep = s->rx_lazy && s->fd >= 0;
         }
@@ -340,7 +340,8 @@ static bool waiter_may(struct tcp_sock *s)
 /* iomu held: may the last waiter of accepted socket s leave it lazy? */
 static bool target_may_lazy(const struct tcp_sock *s)
 {
-    return s->th->tt->lazy_target && (!s->lazy_off_ms || xfer_now_ms() >= s->lazy_off_ms);
+    int64_t off = __atomic_load_n(&s->lazy_off_ms, __ATOMIC_RELAXED);
+    return s->th->tt->lazy_target && (!off || xfer_now_ms() >= off);
 }
 
 /* After the poll: reads s as its owner would if poll saw it readable or
@@ -511,7 +512,7 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
         int fd = v[i]->fd;
         if (fd >= 0) {
             __atomic_add_fetch(&v[i]->waiters, 1, __ATOMIC_SEQ_CST);
-            v[i]->lazy_gave = false; /* what comes now, a waiter reads */
+            __atomic_store_n(&v[i]->lazy_gave, false, __ATOMIC_RELAXED); /* a waiter reads now */
             tcp_sock_interest(v[i]);
             p[nw] = (struct pollfd){.fd = fd, .events = POLLIN | POLLRDHUP};
             w[nw++] = v[i];
