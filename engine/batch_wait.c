@@ -214,27 +214,28 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
     if (!rx_spins(b))
         spin_while_running(b, timeout_ms);
     pthread_mutex_lock(&b->mu);
-    int64_t limit_ns;
+    int64_t limit_ns, now = xfer_mono_ns();
     if (timeout_ms >= 0)
         limit_ns = (int64_t)timeout_ms * 1000000;
     else /* the monitor ends it at the deadline; io_timeout bounds the rest */
-        limit_ns = b->deadline_ns - xfer_mono_ns() +
-                   ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
+        limit_ns = b->deadline_ns - now + ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     if (limit_ns < 0)
         limit_ns = 0;
     bool rx = (b->wait_conn && !b->wait_many) || (b->msg_peer && !b->msg_many);
     if (b->state == B_RUNNING && rx && timeout_ms != 0) {
         /* The deadline monitor ends the run at its deadline: stop receiving
          * there, the sleep below then sees the end. */
-        int64_t end = xfer_mono_ns() + limit_ns;
+        int64_t end = now + limit_ns;
         if (end > b->deadline_ns)
             end = b->deadline_ns;
         wait_rx(b, end);
     }
-    struct timespec ts = xfer_mono_after_ns(limit_ns);
-    while (b->state == B_RUNNING)
-        if (batch_cv_wait(b, &ts) == ETIMEDOUT)
-            break;
+    if (b->state == B_RUNNING) { /* (no clock read when wait_rx saw the end) */
+        struct timespec ts = xfer_mono_after_ns(limit_ns);
+        while (b->state == B_RUNNING)
+            if (batch_cv_wait(b, &ts) == ETIMEDOUT)
+                break;
+    }
     int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS
              : b->state == B_DONE  ? b->result
                                    : -XFER_EINVAL;
