@@ -228,12 +228,12 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
             end = b->deadline_ns;
         wait_rx(b, end, now);
     }
-    if (b->state == B_RUNNING) {
-        struct timespec ts = xfer_mono_after_ns(limit_ns);
-        while (b->state == B_RUNNING)
-            if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
-                break;
-    }
+    struct timespec ts = {0, 0};
+    if (b->state == B_RUNNING)
+        ts = xfer_mono_after_ns(limit_ns);
+    while (b->state == B_RUNNING)
+        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
+            break;
     int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS
              : b->state == B_DONE  ? b->result
                                    : -XFER_EINVAL;
