@@ -69,7 +69,8 @@ static bool splice_queue(struct tcp_sock *s, bool direct)
     pthread_mutex_unlock(&s->qmu);
     if (!q)
         return true;
-    s->io_count++; /* (it was idle: the stall clock starts now) */
+    if (!s->tx_head && !s->inf_head) /* was idle: the stall clock starts now */
+        s->io_count++;
     for (; q; q = q->next) {
         if (s->tx_tail)
             s->tx_tail->next = q;
