@@ -215,7 +215,7 @@ struct tcp_sock {
     size_t ndone;
     uint64_t done_load;
     /* Stall clock (iomu): io_count goes up with each recv or send that
-     * moved bytes and each post onto the socket; the owner's 100 ms check
+     * moved bytes and each post onto an idle socket; the owner's 100 ms check
      * (tcp_sock_check_timeout) sets last_progress_ms when it changed since
      * io_seen. A clock read per recv and per send was ~4 of a round trip's
      * ~14 (each ~20 ns, more than a lock round). */
