@@ -185,9 +185,17 @@ int batch_wait_unheld(xfer_batch *b)
     int64_t limit = (int64_t)b->engine->cfg.io_timeout_ms * 1000000 + 2000000000;
     struct timespec ts = xfer_mono_after_ns(limit);
     while (__atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > 1)
-        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
+        if (batch_cv_wait(b, &ts) == ETIMEDOUT)
             return __atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) > 1 ? -XFER_EBUSY : 0;
     return 0;
+}
+
+int batch_cv_wait(xfer_batch *b, const struct timespec *ts)
+{
+    b->cv_sleepers++;
+    int rc = pthread_cond_timedwait(&b->cv, &b->mu, ts);
+    b->cv_sleepers--;
+    return rc;
 }
 
 int xfer_batch_reset(xfer_batch *b)
@@ -268,7 +276,7 @@ int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind)
  * (n is 1 then), the item is vectored over segs[0..nseg). */
 static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, uint8_t kind,
                         uint64_t tag, const struct xfer_seg *segs, size_t nseg,
-                        const struct xfer_block_list *bl)
+                        const struct xfer_block_list *bl, bool local)
 {
     pthread_mutex_lock(&b->mu);
     int rc = 0;
@@ -295,6 +303,7 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
             bi->tag = tag;
             bi->cap = items[i].len;
             bi->want = items[i].peer;
+            bi->local = local;
             if (kind != BK_RMA) { /* a SEND's peer now; a RECV's sender when matched */
                 bi->name = (uint32_t)++b->nnames;
                 xfer_copy_str(b->names[bi->name - 1], XFER_NAME_MAX,
@@ -336,7 +345,7 @@ int xfer_batch_add_many(xfer_batch *b, const struct xfer_item *items, size_t n)
         ok_local = it->local;
         ok_peer = it->peer;
     }
-    return append_items(b, items, n, BK_RMA, 0, NULL, 0, NULL);
+    return append_items(b, items, n, BK_RMA, 0, NULL, 0, NULL, false);
 }
 
 int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
@@ -344,22 +353,22 @@ int xfer_batch_add(xfer_batch *b, const struct xfer_item *it)
     return it ? xfer_batch_add_many(b, it, 1) : -XFER_EINVAL;
 }
 
-int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag)
+int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag, bool local)
 {
     int rc = batch_item_check(b->engine, it, kind);
-    return rc ? rc : append_items(b, it, 1, kind, tag, NULL, 0, NULL);
+    return rc ? rc : append_items(b, it, 1, kind, tag, NULL, 0, NULL, local);
 }
 
 int batch_append_segs(xfer_batch *b, const struct xfer_item *it, const struct xfer_seg *segs,
                       size_t n)
 {
-    return append_items(b, it, 1, BK_RMA, 0, segs, n, NULL);
+    return append_items(b, it, 1, BK_RMA, 0, segs, n, NULL, false);
 }
 
 int batch_append_blocks(xfer_batch *b, const struct xfer_item *items,
                         const struct xfer_block_list *lists, size_t n)
 {
-    return append_items(b, items, n, BK_RMA, 0, NULL, 0, lists);
+    return append_items(b, items, n, BK_RMA, 0, NULL, 0, lists, false);
 }
 
 size_t xfer_batch_count(const xfer_batch *b)
@@ -445,7 +454,6 @@ static bool finish_quiet(xfer_batch *b)
     if (b->state != B_RUNNING || b->n_open > 0 || b->io_active > 0 || b->notes.n_unacked > 0)
         return false;
     run_flush(b); /* counted before anyone can see the batch done */
-    __atomic_store_n(&b->state, B_DONE, __ATOMIC_RELEASE); /* read unlocked: running */
     b->result = 0;
     for (size_t i = 0; i < b->n && b->result == 0; i++)
         if (b->items[i].status < 0)
@@ -459,6 +467,10 @@ static bool finish_quiet(xfer_batch *b)
     if (b->result == 0)
         b->result = notes_result(&b->notes);
     batch_monitor_unlink(b->engine, b);
+    /* Stored after the result and the unpins: a waiter that reads DONE
+     * unlocked (xfer_batch_wait) reads the result and finds its regions
+     * free; read unlocked by xfer_batch_running too. */
+    __atomic_store_n(&b->state, B_DONE, __ATOMIC_RELEASE);
     /* The eventfd costs a system call per batch: only once someone has it. */
     uint64_t one = 1;
     if (b->fd_used && write(b->efd, &one, sizeof(one)) < 0)
@@ -539,6 +551,11 @@ void xfer_batch_chunks_done_put(const struct xfer_chunk_end *v, size_t n)
             done |= chunk_done_locked(b, v[k].i, v[k].bytes, v[k].status, v[k].why);
         run_flush(b);
         b->run.now_ns = 0;
+        /* A hold is kept past the unlock to wake the sleepers on cv; with
+         * none (a message's waiter polls its socket, or has not come yet)
+         * it goes now: no lock round for it (one per message). */
+        if (done && b->cv_sleepers == 0)
+            done = false;
         bool last = drop_holds_locked(b, (int)(e - s) - done);
         pthread_mutex_unlock(&b->mu);
         if (done) {

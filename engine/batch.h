@@ -53,7 +53,8 @@ struct batch_item {
 struct xfer_batch {
     xfer_engine *engine;
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* state or refs changed */
+    pthread_cond_t cv;    /* state or refs changed */
+    unsigned cv_sleepers; /* mu: threads asleep on cv (batch_cv_wait): none, no wake-up owed */
     struct batch_item *items;
     size_t n, cap;
     enum batch_state state;
@@ -97,6 +98,7 @@ struct xfer_batch {
      * (its RTS, FIN), ops->wait_rx with inbound set. */
     xfer_peer *msg_peer;
     bool msg_many;
+    bool msg_early;    /* a RECV of this run found RTS waiting (the submit matches) */
     bool wait_polling; /* a waiter polls wake_fd too: finishing writes it */
     int wake_fd;       /* that waiter's thread eventfd (batch_wait.c, waker_fd) */
     bool wake_hit;     /* finishing wrote it: the waiter drains it */
@@ -137,7 +139,9 @@ void batch_post_to_peer(xfer_batch *b, xfer_peer *p, size_t *idx, size_t n);
 /* batch.c: an item's op, regions and peer, and its local range. */
 int batch_item_check(xfer_engine *e, const struct xfer_item *it, uint8_t kind);
 /* batch.c: appends an item of that kind (local range checked). */
-int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag);
+int batch_append(xfer_batch *b, const struct xfer_item *it, uint8_t kind, uint64_t tag, bool local);
+/* b->mu held: pthread_cond_timedwait on b->cv, counted in cv_sleepers. */
+int batch_cv_wait(xfer_batch *b, const struct timespec *ts);
 /* batch_seg.c: false when vectored or block item i of running b is refused
  * whole by the cached descriptor of its remote region at peer p (the item
  * is ended); true for other items. */

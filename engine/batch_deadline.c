@@ -20,7 +20,7 @@ void batch_monitor_link(xfer_engine *e, xfer_batch *b)
     if (m->head)
         m->head->mon_prev = b;
     m->head = b;
-    b->on_monitor = true;
+    __atomic_store_n(&b->on_monitor, true, __ATOMIC_RELAXED);
     /* Waking the monitor on every submit cost a thread wake-up per batch;
      * it only needs to know of a deadline earlier than its next wake. */
     if (b->deadline_ns < m->wake_ns)
@@ -31,7 +31,7 @@ void batch_monitor_link(xfer_engine *e, xfer_batch *b)
 /* Monitor mu held. */
 static void monitor_unlink_locked(struct batch_monitor *m, xfer_batch *b)
 {
-    if (!b->on_monitor)
+    if (!__atomic_load_n(&b->on_monitor, __ATOMIC_RELAXED))
         return;
     if (b->mon_prev)
         b->mon_prev->mon_next = b->mon_next;
@@ -40,11 +40,18 @@ static void monitor_unlink_locked(struct batch_monitor *m, xfer_batch *b)
     if (b->mon_next)
         b->mon_next->mon_prev = b->mon_prev;
     b->mon_prev = b->mon_next = NULL;
-    b->on_monitor = false;
+    __atomic_store_n(&b->on_monitor, false, __ATOMIC_RELAXED);
 }
 
 void batch_monitor_unlink(xfer_engine *e, xfer_batch *b)
 {
+    /* Not linked: no lock (a locally completed SEND never is, batch_submit.c).
+     * b->mu held by the callers: only the monitor thread (unlinking a batch
+     * it expires) or a submit's early link (which checks again under b->mu
+     * after it: submit_run) change on_monitor meanwhile; a stale true is
+     * checked again under the monitor's lock. */
+    if (!__atomic_load_n(&b->on_monitor, __ATOMIC_RELAXED))
+        return;
     pthread_mutex_lock(&e->monitor.mu);
     monitor_unlink_locked(&e->monitor, b);
     pthread_mutex_unlock(&e->monitor.mu);
@@ -201,7 +208,7 @@ int xfer_batch_cancel(xfer_batch *b)
     int64_t limit = ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     struct timespec ts = xfer_mono_after_ns(limit);
     while (b->state == B_RUNNING)
-        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
+        if (batch_cv_wait(b, &ts) == ETIMEDOUT)
             break;
     int rc = b->state == B_RUNNING ? -XFER_EBUSY : 0;
     pthread_mutex_unlock(&b->mu);

@@ -173,6 +173,7 @@ void batch_msg_start(xfer_batch *b)
     notes_start(&b->notes);
     b->msg_peer = NULL;
     b->msg_many = false;
+    b->msg_early = false;
     /* READ/WRITE only and no bindings: nothing to count or register */
     for (size_t i = 0; i < b->n && !(b->all_rma && b->notes.n == 0); i++) {
         struct batch_item *bi = &b->items[i];
@@ -193,6 +194,7 @@ void batch_msg_start(xfer_batch *b)
             b->names[bi->name - 1][0] = '\0';
             rc = mm_recv_add(b->engine, b, i, b->notes.run, bi->want, bi->tag, bi->cap,
                              bi->it.local->kind == XFER_MEM_HOST);
+            b->msg_early |= rc > 0;
         } else if (bi->local) { /* no FIN comes: nothing to register (batch_msg_submit) */
             bi->send_id = 0;
             rc = 0;
@@ -229,21 +231,38 @@ void batch_msg_submit(xfer_batch *b)
         pthread_mutex_unlock(&b->mu);
         if (!go)
             continue;
+        if (local && b->engine->match.short_rts) { /* checked at add: eager */
+            /* The short RTS (XFER_MSG_F_SHORT): the receiver copies the
+             * bytes or fails the RECV; it never reads the region, so its
+             * description (~650 bytes: built, sent, parsed) stays here. */
+            struct xfer_msg_rts sr;
+            memset(&sr, 0, XFER_MSG_RTS_SHORT_SIZE); /* src is not used */
+            sr.tag = tag;
+            sr.len = len;
+            sr.eager = local_r->ptr + off;
+            sr.local = sr.short_form = true;
+            mm_send_local(b->engine, b, i, p, &sr);
+            continue;
+        }
         /* (built here, not for every item: zeroing it is ~100 instructions) */
         struct xfer_msg_rts r = {.send_id = id, .tag = tag, .len = len, .off = off};
         xfer_region_describe(local_r, &r.src); /* pinned by the run */
         if ((b->engine->match.eager || local) && r.len <= XFER_MSG_EAGER_MAX &&
             local_r->kind == XFER_MEM_HOST)
             r.eager = local_r->ptr + r.off; /* copied into the frame by mm_send_rts */
-        if (local) {                        /* checked at add: eager */
+        if (local) { /* the long form (XFER_MSG_SHORT=0: a receiver before the short RTS) */
             r.local = true;
             mm_send_local(b->engine, b, i, p, &r);
         } else {
             mm_send_rts(b->engine, b, p, &r);
         }
     }
-    if (recvs) /* messages that arrived before these RECVs: matched here, not
-                * by a hand-off to the message thread */
+    /* Messages that arrived before these RECVs: matched here, not by a
+     * hand-off to the message thread. None (the RTS queue was empty when
+     * they were posted): later ones find them on arrival, and the matcher's
+     * lock is not taken for nothing (b->msg_early: set by this thread's
+     * batch_msg_start). */
+    if (recvs && b->msg_early)
         mm_match_run(b->engine);
 }
 
@@ -311,7 +330,7 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
 /* ---- two-sided API --------------------------------------------------------------- */
 
 static int add_msg_item(xfer_batch *b, enum xfer_op op, xfer_region *local, uint64_t off,
-                        uint64_t len, xfer_peer *p, uint64_t tag)
+                        uint64_t len, xfer_peer *p, uint64_t tag, bool local_send)
 {
     if (!b || !local || (op == XFER_OP_SEND && !p) || (p && p->engine != b->engine))
         return -XFER_EINVAL;
@@ -322,19 +341,19 @@ static int add_msg_item(xfer_batch *b, enum xfer_op op, xfer_region *local, uint
         return -XFER_EACCES;
     }
     struct xfer_item it = {op, local, off, p, 0, 0, 0, len};
-    return batch_append(b, &it, op == XFER_OP_SEND ? BK_SEND : BK_RECV, tag);
+    return batch_append(b, &it, op == XFER_OP_SEND ? BK_SEND : BK_RECV, tag, local_send);
 }
 
 int xfer_batch_add_send(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len, xfer_peer *p,
                         uint64_t tag)
 {
-    return add_msg_item(b, XFER_OP_SEND, local, off, len, p, tag);
+    return add_msg_item(b, XFER_OP_SEND, local, off, len, p, tag, false);
 }
 
 int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t cap, xfer_peer *p,
                         uint64_t tag)
 {
-    return add_msg_item(b, XFER_OP_RECV, local, off, cap, p, tag);
+    return add_msg_item(b, XFER_OP_RECV, local, off, cap, p, tag, false);
 }
 
 int xfer_batch_add_send_flags(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len,
@@ -347,13 +366,7 @@ int xfer_batch_add_send_flags(xfer_batch *b, xfer_region *local, uint64_t off, u
     /* eager only: its bytes travel in the frame, nobody READs them */
     if (!b || !local || local->kind != XFER_MEM_HOST || len > XFER_MSG_EAGER_MAX)
         return -XFER_EINVAL;
-    int i = add_msg_item(b, XFER_OP_SEND, local, off, len, p, tag);
-    if (i >= 0) {
-        pthread_mutex_lock(&b->mu);
-        b->items[i].local = true;
-        pthread_mutex_unlock(&b->mu);
-    }
-    return i;
+    return add_msg_item(b, XFER_OP_SEND, local, off, len, p, tag, true); /* (marked as added) */
 }
 
 uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i)
@@ -394,13 +407,15 @@ static int one_msg(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_t
     if (!b)
         return rc;
     rc = op == XFER_OP_SEND ? xfer_batch_add_send_flags(b, local, off, len, p, tag, flags)
-                            : add_msg_item(b, op, local, off, len, p, tag);
+                            : add_msg_item(b, op, local, off, len, p, tag, false);
     if (rc >= 0)
         rc = xfer_batch_submit(b, deadline_ms);
     if (rc >= 0)
         rc = xfer_batch_wait(b, -1);
+    /* rc 0: b is DONE, read by the wait (locked, or acquired unlocked) and
+     * nobody writes its items any more: no lock (xfer_batch_item_bytes) */
     if (got)
-        *got = rc == 0 ? xfer_batch_item_bytes(b, 0) : 0;
+        *got = rc == 0 && b->items[0].matched ? b->items[0].it.len : 0;
     if (rc < 0 && b->n > 0 && batch_item_why(b, 0)[0])
         xfer_engine_set_error(e, "%s", batch_item_why(b, 0));
     xfer_batch_free(b);

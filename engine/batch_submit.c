@@ -143,7 +143,22 @@ static int start_run(xfer_batch *b, int deadline_ms)
     return 0;
 }
 
-static int submit_run(xfer_batch *b, int deadline_ms)
+/* Items that are all locally completed SENDs (XFER_SEND_LOCAL), no
+ * bindings: such a run usually ends inside its own submit (its frames are
+ * written at msg_direct_end), so the deadline monitor is told only if it
+ * has not ended by then (xfer_batch_submit): two monitor locks per message
+ * saved. Nothing in the submit waits for the monitor (frames are queued
+ * when they cannot be written at once), so its deadline still holds. The
+ * kinds are read unlocked as below (set before the submit). */
+static bool only_local_sends(const xfer_batch *b, size_t n)
+{
+    bool all = n > 0 && b->notes.n == 0;
+    for (size_t i = 0; all && i < n; i++)
+        all = b->items[i].kind == BK_SEND && b->items[i].local;
+    return all;
+}
+
+static int submit_run(xfer_batch *b, int deadline_ms, bool *link_late)
 {
     pthread_mutex_lock(&b->mu);
     int rc = b->state == B_RUNNING ? -XFER_EBUSY : b->n == 0 && b->notes.n == 0 ? -XFER_EINVAL : 0;
@@ -163,7 +178,9 @@ static int submit_run(xfer_batch *b, int deadline_ms)
         return 0;
     }
     xfer_batch_hold(b); /* the batch may finish while we still post */
-    batch_monitor_link(b->engine, b);
+    *link_late = only_local_sends(b, n);
+    if (!*link_late)
+        batch_monitor_link(b->engine, b);
     size_t n_rma = 0; /* READ/WRITE items; SEND/RECV go through batch_msg.c */
     bool one_peer = true;
     for (size_t i = 0; i < n; i++)
@@ -198,7 +215,17 @@ int xfer_batch_submit(xfer_batch *b, int deadline_ms)
     /* Notifications, RTS and FINs the run queues go out from this thread,
      * after the batch lock is let go (msg.c). */
     msg_direct_begin();
-    int rc = submit_run(b, deadline_ms);
+    bool link_late = false;
+    int rc = submit_run(b, deadline_ms, &link_late);
     msg_direct_end();
+    /* (b is the caller's: alive. Linked under b->mu, so an end of the run
+     * on another thread either comes before, and it is not linked, or
+     * after, and unlinks it.) */
+    if (link_late && xfer_batch_running(b)) {
+        pthread_mutex_lock(&b->mu);
+        if (b->state == B_RUNNING)
+            batch_monitor_link(b->engine, b);
+        pthread_mutex_unlock(&b->mu);
+    }
     return rc;
 }

@@ -206,6 +206,11 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
 {
     if (!b)
         return -XFER_EINVAL;
+    /* Ended already (a locally completed SEND, a RECV matched at submit):
+     * finish_quiet stores DONE after the result, nothing writes the result
+     * while DONE but the owner's next submit: no lock (two per message). */
+    if (__atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == B_DONE)
+        return b->result;
     if (!rx_spins(b))
         spin_while_running(b, timeout_ms);
     pthread_mutex_lock(&b->mu);
@@ -228,7 +233,7 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
     }
     struct timespec ts = xfer_mono_after_ns(limit_ns);
     while (b->state == B_RUNNING)
-        if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT)
+        if (batch_cv_wait(b, &ts) == ETIMEDOUT)
             break;
     int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS
              : b->state == B_DONE  ? b->result

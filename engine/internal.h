@@ -317,13 +317,15 @@ struct msg_match { /* leaf lock: never held while calling out */
     struct mm_send *sends; /* SEND items waiting for their FIN */
     uint64_t next_send_id;
     bool eager;             /* small SENDs carry their bytes (XFER_MSG_EAGER=0: never) */
+    bool short_rts;         /* XFER_SEND_LOCAL sends the short RTS (XFER_MSG_SHORT=0: not) */
     unsigned matching;      /* pairs taken, being handed to their batch */
     pthread_cond_t idle_cv; /* matching reached 0 (mm_peer_gone waits) */
 };
 void msg_match_init(xfer_engine *e);
 /* After the message thread stopped: ends what is left (-XFER_ECANCELED). */
 void msg_match_destroy(xfer_engine *e);
-/* b->mu held: registers RECV / SEND item i of run (takes a batch hold). */
+/* b->mu held: registers RECV / SEND item i of run (takes a batch hold).
+ * mm_recv_add: 1 if RTS were waiting (mm_match_run may pair them), else 0. */
 int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *want,
                 uint64_t tag, uint64_t cap, bool host);
 int mm_send_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *p, uint64_t len,

@@ -105,6 +105,10 @@ void msg_match_init(xfer_engine *e)
      * path; talking to a peer that predates the eager RTS) */
     const char *v = getenv("XFER_MSG_EAGER");
     e->match.eager = !(v && !strcmp(v, "0"));
+    /* XFER_MSG_SHORT=0: XFER_SEND_LOCAL sends the long RTS (a receiver
+     * built before the short one refuses XFER_MSG_F_SHORT) */
+    v = getenv("XFER_MSG_SHORT");
+    e->match.short_rts = !(v && !strcmp(v, "0"));
 }
 
 /* ---- registration (b->mu held) ------------------------------------------------- */
@@ -124,8 +128,11 @@ int mm_recv_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer
     else
         m->recv_head = r;
     m->recv_tail = r;
+    /* An RTS waiting already: the submitter matches (batch_msg_submit);
+     * one arriving later finds this RECV (mm_rts_arrived). */
+    bool early = m->rts_head != NULL;
     pthread_mutex_unlock(&m->mu);
-    return 0; /* an RTS waiting already: the submitter matches (batch_msg_submit) */
+    return early;
 }
 
 int mm_send_add(xfer_engine *e, xfer_batch *b, size_t i, uint64_t run, xfer_peer *p, uint64_t len,
@@ -198,15 +205,15 @@ static struct mm_send *take_send(struct msg_match *m, uint64_t id, const char *n
 static void send_finished(struct mm_send *s, const char *node, const struct xfer_msg_fin *f)
 {
     char why[160];
+    /* (each with the entry's hold dropped under the same batch lock) */
     if (f->status == 0 && f->got != s->len) {
-        xfer_batch_chunk_done(s->b, s->i, 0, -XFER_EPROTO, "receiver reports another length");
+        xfer_batch_chunk_done_put(s->b, s->i, 0, -XFER_EPROTO, "receiver reports another length");
     } else if (f->status == 0) { /* (formatting a reason per message cost ~1k instructions) */
-        xfer_batch_chunk_done(s->b, s->i, s->len, 0, NULL);
+        xfer_batch_chunk_done_put(s->b, s->i, s->len, 0, NULL);
     } else {
         snprintf(why, sizeof(why), "receiver %s: %s", node, xfer_strerror(f->status));
-        xfer_batch_chunk_done(s->b, s->i, 0, f->status, why);
+        xfer_batch_chunk_done_put(s->b, s->i, 0, f->status, why);
     }
-    xfer_batch_put(s->b);
     xfer_blk_put(&ent_cache, s);
 }
 
@@ -227,8 +234,7 @@ static void rts_done(struct msg_out *o, int status, const char *why)
     char msg[160];
     snprintf(msg, sizeof(msg), "send to %s: %s", o->peer->desc.node_id,
              why && *why ? why : xfer_strerror(status));
-    xfer_batch_chunk_done(s->b, s->i, 0, status, msg);
-    xfer_batch_put(s->b);
+    xfer_batch_chunk_done_put(s->b, s->i, 0, status, msg);
     xfer_blk_put(&ent_cache, s);
 }
 
@@ -259,16 +265,15 @@ void mm_send_rts(xfer_engine *e, xfer_batch *b, xfer_peer *p, const struct xfer_
  * item's index, o->note its length. */
 static void local_done(struct msg_out *o, int status, const char *why)
 {
-    xfer_batch *b = o->b;
+    xfer_batch *b = o->b; /* our hold is dropped under the batch lock of the end */
     if (status >= 0) {
-        xfer_batch_chunk_done(b, (size_t)o->id, o->note, 0, NULL);
+        xfer_batch_chunk_done_put(b, (size_t)o->id, o->note, 0, NULL);
     } else {
         char msg[160];
         snprintf(msg, sizeof(msg), "send to %s: %s", o->peer->desc.node_id,
                  why && *why ? why : xfer_strerror(status));
-        xfer_batch_chunk_done(b, (size_t)o->id, 0, status, msg);
+        xfer_batch_chunk_done_put(b, (size_t)o->id, 0, status, msg);
     }
-    xfer_batch_put(b);
 }
 
 void mm_send_local(xfer_engine *e, xfer_batch *b, size_t i, xfer_peer *p,
@@ -377,7 +382,9 @@ int mm_rts_arrived(xfer_engine *e, const char *node, uint64_t inc, const struct 
         return -XFER_ENOMEM;
     x->next = NULL;
     x->from = NULL;
-    memcpy(&x->r, r, sizeof(*r)); /* (a compound literal copied it word by word, twice) */
+    /* (a compound literal copied it word by word, twice; a short RTS has
+     * no region description to copy) */
+    memcpy(&x->r, r, r->short_form ? XFER_MSG_RTS_SHORT_SIZE : sizeof(*r));
     if (r->eager) {
         memcpy(x + 1, r->eager, eager);
         x->r.eager = (const uint8_t *)(x + 1);

@@ -50,9 +50,9 @@ static bool two_sided_len_ok(const struct xfer_msg_hdr *h)
 {
     if (h->kind == XFER_MSG_FIN)
         return h->msg_len == XFER_MSG_FIN_BODY;
+    uint32_t body = h->flags & XFER_MSG_F_SHORT ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_BODY;
     if (h->flags & XFER_MSG_F_EAGER)
-        return h->msg_len >= XFER_MSG_RTS_BODY &&
-               h->msg_len - XFER_MSG_RTS_BODY <= XFER_MSG_EAGER_MAX;
+        return h->msg_len >= body && h->msg_len - body <= XFER_MSG_EAGER_MAX;
     return h->msg_len == XFER_MSG_RTS_BODY;
 }
 
@@ -74,11 +74,13 @@ int xfer_msg_decode(const uint8_t *in, size_t len, struct xfer_msg_hdr *h, char 
     h->msg_len = xfer_get32(in + 32);
     if (h->kind == 0 || h->kind >= XFER_MSG_KIND_MAX)
         return bad(why, why_len, "message frame: unknown kind");
-    if (h->flags & ~(XFER_MSG_F_BOUND | XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL) ||
-        (h->flags & ~(h->kind == XFER_MSG_NOTIFY ? XFER_MSG_F_BOUND
-                      : h->kind == XFER_MSG_RTS  ? XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL
-                                                 : 0u)) ||
-        ((h->flags & XFER_MSG_F_LOCAL) && !(h->flags & XFER_MSG_F_EAGER)))
+    if (h->flags & ~(XFER_MSG_F_BOUND | XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT) ||
+        (h->flags &
+         ~(h->kind == XFER_MSG_NOTIFY ? XFER_MSG_F_BOUND
+           : h->kind == XFER_MSG_RTS  ? XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT
+                                      : 0u)) ||
+        ((h->flags & XFER_MSG_F_LOCAL) && !(h->flags & XFER_MSG_F_EAGER)) ||
+        ((h->flags & XFER_MSG_F_SHORT) && !(h->flags & XFER_MSG_F_LOCAL)))
         return bad(why, why_len, "message frame: unknown flags");
     if (h->kind != XFER_MSG_NOTIFY && (h->status || h->n_items || !two_sided_len_ok(h)))
         return bad(why, why_len, "message frame: malformed two-sided frame");
@@ -116,6 +118,9 @@ const uint8_t *xfer_msg_payload(const uint8_t *in, const struct xfer_msg_hdr *h)
 /*  RTS: send_id 8, tag 8, len 8, off 8 | id 4, gen 4, kind 4, device 4, addr 8,
  *       rlen 8 | access 4, pad 4 | name 64 | ipc 256 | rkeys 256
  *       [flag EAGER: the len message bytes]
+ *  RTS with flag SHORT (EAGER and LOCAL too): tag 8, len 8 | the len message
+ *       bytes (an eager, locally completed SEND: the receiver copies the
+ *       bytes or fails the RECV; the region is never read, no FIN goes back)
  *  FIN: send_id 8, status 4, pad 4, got 8 */
 
 static size_t put_hdr(uint8_t kind, uint64_t seq, uint32_t body, uint8_t *out)
@@ -126,13 +131,31 @@ static size_t put_hdr(uint8_t kind, uint64_t seq, uint32_t body, uint8_t *out)
     return XFER_MSG_HDR_LEN;
 }
 
+static bool rts_short(const struct xfer_msg_rts *r)
+{
+    return r->short_form && r->local && r->eager;
+}
+
 size_t xfer_msg_rts_frame_len(const struct xfer_msg_rts *r)
 {
-    return XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + (r->eager ? r->len : 0);
+    return XFER_MSG_HDR_LEN + (rts_short(r) ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_BODY) +
+           (r->eager ? r->len : 0);
+}
+
+static size_t encode_rts_short(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out)
+{
+    uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, XFER_MSG_RTS_SHORT_BODY + (uint32_t)r->len, out);
+    xfer_put16(out + 6, XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT);
+    xfer_put64(p, r->tag);
+    xfer_put64(p + 8, r->len);
+    memcpy(p + XFER_MSG_RTS_SHORT_BODY, r->eager, r->len);
+    return xfer_msg_rts_frame_len(r);
 }
 
 size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out)
 {
+    if (rts_short(r))
+        return encode_rts_short(seq, r, out);
     uint32_t eager = r->eager ? (uint32_t)r->len : 0;
     uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, XFER_MSG_RTS_BODY + eager, out);
     if (r->eager)
@@ -172,8 +195,24 @@ static bool terminated(const uint8_t *p, size_t n)
     return memchr(p, 0, n) != NULL;
 }
 
+/* The short body: the fields before src, which stays as it was (unread). */
+static int decode_rts_short(const struct xfer_msg_hdr *h, const uint8_t *p, struct xfer_msg_rts *r)
+{
+    memset(r, 0, XFER_MSG_RTS_SHORT_SIZE);
+    r->tag = xfer_get64(p);
+    r->len = xfer_get64(p + 8);
+    if (h->msg_len - XFER_MSG_RTS_SHORT_BODY != r->len) /* (the header bounded the bytes) */
+        return -XFER_EPROTO;
+    r->eager = p + XFER_MSG_RTS_SHORT_BODY;
+    r->local = true;
+    r->short_form = true;
+    return 0;
+}
+
 int xfer_msg_decode_rts(const struct xfer_msg_hdr *h, const uint8_t *p, struct xfer_msg_rts *r)
 {
+    if (h->flags & XFER_MSG_F_SHORT) /* (xfer_msg_decode: only with EAGER and LOCAL) */
+        return decode_rts_short(h, p, r);
     memset(r, 0, sizeof(*r));
     r->send_id = xfer_get64(p);
     r->tag = xfer_get64(p + 8);

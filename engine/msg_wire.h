@@ -39,6 +39,10 @@ enum xfer_msg_kind {
 #define XFER_MSG_F_EAGER 2u /* RTS: the message's len bytes follow the body */
 #define XFER_MSG_F_LOCAL                                                                           \
     4u /* RTS, with EAGER: the sender completed it (no FIN, no answer wanted) */
+/* RTS, with EAGER and LOCAL: the short body (tag, len; no send id, offset
+ * or region description: nobody READs, nobody FINs it). Since 2026-11-29
+ * (docs/notify.md "Engine message frame"). */
+#define XFER_MSG_F_SHORT 8u
 
 struct xfer_msg_hdr {
     uint8_t kind;
@@ -50,17 +54,24 @@ struct xfer_msg_hdr {
 
 /* Two-sided bodies, carried as the message bytes of their frame (fixed
  * lengths, little-endian; layout in msg_wire.c). */
-#define XFER_MSG_RTS_BODY (32u + 32u + 8u + XFER_NAME_MAX + 2u * XFER_BLOB_MAX)
-#define XFER_MSG_FIN_BODY 24u
+#define XFER_MSG_RTS_BODY       (32u + 32u + 8u + XFER_NAME_MAX + 2u * XFER_BLOB_MAX)
+#define XFER_MSG_FIN_BODY       24u
+#define XFER_MSG_RTS_SHORT_BODY 16u /* tag 8, len 8 (XFER_MSG_F_SHORT) */
 
 struct xfer_msg_rts {
     uint64_t send_id; /* sender's id of the SEND, echoed in the FIN */
     uint64_t tag, len;
-    uint64_t off;                /* of the message in src */
+    uint64_t off;         /* of the message in src */
+    const uint8_t *eager; /* NULL, or the len message bytes (XFER_MSG_F_EAGER) */
+    bool local;           /* XFER_MSG_F_LOCAL (eager only) */
+    /* XFER_MSG_F_SHORT (local only): send_id, off and src are not sent,
+     * and src is not filled in by the decoder nor by the sender (it is
+     * last so that the ~650 bytes need not be zeroed or copied either). */
+    bool short_form;
     struct xfer_region_desc src; /* sender's region (id, gen, addr, len, access, blobs) */
-    const uint8_t *eager;        /* NULL, or the len message bytes (XFER_MSG_F_EAGER) */
-    bool local;                  /* XFER_MSG_F_LOCAL (eager only) */
 };
+/* Bytes of r that a short RTS uses (the fields before src). */
+#define XFER_MSG_RTS_SHORT_SIZE offsetof(struct xfer_msg_rts, src)
 
 struct xfer_msg_fin {
     uint64_t send_id;
@@ -69,7 +80,8 @@ struct xfer_msg_fin {
 };
 
 /* Whole frames of the two kinds into out (XFER_MSG_HDR_LEN + body bytes,
- * + r->len for an eager RTS: xfer_msg_rts_frame_len). */
+ * + r->len for an eager RTS: xfer_msg_rts_frame_len). An RTS with
+ * short_form (local and eager only) gets the short body. */
 size_t xfer_msg_rts_frame_len(const struct xfer_msg_rts *r);
 size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out);
 size_t xfer_msg_encode_fin(uint64_t seq, const struct xfer_msg_fin *f, uint8_t *out);

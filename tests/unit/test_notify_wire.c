@@ -251,12 +251,96 @@ static void test_eager(void **state)
     free(data);
 }
 
+/* The short RTS of XFER_SEND_LOCAL (XFER_MSG_F_SHORT): tag and length,
+ * then the bytes; no send id, offset or region description. Only with
+ * EAGER and LOCAL, bytes up to XFER_MSG_EAGER_MAX and exactly the
+ * message's length; the long local form (a sender before the short one,
+ * or XFER_MSG_SHORT=0) still decodes. */
+static void test_short(void **state)
+{
+    (void)state;
+    size_t cap = XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + XFER_MSG_EAGER_MAX + 1;
+    uint8_t *buf = calloc(1, cap), *data = malloc(XFER_MSG_EAGER_MAX + 1);
+    assert_non_null(buf);
+    assert_non_null(data);
+    for (size_t k = 0; k <= XFER_MSG_EAGER_MAX; k++)
+        data[k] = (uint8_t)(k * 5 + 3);
+    struct xfer_msg_rts r = {.tag = 77, .eager = data, .local = true, .short_form = true};
+    struct xfer_msg_hdr h;
+    struct xfer_msg_rts d;
+    uint64_t lens[] = {0, 8, XFER_MSG_EAGER_MAX};
+    for (size_t k = 0; k < 3; k++) {
+        r.len = lens[k];
+        size_t len = xfer_msg_encode_rts(8, &r, buf);
+        assert_int_equal(len, xfer_msg_rts_frame_len(&r));
+        assert_int_equal(len, XFER_MSG_HDR_LEN + XFER_MSG_RTS_SHORT_BODY + lens[k]);
+        assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+        assert_int_equal(h.flags, XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT);
+        memset(&d, 0xa5, sizeof(d));
+        assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), 0);
+        assert_true(d.local && d.short_form);
+        assert_int_equal(d.tag, 77);
+        assert_int_equal(d.len, lens[k]);
+        assert_int_equal(d.send_id, 0); /* no FIN for it */
+        assert_ptr_equal(d.eager, buf + XFER_MSG_HDR_LEN + XFER_MSG_RTS_SHORT_BODY);
+        if (lens[k])
+            assert_memory_equal(d.eager, data, lens[k]);
+        assert_int_equal(xfer_msg_decode(buf, len - 1, &h, NULL, 0), -XFER_EPROTO);
+        assert_int_equal(xfer_msg_decode(buf, len + 1, &h, NULL, 0), -XFER_EPROTO);
+    }
+    /* 8 B: 72 bytes on the wire, against 704 for the long form */
+    r.len = 8;
+    assert_int_equal(xfer_msg_rts_frame_len(&r), 72);
+    /* one byte over the eager limit: the header is refused */
+    r.len = XFER_MSG_EAGER_MAX + 1;
+    size_t len = xfer_msg_encode_rts(8, &r, buf);
+    assert_int_equal(len, XFER_MSG_HDR_LEN + XFER_MSG_RTS_SHORT_BODY + XFER_MSG_EAGER_MAX + 1);
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), -XFER_EPROTO);
+    /* a length other than the bytes that ride */
+    r.len = 13;
+    len = xfer_msg_encode_rts(8, &r, buf);
+    xfer_put64(buf + XFER_MSG_HDR_LEN + 8, 12);
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
+    xfer_put64(buf + XFER_MSG_HDR_LEN + 8, 13);
+    /* SHORT without LOCAL or EAGER, or on other kinds */
+    uint16_t bad[] = {XFER_MSG_F_SHORT, XFER_MSG_F_EAGER | XFER_MSG_F_SHORT,
+                      XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT, 16};
+    for (size_t k = 0; k < 4; k++) {
+        xfer_put16(buf + 6, bad[k]);
+        assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), -XFER_EPROTO);
+    }
+    struct xfer_msg_hdr n = {.kind = XFER_MSG_NOTIFY, .flags = XFER_MSG_F_SHORT, .msg_len = 1};
+    xfer_msg_encode(&n, NULL, "x", buf);
+    assert_int_equal(xfer_msg_decode(buf, xfer_msg_frame_len(&n), &h, NULL, 0), -XFER_EPROTO);
+    /* short_form asks for nothing on a default or rendezvous RTS: long */
+    r.local = false;
+    r.src = (struct xfer_region_desc){.id = 1, .gen = 1, .len = 1 << 20, .access = XFER_ACCESS_R};
+    len = xfer_msg_encode_rts(8, &r, buf);
+    assert_int_equal(len, XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + 13);
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_int_equal(h.flags, XFER_MSG_F_EAGER);
+    /* the long local form (an older sender) decodes as before */
+    r.local = true;
+    r.short_form = false;
+    len = xfer_msg_encode_rts(8, &r, buf);
+    assert_int_equal(len, XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + 13);
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), 0);
+    assert_true(d.local && !d.short_form);
+    assert_int_equal(d.src.id, 1);
+    assert_memory_equal(d.eager, data, 13);
+    free(buf);
+    free(data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),  cmocka_unit_test(test_truncated_and_extended),
         cmocka_unit_test(test_bad_fields), cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_two_sided),  cmocka_unit_test(test_eager),
+        cmocka_unit_test(test_short),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,14 +4,19 @@
  * child) check, in order:
  *  - a blocking ping-pong of local SENDs and RECVs, every byte checked;
  *  - a local SEND larger than the RECV: A's SEND ends 0, B's RECV
- *    -XFER_ETRUNC, and the next message is received whole;
+ *    -XFER_ETRUNC, and the next message is received whole; the same at
+ *    the eager limit (XFER_MSG_EAGER_MAX bytes into one byte less, then
+ *    into enough);
  *  - local and default SENDs with one tag are received in the order sent;
  *  - back-pressure: with B not receiving, A's XFER_MSG_UNEXPECTED_MAX + 8
  *    local SENDs all end 0 (a default SEND would get -XFER_ENOSPC); then a
  *    notification (same socket, after them) tells B they are all in: B
  *    receives exactly the first 4096, in order, and the next RECV times out;
  *  - arguments: more than XFER_MSG_EAGER_MAX bytes or unknown flags are
- *    -XFER_EINVAL. */
+ *    -XFER_EINVAL.
+ * Run twice: as built (both send the short RTS, XFER_MSG_F_SHORT), and with
+ * A sending the long form an engine before the short RTS sent
+ * (XFER_MSG_SHORT=0 in A only): B takes both forms. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -93,6 +98,11 @@ static int side_b(int rfd, int wfd, void *arg)
         why = "a 100 B message into 10 B did not end -XFER_ETRUNC";
     if (!why)
         why = recv_check(e, r, p, 3, 5, 33);
+    if (!why &&
+        xfer_recv(e, r, 65536, XFER_MSG_EAGER_MAX - 1, p, 3, &got, DEADLINE) != -XFER_ETRUNC)
+        why = "an eager-limit message into one byte less did not end -XFER_ETRUNC";
+    if (!why)
+        why = recv_check(e, r, p, 3, XFER_MSG_EAGER_MAX, 35);
     for (uint32_t j = 0; j < 3 && !why; j++) /* local, default, local: in order */
         why = recv_check(e, r, p, 4, 16, 40 + j);
     /* back-pressure: the notification comes behind all of them */
@@ -115,16 +125,18 @@ static int side_b(int rfd, int wfd, void *arg)
     return why ? 1 : 0;
 }
 
-static void test_send_local(void **state)
+static void run_a(bool long_form)
 {
-    (void)state;
     int rfd = -1, wfd = -1;
     pid_t pid = fp_fork(side_b, NULL, &rfd, &wfd);
     assert_true(pid > 0);
     xfer_engine *e;
     xfer_peer *p;
     xfer_region *r;
+    if (long_form) /* read at engine creation (B, forked already, sends short) */
+        setenv("XFER_MSG_SHORT", "0", 1);
     assert_int_equal(fp_side_up(&e, &p, "local-a", rfd, wfd), 0);
+    unsetenv("XFER_MSG_SHORT");
     assert_int_equal(xfer_region_alloc(e, "a", 1 << 17, XFER_ACCESS_RW, &r), 0);
     for (int k = 0; k < ROUNDS; k++) {
         assert_int_equal(send_local(e, r, p, 1, 8 + k % 200, (uint32_t)k), 0);
@@ -137,6 +149,8 @@ static void test_send_local(void **state)
     /* truncation: the sender is not told */
     assert_int_equal(send_local(e, r, p, 3, 100, 32), 0);
     assert_int_equal(send_local(e, r, p, 3, 5, 33), 0);
+    assert_int_equal(send_local(e, r, p, 3, XFER_MSG_EAGER_MAX, 34), 0);
+    assert_int_equal(send_local(e, r, p, 3, XFER_MSG_EAGER_MAX, 35), 0);
     /* order with a default SEND between (it waits for B's RECV) */
     assert_int_equal(send_local(e, r, p, 4, 16, 40), 0);
     fill((uint8_t *)xfer_region_ptr(r) + 4096, 16, 41);
@@ -159,9 +173,22 @@ static void test_send_local(void **state)
     assert_int_equal(st, 0);
 }
 
+static void test_send_local(void **state)
+{
+    (void)state;
+    run_a(false);
+}
+
+static void test_send_local_long_form(void **state)
+{
+    (void)state;
+    run_a(true);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_send_local)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_send_local),
+                                       cmocka_unit_test(test_send_local_long_form)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
