@@ -31,6 +31,9 @@ struct caps_memo {
 /* Can the peer's transport move the memory of item i? */
 static bool caps_fit(xfer_peer *p, unsigned caps, const struct xfer_item *it, struct caps_memo *m)
 {
+    const unsigned both = XFER_CAP_HOST_MEM | XFER_CAP_CUDA_MEM;
+    if ((caps & both) == both)
+        return true; /* moves either kind: no look-up of the peer's region (a lock round) */
     unsigned need = it->local->kind == XFER_MEM_CUDA ? XFER_CAP_CUDA_MEM : XFER_CAP_HOST_MEM;
     if (!m->valid || m->id != it->remote_id) {
         struct xfer_region_brief rd;

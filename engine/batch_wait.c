@@ -104,12 +104,12 @@ static void rx_env(void)
 /* b->mu held on entry and on return; let go around each transport wait.
  * (One lock per slice, taken over from the caller and handed back: it took
  * two more per message, docs/notify.md "Per-message locks".) */
-static void wait_rx(xfer_batch *b, int64_t end_ns)
+static void wait_rx(xfer_batch *b, int64_t end_ns, int64_t now_ns)
 {
     rx_env();
     if (__atomic_load_n(&rx_off, __ATOMIC_RELAXED))
         return;
-    for (;;) {
+    for (bool first = true;; first = false) {
         bool run = b->state == B_RUNNING;
         struct xfer_conn *c = run && !b->wait_many ? b->wait_conn : NULL;
         void *chan = c ? b->wait_chan : NULL;
@@ -122,7 +122,7 @@ static void wait_rx(xfer_batch *b, int64_t end_ns)
         if (b->wake_fd < 0) /* the end of the run wakes the poll through it */
             p = NULL;
         b->wait_polling = p != NULL;
-        int64_t left_ms = p ? (end_ns - xfer_mono_ns()) / 1000000 : 0;
+        int64_t left_ms = p ? (end_ns - (first ? now_ns : xfer_mono_ns())) / 1000000 : 0;
         if (!p || left_ms <= 0) {
             b->wait_polling = false;
             return;
@@ -214,24 +214,28 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
     if (!rx_spins(b))
         spin_while_running(b, timeout_ms);
     pthread_mutex_lock(&b->mu);
-    int64_t limit_ns;
+    /* One clock read for the limit, the receive's end and its first slice
+     * (there were four per wait of a one-item WRITE), none for the sleep
+     * unless it is needed. */
+    int64_t limit_ns, now = xfer_mono_ns();
     if (timeout_ms >= 0)
         limit_ns = (int64_t)timeout_ms * 1000000;
     else /* the monitor ends it at the deadline; io_timeout bounds the rest */
-        limit_ns = b->deadline_ns - xfer_mono_ns() +
-                   ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
+        limit_ns = b->deadline_ns - now + ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
     if (limit_ns < 0)
         limit_ns = 0;
     bool rx = (b->wait_conn && !b->wait_many) || (b->msg_peer && !b->msg_many);
     if (b->state == B_RUNNING && rx && timeout_ms != 0) {
         /* The deadline monitor ends the run at its deadline: stop receiving
          * there, the sleep below then sees the end. */
-        int64_t end = xfer_mono_ns() + limit_ns;
+        int64_t end = now + limit_ns;
         if (end > b->deadline_ns)
             end = b->deadline_ns;
-        wait_rx(b, end);
+        wait_rx(b, end, now);
     }
-    struct timespec ts = xfer_mono_after_ns(limit_ns);
+    struct timespec ts = {0, 0};
+    if (b->state == B_RUNNING)
+        ts = xfer_mono_after_ns(limit_ns);
     while (b->state == B_RUNNING)
         if (batch_cv_wait(b, &ts) == ETIMEDOUT)
             break;

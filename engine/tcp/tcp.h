@@ -202,7 +202,9 @@ struct tcp_sock {
     char fail_why[160];
     /* shared send queue */
     pthread_mutex_t qmu;
-    bool gpu_seen; /* qmu: GPU chunks were queued: no direct sends (staging is the owner's) */
+    /* GPU chunks were queued: no direct sends (staging is the owner's).
+     * Set under qmu (atomic), read unlocked by waiters: it never goes back. */
+    bool gpu_seen;
     struct tcp_tx *q_head, *q_tail;
     uint64_t load; /* atomic: bytes posted and not yet completed */
     /* owner-only */
@@ -218,6 +220,12 @@ struct tcp_sock {
     struct xfer_chunk_end done[TCP_DONE_MAX];
     size_t ndone;
     uint64_t done_load;
+    /* Stall clock (iomu): io_count goes up with each recv or send that
+     * moved bytes and each post onto an idle socket; the owner's 100 ms check
+     * (tcp_sock_check_timeout) sets last_progress_ms when it changed since
+     * io_seen. A clock read per recv and per send was ~4 of a round trip's
+     * ~14 (each ~20 ns, more than a lock round). */
+    uint32_t io_count, io_seen;
     int64_t last_progress_ms;
     uint8_t rxsmall[TCP_RXBUF];
     uint8_t *rxbuf; /* rxsmall, or TCP_RXBUF_BIG bytes once small frames stream in */

@@ -31,7 +31,7 @@ static ssize_t sock_recv(struct tcp_sock *s, void *buf, size_t len)
     for (;;) {
         ssize_t n = recv(s->fd, buf, len, MSG_DONTWAIT);
         if (n > 0) {
-            s->last_progress_ms = xfer_now_ms();
+            s->io_count++;
             s->rx_short = (size_t)n < len;
             return n;
         }
@@ -565,7 +565,7 @@ void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err)
         rx_failed(s);
         return;
     }
-    s->last_progress_ms = xfer_now_ms();
+    s->io_count++;
     s->rx_lo = 0;
     s->rx_hi = (size_t)n;
     s->rx_short = (size_t)n < asked && !s->skipped;

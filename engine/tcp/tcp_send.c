@@ -70,7 +70,7 @@ static bool splice_queue(struct tcp_sock *s, bool direct)
     if (!q)
         return true;
     if (!s->tx_head && !s->inf_head) /* was idle: the stall clock starts now */
-        s->last_progress_ms = xfer_now_ms();
+        s->io_count++;
     for (; q; q = q->next) {
         if (s->tx_tail)
             s->tx_tail->next = q;
@@ -246,7 +246,7 @@ static bool send_queued(struct tcp_sock *s, bool direct)
             }
             return false;
         }
-        s->last_progress_ms = xfer_now_ms();
+        s->io_count++;
         tx_advance(s, (size_t)n);
     }
     if (s->target && s->rx_blocked && s->tx_count < TCP_TXQ_HIGH / 4) {

@@ -61,11 +61,13 @@ void tcp_reap(struct tcp_thread *th, bool force)
     /* A closed socket stays while a waiter pins it or it is on the kick
      * list (a waiter that stopped kicks the owner: tcp_wait.c). */
     struct tcp_sock *dead = NULL;
+    if (!__atomic_load_n(&th->grave, __ATOMIC_RELAXED))
+        return; /* the usual turn: nothing to free, no lock round */
     pthread_mutex_lock(&th->mu);
     for (struct tcp_sock **pp = &th->grave; *pp;) {
         struct tcp_sock *s = *pp;
         if (force || (!s->kicked && __atomic_load_n(&s->pins, __ATOMIC_ACQUIRE) == 0)) {
-            *pp = s->grave_next;
+            __atomic_store_n(pp, s->grave_next, __ATOMIC_RELAXED); /* (*pp may be th->grave) */
             s->grave_next = dead;
             dead = s;
         } else {
@@ -297,7 +299,7 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
         s->linked = false;
         if (s->target) {
             s->grave_next = th->grave;
-            th->grave = s;
+            __atomic_store_n(&th->grave, s, __ATOMIC_RELAXED); /* tcp_reap peeks */
         }
     }
     if (s->close_req)
@@ -321,6 +323,10 @@ void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms)
         pthread_mutex_unlock(&s->qmu);
         if (queued)
             tcp_sock_writable(s);
+    }
+    if (s->io_count != s->io_seen) { /* bytes moved since the last look */
+        s->io_seen = s->io_count;
+        s->last_progress_ms = now_ms;
     }
     if (s->fd < 0 || !has_work(s) || now_ms - s->last_progress_ms <= limit)
         return;

@@ -104,7 +104,7 @@ void tcp_thread_kick(struct tcp_sock *s)
     if (!s->kicked) {
         s->kicked = true;
         s->kick_next = th->kick_head;
-        th->kick_head = s;
+        __atomic_store_n(&th->kick_head, s, __ATOMIC_RELEASE); /* serve_kicks peeks */
     }
     pthread_mutex_unlock(&th->mu);
     if (first)
@@ -116,9 +116,14 @@ void tcp_thread_kick(struct tcp_sock *s)
  * (and so redirect this walk) while it still waits in the detached list. */
 static void serve_kicks(struct tcp_thread *th)
 {
+    /* No lock round when nothing is queued (most turns of the loop): a kick
+     * that is pushed after this look writes wakefd after it, so the next
+     * epoll_wait returns and the next turn serves it. */
+    if (!__atomic_load_n(&th->kick_head, __ATOMIC_ACQUIRE))
+        return;
     pthread_mutex_lock(&th->mu);
     struct tcp_sock *s = th->kick_head;
-    th->kick_head = NULL;
+    __atomic_store_n(&th->kick_head, NULL, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&th->mu);
     bool released = false;
     while (s) {
