@@ -49,8 +49,8 @@ n=${#runs[@]}
 for r in $(seq 1 "$rounds"); do
     pp=$("$pingpong" --size 56 --seconds 1 --json | sed 's/.*"p50":\([0-9.]*\).*/\1/')
     echo "R$r pingpong - $pp -" | tee -a "$tmp"
-    for k in $(seq 0 $((n - 1))); do
-        one ${runs[$(((k + r * 5) % n))]} | sed "s/^/R$r /" | tee -a "$tmp"
+    for k in $(seq 0 $((n - 1))); do # every run takes every place once in n rounds
+        one ${runs[$(((k + r) % n))]} | sed "s/^/R$r /" | tee -a "$tmp"
     done
 done
 python3 - "$tmp" <<'PY'

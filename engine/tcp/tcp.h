@@ -58,11 +58,13 @@
  * socket: a request that comes there while nobody waits is read within two
  * of those ticks), how long one whose waiters stopped coming stays lazy,
  * and for how long an accepted socket whose request waited for a tick is
- * not left lazy again. */
+ * not left lazy again (unless TCP_LAZY_CLEAN waiters in a row came and
+ * went with no request arriving between them). */
 #define TCP_LAZY_TICK_MS     1
 #define TCP_LAZY_TICK_TGT_US 100
 #define TCP_LAZY_KEEP_MS     100
 #define TCP_LAZY_OFF_MS      1000
+#define TCP_LAZY_CLEAN       64
 /* Solo waiter (tcp_wait.c): the longest a waiter sleeps in a blocking recv
  * (SO_RCVTIMEO) before it goes back to polling its wake fd too. */
 #define TCP_SOLO_MS 2
@@ -180,6 +182,10 @@ struct tcp_sock {
      * since; until when its waiters leave EPOLLIN in. */
     bool lazy_gave;
     int64_t lazy_off_ms;
+    /* Target, iomu: waiters that left it since its owner last read a
+     * request while nobody waited; TCP_LAZY_CLEAN of them end lazy_off_ms
+     * early (tcp_wait.c target_may_lazy). */
+    uint32_t lazy_clean;
     struct tcp_sock *lazy_next; /* th->mu */
     uint32_t ev_mask;           /* as last given to epoll_ctl */
     bool by_waiter;
@@ -318,6 +324,10 @@ struct tcp_transport {
      * TCP_LAZY_TICK_TGT_US), and such a socket is then not left lazy for
      * TCP_LAZY_OFF_MS (docs/perf.md step 10). */
     bool lazy_target;
+    /* Waiters in a row after which an accepted socket whose request waited
+     * for the tick is left lazy again (TCP_LAZY_CLEAN; XFER_TCP_LAZY_CLEAN=0:
+     * never, the whole TCP_LAZY_OFF_MS as before). */
+    uint32_t lazy_clean;
     /* A notification waiter also reads the answers to this side's last
      * message to its peer (tcp_wait.c; XFER_NOTIF_WAIT_ACK=0: off). */
     bool notif_ack;

@@ -255,6 +255,7 @@ static void *thread_main(void *arg)
             if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) {
                 if (!__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST)) {
                     /* it came while nobody waited (tcp_wait.c) */
+                    s->lazy_clean = 0;
                     if (__atomic_exchange_n(&s->lazy_gave, false, __ATOMIC_RELAXED))
                         __atomic_store_n(&s->lazy_off_ms, xfer_now_ms() + TCP_LAZY_OFF_MS,
                                          __ATOMIC_RELAXED);
@@ -529,6 +530,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->solo = !solo || strcmp(solo, "0") != 0;
     const char *lazy = getenv("XFER_TCP_LAZY_TARGET");
     tt->lazy_target = !lazy || strcmp(lazy, "0") != 0;
+    const char *clean = getenv("XFER_TCP_LAZY_CLEAN"); /* 0: off (measuring) */
+    tt->lazy_clean = clean && strcmp(clean, "0") == 0 ? 0 : TCP_LAZY_CLEAN;
     const char *ack = getenv("XFER_NOTIF_WAIT_ACK"); /* 0: off (measuring) */
     tt->notif_ack = !ack || strcmp(ack, "0") != 0;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

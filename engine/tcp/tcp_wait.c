@@ -48,7 +48,10 @@
  * (the tick gave EPOLLIN back and the owner, not a waiter, then read it:
  * lazy_gave) is not left lazy for TCP_LAZY_OFF_MS: traffic that comes
  * while nobody waits gets the old epoll_ctl pair per wait, a ping-pong
- * (its waiter back within a tick) none.
+ * (its waiter back within a tick) none. A ping-pong that stalled once
+ * (its waiter away for a tick, then the peer's next request) is lazy again
+ * after TCP_LAZY_CLEAN waiters in a row with no request arriving between
+ * them (target_may_lazy), not after the whole TCP_LAZY_OFF_MS.
  *
  * A waiter does not block on a socket's iomu to start polling it: the
  * holder (the owner reading, another waiter) may be taking the very
@@ -337,11 +340,24 @@ static bool waiter_may(struct tcp_sock *s)
     return !__atomic_load_n(&s->gpu_seen, __ATOMIC_ACQUIRE);
 }
 
-/* iomu held: may the last waiter of accepted socket s leave it lazy? */
-static bool target_may_lazy(const struct tcp_sock *s)
+/* iomu held: may the last waiter of accepted socket s leave it lazy? Not
+ * while lazy_off_ms says a request waited for the tick (see top), unless
+ * TCP_LAZY_CLEAN waiters in a row left it since with no request arriving
+ * while nobody waited (its owner resets lazy_clean when it reads one): one
+ * stall in a ping-pong (a tick with no waiter, then the peer's next
+ * request) tripped the rule, and a whole second of epoll_ctl pairs per wait
+ * followed (docs/notify.md, "The 1 s rule traps ping-pong runs"). */
+static bool target_may_lazy(struct tcp_sock *s)
 {
+    if (!s->th->tt->lazy_target)
+        return false;
     int64_t off = __atomic_load_n(&s->lazy_off_ms, __ATOMIC_RELAXED);
-    return s->th->tt->lazy_target && (!off || xfer_now_ms() >= off);
+    if (!off || xfer_now_ms() >= off)
+        return true;
+    if (!s->th->tt->lazy_clean || ++s->lazy_clean < s->th->tt->lazy_clean)
+        return false;
+    __atomic_store_n(&s->lazy_off_ms, 0, __ATOMIC_RELAXED);
+    return true;
 }
 
 /* After the poll: reads s as its owner would if poll saw it readable or
