@@ -210,6 +210,14 @@ static int sleep_epoll(int epfd, struct epoll_event *ev, int64_t ns)
     return epoll_wait(epfd, ev, 64, (int)((ns + 999999) / 1000000));
 }
 
+/* CLOCK_MONOTONIC as of the last tick (a few ms behind at most). */
+static int64_t mono_coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void *thread_main(void *arg)
 {
     struct tcp_thread *th = arg;
@@ -269,7 +277,9 @@ static void *thread_main(void *arg)
         serve_ready(th);
         if (th->gpu_head)
             tcp_gpu_pump(th);
-        int64_t now_ns = xfer_mono_ns(), now = now_ns / 1000000;
+        /* The fine clock only while ticking: the 100 ms check is served by
+         * the coarse one (~5 ns against ~20 ns a read; a turn per request). */
+        int64_t now_ns = ticking ? xfer_mono_ns() : mono_coarse_ns(), now = now_ns / 1000000;
         if (next_tick - now_ns > tick_ns)
             next_tick = now_ns + tick_ns; /* the tick turned fine */
         if (ticking && now_ns >= next_tick) {

@@ -365,9 +365,8 @@ static bool target_may_lazy(struct tcp_sock *s)
  * to hear EAGAIN). 0, or -1: stop (s closed, or its owner was kicked to
  * carry on). The last waiter leaves EPOLLIN out if it can (see top),
  * unless late: what it read was there before it polled. */
-static int read_as_waiter(struct tcp_sock *s, bool ready, bool late)
+static int leave_locked(struct tcp_sock *s, bool ready, bool late, bool *defer_out)
 {
-    pthread_mutex_lock(&s->iomu);
     bool last = __atomic_sub_fetch(&s->waiters, 1, __ATOMIC_SEQ_CST) == 0;
     ready |= s->skipped;
     s->skipped = false;
@@ -392,6 +391,16 @@ static int read_as_waiter(struct tcp_sock *s, bool ready, bool late)
             s->rx_lazy = false;
         tcp_sock_interest(s); /* EPOLLIN back unless lazy (after reading) */
     }
+    *defer_out = defer;
+    return rc;
+}
+
+/* leave_locked taking iomu; a deferral kicks the owner (iomu let go). */
+static int read_as_waiter(struct tcp_sock *s, bool ready, bool late)
+{
+    bool defer;
+    pthread_mutex_lock(&s->iomu);
+    int rc = leave_locked(s, ready, late, &defer);
     pthread_mutex_unlock(&s->iomu);
     if (defer) { /* the owner carries on (and this waiter sleeps as usual) */
         tcp_thread_kick(s);
@@ -447,28 +456,43 @@ static int read_in_place(struct tcp_sock *s)
     return rc;
 }
 
-/* A solo wait on s (see top), its only socket, whose waiter this thread
- * is: 1 = it read something, 0 = nothing came within TCP_SOLO_MS (or s does
- * not qualify): poll on, -1 = stop (s closed, or something left to the
- * owner). */
-static int solo_recv(struct tcp_sock *s)
+/* A solo recv armed on s: what it reads into, taken under iomu. */
+struct solo {
+    int fd;
+    uint8_t *buf; /* only a reader changes it, and none reads meanwhile */
+    size_t asked;
+};
+
+/* iomu held, s this thread's only socket, which it just joined as a
+ * waiter: may it sleep in recv on s (see top)? Then rx_solo is set (nobody
+ * else reads s until solo_recv is back) and *so says how. Armed in the
+ * same lock round that joined s: one round less per wait. */
+static bool solo_arm(struct tcp_sock *s, struct solo *so)
 {
-    pthread_mutex_lock(&s->iomu);
     struct tcp_tx *head = s->inf_head;
     bool ok = s->solo_ok && s->fd >= 0 && !s->target &&
               __atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST) == 1 && !s->skipped && !s->rx_defer &&
               !s->in_ready && s->rx_state == RX_HDR && s->rx_lo == s->rx_hi && waiter_may(s);
-    if (!ok) {
-        pthread_mutex_unlock(&s->iomu);
-        return 0;
-    }
+    if (!ok)
+        return false;
     bool big = (head && head->op == XFER_WIRE_READ_REQ && head->len >= 65536) || s->rx_big;
-    size_t asked = big ? XFER_WIRE_HDR_LEN : s->rxcap;
-    int fd = s->fd;
-    uint8_t *buf = s->rxbuf; /* only a reader changes it, and none reads meanwhile */
+    *so = (struct solo){s->fd, s->rxbuf, big ? XFER_WIRE_HDR_LEN : s->rxcap};
     s->rx_solo = true;
-    pthread_mutex_unlock(&s->iomu);
-    ssize_t n = recv(fd, buf, asked, 0); /* blocks: fd is blocking (solo_ok) */
+    return true;
+}
+
+/* The recv of a solo wait armed on s: 1 = it read something, 0 = nothing
+ * came within TCP_SOLO_MS: poll on, -1 = stop (s closed, or something left
+ * to the owner). When what it read ends the wait (done), it leaves s in
+ * the same lock round, as read_as_waiter would after it: *left = that
+ * one's result (else *left = 1: s not left). */
+static int solo_recv(struct tcp_sock *s, const struct solo *so, bool (*done)(void *), void *arg,
+                     int *left)
+{
+    int fd = so->fd;
+    size_t asked = so->asked;
+    *left = 1;
+    ssize_t n = recv(fd, so->buf, asked, 0); /* blocks: fd is blocking (solo_ok) */
     int err = errno;
     pthread_mutex_lock(&s->iomu);
     s->rx_solo = false;
@@ -492,7 +516,14 @@ static int solo_recv(struct tcp_sock *s)
         s->by_waiter = false;
         rc = s->rx_defer || s->fd < 0 ? -1 : 1;
     }
+    bool defer = false;
+    if (rc > 0 && done(arg))
+        *left = leave_locked(s, false, false, &defer);
     pthread_mutex_unlock(&s->iomu);
+    if (defer) {
+        tcp_thread_kick(s);
+        *left = -1;
+    }
     return rc;
 }
 
@@ -515,6 +546,9 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
     bool busy = false, gone = false, late = false;
     if (done(arg))
         return 0; /* the sockets stay as they are */
+    struct solo so;
+    bool armed = false, solo = n == 1 && !v[0]->target && spin_us == 0 &&
+                               (timeout_ms < 0 || timeout_ms >= TCP_SOLO_MS);
     for (int i = 0; i < n; i++) {
         /* While it polls, its owner's epoll leaves EPOLLIN out (its thread
          * is not woken for what this one reads; no epoll_ctl once lazy).
@@ -532,18 +566,19 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
             tcp_sock_interest(v[i]);
             p[nw] = (struct pollfd){.fd = fd, .events = POLLIN | POLLRDHUP};
             w[nw++] = v[i];
+            armed = solo && !done(arg) && solo_arm(v[i], &so);
         } else {
             gone = true;
         }
         pthread_mutex_unlock(&v[i]->iomu);
     }
-    int rc = gone ? -1 : 0;
-    bool polled = false, done_before = done(arg), solo = false;
+    int rc = gone ? -1 : 0, left = 1;
+    bool polled = false, done_before = !armed && done(arg);
     int64_t wait_ns = (int64_t)(busy && timeout_ms > 1 ? 1 : timeout_ms) * 1000000, t_end = 0;
-    if (!gone && !done_before && n == 1 && nw == 1 && !w[0]->target && spin_us == 0 &&
-        (timeout_ms < 0 || timeout_ms >= TCP_SOLO_MS)) {
-        solo = true;
-        int k = solo_recv(w[0]);
+    if (armed) {
+        int k = solo_recv(w[0], &so, done, arg, &left);
+        if (left <= 0) /* read what ends the wait, and left s (the usual round trip) */
+            return left;
         if (k != 0) { /* read (the skipped flag has the rest), or stop */
             polled = k > 0;
             p[0].revents = 0;
@@ -553,7 +588,7 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
     /* The clock only when the poll below runs (not after a solo recv that
      * brought the answer); such a recv took at most TCP_SOLO_MS of the time. */
     if (!gone && !done_before)
-        t_end = xfer_mono_ns() + wait_ns - (solo ? (int64_t)TCP_SOLO_MS * 1000000 : 0);
+        t_end = xfer_mono_ns() + wait_ns - (armed ? (int64_t)TCP_SOLO_MS * 1000000 : 0);
     for (bool first = true; !gone && !done_before; first = false) {
         /* The owner may have taken what we wait for just before we polled:
          * wake_fd then wakes us. */
