@@ -213,22 +213,21 @@ void batch_msg_submit(xfer_batch *b)
 {
     bool recvs = false;
     for (size_t i = 0; i < b->n; i++) {
-        /* An item's kind is set before the submit (whose lock published it)
-         * and nothing appends while the submit runs (submit_run reads the
-         * kinds unlocked too): read without the lock, which only a SEND
-         * needs (its open and the fields below). One lock per RECV saved. */
-        if (b->items[i].kind != BK_SEND) {
-            recvs |= b->items[i].kind == BK_RECV;
+        /* Read without the lock: an item's kind and a SEND's fields are set
+         * before the submit (its lock published them; send_id by this
+         * thread's batch_msg_start) and nothing appends or changes them
+         * while the submit runs (submit_run reads the kinds unlocked too);
+         * open is atomic (a cancel may end the item now, as it could right
+         * after a locked read). One lock per message saved. */
+        struct batch_item *bi = &b->items[i];
+        if (bi->kind != BK_SEND) {
+            recvs |= bi->kind == BK_RECV;
             continue;
         }
-        pthread_mutex_lock(&b->mu);
-        struct batch_item *bi = &b->items[i];
-        recvs |= bi->kind == BK_RECV;
-        bool go = bi->kind == BK_SEND && bi->open, local = bi->local;
+        bool go = __atomic_load_n(&bi->open, __ATOMIC_RELAXED), local = bi->local;
         uint64_t id = bi->send_id, tag = bi->tag, len = bi->it.len, off = bi->it.local_off;
         xfer_peer *p = bi->it.peer;
         xfer_region *local_r = bi->it.local;
-        pthread_mutex_unlock(&b->mu);
         if (!go)
             continue;
         if (local && b->engine->match.short_rts) { /* checked at add: eager */
