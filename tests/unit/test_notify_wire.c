@@ -166,17 +166,25 @@ static void test_two_sided(void **state)
     assert_int_equal(xfer_msg_decode(fb, len, &h, NULL, 0), -XFER_EPROTO);
 }
 
+/* A frame buffer with room for the largest eager RTS, and message bytes one
+ * past XFER_MSG_EAGER_MAX in a pattern (k * mul + add) a decode must return. */
+static void eager_bufs(uint8_t **buf, uint8_t **data, unsigned mul, unsigned add)
+{
+    *buf = calloc(1, XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + XFER_MSG_EAGER_MAX + 1);
+    *data = malloc(XFER_MSG_EAGER_MAX + 1);
+    assert_non_null(*buf);
+    assert_non_null(*data);
+    for (size_t k = 0; k <= XFER_MSG_EAGER_MAX; k++)
+        (*data)[k] = (uint8_t)(k * mul + add);
+}
+
 /* Eager RTS: the message bytes ride after the body; their length must be
  * the message's and at most XFER_MSG_EAGER_MAX; the flag only on RTS. */
 static void test_eager(void **state)
 {
     (void)state;
-    size_t cap = XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + XFER_MSG_EAGER_MAX + 1;
-    uint8_t *buf = calloc(1, cap), *data = malloc(XFER_MSG_EAGER_MAX + 1);
-    assert_non_null(buf);
-    assert_non_null(data);
-    for (size_t k = 0; k <= XFER_MSG_EAGER_MAX; k++)
-        data[k] = (uint8_t)(k * 7 + 1);
+    uint8_t *buf, *data;
+    eager_bufs(&buf, &data, 7, 1);
     struct xfer_msg_rts r = {.send_id = 4, .tag = 1, .len = 13, .off = 0, .eager = data};
     r.src = (struct xfer_region_desc){.id = 1, .gen = 1, .len = 1 << 20, .access = XFER_ACCESS_R};
     struct xfer_msg_hdr h;
@@ -259,12 +267,8 @@ static void test_eager(void **state)
 static void test_short(void **state)
 {
     (void)state;
-    size_t cap = XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + XFER_MSG_EAGER_MAX + 1;
-    uint8_t *buf = calloc(1, cap), *data = malloc(XFER_MSG_EAGER_MAX + 1);
-    assert_non_null(buf);
-    assert_non_null(data);
-    for (size_t k = 0; k <= XFER_MSG_EAGER_MAX; k++)
-        data[k] = (uint8_t)(k * 5 + 3);
+    uint8_t *buf, *data;
+    eager_bufs(&buf, &data, 5, 3);
     struct xfer_msg_rts r = {.tag = 77, .eager = data, .local = true, .short_form = true};
     struct xfer_msg_hdr h;
     struct xfer_msg_rts d;
