@@ -152,6 +152,24 @@ int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struc
     return 0;
 }
 
+/* Waits (th->cv, bounded) until released s is off its owner's kick list:
+ * a kick queued before the close (or by a waiter that polled it, gone after
+ * tcp_out_forget) is taken off by serve_kicks without touching s again;
+ * freeing s before that was a use after free (ThreadSanitizer, a peer that
+ * died while disconnect asked). */
+static bool kick_served(struct tcp_sock *s)
+{
+    struct tcp_thread *th = s->th;
+    pthread_mutex_lock(&th->mu);
+    for (int tries = 0; s->kicked && tries < 30; tries++) {
+        struct timespec ts = xfer_mono_after_ms(1000);
+        pthread_cond_timedwait(&th->cv, &th->mu, &ts);
+    }
+    bool served = !s->kicked;
+    pthread_mutex_unlock(&th->mu);
+    return served;
+}
+
 /* Asks each socket's owner to close it and fail what it carries, waits for
  * that, then frees. */
 void tcp_disconnect(struct xfer_conn *c)
@@ -176,6 +194,8 @@ void tcp_disconnect(struct xfer_conn *c)
         released = s->released;
         pthread_mutex_unlock(&th->mu);
         tcp_out_forget(s); /* a notification waiter may poll it */
+        if (released && !kick_served(s))
+            released = false;
         if (released)
             tcp_sock_destroy(s);
         else /* its thread is stuck: leaking beats a use after free */

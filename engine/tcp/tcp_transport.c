@@ -130,9 +130,15 @@ static void serve_kicks(struct tcp_thread *th)
         pthread_mutex_lock(&th->mu);
         struct tcp_sock *next = s->kick_next;
         s->kicked = false;
+        /* Released already (closed on the way, e.g. its peer went away
+         * after disconnect asked): disconnect frees it once it is off this
+         * list, so not one more look at it. */
+        bool gone = s->released;
         s->closing = s->close_req;
         pthread_mutex_unlock(&th->mu);
-        if (s->closing) {
+        if (gone) {
+            released = true; /* (the broadcast below tells disconnect) */
+        } else if (s->closing) {
             /* No iomu: disconnect holds the peer's connection lock for
              * writing, so no submitter is on s, and it frees s as soon as
              * released is set. */
