@@ -368,15 +368,21 @@ int xfer_batch_add_send_flags(xfer_batch *b, xfer_region *local, uint64_t off, u
     return add_msg_item(b, XFER_OP_SEND, local, off, len, p, tag, true); /* (marked as added) */
 }
 
+/* b->mu held, or b DONE and read after its wait: the bytes item bi moved
+ * (a RECV: what it received). */
+static uint64_t item_bytes(const struct batch_item *bi)
+{
+    if (bi->kind == BK_RECV && (!bi->matched || bi->status < 0))
+        return 0;
+    return bi->it.len;
+}
+
 uint64_t xfer_batch_item_bytes(const xfer_batch *b, size_t i)
 {
     if (!b || i >= b->n)
         return 0;
     pthread_mutex_lock((pthread_mutex_t *)&b->mu);
-    const struct batch_item *bi = &b->items[i];
-    uint64_t n = bi->kind == BK_RECV && !bi->matched ? 0 : bi->it.len;
-    if (bi->kind == BK_RECV && bi->status < 0)
-        n = 0;
+    uint64_t n = item_bytes(&b->items[i]);
     pthread_mutex_unlock((pthread_mutex_t *)&b->mu);
     return n;
 }
@@ -414,7 +420,7 @@ static int one_msg(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_t
     /* rc 0: b is DONE, read by the wait (locked, or acquired unlocked) and
      * nobody writes its items any more: no lock (xfer_batch_item_bytes) */
     if (got)
-        *got = rc == 0 && b->items[0].matched ? b->items[0].it.len : 0;
+        *got = rc == 0 ? item_bytes(&b->items[0]) : 0;
     if (rc < 0 && b->n > 0 && batch_item_why(b, 0)[0])
         xfer_engine_set_error(e, "%s", batch_item_why(b, 0));
     xfer_batch_free(b);
