@@ -152,22 +152,29 @@ int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struc
     return 0;
 }
 
-/* Waits (th->cv, bounded) until released s is off its owner's kick list:
- * a kick queued before the close (or by a waiter that polled it, gone after
- * tcp_out_forget) is taken off by serve_kicks without touching s again;
- * freeing s before that was a use after free (ThreadSanitizer, a peer that
- * died while disconnect asked). */
-static bool kick_served(struct tcp_sock *s)
+static bool not_released(const struct tcp_sock *s)
+{
+    return !s->released;
+}
+
+static bool on_kick_list(const struct tcp_sock *s)
+{
+    return s->kicked;
+}
+
+/* Waits on its owner's th->cv while pending(s) (th->mu held for the look),
+ * 30 s at most: false if still pending then (its thread is stuck). */
+static bool owner_wait(struct tcp_sock *s, bool (*pending)(const struct tcp_sock *))
 {
     struct tcp_thread *th = s->th;
     pthread_mutex_lock(&th->mu);
-    for (int tries = 0; s->kicked && tries < 30; tries++) {
+    for (int tries = 0; pending(s) && tries < 30; tries++) {
         struct timespec ts = xfer_mono_after_ms(1000);
         pthread_cond_timedwait(&th->cv, &th->mu, &ts);
     }
-    bool served = !s->kicked;
+    bool ok = !pending(s);
     pthread_mutex_unlock(&th->mu);
-    return served;
+    return ok;
 }
 
 /* Asks each socket's owner to close it and fail what it carries, waits for
@@ -184,19 +191,14 @@ void tcp_disconnect(struct xfer_conn *c)
     }
     for (int i = 0; i < tc->n; i++) {
         struct tcp_sock *s = tc->socks[i];
-        struct tcp_thread *th = s->th;
-        bool released;
-        pthread_mutex_lock(&th->mu);
-        for (int tries = 0; !s->released && tries < 30; tries++) {
-            struct timespec ts = xfer_mono_after_ms(1000);
-            pthread_cond_timedwait(&th->cv, &th->mu, &ts);
-        }
-        released = s->released;
-        pthread_mutex_unlock(&th->mu);
+        bool released = owner_wait(s, not_released);
         tcp_out_forget(s); /* a notification waiter may poll it */
-        if (released && !kick_served(s))
-            released = false;
-        if (released)
+        /* Released, it may still sit on its owner's kick list (a kick
+         * queued before its peer closed it, or a waiter's, gone after
+         * tcp_out_forget): serve_kicks takes it off without touching it
+         * again; freeing it before that was a use after free
+         * (ThreadSanitizer, a peer that died while disconnect asked). */
+        if (released && owner_wait(s, on_kick_list))
             tcp_sock_destroy(s);
         else /* its thread is stuck: leaking beats a use after free */
             xfer_err("tcp: socket %s not released by its thread", s->name);
