@@ -78,8 +78,9 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
     int fd = dial(e, d->addr, d->data_port, deadline_ms);
     if (fd < 0)
         return fd;
+    bool back = tcp_back_offer(tt, d->node_id, purpose); /* (tcp_back.c) */
     struct xfer_hs_self hs = {cfg->node_id, xfer_engine_incarnation(e), cfg->secret,
-                              cfg->secret_len, purpose};
+                              cfg->secret_len, purpose | (back ? TCP_PURPOSE_BACK : 0)};
     struct xfer_hs_peer hp;
     char why[200] = "";
     int left = (int)(deadline_ms - xfer_now_ms());
@@ -109,6 +110,8 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
         return -XFER_ENOMEM;
     }
     snprintf((*out)->peer_node, sizeof((*out)->peer_node), "%s", d->node_id);
+    (*out)->peer_inc = hp.incarnation;
+    (*out)->back_in = back;
     (*out)->solo_ok = tt->solo && solo_setup(fd);
     return 0;
 }
@@ -143,6 +146,7 @@ int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struc
         tcp_thread_adopt(tt, socks[i]);
         tcp_thread_kick(socks[i]);
     }
+    pthread_mutex_init(&tc->back_mu, NULL);
     tc->base.transport = t;
     tc->base.peer = peer;
     tc->tt = tt;
@@ -203,6 +207,7 @@ void tcp_disconnect(struct xfer_conn *c)
         else /* its thread is stuck: leaking beats a use after free */
             xfer_err("tcp: socket %s not released by its thread", s->name);
     }
+    pthread_mutex_destroy(&tc->back_mu);
     free(tc->socks);
     free(tc);
 }

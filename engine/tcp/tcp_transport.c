@@ -374,8 +374,11 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
     }
     snprintf(s->peer_node, sizeof(s->peer_node), "%s", hp.node_id);
     s->peer_inc = hp.incarnation;
-    xfer_debug("tcp: serving %s (socket %u)", name, hp.purpose);
+    s->back_out = tt->back && (hp.purpose & TCP_PURPOSE_BACK); /* (tcp_back.c) */
+    xfer_debug("tcp: serving %s (socket %u%s)", name, hp.purpose & TCP_PURPOSE_INDEX,
+               s->back_out ? ", takes messages back" : "");
     tcp_thread_adopt(tt, s);
+    tcp_back_note(s);
 }
 
 /* Each handshake runs in its own short-lived thread, so a peer that
@@ -540,6 +543,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->lazy_clean = clean && strcmp(clean, "0") == 0 ? 0 : TCP_LAZY_CLEAN;
     const char *ack = getenv("XFER_NOTIF_WAIT_ACK"); /* 0: off (measuring) */
     tt->notif_ack = !ack || strcmp(ack, "0") != 0;
+    const char *back = getenv("XFER_TCP_BACK"); /* 0: messages on own connections only */
+    tt->back = !back || strcmp(back, "0") != 0;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     tt->n_threads = cfg->progress_threads > 0 ? cfg->progress_threads : 1;
     tt->threads = calloc((size_t)tt->n_threads, sizeof(*tt->threads));
