@@ -403,6 +403,10 @@ void tcp_thread_kick(struct tcp_sock *s);
 /* Wakes th's epoll_wait (no socket named). */
 void tcp_thread_wake(struct tcp_thread *th);
 void tcp_sock_tune(struct tcp_transport *tt, int fd);
+/* A solo waiter (tcp_wait.c) sleeps in a blocking recv on a socket: its
+ * descriptor turns blocking (every other call on it passes MSG_DONTWAIT)
+ * with a receive timeout, which bounds that sleep. */
+bool tcp_solo_setup(int fd);
 /* iomu held, s open: brings the owner's epoll interest in s up to date
  * (out_armed, waiters, rx_lazy). */
 void tcp_sock_interest(struct tcp_sock *s);

@@ -4,14 +4,12 @@
 #include "handshake.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,17 +56,6 @@ static int dial(xfer_engine *e, const char *addr, uint16_t port, int64_t deadlin
     return fd;
 }
 
-/* A solo waiter (tcp_wait.c) sleeps in a blocking recv on an initiator
- * socket: the descriptor turns blocking (every other call on it passes
- * MSG_DONTWAIT) with a receive timeout, which bounds that sleep. */
-static bool solo_setup(int fd)
-{
-    struct timeval tv = {0, TCP_SOLO_MS * 1000};
-    int fl = fcntl(fd, F_GETFL);
-    return fl >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0 &&
-           fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0;
-}
-
 /* One socket: dial, handshake, check that the right node answered. */
 static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d, uint32_t purpose,
                        int64_t deadline_ms, struct tcp_sock **out)
@@ -112,7 +99,7 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
     snprintf((*out)->peer_node, sizeof((*out)->peer_node), "%s", d->node_id);
     (*out)->peer_inc = hp.incarnation;
     (*out)->back_in = back;
-    (*out)->solo_ok = tt->solo && solo_setup(fd);
+    (*out)->solo_ok = tt->solo && tcp_solo_setup(fd);
     return 0;
 }
 

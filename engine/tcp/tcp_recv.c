@@ -597,9 +597,8 @@ void tcp_sock_readable(struct tcp_sock *s)
 
 /* A solo waiter's blocking recv (tcp_wait.c) brought n bytes into rxbuf,
  * which was empty (n <= 0: end of stream, or errno err); iomu held, s
- * open, an initiator socket. Reads on as the owner would, and no recv just
- * to hear EAGAIN after a short one unless something came meanwhile
- * (skipped). */
+ * open. Reads on as the owner would, and no recv just to hear EAGAIN after
+ * a short one unless something came meanwhile (skipped). */
 void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err)
 {
     if (n <= 0) {
@@ -612,5 +611,8 @@ void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err)
     s->rx_hi = (size_t)n;
     s->rx_short = (size_t)n < asked && !s->skipped;
     s->skipped = false;
-    initiator_readable(s);
+    if (s->target)
+        target_readable(s);
+    else
+        initiator_readable(s);
 }

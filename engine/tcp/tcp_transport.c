@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,6 +16,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +46,14 @@ void tcp_sock_tune(struct tcp_transport *tt, int fd)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &tt->sockbuf, sizeof(tt->sockbuf));
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &tt->sockbuf, sizeof(tt->sockbuf));
     }
+}
+
+bool tcp_solo_setup(int fd)
+{
+    struct timeval tv = {0, TCP_SOLO_MS * 1000};
+    int fl = fcntl(fd, F_GETFL);
+    return fl >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0 &&
+           fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0;
 }
 
 /* ---- progress threads ------------------------------------------------------ */
@@ -375,6 +385,7 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
     snprintf(s->peer_node, sizeof(s->peer_node), "%s", hp.node_id);
     s->peer_inc = hp.incarnation;
     s->back_out = tt->back && (hp.purpose & TCP_PURPOSE_BACK); /* (tcp_back.c) */
+    s->solo_ok = tt->solo && tcp_solo_setup(fd);
     xfer_debug("tcp: serving %s (socket %u%s)", name, hp.purpose & TCP_PURPOSE_INDEX,
                s->back_out ? ", takes messages back" : "");
     tcp_thread_adopt(tt, s);

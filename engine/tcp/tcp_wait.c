@@ -492,7 +492,7 @@ struct solo {
 static bool solo_arm(struct tcp_sock *s, struct solo *so)
 {
     struct tcp_tx *head = s->inf_head;
-    bool ok = s->solo_ok && s->fd >= 0 && !s->target &&
+    bool ok = s->solo_ok && s->fd >= 0 && !s->rx_blocked &&
               __atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST) == 1 && !s->skipped && !s->rx_defer &&
               !s->in_ready && s->rx_state == RX_HDR && s->rx_lo == s->rx_hi && waiter_may(s);
     if (!ok)
@@ -569,7 +569,7 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
     if (done(arg))
         return 0; /* the sockets stay as they are */
     struct solo so;
-    bool armed = false, solo = n == 1 && !v[0]->target && spin_us == 0 &&
+    bool armed = false, solo = n == 1 && spin_us == 0 &&
                                (timeout_ms < 0 || timeout_ms >= TCP_SOLO_MS);
     for (int i = 0; i < n; i++) {
         /* While it polls, its owner's epoll leaves EPOLLIN out (its thread
