@@ -549,6 +549,18 @@ static int solo_recv(struct tcp_sock *s, const struct solo *so, bool (*done)(voi
     return rc;
 }
 
+/* After a solo recv that read something but not what ends the wait (the
+ * answer to this side's own message before the peer's message, on a
+ * connection used both ways: tcp_back.c): arms the next one on s, in one
+ * lock round, if nothing came meanwhile. */
+static bool solo_rearm(struct tcp_sock *s, bool (*done)(void *), void *arg, struct solo *so)
+{
+    pthread_mutex_lock(&s->iomu);
+    bool ok = s->fd >= 0 && !done(arg) && solo_arm(s, so);
+    pthread_mutex_unlock(&s->iomu);
+    return ok;
+}
+
 /* Polls v[0..n) and wake_fd (unless done() already holds) for at most
  * timeout_ms (busy-polling the first spin_us), reading what arrives as the
  * sockets' owners would; returns once done() holds, wake_fd is readable,
@@ -569,8 +581,8 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
     if (done(arg))
         return 0; /* the sockets stay as they are */
     struct solo so;
-    bool armed = false, solo = n == 1 && spin_us == 0 &&
-                               (timeout_ms < 0 || timeout_ms >= TCP_SOLO_MS);
+    bool armed = false,
+         solo = n == 1 && spin_us == 0 && (timeout_ms < 0 || timeout_ms >= TCP_SOLO_MS);
     for (int i = 0; i < n; i++) {
         /* While it polls, its owner's epoll leaves EPOLLIN out (its thread
          * is not woken for what this one reads; no epoll_ctl once lazy).
@@ -597,20 +609,30 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
     int rc = gone ? -1 : 0, left = 1;
     bool polled = false, done_before = !armed && done(arg);
     int64_t wait_ns = (int64_t)(busy && timeout_ms > 1 ? 1 : timeout_ms) * 1000000, t_end = 0;
-    if (armed) {
+    const int64_t solo_ns = (int64_t)TCP_SOLO_MS * 1000000;
+    int64_t t_first = 0; /* the clock when a second solo recv was armed */
+    bool was_solo = armed;
+    while (armed) {
         int k = solo_recv(w[0], &so, done, arg, &left);
         if (left <= 0) /* read what ends the wait, and left s (the usual round trip) */
             return left;
+        armed = false;
         if (k != 0) { /* read (the skipped flag has the rest), or stop */
             polled = k > 0;
             p[0].revents = 0;
             done_before = k < 0 || done(arg);
         }
+        if (k > 0 && !done_before) { /* another recv while the time allows */
+            int64_t now = xfer_mono_ns();
+            t_first = t_first ? t_first : now;
+            armed = (timeout_ms < 0 || now - t_first + 2 * solo_ns <= wait_ns) &&
+                    solo_rearm(w[0], done, arg, &so);
+        }
     }
     /* The clock only when the poll below runs (not after a solo recv that
-     * brought the answer); such a recv took at most TCP_SOLO_MS of the time. */
+     * brought the answer); the first recv took at most TCP_SOLO_MS. */
     if (!gone && !done_before)
-        t_end = xfer_mono_ns() + wait_ns - (armed ? (int64_t)TCP_SOLO_MS * 1000000 : 0);
+        t_end = (t_first ? t_first : xfer_mono_ns()) + wait_ns - (was_solo ? solo_ns : 0);
     for (bool first = true; !gone && !done_before; first = false) {
         /* The owner may have taken what we wait for just before we polled:
          * wake_fd then wakes us. */
