@@ -124,6 +124,11 @@ struct tcp_tx {
      * to messages its target sent back on it (tcp_back.c). */
     bool response;
     bool noresp; /* a MSG_REQ with XFER_WIRE_F_NORESP: done once written */
+    /* A MSG_REQ sent back on an accepted socket (tcp_back.c): the
+     * connection it belongs to; orphan: that connection went, its message
+     * was ended, the frame still goes out whole (and its answer is read) */
+    struct tcp_conn *back_tc;
+    bool orphan;
 };
 
 /* The chunks of one post, allocated at once and freed with the last one:
@@ -156,17 +161,16 @@ struct tcp_sock {
     /* initiator, iomu: answers to messages sent back were queued by this
      * read: they go out when it ends */
     bool answers;
-    uint64_t id;     /* unique within the transport (tcp_back.c tells sockets apart by it) */
-    bool in_gone;    /* in_mu: tcp_in_forget ran: no table takes it again */
-    bool dead;       /* qmu: no new frames */
-    bool close_req;  /* th->mu: disconnect asks the owner to close */
-    bool released;   /* th->mu: owner closed it after close_req */
-    bool linked;     /* th->mu: on th->socks */
-    bool kicked;     /* th->mu: on the owner's kick list */
-    bool closing;    /* owner: close_req as seen when the kick was taken */
-    bool in_ready;   /* owner: on the ready list (rx budget exhausted) */
-    bool rx_blocked; /* owner: target stopped reading, backlog too long */
-    char name[96];   /* for log lines */
+    bool in_gone;                       /* in_mu: tcp_in_forget ran: no table takes it again */
+    bool dead;                          /* qmu: no new frames */
+    bool close_req;                     /* th->mu: disconnect asks the owner to close */
+    bool released;                      /* th->mu: owner closed it after close_req */
+    bool linked;                        /* th->mu: on th->socks */
+    bool kicked;                        /* th->mu: on the owner's kick list */
+    bool closing;                       /* owner: close_req as seen when the kick was taken */
+    bool in_ready;                      /* owner: on the ready list (rx budget exhausted) */
+    bool rx_blocked;                    /* owner: target stopped reading, backlog too long */
+    char name[96];                      /* for log lines */
     struct tcp_sock *th_prev, *th_next; /* th->mu */
     struct tcp_sock *kick_next;         /* th->mu */
     struct tcp_sock *ready_next;        /* owner */
@@ -369,8 +373,7 @@ struct tcp_transport {
      * takes messages back (back_out; tcp_back.c). Set and cleared under
      * in_mu. */
     struct tcp_sock *back_sock[TCP_IN_SLOTS];
-    bool back;        /* XFER_TCP_BACK=0: every message goes on its sender's own connection */
-    uint64_t next_id; /* atomic: tcp_sock ids */
+    bool back; /* XFER_TCP_BACK=0: every message goes on its sender's own connection */
     pthread_mutex_t sent_mu; /* initiator: recent fences */
     uint32_t sent[TCP_FENCES_RESEND];
     unsigned sent_n;
@@ -383,11 +386,12 @@ struct tcp_conn {
     unsigned next; /* atomic round robin among equals */
     struct tcp_sock **socks;
     /* How this connection's messages travel (tcp_back.c), decided at the
-     * first one and only ever moved to TCP_PATH_OWN; back_id: the accepted
-     * socket they go back on. back_mu guards both. */
+     * first one and only ever moved to TCP_PATH_OWN; back_sock: the
+     * accepted socket they went back on, pinned until tcp_disconnect.
+     * back_mu guards both. */
     pthread_mutex_t back_mu;
     int path;
-    uint64_t back_id;
+    struct tcp_sock *back_sock;
 };
 enum { TCP_PATH_UNDECIDED, TCP_PATH_OWN, TCP_PATH_BACK };
 /* Handshake purpose bit (tcp_conn.c): this initiator socket takes messages
@@ -482,6 +486,9 @@ bool tcp_back_offer(struct tcp_transport *tt, const char *peer, uint32_t index);
  * that way: 0 queued (and sent or its owner kicked), 1 not this way (t is
  * still the caller's: its own sockets). */
 int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t);
+/* tcp_disconnect: tc's messages not done on its back socket end
+ * -XFER_ECONN (their peer goes), and the socket's pin goes. */
+void tcp_back_detach(struct tcp_conn *tc);
 
 /* tcp_wait.c: waiter-driven receive */
 unsigned tcp_peer_hash(const char *node);

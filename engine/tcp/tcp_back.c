@@ -31,6 +31,7 @@
  */
 #include "tcp.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 bool tcp_back_offer(struct tcp_transport *tt, const char *peer, uint32_t index)
@@ -58,12 +59,13 @@ void tcp_back_drop(struct tcp_sock *s)
         *slot = NULL;
 }
 
-/* in_mu held: the accepted socket d's node offered, if it is live and of
- * d's incarnation (0: not known yet, any), pinned; else NULL. */
+/* in_mu held: the accepted socket d's node offered, if it is live, has an
+ * owner already (it is noted before), and is of d's incarnation (0: not
+ * known yet, any), pinned; else NULL. */
 static struct tcp_sock *back_pin(struct tcp_transport *tt, const struct xfer_peer_desc *d)
 {
     struct tcp_sock *s = tt->back_sock[tcp_peer_hash(d->node_id)];
-    if (!s || strcmp(s->peer_node, d->node_id) != 0 ||
+    if (!s || !__atomic_load_n(&s->th, __ATOMIC_ACQUIRE) || strcmp(s->peer_node, d->node_id) != 0 ||
         (d->incarnation && s->peer_inc != d->incarnation) ||
         __atomic_load_n(&s->dead, __ATOMIC_RELAXED))
         return NULL;
@@ -86,9 +88,10 @@ static struct tcp_sock *back_path(struct tcp_conn *tc)
     }
     if (s && tc->path == TCP_PATH_UNDECIDED) {
         tc->path = TCP_PATH_BACK;
-        tc->back_id = s->id;
+        tc->back_sock = s; /* pinned once more: until tcp_disconnect */
+        __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
         xfer_debug("tcp: messages to %s go back on its connection %s", d->node_id, s->name);
-    } else if (s && s->id != tc->back_id) { /* another connection of the peer: not that one */
+    } else if (s && s != tc->back_sock) { /* another connection of the peer: not that one */
         __atomic_sub_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
         s = NULL;
     }
@@ -111,6 +114,7 @@ int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t)
     /* Before the frame is queued: its owner (or a direct sender) moves the
      * shared queue of an accepted socket only once this is set. */
     __atomic_store_n(&s->back_used, true, __ATOMIC_RELEASE);
+    t->back_tc = tc;
     bool queued = tcp_sock_append(s, t);
     if (queued) {
         tcp_out_note(s); /* its answer comes there: a notification waiter reads it */
@@ -124,4 +128,74 @@ int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t)
     __atomic_store_n(&tc->path, TCP_PATH_OWN, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&tc->back_mu);
     return 1;
+}
+
+/* Unlinks the frames of tc that have not started (hdr_sent 0) from the
+ * list at *head (tail and count kept) onto *out; the started ones of tc
+ * are orphaned: their message ends now, a half-written one finishes from
+ * a copy. */
+static void take_mine(struct tcp_tx **head, struct tcp_tx **tail, size_t *count,
+                      struct tcp_conn *tc, struct tcp_tx **out, const char *why)
+{
+    struct tcp_tx *prev = NULL;
+    for (struct tcp_tx *t = *head, *next; t; t = next) {
+        next = t->next;
+        if (t->back_tc != tc || t->orphan) {
+            prev = t;
+            continue;
+        }
+        if (t->hdr_sent > 0) { /* on the wire: it stays, without its message */
+            uint8_t *copy = t->payload_sent < t->payload_len ? malloc(t->payload_len) : NULL;
+            if (copy) {
+                memcpy(copy, t->payload, t->payload_len);
+                t->own = t->payload = copy;
+            } else if (t->payload_sent < t->payload_len) {
+                t->pad = true; /* no memory: the rest goes as zeros, refused there */
+            }
+            xfer_msg_done(t->msg, -XFER_ECONN, why);
+            t->msg = NULL;
+            t->orphan = true;
+            prev = t;
+            continue;
+        }
+        if (prev)
+            prev->next = next;
+        else
+            *head = next;
+        if (*tail == t)
+            *tail = prev;
+        if (count)
+            (*count)--;
+        t->next = *out;
+        *out = t;
+    }
+}
+
+void tcp_back_detach(struct tcp_conn *tc)
+{
+    struct tcp_sock *s = tc->back_sock;
+    if (!s)
+        return;
+    const char *why = "disconnected (the message went back on the peer's connection)";
+    struct tcp_tx *gone = NULL;
+    pthread_mutex_lock(&s->iomu); /* (then qmu, as a sender splicing) */
+    pthread_mutex_lock(&s->qmu);
+    take_mine(&s->q_head, &s->q_tail, NULL, tc, &gone, why);
+    pthread_mutex_unlock(&s->qmu);
+    take_mine(&s->tx_head, &s->tx_tail, &s->tx_count, tc, &gone, why);
+    for (struct tcp_tx *t = s->inf_head; t; t = t->next) {
+        if (t->back_tc == tc && !t->orphan) { /* written: its answer is still read */
+            xfer_msg_done(t->msg, -XFER_ECONN, why);
+            t->msg = NULL;
+            t->orphan = true;
+        }
+    }
+    while (gone) {
+        struct tcp_tx *next = gone->next;
+        tcp_chunk_complete(s, gone, -XFER_ECONN, why);
+        gone = next;
+    }
+    pthread_mutex_unlock(&s->iomu);
+    __atomic_sub_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+    tc->back_sock = NULL;
 }

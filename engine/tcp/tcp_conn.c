@@ -173,6 +173,7 @@ static bool owner_wait(struct tcp_sock *s, bool (*pending)(const struct tcp_sock
 void tcp_disconnect(struct xfer_conn *c)
 {
     struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
+    tcp_back_detach(tc); /* messages that went back on the peer's connection */
     for (int i = 0; i < tc->n; i++) {
         struct tcp_sock *s = tc->socks[i];
         pthread_mutex_lock(&s->th->mu);

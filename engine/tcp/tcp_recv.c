@@ -148,7 +148,7 @@ static void done_flush(struct tcp_sock *s)
  * recv full of small responses takes each batch's lock once. */
 static void chunk_done_later(struct tcp_sock *s, struct tcp_tx *t)
 {
-    if (t->op == XFER_WIRE_FENCE || t->msg || t->gpu) {
+    if (t->op == XFER_WIRE_FENCE || t->msg || t->orphan || t->gpu) {
         tcp_chunk_complete(s, t, 0, NULL);
         return;
     }

@@ -24,7 +24,6 @@ struct tcp_sock *tcp_sock_new(struct tcp_transport *tt, int fd, bool target, con
     s->tt = tt;
     s->fd = fd;
     s->target = target;
-    s->id = __atomic_add_fetch(&tt->next_id, 1, __ATOMIC_RELAXED);
     s->linked = true; /* tcp_thread_adopt links it */
     snprintf(s->name, sizeof(s->name), "%s", name);
     pthread_mutex_init(&s->qmu, NULL);
@@ -158,7 +157,8 @@ static void chunk_end(struct tcp_sock *s, struct tcp_tx *t, int status, const ch
     }
     tcp_gpu_tx_release(t);
     __atomic_sub_fetch(&s->load, tcp_chunk_load(t), __ATOMIC_RELAXED);
-    if (t->msg) { /* an engine message: status is the target engine's answer */
+    if (t->orphan) {     /* its message ended when its connection went (tcp_back.c) */
+    } else if (t->msg) { /* an engine message: status is the target engine's answer */
         xfer_msg_done(t->msg, status, why);
     } else if (status < 0 && t->seg != UINT32_MAX) {
         xfer_batch_seg_fail(t->b, t->idx, t->seg, status, why);

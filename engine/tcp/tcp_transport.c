@@ -62,7 +62,7 @@ void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s)
 {
     unsigned k = __atomic_fetch_add(&tt->next_thread, 1, __ATOMIC_RELAXED);
     struct tcp_thread *th = &tt->threads[k % (unsigned)tt->n_threads];
-    s->th = th;
+    __atomic_store_n(&s->th, th, __ATOMIC_RELEASE); /* tcp_back.c looks unlocked */
     pthread_mutex_lock(&th->mu);
     s->th_prev = NULL;
     s->th_next = th->socks;
@@ -388,8 +388,8 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
     s->solo_ok = tt->solo && tcp_solo_setup(fd);
     xfer_debug("tcp: serving %s (socket %u%s)", name, hp.purpose & TCP_PURPOSE_INDEX,
                s->back_out ? ", takes messages back" : "");
+    tcp_back_note(s); /* before its owner may close it (and reap it) */
     tcp_thread_adopt(tt, s);
-    tcp_back_note(s);
 }
 
 /* Each handshake runs in its own short-lived thread, so a peer that

@@ -14,7 +14,11 @@
  *  - the same with XFER_TCP_BACK=0 in both: no "back" line, and nothing
  *    changes when A reconnects;
  *  - A killed while B's default SEND waits on A's connection for A's
- *    RECV: the SEND ends -XFER_ECONN well before its deadline. */
+ *    RECV: the SEND ends -XFER_ECONN well before its deadline;
+ *  - B removes A while such SENDs (and a notification) wait there: they
+ *    end -XFER_ECONN at once, nothing is left to end after the peer is
+ *    gone (AddressSanitizer: a use after free was the failure), and after
+ *    A is added again messages flow both ways. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -254,7 +258,7 @@ static void test_back_peer_killed(void **state)
     assert_int_equal(xfer_region_alloc(e, "b", 4096, XFER_ACCESS_RW, &r), 0);
     xfer_batch *b = xfer_batch_new(e, NULL);
     assert_non_null(b);
-    assert_int_equal(xfer_batch_add_send(b, r, 0, 64, p, 3), 0);
+    assert_true(xfer_batch_add_send(b, r, 0, 64, p, 3) >= 0);
     assert_int_equal(xfer_batch_submit(b, KILL_DEADLINE_MS), 0);
     assert_int_equal(n_back, 1); /* it went back on A's connection */
     kill(pid, SIGKILL);
@@ -271,10 +275,74 @@ static void test_back_peer_killed(void **state)
     xfer_log_set_handler(NULL, NULL);
 }
 
+/* A, connected, says it is up, then (once told) receives one message and
+ * answers it. */
+static int side_a_late(int rfd, int wfd, void *arg)
+{
+    (void)arg;
+    xfer_engine *e;
+    xfer_peer *p;
+    xfer_region *r;
+    if (fp_side_up(&e, &p, "back-a", rfd, wfd) < 0 ||
+        xfer_region_alloc(e, "a", 1 << 17, XFER_ACCESS_RW, &r) != 0 || !pipe_byte(wfd))
+        return 1;
+    const char *why = pipe_wait(rfd) ? NULL : "pipe";
+    if (!why)
+        why = recv_check(e, r, p, 9, 32, 77);
+    if (!why && send_msg(e, r, p, 10, 24, 78, 0) != 0)
+        why = "answer failed";
+    if (why)
+        fprintf(stderr, "a: %s\n", why);
+    while (pipe_wait(rfd))
+        ;
+    xfer_engine_free(e);
+    return why ? 1 : 0;
+}
+
+static void test_back_peer_removed(void **state)
+{
+    (void)state;
+    n_back = n_own = 0;
+    log_to_counters();
+    int rfd = -1, wfd = -1;
+    pid_t pid = fp_fork(side_a_late, NULL, &rfd, &wfd);
+    assert_true(pid > 0);
+    xfer_engine *e;
+    xfer_peer *p;
+    xfer_region *r;
+    assert_int_equal(fp_side_up(&e, &p, "back-b", rfd, wfd), 0);
+    assert_true(pipe_wait(rfd));
+    struct xfer_peer_desc d;
+    xfer_peer_describe(p, &d);
+    assert_int_equal(xfer_region_alloc(e, "b", 1 << 17, XFER_ACCESS_RW, &r), 0);
+    xfer_batch *b = xfer_batch_new(e, NULL);
+    assert_non_null(b);
+    for (int k = 0; k < 3; k++)
+        assert_true(xfer_batch_add_send(b, r, 64 * (uint64_t)k, 64, p, 3) >= 0);
+    assert_true(xfer_batch_notify(b, p, "gone", 4) >= 0);
+    assert_int_equal(xfer_batch_submit(b, DEADLINE), 0);
+    assert_int_equal(n_back, 1);
+    int64_t t0 = fp_now_ms();
+    assert_int_equal(xfer_peer_remove(e, p), 0);
+    int rc = xfer_batch_wait(b, -1);
+    assert_int_equal(rc, -XFER_ECONN);
+    assert_true(fp_now_ms() - t0 < DEADLINE / 2);
+    xfer_batch_free(b);
+    /* A again: a message there and its answer back */
+    assert_int_equal(xfer_peer_add(e, &d, &p), 0);
+    assert_true(pipe_byte(wfd));
+    assert_int_equal(send_msg(e, r, p, 9, 32, 77, 0), 0);
+    assert_null(recv_check(e, r, p, 10, 24, 78));
+    assert_int_equal(fp_join(pid, rfd, wfd), 0);
+    xfer_engine_free(e);
+    xfer_log_set_handler(NULL, NULL);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_back), cmocka_unit_test(test_back_off),
-                                       cmocka_unit_test(test_back_peer_killed)};
+                                       cmocka_unit_test(test_back_peer_killed),
+                                       cmocka_unit_test(test_back_peer_removed)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
