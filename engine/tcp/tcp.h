@@ -158,6 +158,11 @@ struct tcp_sock {
      * its owner moves the shared queue too. All but back_used are fixed
      * at creation. */
     bool back_in, back_out, back_used;
+    /* initiator, iomu: a message came back on it (from then on its owner
+     * ticks fine while it is lazy, as for an accepted socket); lazy_fine
+     * (th->mu and iomu): whether it counted in lazy_tgt when it went on
+     * the lazy list */
+    bool back_seen, lazy_fine;
     /* initiator, iomu: answers to messages sent back were queued by this
      * read: they go out when it ends */
     bool answers;

@@ -232,6 +232,7 @@ static int initiator_header(struct tcp_sock *s)
         return -1;
     }
     rx_note(s, h->length);
+    s->back_seen = true;
     return tcp_msg_header(s); /* a message the target sent back (tcp_back.c) */
 }
 

@@ -254,18 +254,22 @@ static void lazy_enter(struct tcp_sock *s)
 {
     s->rx_lazy = true;
     s->lazy_uses++;
-    if (s->on_lazy)
+    bool fine = s->target || s->back_seen;
+    if (s->on_lazy && s->lazy_fine == fine)
         return;
     struct tcp_thread *th = s->th;
-    s->lazy_ms = xfer_now_ms();
     pthread_mutex_lock(&th->mu);
-    s->on_lazy = true;
-    if (tcp_sock_serves(s)) /* the owner ticks fine now: woken if it sleeps coarse */
+    if (fine && !s->lazy_fine) /* the owner ticks fine now: woken if it sleeps coarse */
         __atomic_store_n(&th->lazy_tgt, th->lazy_tgt + 1, __ATOMIC_SEQ_CST);
-    s->lazy_next = th->lazy_head;
-    __atomic_store_n(&th->lazy_head, s, __ATOMIC_SEQ_CST); /* the owner reads it unlocked */
+    s->lazy_fine = fine; /* (only ever turns true while on the list) */
+    if (!s->on_lazy) {
+        s->lazy_ms = xfer_now_ms();
+        s->on_lazy = true;
+        s->lazy_next = th->lazy_head;
+        __atomic_store_n(&th->lazy_head, s, __ATOMIC_SEQ_CST); /* the owner reads it unlocked */
+    }
     bool wake = !__atomic_load_n(&th->ticking, __ATOMIC_SEQ_CST) ||
-                (tcp_sock_serves(s) && !__atomic_load_n(&th->tick_fine, __ATOMIC_SEQ_CST));
+                (s->lazy_fine && !__atomic_load_n(&th->tick_fine, __ATOMIC_SEQ_CST));
     pthread_mutex_unlock(&th->mu);
     if (wake)
         tcp_thread_wake(th);
@@ -282,8 +286,9 @@ void tcp_lazy_unlink(struct tcp_sock *s)
         }
     }
     s->on_lazy = false;
-    if (tcp_sock_serves(s))
+    if (s->lazy_fine)
         __atomic_store_n(&s->th->lazy_tgt, s->th->lazy_tgt - 1, __ATOMIC_RELAXED);
+    s->lazy_fine = false;
 }
 
 void tcp_sock_attend(struct tcp_sock *s)
@@ -329,8 +334,9 @@ void tcp_lazy_tick(struct tcp_thread *th)
             th->lazy_head = s;
         } else {
             s->on_lazy = false;
-            if (tcp_sock_serves(s))
+            if (s->lazy_fine)
                 __atomic_store_n(&th->lazy_tgt, th->lazy_tgt - 1, __ATOMIC_RELAXED);
+            s->lazy_fine = false;
         }
         pthread_mutex_unlock(&th->mu);
         if (locked)
