@@ -62,39 +62,18 @@ static void log_to_counters(void)
     xfer_log_set_level(XFER_LOG_DEBUG);
 }
 
-static void fill(uint8_t *p, uint32_t n, uint32_t seed)
-{
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = (uint8_t)(seed * 131u + i * 7u + 1u);
-}
-
-static bool same(const uint8_t *p, uint32_t n, uint32_t seed)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (p[i] != (uint8_t)(seed * 131u + i * 7u + 1u))
-            return false;
-    return true;
-}
-
 /* A message of n bytes (pattern seed) from offset 0 of r. */
 static int send_msg(xfer_engine *e, xfer_region *r, xfer_peer *p, uint64_t tag, uint32_t n,
                     uint32_t seed, unsigned flags)
 {
-    fill(xfer_region_ptr(r), n, seed);
+    fp_fill(xfer_region_ptr(r), n, seed);
     return xfer_send_flags(e, r, 0, n, p, tag, flags, DEADLINE);
 }
 
-/* Receives a message with tag into offset 64 KiB of r: NULL, or why not
- * the n bytes of pattern seed. */
 static const char *recv_check(xfer_engine *e, xfer_region *r, xfer_peer *p, uint64_t tag,
                               uint32_t n, uint32_t seed)
 {
-    uint64_t got = 0;
-    uint8_t *at = (uint8_t *)xfer_region_ptr(r) + 65536;
-    memset(at, 0, n);
-    if (xfer_recv(e, r, 65536, 65536, p, tag, &got, DEADLINE) != 0)
-        return "recv failed";
-    return got == n && same(at, n, seed) ? NULL : "wrong message";
+    return fp_recv_check(e, r, p, tag, n, seed, DEADLINE);
 }
 
 /* B's k-th answer: a local SEND, a default SEND or a notification. */
@@ -242,36 +221,48 @@ static int side_a_idle(int rfd, int wfd, void *arg)
     return 0;
 }
 
-static void test_back_peer_killed(void **state)
-{
-    (void)state;
-    n_back = n_own = 0;
-    log_to_counters();
-    int rfd = -1, wfd = -1;
-    pid_t pid = fp_fork(side_a_idle, NULL, &rfd, &wfd);
-    assert_true(pid > 0);
+/* B here, A the child running `child`, both up (A said so), B's region
+ * allocated; B's log lines counted from now on. */
+struct b_side {
+    pid_t pid;
+    int rfd, wfd;
     xfer_engine *e;
     xfer_peer *p;
     xfer_region *r;
-    assert_int_equal(fp_side_up(&e, &p, "back-b", rfd, wfd), 0);
-    assert_true(pipe_wait(rfd));
-    assert_int_equal(xfer_region_alloc(e, "b", 4096, XFER_ACCESS_RW, &r), 0);
-    xfer_batch *b = xfer_batch_new(e, NULL);
+};
+
+static void b_up(struct b_side *b, int (*child)(int, int, void *))
+{
+    n_back = n_own = 0;
+    log_to_counters();
+    b->pid = fp_fork(child, NULL, &b->rfd, &b->wfd);
+    assert_true(b->pid > 0);
+    assert_int_equal(fp_side_up(&b->e, &b->p, "back-b", b->rfd, b->wfd), 0);
+    assert_true(pipe_wait(b->rfd));
+    assert_int_equal(xfer_region_alloc(b->e, "b", 1 << 17, XFER_ACCESS_RW, &b->r), 0);
+}
+
+static void test_back_peer_killed(void **state)
+{
+    (void)state;
+    struct b_side bs;
+    b_up(&bs, side_a_idle);
+    xfer_batch *b = xfer_batch_new(bs.e, NULL);
     assert_non_null(b);
-    assert_true(xfer_batch_add_send(b, r, 0, 64, p, 3) >= 0);
+    assert_true(xfer_batch_add_send(b, bs.r, 0, 64, bs.p, 3) >= 0);
     assert_int_equal(xfer_batch_submit(b, KILL_DEADLINE_MS), 0);
     assert_int_equal(n_back, 1); /* it went back on A's connection */
-    kill(pid, SIGKILL);
+    kill(bs.pid, SIGKILL);
     int64_t t0 = fp_now_ms();
     int rc = xfer_batch_wait(b, -1);
     int64_t took = fp_now_ms() - t0;
     assert_int_equal(rc, -XFER_ECONN);
     assert_true(took < KILL_DEADLINE_MS / 2);
     xfer_batch_free(b);
-    waitpid(pid, NULL, 0);
-    close(rfd);
-    close(wfd);
-    xfer_engine_free(e);
+    waitpid(bs.pid, NULL, 0);
+    close(bs.rfd);
+    close(bs.wfd);
+    xfer_engine_free(bs.e);
     xfer_log_set_handler(NULL, NULL);
 }
 
@@ -302,39 +293,30 @@ static int side_a_late(int rfd, int wfd, void *arg)
 static void test_back_peer_removed(void **state)
 {
     (void)state;
-    n_back = n_own = 0;
-    log_to_counters();
-    int rfd = -1, wfd = -1;
-    pid_t pid = fp_fork(side_a_late, NULL, &rfd, &wfd);
-    assert_true(pid > 0);
-    xfer_engine *e;
-    xfer_peer *p;
-    xfer_region *r;
-    assert_int_equal(fp_side_up(&e, &p, "back-b", rfd, wfd), 0);
-    assert_true(pipe_wait(rfd));
+    struct b_side bs;
+    b_up(&bs, side_a_late);
     struct xfer_peer_desc d;
-    xfer_peer_describe(p, &d);
-    assert_int_equal(xfer_region_alloc(e, "b", 1 << 17, XFER_ACCESS_RW, &r), 0);
-    xfer_batch *b = xfer_batch_new(e, NULL);
+    xfer_peer_describe(bs.p, &d);
+    xfer_batch *b = xfer_batch_new(bs.e, NULL);
     assert_non_null(b);
     for (int k = 0; k < 3; k++)
-        assert_true(xfer_batch_add_send(b, r, 64 * (uint64_t)k, 64, p, 3) >= 0);
-    assert_true(xfer_batch_notify(b, p, "gone", 4) >= 0);
+        assert_true(xfer_batch_add_send(b, bs.r, 64 * (uint64_t)k, 64, bs.p, 3) >= 0);
+    assert_true(xfer_batch_notify(b, bs.p, "gone", 4) >= 0);
     assert_int_equal(xfer_batch_submit(b, DEADLINE), 0);
     assert_int_equal(n_back, 1);
     int64_t t0 = fp_now_ms();
-    assert_int_equal(xfer_peer_remove(e, p), 0);
+    assert_int_equal(xfer_peer_remove(bs.e, bs.p), 0);
     int rc = xfer_batch_wait(b, -1);
     assert_int_equal(rc, -XFER_ECONN);
     assert_true(fp_now_ms() - t0 < DEADLINE / 2);
     xfer_batch_free(b);
     /* A again: a message there and its answer back */
-    assert_int_equal(xfer_peer_add(e, &d, &p), 0);
-    assert_true(pipe_byte(wfd));
-    assert_int_equal(send_msg(e, r, p, 9, 32, 77, 0), 0);
-    assert_null(recv_check(e, r, p, 10, 24, 78));
-    assert_int_equal(fp_join(pid, rfd, wfd), 0);
-    xfer_engine_free(e);
+    assert_int_equal(xfer_peer_add(bs.e, &d, &bs.p), 0);
+    assert_true(pipe_byte(bs.wfd));
+    assert_int_equal(send_msg(bs.e, bs.r, bs.p, 9, 32, 77, 0), 0);
+    assert_null(recv_check(bs.e, bs.r, bs.p, 10, 24, 78));
+    assert_int_equal(fp_join(bs.pid, bs.rfd, bs.wfd), 0);
+    xfer_engine_free(bs.e);
     xfer_log_set_handler(NULL, NULL);
 }
 
