@@ -66,7 +66,9 @@
 #define TCP_LAZY_OFF_MS      1000
 #define TCP_LAZY_CLEAN       64
 /* Answers ride along (tcp_back.c): held once TCP_HOLD_AFTER answers in a
- * row were followed by this side's next frame within TCP_HOLD_WINDOW_US. */
+ * row were followed by this side's next frame within TCP_HOLD_WINDOW_US
+ * (XFER_TCP_HOLD_WINDOW_US); held ones nobody carried go at the owner's
+ * first tick after that long. */
 #define TCP_HOLD_WINDOW_US 20
 #define TCP_HOLD_AFTER     4
 /* Solo waiter (tcp_wait.c): the longest a waiter sleeps in a blocking recv
@@ -398,8 +400,9 @@ struct tcp_transport {
      * takes messages back (back_out; tcp_back.c). Set and cleared under
      * in_mu. */
     struct tcp_sock *back_sock[TCP_IN_SLOTS];
-    bool back; /* XFER_TCP_BACK=0: every message goes on its sender's own connection */
-    bool hold; /* XFER_TCP_HOLD=0: a waiter sends its answers at once (tcp_back.c) */
+    bool back;              /* XFER_TCP_BACK=0: every message goes on its sender's own connection */
+    bool hold;              /* XFER_TCP_HOLD=0: a waiter sends its answers at once (tcp_back.c) */
+    int64_t hold_window_ns; /* TCP_HOLD_WINDOW_US, or XFER_TCP_HOLD_WINDOW_US */
     pthread_mutex_t sent_mu; /* initiator: recent fences */
     uint32_t sent[TCP_FENCES_RESEND];
     unsigned sent_n;

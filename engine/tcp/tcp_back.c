@@ -170,11 +170,13 @@ void tcp_answers_learn(struct tcp_sock *s, uint32_t had)
 {
     if (had || !s->ans_ns)
         return; /* carried held answers (holding pays), or no answer before */
-    bool soon = xfer_mono_ns() - s->ans_ns <= (int64_t)TCP_HOLD_WINDOW_US * 1000;
+    bool soon = xfer_mono_ns() - s->ans_ns <= s->tt->hold_window_ns;
     s->ans_ns = 0;
     s->hold_streak = soon ? s->hold_streak + 1 : 0;
-    if (s->hold_streak >= TCP_HOLD_AFTER)
+    if (s->hold_streak >= TCP_HOLD_AFTER && !s->hold_on) {
         s->hold_on = true;
+        xfer_debug("tcp: %s: answers wait for the next frame", s->name);
+    }
 }
 
 void tcp_held_tick(struct tcp_thread *th)
@@ -183,7 +185,7 @@ void tcp_held_tick(struct tcp_thread *th)
     struct tcp_sock *s = th->held_head;
     th->held_head = NULL;
     pthread_mutex_unlock(&th->mu);
-    int64_t now = xfer_mono_ns(), young = (int64_t)TCP_HOLD_WINDOW_US * 1000;
+    int64_t now = xfer_mono_ns(), young = th->tt->hold_window_ns;
     while (s) {
         struct tcp_sock *next = s->held_next;
         bool locked = pthread_mutex_trylock(&s->iomu) == 0; /* busy: next tick */
@@ -192,6 +194,8 @@ void tcp_held_tick(struct tcp_thread *th)
             if (now - s->held_ns < young) { /* its frame may still come */
                 keep = true;
             } else { /* nobody carried them: send, stop holding */
+                xfer_debug("tcp: %s: no frame came for %u held answers: sent, holding stops",
+                           s->name, s->held);
                 s->hold_on = false;
                 s->hold_streak = 0;
                 tcp_sock_writable(s);

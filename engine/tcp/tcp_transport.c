@@ -562,6 +562,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->back = !back || strcmp(back, "0") != 0;
     const char *hold = getenv("XFER_TCP_HOLD"); /* 0: answers go out at once */
     tt->hold = !hold || strcmp(hold, "0") != 0;
+    const char *win = getenv("XFER_TCP_HOLD_WINDOW_US");
+    tt->hold_window_ns = (int64_t)(win && atoi(win) > 0 ? atoi(win) : TCP_HOLD_WINDOW_US) * 1000;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     tt->n_threads = cfg->progress_threads > 0 ? cfg->progress_threads : 1;
     tt->threads = calloc((size_t)tt->n_threads, sizeof(*tt->threads));
