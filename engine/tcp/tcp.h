@@ -119,7 +119,16 @@ struct tcp_tx {
     const uint8_t *gsrc;   /* device memory to send */
     struct tcp_slab *slab; /* allocated with the other chunks of one post, or NULL */
     bool cached;           /* a MSG_REQ's, from tcp_msg.c's block cache (tcp_msg_tx_put) */
-    bool noresp;           /* a MSG_REQ with XFER_WIRE_F_NORESP: done once written */
+    /* Built by tcp_queue_response: an answer to the peer's request. On an
+     * accepted socket most frames are; on an initiator socket, the answers
+     * to messages its target sent back on it (tcp_back.c). */
+    bool response;
+    bool noresp; /* a MSG_REQ with XFER_WIRE_F_NORESP: done once written */
+    /* A MSG_REQ sent back on an accepted socket (tcp_back.c): the
+     * connection it belongs to; orphan: that connection went, its message
+     * was ended, the frame still goes out whole (and its answer is read) */
+    struct tcp_conn *back_tc;
+    bool orphan;
 };
 
 /* The chunks of one post, allocated at once and freed with the last one:
@@ -141,7 +150,23 @@ struct tcp_sock {
     struct tcp_transport *tt;
     struct tcp_thread *th;
     int fd;
-    bool target;                        /* accepted: serves requests */
+    bool target; /* accepted: serves requests */
+    /* One connection for messages both ways (tcp_back.c). back_in
+     * (initiator): its target may send messages (MSG_REQ) back on it;
+     * back_out (accepted): its initiator said it takes them. back_used
+     * (accepted, atomic, never goes back): messages were queued on it, so
+     * its owner moves the shared queue too. All but back_used are fixed
+     * at creation. */
+    bool back_in, back_out, back_used;
+    /* initiator, iomu: a message came back on it (from then on its owner
+     * ticks fine while it is lazy, as for an accepted socket); lazy_fine
+     * (th->mu and iomu): whether it counted in lazy_tgt when it went on
+     * the lazy list */
+    bool back_seen, lazy_fine;
+    /* initiator, iomu: answers to messages sent back were queued by this
+     * read: they go out when it ends */
+    bool answers;
+    bool in_gone;                       /* in_mu: tcp_in_forget ran: no table takes it again */
     bool dead;                          /* qmu: no new frames */
     bool close_req;                     /* th->mu: disconnect asks the owner to close */
     bool released;                      /* th->mu: owner closed it after close_req */
@@ -349,6 +374,11 @@ struct tcp_transport {
      * went out on: a thread in xfer_notif_wait for that peer reads its
      * answer there too (tcp_wait.c). Set and cleared under in_mu. */
     struct tcp_sock *out_sock[TCP_IN_SLOTS];
+    /* Target: per peer (same hash), the accepted socket whose initiator
+     * takes messages back (back_out; tcp_back.c). Set and cleared under
+     * in_mu. */
+    struct tcp_sock *back_sock[TCP_IN_SLOTS];
+    bool back; /* XFER_TCP_BACK=0: every message goes on its sender's own connection */
     pthread_mutex_t sent_mu; /* initiator: recent fences */
     uint32_t sent[TCP_FENCES_RESEND];
     unsigned sent_n;
@@ -360,7 +390,19 @@ struct tcp_conn {
     int n;
     unsigned next; /* atomic round robin among equals */
     struct tcp_sock **socks;
+    /* How this connection's messages travel (tcp_back.c), decided at the
+     * first one and only ever moved to TCP_PATH_OWN; back_sock: the
+     * accepted socket they went back on, pinned until tcp_disconnect.
+     * back_mu guards both. */
+    pthread_mutex_t back_mu;
+    int path;
+    struct tcp_sock *back_sock;
 };
+enum { TCP_PATH_UNDECIDED, TCP_PATH_OWN, TCP_PATH_BACK };
+/* Handshake purpose bit (tcp_conn.c): this initiator socket takes messages
+ * back from its target; the low 16 bits are the socket's index. */
+#define TCP_PURPOSE_BACK  0x10000u
+#define TCP_PURPOSE_INDEX 0xffffu
 
 extern const struct xfer_transport_ops xfer_tcp_transport_ops;
 
@@ -370,6 +412,10 @@ void tcp_thread_kick(struct tcp_sock *s);
 /* Wakes th's epoll_wait (no socket named). */
 void tcp_thread_wake(struct tcp_thread *th);
 void tcp_sock_tune(struct tcp_transport *tt, int fd);
+/* A solo waiter (tcp_wait.c) sleeps in a blocking recv on a socket: its
+ * descriptor turns blocking (every other call on it passes MSG_DONTWAIT)
+ * with a receive timeout, which bounds that sleep. */
+bool tcp_solo_setup(int fd);
 /* iomu held, s open: brings the owner's epoll interest in s up to date
  * (out_armed, waiters, rx_lazy). */
 void tcp_sock_interest(struct tcp_sock *s);
@@ -413,6 +459,10 @@ void tcp_sock_writable(struct tcp_sock *s);
  * idle and its I/O lock free. False = the owner must be kicked. */
 bool tcp_sock_send_direct(struct tcp_sock *s);
 
+/* iomu held, after a read of initiator socket s queued answers to messages
+ * its target sent back: sends them (a waiter: as a direct sender). */
+void tcp_sock_answer(struct tcp_sock *s);
+
 /* tcp_recv.c: reading */
 void tcp_sock_readable(struct tcp_sock *s);
 void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err);
@@ -421,7 +471,32 @@ void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err);
 struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
                                   int status, xfer_region *r, uint8_t *payload);
 
+/* A socket that requests may arrive on unasked: accepted, or an initiator
+ * socket whose target sends messages back on it. */
+static inline bool tcp_sock_serves(const struct tcp_sock *s)
+{
+    return s->target || s->back_in;
+}
+
+/* tcp_back.c: messages back on the peer's connection */
+/* Accepted socket s, handshake done: remember it if its initiator takes
+ * messages back. */
+void tcp_back_note(struct tcp_sock *s);
+/* in_mu held: s closes. */
+void tcp_back_drop(struct tcp_sock *s);
+/* The initiator side: should the socket of this index to node `peer`
+ * offer to take messages back (the handshake's TCP_PURPOSE_BACK)? */
+bool tcp_back_offer(struct tcp_transport *tt, const char *peer, uint32_t index);
+/* Queues MSG_REQ t back on the peer's connection if tc's messages go
+ * that way: 0 queued (and sent or its owner kicked), 1 not this way (t is
+ * still the caller's: its own sockets). */
+int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t);
+/* tcp_disconnect: tc's messages not done on its back socket end
+ * -XFER_ECONN (their peer goes), and the socket's pin goes. */
+void tcp_back_detach(struct tcp_conn *tc);
+
 /* tcp_wait.c: waiter-driven receive */
+unsigned tcp_peer_hash(const char *node);
 /* Owner, iomu held, after a kick: carries out what a waiter left (tcp_wait.c). */
 void tcp_sock_deferred(struct tcp_sock *s);
 /* ops->wait_rx: the waiting thread polls chan (an initiator socket) and,

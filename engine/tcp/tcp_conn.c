@@ -4,14 +4,12 @@
 #include "handshake.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,17 +56,6 @@ static int dial(xfer_engine *e, const char *addr, uint16_t port, int64_t deadlin
     return fd;
 }
 
-/* A solo waiter (tcp_wait.c) sleeps in a blocking recv on an initiator
- * socket: the descriptor turns blocking (every other call on it passes
- * MSG_DONTWAIT) with a receive timeout, which bounds that sleep. */
-static bool solo_setup(int fd)
-{
-    struct timeval tv = {0, TCP_SOLO_MS * 1000};
-    int fl = fcntl(fd, F_GETFL);
-    return fl >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0 &&
-           fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0;
-}
-
 /* One socket: dial, handshake, check that the right node answered. */
 static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d, uint32_t purpose,
                        int64_t deadline_ms, struct tcp_sock **out)
@@ -78,8 +65,9 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
     int fd = dial(e, d->addr, d->data_port, deadline_ms);
     if (fd < 0)
         return fd;
+    bool back = tcp_back_offer(tt, d->node_id, purpose); /* (tcp_back.c) */
     struct xfer_hs_self hs = {cfg->node_id, xfer_engine_incarnation(e), cfg->secret,
-                              cfg->secret_len, purpose};
+                              cfg->secret_len, purpose | (back ? TCP_PURPOSE_BACK : 0)};
     struct xfer_hs_peer hp;
     char why[200] = "";
     int left = (int)(deadline_ms - xfer_now_ms());
@@ -109,7 +97,9 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
         return -XFER_ENOMEM;
     }
     snprintf((*out)->peer_node, sizeof((*out)->peer_node), "%s", d->node_id);
-    (*out)->solo_ok = tt->solo && solo_setup(fd);
+    (*out)->peer_inc = hp.incarnation;
+    (*out)->back_in = back;
+    (*out)->solo_ok = tt->solo && tcp_solo_setup(fd);
     return 0;
 }
 
@@ -143,6 +133,7 @@ int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struc
         tcp_thread_adopt(tt, socks[i]);
         tcp_thread_kick(socks[i]);
     }
+    pthread_mutex_init(&tc->back_mu, NULL);
     tc->base.transport = t;
     tc->base.peer = peer;
     tc->tt = tt;
@@ -182,6 +173,7 @@ static bool owner_wait(struct tcp_sock *s, bool (*pending)(const struct tcp_sock
 void tcp_disconnect(struct xfer_conn *c)
 {
     struct tcp_conn *tc = container_of(c, struct tcp_conn, base);
+    tcp_back_detach(tc); /* messages that went back on the peer's connection */
     for (int i = 0; i < tc->n; i++) {
         struct tcp_sock *s = tc->socks[i];
         pthread_mutex_lock(&s->th->mu);
@@ -203,6 +195,7 @@ void tcp_disconnect(struct xfer_conn *c)
         else /* its thread is stuck: leaking beats a use after free */
             xfer_err("tcp: socket %s not released by its thread", s->name);
     }
+    pthread_mutex_destroy(&tc->back_mu);
     free(tc->socks);
     free(tc);
 }

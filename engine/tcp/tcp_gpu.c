@@ -98,7 +98,7 @@ static int send_start(struct tcp_sock *s, struct tcp_tx *t)
     int slot = xfer_gpu_stage_get(t->gst, &host);
     if (slot < 0)
         return 0;
-    if (!s->target) {
+    if (!t->response) {
         if (!xfer_batch_io_begin(t->b, t->idx)) { /* item ended: dropped at the head */
             xfer_gpu_stage_put(t->gst, slot);
             return 0;
@@ -161,7 +161,7 @@ static int copy_failed(struct tcp_sock *s, struct tcp_tx *t, int rc, char *why, 
     if (t->gpin)
         xfer_batch_io_end(t->b, t->idx);
     t->gpin = false;
-    if (!s->target)
+    if (!t->response)
         return rc;
     xfer_warn("tcp: %s: %s", s->name, why);
     response_to_error(t, rc);

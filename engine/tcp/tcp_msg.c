@@ -64,6 +64,8 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
     struct tcp_tx *t = msg_tx(tc, m, 0, 0);
     if (!t)
         return -XFER_ENOMEM;
+    if (tcp_back_send(tc, t) == 0)
+        return 0; /* back on the peer's connection (tcp_back.c) */
     bool kick[64] = {false};
     if (!tcp_enqueue(tc, t, kick, true)) {
         tcp_tx_free(t);

@@ -148,7 +148,7 @@ static void done_flush(struct tcp_sock *s)
  * recv full of small responses takes each batch's lock once. */
 static void chunk_done_later(struct tcp_sock *s, struct tcp_tx *t)
 {
-    if (t->op == XFER_WIRE_FENCE || t->msg || t->gpu) {
+    if (t->op == XFER_WIRE_FENCE || t->msg || t->orphan || t->gpu) {
         tcp_chunk_complete(s, t, 0, NULL);
         return;
     }
@@ -190,15 +190,11 @@ static void remote_refused(struct tcp_sock *s, struct tcp_tx *t, int status)
     tcp_chunk_complete(s, t, status, why);
 }
 
-/* Header of a response: checks it against the oldest request. 1 = go on. */
-static int initiator_header(struct tcp_sock *s)
+/* The response header in s->rh: checks it against the oldest request. 1 =
+ * go on. (On an accepted socket: the answer to a message sent back on it.) */
+static int response_header(struct tcp_sock *s)
 {
     struct xfer_wire_hdr *h = &s->rh;
-    if (xfer_wire_decode(s->rxbuf + s->rx_lo, TCP_MAX_PAYLOAD, h) < 0) {
-        tcp_sock_fail(s, -XFER_EPROTO, "malformed response header");
-        return -1;
-    }
-    s->rx_lo += XFER_WIRE_HDR_LEN;
     struct tcp_tx *t = s->inf_head;
     if (!t || h->req_id != t->req_id || h->op != t->op + 1 ||
         (h->op == XFER_WIRE_READ_RESP && h->status == 0 && h->length != t->len)) {
@@ -219,6 +215,44 @@ static int initiator_header(struct tcp_sock *s)
     else /* XFER_MSG_* answering a MSG_REQ (the decoder allows no other) */
         tcp_chunk_complete(s, t, h->status, NULL);
     return 1;
+}
+
+static int initiator_header(struct tcp_sock *s)
+{
+    struct xfer_wire_hdr *h = &s->rh;
+    if (xfer_wire_decode(s->rxbuf + s->rx_lo, TCP_MAX_PAYLOAD, h) < 0) {
+        tcp_sock_fail(s, -XFER_EPROTO, "malformed response header");
+        return -1;
+    }
+    s->rx_lo += XFER_WIRE_HDR_LEN;
+    if (h->op != XFER_WIRE_MSG_REQ)
+        return response_header(s);
+    if (!s->back_in) { /* we did not offer to take messages on it */
+        tcp_sock_fail(s, -XFER_EPROTO, "a message from a target that was not offered it");
+        return -1;
+    }
+    rx_note(s, h->length);
+    s->back_seen = true;
+    return tcp_msg_header(s); /* a message the target sent back (tcp_back.c) */
+}
+
+/* The payload of a message sent back on initiator socket s, into
+ * s->rx_msg; once whole, handed to the engine (its answer queued:
+ * s->answers). Bytes moved, 0 = later, -1. */
+static ssize_t back_payload(struct tcp_sock *s)
+{
+    uint64_t left = s->rh.length - s->rx_got;
+    ssize_t n = left ? payload_in(s, s->rx_dst ? s->rx_dst + s->rx_got : NULL, left) : 0;
+    if (n < 0)
+        rx_failed(s);
+    if (n < 0 || (n == 0 && left))
+        return n;
+    s->rx_got += (uint64_t)n;
+    if (s->rx_got == s->rh.length) {
+        tcp_msg_received(s);
+        s->answers |= !(s->rh.flags & XFER_WIRE_F_NORESP);
+    }
+    return n ? n : 1;
 }
 
 /* READ payload into local memory, pinned per call; discarded if the item
@@ -278,12 +312,17 @@ static void initiator_readable(struct tcp_sock *s)
 {
     initiator_read(s);
     done_flush(s);
+    if (s->answers) {
+        s->answers = false;
+        if (s->fd >= 0)
+            tcp_sock_answer(s);
+    }
 }
 
 static void initiator_read(struct tcp_sock *s)
 {
     size_t budget = RX_BUDGET;
-    while (s->fd >= 0) {
+    while (s->fd >= 0 && !s->rx_blocked) {
         ssize_t n;
         if (s->rx_state == RX_HDR) {
             struct tcp_tx *t = s->inf_head;
@@ -295,7 +334,7 @@ static void initiator_read(struct tcp_sock *s)
                 return;
             continue;
         }
-        n = initiator_payload(s);
+        n = s->rh.op == XFER_WIRE_MSG_REQ ? back_payload(s) : initiator_payload(s);
         if (n <= 0)
             return;
         if ((size_t)n >= budget) {
@@ -330,6 +369,7 @@ struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr
     h.status = status;
     h.payload = op == XFER_WIRE_READ_RESP && status == 0 ? (uint32_t)req->length : 0;
     xfer_wire_encode(&h, t->hdr);
+    t->response = true;
     t->region = r;
     t->payload = payload;
     t->payload_len = h.payload;
@@ -395,6 +435,8 @@ static int target_header(struct tcp_sock *s)
         return -1;
     }
     s->rx_lo += XFER_WIRE_HDR_LEN;
+    if (h->op == XFER_WIRE_MSG_RESP) /* to a message sent back on s (tcp_back.c) */
+        return response_header(s);
     rx_note(s, h->op == XFER_WIRE_READ_REQ ? 0 : h->length);
     int err = 0;
     if (h->op == XFER_WIRE_READ_REQ) {
@@ -536,6 +578,7 @@ static void target_readable(struct tcp_sock *s)
         budget -= (size_t)n;
     }
     served_flush(s);
+    done_flush(s);
     if (s->fd >= 0 && s->tx_head && !(s->by_waiter && s->tgt_gpu))
         tcp_sock_writable(s);
 }
@@ -555,9 +598,8 @@ void tcp_sock_readable(struct tcp_sock *s)
 
 /* A solo waiter's blocking recv (tcp_wait.c) brought n bytes into rxbuf,
  * which was empty (n <= 0: end of stream, or errno err); iomu held, s
- * open, an initiator socket. Reads on as the owner would, and no recv just
- * to hear EAGAIN after a short one unless something came meanwhile
- * (skipped). */
+ * open. Reads on as the owner would, and no recv just to hear EAGAIN after
+ * a short one unless something came meanwhile (skipped). */
 void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err)
 {
     if (n <= 0) {
@@ -570,5 +612,8 @@ void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err)
     s->rx_hi = (size_t)n;
     s->rx_short = (size_t)n < asked && !s->skipped;
     s->skipped = false;
-    initiator_readable(s);
+    if (s->target)
+        target_readable(s);
+    else
+        initiator_readable(s);
 }

@@ -93,7 +93,7 @@ static bool splice_queue(struct tcp_sock *s, bool direct)
  * once every socket is fenced. */
 static void drop_dead_heads(struct tcp_sock *s)
 {
-    while (!s->target && s->tx_head && s->tx_head->hdr_sent == 0 && s->tx_head->b &&
+    while (s->tx_head && s->tx_head->hdr_sent == 0 && s->tx_head->b &&
            !xfer_batch_item_live(s->tx_head->b, s->tx_head->idx)) {
         struct tcp_tx *t = s->tx_head;
         tx_pop(s);
@@ -122,9 +122,9 @@ struct gather {
  * cancel began. */
 static const uint8_t zeros[65536];
 
-static bool gather_add(struct tcp_sock *s, struct gather *g, struct tcp_tx *t)
+static bool gather_add(struct gather *g, struct tcp_tx *t)
 {
-    bool chunk = !s->target && t->b;
+    bool chunk = t->b != NULL;
     bool needs_mem = chunk && !t->pad && !t->detached && t->payload_sent < t->payload_len;
     if (chunk && t->hdr_sent == 0 && !xfer_batch_item_live(t->b, t->idx))
         return false; /* the head is dropped next round (drop_dead_heads) */
@@ -170,7 +170,7 @@ static void tx_advance(struct tcp_sock *s, size_t n)
             return;
         tx_pop(s);
         tcp_gpu_tx_sent(t);
-        if (s->target)
+        if (t->response)
             response_sent(s, t);
         else if (t->op == XFER_WIRE_FENCE) /* answered by nothing */
             tcp_tx_free(t);
@@ -202,7 +202,10 @@ static bool send_queued(struct tcp_sock *s, bool direct)
 {
     if (s->fd < 0)
         return false;
-    if (!s->target && !splice_queue(s, direct))
+    /* An accepted socket's list is its owner's responses, unless messages
+     * were sent back on it (tcp_back.c): then its shared queue moves too. */
+    if ((!s->target || __atomic_load_n(&s->back_used, __ATOMIC_ACQUIRE)) &&
+        !splice_queue(s, direct))
         return false;
     for (;;) {
         drop_dead_heads(s);
@@ -221,7 +224,7 @@ static bool send_queued(struct tcp_sock *s, bool direct)
         for (struct tcp_tx *t = s->tx_head; t && n_ent < TCP_IOV_MAX && !g.last;
              t = t->next, n_ent++)
             if ((t != s->tx_head && t->gpu && tcp_gpu_tx_check(s, t, NULL, 0) != 1) ||
-                !gather_add(s, &g, t))
+                !gather_add(&g, t))
                 break;
         if (n_ent == 0)
             continue; /* the unsent head just ended: dropped next round */
@@ -249,7 +252,7 @@ static bool send_queued(struct tcp_sock *s, bool direct)
         s->io_count++;
         tx_advance(s, (size_t)n);
     }
-    if (s->target && s->rx_blocked && s->tx_count < TCP_TXQ_HIGH / 4) {
+    if (s->rx_blocked && s->tx_count < TCP_TXQ_HIGH / 4) {
         s->rx_blocked = false;
         tcp_ready_push(s);
     }
@@ -259,6 +262,19 @@ static bool send_queued(struct tcp_sock *s, bool direct)
 void tcp_sock_writable(struct tcp_sock *s)
 {
     send_queued(s, false);
+}
+
+void tcp_sock_answer(struct tcp_sock *s)
+{
+    if (!s->by_waiter) {
+        send_queued(s, false);
+        return;
+    }
+    /* A waiter sends as a direct sender would: GPU chunks queued meanwhile
+     * (staging) and a failing send are the owner's, kicked when the waiter
+     * leaves (rx_defer); a full socket goes on at the owner's EPOLLOUT. */
+    if (!send_queued(s, true) && s->fd >= 0 && !s->out_armed)
+        s->rx_defer = true;
 }
 
 bool tcp_sock_send_direct(struct tcp_sock *s)

@@ -157,7 +157,8 @@ static void chunk_end(struct tcp_sock *s, struct tcp_tx *t, int status, const ch
     }
     tcp_gpu_tx_release(t);
     __atomic_sub_fetch(&s->load, tcp_chunk_load(t), __ATOMIC_RELAXED);
-    if (t->msg) { /* an engine message: status is the target engine's answer */
+    if (t->orphan) {     /* its message ended when its connection went (tcp_back.c) */
+    } else if (t->msg) { /* an engine message: status is the target engine's answer */
         xfer_msg_done(t->msg, status, why);
     } else if (status < 0 && t->seg != UINT32_MAX) {
         xfer_batch_seg_fail(t->b, t->idx, t->seg, status, why);
@@ -194,7 +195,7 @@ static void drop_list(struct tcp_sock *s, struct tcp_tx *t, const char *why)
 {
     while (t) {
         struct tcp_tx *next = t->next;
-        if (s->target)
+        if (t->response)
             tcp_response_done(t);
         else
             tcp_chunk_complete(s, t, -XFER_ECONN, why);
@@ -247,8 +248,7 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
         s->rx_defer = true;
         return;
     }
-    if (s->target)
-        tcp_in_forget(s); /* before it can reach the grave: waiters pin it */
+    tcp_in_forget(s); /* before it can reach the grave: waiters and senders pin it */
     if (s->fd >= 0) {
         if (s->closing)
             lvl = XFER_LOG_DEBUG;
@@ -307,17 +307,19 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
     pthread_mutex_unlock(&th->mu);
 }
 
+/* Something under way that the peer owes progress on: a request being
+ * received (an accepted socket, or a message sent back on an initiator
+ * socket), frames to send, answers awaited. */
 static bool has_work(struct tcp_sock *s)
 {
-    if (s->target)
-        return s->rx_state == RX_PAYLOAD || s->rx_hi > s->rx_lo || s->tx_head;
-    return s->tx_head || s->inf_head;
+    return s->rx_state == RX_PAYLOAD || s->rx_hi > s->rx_lo || s->tx_head || s->inf_head;
 }
 
 void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms)
 {
     int limit = xfer_engine_config_get(s->tt->engine)->io_timeout_ms;
-    if (!s->target && s->fd >= 0) { /* belt and braces: queued work is never left behind */
+    if ((!s->target || __atomic_load_n(&s->back_used, __ATOMIC_ACQUIRE)) && s->fd >= 0) {
+        /* belt and braces: queued work is never left behind */
         pthread_mutex_lock(&s->qmu);
         bool queued = s->q_head != NULL;
         pthread_mutex_unlock(&s->qmu);

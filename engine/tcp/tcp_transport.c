@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,6 +16,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,13 +48,21 @@ void tcp_sock_tune(struct tcp_transport *tt, int fd)
     }
 }
 
+bool tcp_solo_setup(int fd)
+{
+    struct timeval tv = {0, TCP_SOLO_MS * 1000};
+    int fl = fcntl(fd, F_GETFL);
+    return fl >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0 &&
+           fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0;
+}
+
 /* ---- progress threads ------------------------------------------------------ */
 
 void tcp_thread_adopt(struct tcp_transport *tt, struct tcp_sock *s)
 {
     unsigned k = __atomic_fetch_add(&tt->next_thread, 1, __ATOMIC_RELAXED);
     struct tcp_thread *th = &tt->threads[k % (unsigned)tt->n_threads];
-    s->th = th;
+    __atomic_store_n(&s->th, th, __ATOMIC_RELEASE); /* tcp_back.c looks unlocked */
     pthread_mutex_lock(&th->mu);
     s->th_prev = NULL;
     s->th_next = th->socks;
@@ -374,7 +384,11 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
     }
     snprintf(s->peer_node, sizeof(s->peer_node), "%s", hp.node_id);
     s->peer_inc = hp.incarnation;
-    xfer_debug("tcp: serving %s (socket %u)", name, hp.purpose);
+    s->back_out = tt->back && (hp.purpose & TCP_PURPOSE_BACK); /* (tcp_back.c) */
+    s->solo_ok = tt->solo && tcp_solo_setup(fd);
+    xfer_debug("tcp: serving %s (socket %u%s)", name, hp.purpose & TCP_PURPOSE_INDEX,
+               s->back_out ? ", takes messages back" : "");
+    tcp_back_note(s); /* before its owner may close it (and reap it) */
     tcp_thread_adopt(tt, s);
 }
 
@@ -540,6 +554,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->lazy_clean = clean && strcmp(clean, "0") == 0 ? 0 : TCP_LAZY_CLEAN;
     const char *ack = getenv("XFER_NOTIF_WAIT_ACK"); /* 0: off (measuring) */
     tt->notif_ack = !ack || strcmp(ack, "0") != 0;
+    const char *back = getenv("XFER_TCP_BACK"); /* 0: messages on own connections only */
+    tt->back = !back || strcmp(back, "0") != 0;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     tt->n_threads = cfg->progress_threads > 0 ? cfg->progress_threads : 1;
     tt->threads = calloc((size_t)tt->n_threads, sizeof(*tt->threads));

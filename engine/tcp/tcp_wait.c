@@ -100,7 +100,7 @@ void tcp_sock_deferred(struct tcp_sock *s)
 
 /* ---- the message socket of each peer (target) ----------------------------------- */
 
-static unsigned in_hash(const char *node)
+unsigned tcp_peer_hash(const char *node)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
     for (; *node; node++)
@@ -127,7 +127,7 @@ void tcp_in_note(struct tcp_sock *s)
         __atomic_store_n(&tt->in_last, s, __ATOMIC_RELEASE);
     if (__atomic_load_n(&s->in_slot, __ATOMIC_RELAXED))
         return; /* already remembered (cleared only under in_mu: racy is fine) */
-    unsigned k = in_hash(s->peer_node);
+    unsigned k = tcp_peer_hash(s->peer_node);
     struct tcp_sock **v = tt->in_sock[k];
     pthread_mutex_lock(&tt->in_mu);
     int free_at = -1;
@@ -147,21 +147,30 @@ void tcp_in_note(struct tcp_sock *s)
     pthread_mutex_unlock(&tt->in_mu);
 }
 
+/* Any socket that closes: it leaves every table a waiter or a sender
+ * finds sockets in (messages come on initiator sockets too when their
+ * target sends them back: tcp_back.c). */
 void tcp_in_forget(struct tcp_sock *s)
 {
     struct tcp_transport *tt = s->tt;
+    struct tcp_sock **out = &tt->out_sock[tcp_peer_hash(s->peer_node)];
     if (!__atomic_load_n(&s->in_slot, __ATOMIC_RELAXED) &&
-        __atomic_load_n(&tt->in_last, __ATOMIC_ACQUIRE) != s)
+        __atomic_load_n(&tt->in_last, __ATOMIC_ACQUIRE) != s && !s->back_out &&
+        __atomic_load_n(out, __ATOMIC_RELAXED) != s)
         return;
     pthread_mutex_lock(&tt->in_mu);
     struct tcp_sock *me = s;
     __atomic_compare_exchange_n(&tt->in_last, &me, NULL, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
     in_drop(s);
+    if (*out == s)
+        __atomic_store_n(out, NULL, __ATOMIC_RELAXED);
+    tcp_back_drop(s);
     pthread_mutex_unlock(&tt->in_mu);
 }
 
-/* The accepted sockets node's messages came on (node NULL: those of the
- * peer whose message came last), pinned, into out[TCP_IN_SOCKS]; how many.
+/* The sockets node's messages came on (node NULL: those of the peer whose
+ * message came last; accepted sockets, and initiator sockets its messages
+ * came back on), pinned, into out[TCP_IN_SOCKS]; how many.
  * Sockets that carried GPU memory are left out. With init: also the
  * initiator socket our last message to that node went out on, pinned, or
  * NULL. */
@@ -174,16 +183,17 @@ static int in_pin(struct tcp_transport *tt, const char *node, struct tcp_sock **
         struct tcp_sock *last = __atomic_load_n(&tt->in_last, __ATOMIC_ACQUIRE);
         node = last ? last->peer_node : NULL;
     }
-    struct tcp_sock **v = node ? tt->in_sock[in_hash(node)] : NULL;
+    struct tcp_sock **v = node ? tt->in_sock[tcp_peer_hash(node)] : NULL;
     for (int j = 0; v && j < TCP_IN_SOCKS; j++) {
         struct tcp_sock *s = v[j];
-        if (!s || strcmp(s->peer_node, node) != 0 || __atomic_load_n(&s->tgt_gpu, __ATOMIC_RELAXED))
+        if (!s || strcmp(s->peer_node, node) != 0 ||
+            __atomic_load_n(s->target ? &s->tgt_gpu : &s->gpu_seen, __ATOMIC_RELAXED))
             continue;
         __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
         out[n++] = s;
     }
     if (init) {
-        struct tcp_sock *s = node ? tt->out_sock[in_hash(node)] : NULL;
+        struct tcp_sock *s = node ? tt->out_sock[tcp_peer_hash(node)] : NULL;
         *init = s && !strcmp(s->peer_node, node) ? s : NULL;
         if (*init)
             __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
@@ -197,7 +207,7 @@ static int in_pin(struct tcp_transport *tt, const char *node, struct tcp_sock **
 void tcp_out_note(struct tcp_sock *s)
 {
     struct tcp_transport *tt = s->tt;
-    struct tcp_sock **slot = &tt->out_sock[in_hash(s->peer_node)];
+    struct tcp_sock **slot = &tt->out_sock[tcp_peer_hash(s->peer_node)];
     if (__atomic_load_n(slot, __ATOMIC_RELAXED) == s)
         return; /* the usual case: messages to a peer keep to its first live socket */
     pthread_mutex_lock(&tt->in_mu);
@@ -208,7 +218,7 @@ void tcp_out_note(struct tcp_sock *s)
 void tcp_out_forget(struct tcp_sock *s)
 {
     struct tcp_transport *tt = s->tt;
-    struct tcp_sock **slot = &tt->out_sock[in_hash(s->peer_node)];
+    struct tcp_sock **slot = &tt->out_sock[tcp_peer_hash(s->peer_node)];
     pthread_mutex_lock(&tt->in_mu);
     if (*slot == s)
         __atomic_store_n(slot, NULL, __ATOMIC_RELAXED);
@@ -228,10 +238,11 @@ static void in_unpin(struct tcp_sock **v, int n)
 /* ---- lazy EPOLLIN (see top) --------------------------------------------------------- */
 
 /* iomu held, fd open: may data come that nobody reads unless the owner
- * has EPOLLIN? (An initiator's answers come only to what it sent.) */
+ * has EPOLLIN? (An initiator's answers come only to what it sent, unless
+ * its target sends messages back on it.) */
 static bool may_get_data(const struct tcp_sock *s)
 {
-    return s->target || s->tx_head || s->inf_head;
+    return tcp_sock_serves(s) || s->tx_head || s->inf_head;
 }
 
 /* The last waiter left s, iomu held: EPOLLIN stays out (rx_lazy) and s
@@ -243,18 +254,22 @@ static void lazy_enter(struct tcp_sock *s)
 {
     s->rx_lazy = true;
     s->lazy_uses++;
-    if (s->on_lazy)
+    bool fine = s->target || s->back_seen;
+    if (s->on_lazy && s->lazy_fine == fine)
         return;
     struct tcp_thread *th = s->th;
-    s->lazy_ms = xfer_now_ms();
     pthread_mutex_lock(&th->mu);
-    s->on_lazy = true;
-    if (s->target) /* the owner ticks fine now: woken if it sleeps coarse */
+    if (fine && !s->lazy_fine) /* the owner ticks fine now: woken if it sleeps coarse */
         __atomic_store_n(&th->lazy_tgt, th->lazy_tgt + 1, __ATOMIC_SEQ_CST);
-    s->lazy_next = th->lazy_head;
-    __atomic_store_n(&th->lazy_head, s, __ATOMIC_SEQ_CST); /* the owner reads it unlocked */
+    s->lazy_fine = fine; /* (only ever turns true while on the list) */
+    if (!s->on_lazy) {
+        s->lazy_ms = xfer_now_ms();
+        s->on_lazy = true;
+        s->lazy_next = th->lazy_head;
+        __atomic_store_n(&th->lazy_head, s, __ATOMIC_SEQ_CST); /* the owner reads it unlocked */
+    }
     bool wake = !__atomic_load_n(&th->ticking, __ATOMIC_SEQ_CST) ||
-                (s->target && !__atomic_load_n(&th->tick_fine, __ATOMIC_SEQ_CST));
+                (s->lazy_fine && !__atomic_load_n(&th->tick_fine, __ATOMIC_SEQ_CST));
     pthread_mutex_unlock(&th->mu);
     if (wake)
         tcp_thread_wake(th);
@@ -271,8 +286,9 @@ void tcp_lazy_unlink(struct tcp_sock *s)
         }
     }
     s->on_lazy = false;
-    if (s->target)
+    if (s->lazy_fine)
         __atomic_store_n(&s->th->lazy_tgt, s->th->lazy_tgt - 1, __ATOMIC_RELAXED);
+    s->lazy_fine = false;
 }
 
 void tcp_sock_attend(struct tcp_sock *s)
@@ -307,7 +323,8 @@ void tcp_lazy_tick(struct tcp_thread *th)
             bool idle = now - s->lazy_ms >= TCP_LAZY_KEEP_MS;
             if (s->rx_lazy && s->fd >= 0 && !fresh && (may_get_data(s) || idle)) {
                 tcp_sock_attend(s); /* not while a waiter polls */
-                __atomic_store_n(&s->lazy_gave, s->target && !s->rx_lazy, __ATOMIC_RELAXED);
+                __atomic_store_n(&s->lazy_gave, tcp_sock_serves(s) && !s->rx_lazy,
+                                 __ATOMIC_RELAXED);
             }
             keep = s->rx_lazy && s->fd >= 0;
         }
@@ -317,8 +334,9 @@ void tcp_lazy_tick(struct tcp_thread *th)
             th->lazy_head = s;
         } else {
             s->on_lazy = false;
-            if (s->target)
+            if (s->lazy_fine)
                 __atomic_store_n(&th->lazy_tgt, th->lazy_tgt - 1, __ATOMIC_RELAXED);
+            s->lazy_fine = false;
         }
         pthread_mutex_unlock(&th->mu);
         if (locked)
@@ -360,6 +378,16 @@ static bool target_may_lazy(struct tcp_sock *s)
     return true;
 }
 
+/* iomu held: may the last waiter leave s lazy? An initiator socket not
+ * while answers are on the way (its owner reads them at once); one that
+ * requests may come on unasked, as an accepted socket. */
+static bool may_leave_lazy(struct tcp_sock *s)
+{
+    if (!s->target && (s->tx_head || s->inf_head))
+        return false;
+    return !tcp_sock_serves(s) || target_may_lazy(s);
+}
+
 /* After the poll: reads s as its owner would if poll saw it readable or
  * its owner skipped an edge meanwhile (else nothing is there: no recv just
  * to hear EAGAIN). 0, or -1: stop (s closed, or its owner was kicked to
@@ -380,12 +408,12 @@ static int leave_locked(struct tcp_sock *s, bool ready, bool late, bool *defer_o
         s->by_waiter = true;
         tcp_sock_readable(s);
         s->by_waiter = false;
-        if (s->target && s->rx_blocked)
+        if (s->rx_blocked)
             rc = -1; /* it stopped reading with data left: polling would spin */
     }
     bool defer = s->rx_defer;
     if (s->fd >= 0 && last) {
-        if (rc == 0 && !defer && !late && (s->target ? target_may_lazy(s) : !may_get_data(s)))
+        if (rc == 0 && !defer && !late && may_leave_lazy(s))
             lazy_enter(s);
         else
             s->rx_lazy = false;
@@ -449,7 +477,7 @@ static int read_in_place(struct tcp_sock *s)
         s->by_waiter = true;
         tcp_sock_readable(s);
         s->by_waiter = false;
-        if (s->rx_defer || (s->target && s->rx_blocked))
+        if (s->rx_defer || s->rx_blocked)
             rc = -1;
     }
     pthread_mutex_unlock(&s->iomu);
@@ -470,7 +498,7 @@ struct solo {
 static bool solo_arm(struct tcp_sock *s, struct solo *so)
 {
     struct tcp_tx *head = s->inf_head;
-    bool ok = s->solo_ok && s->fd >= 0 && !s->target &&
+    bool ok = s->solo_ok && s->fd >= 0 && !s->rx_blocked &&
               __atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST) == 1 && !s->skipped && !s->rx_defer &&
               !s->in_ready && s->rx_state == RX_HDR && s->rx_lo == s->rx_hi && waiter_may(s);
     if (!ok)
@@ -527,6 +555,18 @@ static int solo_recv(struct tcp_sock *s, const struct solo *so, bool (*done)(voi
     return rc;
 }
 
+/* After a solo recv that read something but not what ends the wait (the
+ * answer to this side's own message before the peer's message, on a
+ * connection used both ways: tcp_back.c): arms the next one on s, in one
+ * lock round, if nothing came meanwhile. */
+static bool solo_rearm(struct tcp_sock *s, bool (*done)(void *), void *arg, struct solo *so)
+{
+    pthread_mutex_lock(&s->iomu);
+    bool ok = s->fd >= 0 && !done(arg) && solo_arm(s, so);
+    pthread_mutex_unlock(&s->iomu);
+    return ok;
+}
+
 /* Polls v[0..n) and wake_fd (unless done() already holds) for at most
  * timeout_ms (busy-polling the first spin_us), reading what arrives as the
  * sockets' owners would; returns once done() holds, wake_fd is readable,
@@ -547,8 +587,8 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
     if (done(arg))
         return 0; /* the sockets stay as they are */
     struct solo so;
-    bool armed = false, solo = n == 1 && !v[0]->target && spin_us == 0 &&
-                               (timeout_ms < 0 || timeout_ms >= TCP_SOLO_MS);
+    bool armed = false,
+         solo = n == 1 && spin_us == 0 && (timeout_ms < 0 || timeout_ms >= TCP_SOLO_MS);
     for (int i = 0; i < n; i++) {
         /* While it polls, its owner's epoll leaves EPOLLIN out (its thread
          * is not woken for what this one reads; no epoll_ctl once lazy).
@@ -575,20 +615,30 @@ static int wait_socks(struct tcp_sock **v, int n, int wake_fd, bool (*done)(void
     int rc = gone ? -1 : 0, left = 1;
     bool polled = false, done_before = !armed && done(arg);
     int64_t wait_ns = (int64_t)(busy && timeout_ms > 1 ? 1 : timeout_ms) * 1000000, t_end = 0;
-    if (armed) {
+    const int64_t solo_ns = (int64_t)TCP_SOLO_MS * 1000000;
+    int64_t t_first = 0; /* the clock when a second solo recv was armed */
+    bool was_solo = armed;
+    while (armed) {
         int k = solo_recv(w[0], &so, done, arg, &left);
         if (left <= 0) /* read what ends the wait, and left s (the usual round trip) */
             return left;
+        armed = false;
         if (k != 0) { /* read (the skipped flag has the rest), or stop */
             polled = k > 0;
             p[0].revents = 0;
             done_before = k < 0 || done(arg);
         }
+        if (k > 0 && !done_before) { /* another recv while the time allows */
+            int64_t now = xfer_mono_ns();
+            t_first = t_first ? t_first : now;
+            armed = (timeout_ms < 0 || now - t_first + 2 * solo_ns <= wait_ns) &&
+                    solo_rearm(w[0], done, arg, &so);
+        }
     }
     /* The clock only when the poll below runs (not after a solo recv that
-     * brought the answer); such a recv took at most TCP_SOLO_MS of the time. */
+     * brought the answer); the first recv took at most TCP_SOLO_MS. */
     if (!gone && !done_before)
-        t_end = xfer_mono_ns() + wait_ns - (armed ? (int64_t)TCP_SOLO_MS * 1000000 : 0);
+        t_end = (t_first ? t_first : xfer_mono_ns()) + wait_ns - (was_solo ? solo_ns : 0);
     for (bool first = true; !gone && !done_before; first = false) {
         /* The owner may have taken what we wait for just before we polled:
          * wake_fd then wakes us. */
@@ -639,6 +689,17 @@ static int spin_us(struct tcp_transport *tt, int timeout_ms)
     return timeout_ms >= 0 && us > timeout_ms * 1000 ? timeout_ms * 1000 : us;
 }
 
+/* Is s among v[0..n)? (A socket whose target sends messages back is both
+ * a waiter's answer socket and that peer's message socket: joined twice,
+ * it would be polled and left twice.) */
+static bool among(struct tcp_sock *const *v, int n, const struct tcp_sock *s)
+{
+    for (int k = 0; k < n; k++)
+        if (v[k] == s)
+            return true;
+    return false;
+}
+
 static bool batch_ended(void *b)
 {
     return !xfer_batch_running(b);
@@ -653,6 +714,13 @@ int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, in
     if (s && !s->target && waiter_may(s))
         v[n++] = s;
     int n_in = inbound ? in_pin(tc->tt, xfer_peer_desc_get(c->peer)->node_id, v + n, NULL) : 0;
+    for (int k = n; n == 1 && k < n + n_in; k++) {
+        if (v[k] == v[0]) { /* pinned once more: let go of that pin */
+            __atomic_sub_fetch(&v[k]->pins, 1, __ATOMIC_ACQ_REL);
+            v[k] = v[n + --n_in];
+            break;
+        }
+    }
     n += n_in;
     if (n == 0)
         return -1;
@@ -677,7 +745,7 @@ int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms
      * a notification ping-pong's waiter reads its acknowledgement there
      * (else the owner of init wakes for each), unless GPU memory went
      * through it (staging is the owner's). */
-    if (init && waiter_may(init))
+    if (init && waiter_may(init) && !among(v, n, init))
         v[n++] = init;
     else if (init)
         __atomic_sub_fetch(&init->pins, 1, __ATOMIC_ACQ_REL);

@@ -6,6 +6,9 @@
 
 #include "xfer.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,6 +69,34 @@ static inline pid_t fp_fork(int (*child)(int rfd, int wfd, void *arg), void *arg
     *rfd = ba[0];
     *wfd = ab[1];
     return pid;
+}
+
+/* Message bytes of pattern seed (test_send_local, test_tcp_back). */
+static inline void fp_fill(uint8_t *p, uint32_t n, uint32_t seed)
+{
+    for (uint32_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(seed * 131 + i * 7 + 1);
+}
+
+static inline bool fp_same(const uint8_t *p, uint32_t n, uint32_t seed)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (p[i] != (uint8_t)(seed * 131 + i * 7 + 1))
+            return false;
+    return true;
+}
+
+/* Receives a message with tag into r at 64 KiB (waiting at most
+ * deadline_ms): NULL, or why it is not the n bytes of pattern seed. */
+static inline const char *fp_recv_check(xfer_engine *e, xfer_region *r, xfer_peer *p, uint64_t tag,
+                                        uint32_t n, uint32_t seed, int deadline_ms)
+{
+    uint64_t got = 0;
+    uint8_t *at = (uint8_t *)xfer_region_ptr(r) + 65536;
+    memset(at, 0, n);
+    if (xfer_recv(e, r, 65536, 65536, p, tag, &got, deadline_ms) != 0)
+        return "recv failed";
+    return got == n && fp_same(at, n, seed) ? NULL : "wrong message";
 }
 
 /* Tells the child this side is done (its rfd ends), waits for it: its

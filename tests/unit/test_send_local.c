@@ -42,25 +42,11 @@
 #define ROUNDS 1000
 #endif
 
-static void fill(uint8_t *p, uint32_t n, uint32_t seed)
-{
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = (uint8_t)(seed * 131 + i * 7 + 1);
-}
-
-static bool same(const uint8_t *p, uint32_t n, uint32_t seed)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (p[i] != (uint8_t)(seed * 131 + i * 7 + 1))
-            return false;
-    return true;
-}
-
 /* A local SEND of n bytes (pattern seed) from r's offset 0. */
 static int send_local(xfer_engine *e, xfer_region *r, xfer_peer *p, uint64_t tag, uint32_t n,
                       uint32_t seed)
 {
-    fill(xfer_region_ptr(r), n, seed);
+    fp_fill(xfer_region_ptr(r), n, seed);
     return xfer_send_flags(e, r, 0, n, p, tag, XFER_SEND_LOCAL, DEADLINE);
 }
 
@@ -68,12 +54,7 @@ static int send_local(xfer_engine *e, xfer_region *r, xfer_peer *p, uint64_t tag
 static const char *recv_check(xfer_engine *e, xfer_region *r, xfer_peer *p, uint64_t tag,
                               uint32_t n, uint32_t seed)
 {
-    uint64_t got = 0;
-    uint8_t *at = (uint8_t *)xfer_region_ptr(r) + 65536;
-    memset(at, 0, n);
-    if (xfer_recv(e, r, 65536, 65536, p, tag, &got, DEADLINE) != 0)
-        return "recv failed";
-    return got == n && same(at, n, seed) ? NULL : "wrong message";
+    return fp_recv_check(e, r, p, tag, n, seed, DEADLINE);
 }
 
 /* B: exit status 0, or 1 with why on stderr. */
@@ -144,7 +125,7 @@ static void run_a(bool long_form)
         uint8_t *at = (uint8_t *)xfer_region_ptr(r) + 65536;
         assert_int_equal(xfer_recv(e, r, 65536, 65536, p, 2, &got, DEADLINE), 0);
         assert_int_equal(got, 8 + k % 300);
-        assert_true(same(at, (uint32_t)got, (uint32_t)k + 7));
+        assert_true(fp_same(at, (uint32_t)got, (uint32_t)k + 7));
     }
     /* truncation: the sender is not told */
     assert_int_equal(send_local(e, r, p, 3, 100, 32), 0);
@@ -153,13 +134,13 @@ static void run_a(bool long_form)
     assert_int_equal(send_local(e, r, p, 3, XFER_MSG_EAGER_MAX, 35), 0);
     /* order with a default SEND between (it waits for B's RECV) */
     assert_int_equal(send_local(e, r, p, 4, 16, 40), 0);
-    fill((uint8_t *)xfer_region_ptr(r) + 4096, 16, 41);
+    fp_fill((uint8_t *)xfer_region_ptr(r) + 4096, 16, 41);
     assert_int_equal(xfer_send(e, r, 4096, 16, p, 4, DEADLINE), 0);
     assert_int_equal(send_local(e, r, p, 4, 16, 42), 0);
     /* back-pressure: all complete here, B keeps the first QMAX */
     for (uint32_t j = 0; j < QMAX + EXTRA; j++) {
         uint8_t *at = (uint8_t *)xfer_region_ptr(r) + 8 * (j % 1024);
-        fill(at, 8, 1000 + j);
+        fp_fill(at, 8, 1000 + j);
         assert_int_equal(xfer_send_flags(e, r, 8 * (j % 1024), 8, p, 5, XFER_SEND_LOCAL, DEADLINE),
                          0);
     }

@@ -1,0 +1,201 @@
+/*
+ * One connection for messages both ways (docs/notify.md, "Messages back on
+ * the peer's connection").
+ *
+ * A message goes out as MSG_REQ on a connection its sender opened, and the
+ * answer comes back there. Two nodes that message each other so used two
+ * connections: each message was alone in its direction on its connection,
+ * so the receiving kernel sent a pure ACK for it, and each side's waiter
+ * polled one socket for the peer's messages and another for its answers.
+ * Now, of two nodes, the one whose id sorts first offers (handshake purpose
+ * bit TCP_PURPOSE_BACK, on its first socket to the other) to take messages
+ * back on its connection, and the other sends its messages there: both
+ * directions share one stream, the ACK rides on the next message, and a
+ * waiter reads one socket (a solo waiter: one blocking recv).
+ *
+ * Order: messages of one connection to a peer must arrive in the order sent
+ * (two-sided matching is FIFO). So a connection's path is chosen at its
+ * first message (back, if the peer's offering socket is there then, else
+ * its own sockets) and only ever changes to its own sockets: when that
+ * accepted socket closes or another replaces it. A message queued on the
+ * closing socket fails -XFER_ECONN like one on a closing socket of its own;
+ * one already written there may still be unread by the peer while the next
+ * one arrives on the other connection (the same as a repair replacing a
+ * connection). A node that sent before the peer connected keeps to its own
+ * connection: two connections, as before.
+ *
+ * Accepted sockets are freed by their owner's reap, which keeps a pinned
+ * one: a sender pins the socket (under in_mu, where the table is) for as
+ * long as it touches it. XFER_TCP_BACK=0: off (nothing offered, nothing
+ * sent back).
+ */
+#include "tcp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool tcp_back_offer(struct tcp_transport *tt, const char *peer, uint32_t index)
+{
+    const char *me = xfer_engine_config_get(tt->engine)->node_id;
+    return tt->back && index == 0 && strcmp(me, peer) < 0;
+}
+
+void tcp_back_note(struct tcp_sock *s)
+{
+    if (!s->back_out)
+        return;
+    struct tcp_transport *tt = s->tt;
+    pthread_mutex_lock(&tt->in_mu);
+    if (!s->in_gone) /* else it closed already: tcp_back_drop ran */
+        tt->back_sock[tcp_peer_hash(s->peer_node)] = s; /* a newer one replaces the older */
+    pthread_mutex_unlock(&tt->in_mu);
+}
+
+void tcp_back_drop(struct tcp_sock *s)
+{
+    s->in_gone = true;
+    struct tcp_sock **slot = &s->tt->back_sock[tcp_peer_hash(s->peer_node)];
+    if (*slot == s)
+        *slot = NULL;
+}
+
+/* in_mu held: the accepted socket d's node offered, if it is live, has an
+ * owner already (it is noted before), and is of d's incarnation (0: not
+ * known yet, any), pinned; else NULL. */
+static struct tcp_sock *back_pin(struct tcp_transport *tt, const struct xfer_peer_desc *d)
+{
+    struct tcp_sock *s = tt->back_sock[tcp_peer_hash(d->node_id)];
+    if (!s || !__atomic_load_n(&s->th, __ATOMIC_ACQUIRE) || strcmp(s->peer_node, d->node_id) != 0 ||
+        (d->incarnation && s->peer_inc != d->incarnation) ||
+        __atomic_load_n(&s->dead, __ATOMIC_RELAXED))
+        return NULL;
+    __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+    return s;
+}
+
+/* The socket tc's next message goes back on, pinned, or NULL (its own
+ * sockets); decides the path at the first message (see top). */
+static struct tcp_sock *back_path(struct tcp_conn *tc)
+{
+    struct tcp_transport *tt = tc->tt;
+    const struct xfer_peer_desc *d = xfer_peer_desc_get(tc->base.peer);
+    pthread_mutex_lock(&tc->back_mu);
+    struct tcp_sock *s = NULL;
+    if (tc->path != TCP_PATH_OWN) {
+        pthread_mutex_lock(&tt->in_mu);
+        s = back_pin(tt, d);
+        pthread_mutex_unlock(&tt->in_mu);
+    }
+    if (s && tc->path == TCP_PATH_UNDECIDED) {
+        tc->path = TCP_PATH_BACK;
+        tc->back_sock = s; /* pinned once more: until tcp_disconnect */
+        __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+        xfer_debug("tcp: messages to %s go back on its connection %s", d->node_id, s->name);
+    } else if (s && s != tc->back_sock) { /* another connection of the peer: not that one */
+        __atomic_sub_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+        s = NULL;
+    }
+    if (!s && tc->path != TCP_PATH_OWN) {
+        if (tc->path == TCP_PATH_BACK)
+            xfer_debug("tcp: messages to %s go on our own connection from now on", d->node_id);
+        __atomic_store_n(&tc->path, TCP_PATH_OWN, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&tc->back_mu);
+    return s;
+}
+
+int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t)
+{
+    if (__atomic_load_n(&tc->path, __ATOMIC_RELAXED) == TCP_PATH_OWN)
+        return 1; /* the usual look once decided: no lock */
+    struct tcp_sock *s = back_path(tc);
+    if (!s)
+        return 1;
+    /* Before the frame is queued: its owner (or a direct sender) moves the
+     * shared queue of an accepted socket only once this is set. */
+    __atomic_store_n(&s->back_used, true, __ATOMIC_RELEASE);
+    t->back_tc = tc;
+    bool queued = tcp_sock_append(s, t);
+    if (queued) {
+        tcp_out_note(s); /* its answer comes there: a notification waiter reads it */
+        if (!(tc->tt->direct && tcp_sock_send_direct(s)))
+            tcp_thread_kick(s);
+    }
+    __atomic_sub_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+    if (queued)
+        return 0;
+    pthread_mutex_lock(&tc->back_mu); /* it closed meanwhile: own sockets from now on */
+    __atomic_store_n(&tc->path, TCP_PATH_OWN, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&tc->back_mu);
+    return 1;
+}
+
+/* Unlinks the frames of tc that have not started (hdr_sent 0) from the
+ * list at *head (tail and count kept) onto *out; the started ones of tc
+ * are orphaned: their message ends now, a half-written one finishes from
+ * a copy. */
+static void take_mine(struct tcp_tx **head, struct tcp_tx **tail, size_t *count,
+                      struct tcp_conn *tc, struct tcp_tx **out, const char *why)
+{
+    struct tcp_tx *prev = NULL;
+    for (struct tcp_tx *t = *head, *next; t; t = next) {
+        next = t->next;
+        if (t->back_tc != tc || t->orphan) {
+            prev = t;
+            continue;
+        }
+        if (t->hdr_sent > 0) { /* on the wire: it stays, without its message */
+            uint8_t *copy = t->payload_sent < t->payload_len ? malloc(t->payload_len) : NULL;
+            if (copy) {
+                memcpy(copy, t->payload, t->payload_len);
+                t->own = t->payload = copy;
+            } else if (t->payload_sent < t->payload_len) {
+                t->pad = true; /* no memory: the rest goes as zeros, refused there */
+            }
+            xfer_msg_done(t->msg, -XFER_ECONN, why);
+            t->msg = NULL;
+            t->orphan = true;
+            prev = t;
+            continue;
+        }
+        if (prev)
+            prev->next = next;
+        else
+            *head = next;
+        if (*tail == t)
+            *tail = prev;
+        if (count)
+            (*count)--;
+        t->next = *out;
+        *out = t;
+    }
+}
+
+void tcp_back_detach(struct tcp_conn *tc)
+{
+    struct tcp_sock *s = tc->back_sock;
+    if (!s)
+        return;
+    const char *why = "disconnected (the message went back on the peer's connection)";
+    struct tcp_tx *gone = NULL;
+    pthread_mutex_lock(&s->iomu); /* (then qmu, as a sender splicing) */
+    pthread_mutex_lock(&s->qmu);
+    take_mine(&s->q_head, &s->q_tail, NULL, tc, &gone, why);
+    pthread_mutex_unlock(&s->qmu);
+    take_mine(&s->tx_head, &s->tx_tail, &s->tx_count, tc, &gone, why);
+    for (struct tcp_tx *t = s->inf_head; t; t = t->next) {
+        if (t->back_tc == tc && !t->orphan) { /* written: its answer is still read */
+            xfer_msg_done(t->msg, -XFER_ECONN, why);
+            t->msg = NULL;
+            t->orphan = true;
+        }
+    }
+    while (gone) {
+        struct tcp_tx *next = gone->next;
+        tcp_chunk_complete(s, gone, -XFER_ECONN, why);
+        gone = next;
+    }
+    pthread_mutex_unlock(&s->iomu);
+    __atomic_sub_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+    tc->back_sock = NULL;
+}
