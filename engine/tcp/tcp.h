@@ -492,6 +492,9 @@ void tcp_ready_push(struct tcp_sock *s);
  * sendfile? Then marks t so. */
 void tcp_tx_file(struct tcp_transport *tt, struct tcp_tx *t, const xfer_region *r, const uint8_t *p,
                  uint64_t len);
+/* A progress thread, at its start: blocks SIGPIPE (sendfile has no
+ * MSG_NOSIGNAL); only such threads send payloads from the file. */
+void tcp_send_thread_init(void);
 void tcp_sock_writable(struct tcp_sock *s);
 /* Submitting thread, after queueing on s: sends the queue itself if s is
  * idle and its I/O lock free. False = the owner must be kicked. */

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,21 @@ void tcp_tx_file(struct tcp_transport *tt, struct tcp_tx *t, const xfer_region *
 
 /* A socket's file status flags are O_NONBLOCK or none (tcp_solo_setup
  * took it out): no F_GETFL needed. */
+/* sendfile has no MSG_NOSIGNAL: a peer gone raises SIGPIPE in the calling
+ * thread. So only progress threads, which block SIGPIPE for good
+ * (tcp_send_thread_init), send file frames; a submitting thread or a
+ * waiter stops before one and leaves it to the owner (a hand-off per
+ * large frame at most). */
+static __thread bool sigpipe_blocked;
+
+void tcp_send_thread_init(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    sigpipe_blocked = pthread_sigmask(SIG_BLOCK, &set, NULL) == 0;
+}
+
 static int nonblock(int fd, bool on)
 {
     return fcntl(fd, F_SETFL, on ? O_NONBLOCK : 0);
@@ -301,6 +317,11 @@ static bool send_queued(struct tcp_sock *s, bool direct)
             continue;
         if (ready == 0)
             break;
+        if (s->tx_head->file && !sigpipe_blocked) { /* the owner sends it (see above) */
+            if (s->by_waiter)
+                s->rx_defer = true; /* kicked when the waiter leaves */
+            return false;           /* a direct sender's caller kicks it */
+        }
         if (s->tx_head->file) {
             int err = 0, rc = file_step(s, &err);
             if (rc > 0)

@@ -236,6 +236,7 @@ static int64_t mono_coarse_ns(void)
 
 static void *thread_main(void *arg)
 {
+    tcp_send_thread_init();
     struct tcp_thread *th = arg;
     struct tcp_transport *tt = th->tt;
     struct epoll_event ev[64];
