@@ -65,6 +65,12 @@
 #define TCP_LAZY_KEEP_MS     100
 #define TCP_LAZY_OFF_MS      1000
 #define TCP_LAZY_CLEAN       64
+/* Answers ride along (tcp_back.c): held once TCP_HOLD_AFTER answers in a
+ * row were followed by this side's next frame within TCP_HOLD_WINDOW_US
+ * (XFER_TCP_HOLD_WINDOW_US); held ones nobody carried go at the owner's
+ * first tick after that long. */
+#define TCP_HOLD_WINDOW_US 20
+#define TCP_HOLD_AFTER     4
 /* Solo waiter (tcp_wait.c): the longest a waiter sleeps in a blocking recv
  * (SO_RCVTIMEO) before it goes back to polling its wake fd too. */
 #define TCP_SOLO_MS 2
@@ -163,9 +169,20 @@ struct tcp_sock {
      * (th->mu and iomu): whether it counted in lazy_tgt when it went on
      * the lazy list */
     bool back_seen, lazy_fine;
-    /* initiator, iomu: answers to messages sent back were queued by this
-     * read: they go out when it ends */
-    bool answers;
+    /* iomu: answers to messages this read queued (they go out when it
+     * ends, or ride along: tcp_back.c); held, of them on the send list,
+     * left by waiters for the next frame to carry (a direct sender may
+     * then send though the list is not empty) */
+    uint32_t answers, held;
+    /* iomu: holding is on (hold_on) once TCP_HOLD_AFTER answers in a row
+     * were followed by this side's next frame within TCP_HOLD_WINDOW_US
+     * (hold_streak; ans_ns: when the last answer went out alone), and off
+     * again once the owner's tick had to send held answers; held_ns: when
+     * the oldest held answer was held. on_held, held_next: th->mu. */
+    bool hold_on, on_held;
+    uint8_t hold_streak;
+    int64_t ans_ns, held_ns;
+    struct tcp_sock *held_next;
     bool in_gone;                       /* in_mu: tcp_in_forget ran: no table takes it again */
     bool dead;                          /* qmu: no new frames */
     bool close_req;                     /* th->mu: disconnect asks the owner to close */
@@ -313,6 +330,11 @@ struct tcp_thread {
     struct tcp_sock *lazy_head;
     bool ticking, tick_fine;
     int lazy_tgt;
+    /* mu: sockets with answers held for their next frame (tcp_back.c);
+     * while there are any (held_n, atomic) the thread ticks fine and its
+     * tick sends what is still held. */
+    struct tcp_sock *held_head;
+    int held_n;
     /* The read side of the fences for this thread's payload receives
      * (tcp_fence.c): a FENCE takes every thread's, a receive only its own,
      * so receives on different threads share no lock. */
@@ -378,7 +400,9 @@ struct tcp_transport {
      * takes messages back (back_out; tcp_back.c). Set and cleared under
      * in_mu. */
     struct tcp_sock *back_sock[TCP_IN_SLOTS];
-    bool back; /* XFER_TCP_BACK=0: every message goes on its sender's own connection */
+    bool back;              /* XFER_TCP_BACK=0: every message goes on its sender's own connection */
+    bool hold;              /* XFER_TCP_HOLD=0: a waiter sends its answers at once (tcp_back.c) */
+    int64_t hold_window_ns; /* TCP_HOLD_WINDOW_US, or XFER_TCP_HOLD_WINDOW_US */
     pthread_mutex_t sent_mu; /* initiator: recent fences */
     uint32_t sent[TCP_FENCES_RESEND];
     unsigned sent_n;
@@ -494,6 +518,17 @@ int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t);
 /* tcp_disconnect: tc's messages not done on its back socket end
  * -XFER_ECONN (their peer goes), and the socket's pin goes. */
 void tcp_back_detach(struct tcp_conn *tc);
+/* iomu held, a read that queued s->answers ends: true = they are held for
+ * the next frame on s (at most until the owner's next tick), false = the
+ * caller sends them now. */
+bool tcp_answers_hold(struct tcp_sock *s);
+/* iomu held, a direct send of this side's frame went out (had: answers it
+ * carried): learns whether answers are worth holding on s. */
+void tcp_answers_learn(struct tcp_sock *s, uint32_t had);
+/* Owner thread, each tick while th->held_n: sends answers nobody carried. */
+void tcp_held_tick(struct tcp_thread *th);
+/* th->mu held: s leaves th's held list (it closes). */
+void tcp_held_unlink(struct tcp_sock *s);
 
 /* tcp_wait.c: waiter-driven receive */
 unsigned tcp_peer_hash(const char *node);

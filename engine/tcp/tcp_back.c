@@ -104,6 +104,118 @@ static struct tcp_sock *back_path(struct tcp_conn *tc)
     return s;
 }
 
+/* ---- answers ride along ---------------------------------------------------------
+ *
+ * On a connection used both ways, a waiter that read the peer's message
+ * queues its answer, and this side's next message usually follows within
+ * microseconds: sent apart they are two segments, and the second pushed
+ * segment in a row makes the receiving kernel acknowledge at once (a pure
+ * ACK), and the peer's waiter wakes twice. Held, the answer goes out in the
+ * next frame's sendmsg. But a peer that waits for the answer while this
+ * side sends nothing would wait for the owner's tick (100 us), so a socket
+ * holds only after TCP_HOLD_AFTER answers in a row were followed by this
+ * side's next frame within TCP_HOLD_WINDOW_US, and stops holding once the
+ * tick had to send one (kicking the owner for each held answer instead cost
+ * more than the segments saved: docs/notify.md). */
+
+static void held_enter(struct tcp_sock *s)
+{
+    if (s->on_held)
+        return;
+    struct tcp_thread *th = s->th;
+    pthread_mutex_lock(&th->mu);
+    s->on_held = true;
+    s->held_next = th->held_head;
+    th->held_head = s;
+    __atomic_store_n(&th->held_n, th->held_n + 1, __ATOMIC_SEQ_CST);
+    bool wake = !__atomic_load_n(&th->tick_fine, __ATOMIC_SEQ_CST); /* see lazy_enter */
+    pthread_mutex_unlock(&th->mu);
+    if (wake)
+        tcp_thread_wake(th);
+}
+
+void tcp_held_unlink(struct tcp_sock *s)
+{
+    if (!s->on_held)
+        return;
+    for (struct tcp_sock **pp = &s->th->held_head; *pp; pp = &(*pp)->held_next) {
+        if (*pp == s) {
+            *pp = s->held_next;
+            break;
+        }
+    }
+    s->on_held = false;
+    __atomic_store_n(&s->th->held_n, s->th->held_n - 1, __ATOMIC_RELAXED);
+}
+
+bool tcp_answers_hold(struct tcp_sock *s)
+{
+    bool both_ways = s->back_in || __atomic_load_n(&s->back_used, __ATOMIC_RELAXED);
+    if (!s->tt->hold || !s->answers || !s->by_waiter || !both_ways || s->out_armed ||
+        s->tx_count != s->held + s->answers)
+        return false; /* the owner's read, or other frames to send: now */
+    int64_t now = xfer_mono_ns();
+    if (!s->hold_on) {
+        s->ans_ns = now; /* sent now: does this side's next frame follow soon? */
+        return false;
+    }
+    if (!s->held)
+        s->held_ns = now;
+    s->held += s->answers;
+    held_enter(s);
+    return true;
+}
+
+void tcp_answers_learn(struct tcp_sock *s, uint32_t had)
+{
+    if (had || !s->ans_ns)
+        return; /* carried held answers (holding pays), or no answer before */
+    bool soon = xfer_mono_ns() - s->ans_ns <= s->tt->hold_window_ns;
+    s->ans_ns = 0;
+    s->hold_streak = soon ? s->hold_streak + 1 : 0;
+    if (s->hold_streak >= TCP_HOLD_AFTER && !s->hold_on) {
+        s->hold_on = true;
+        xfer_debug("tcp: %s: answers wait for the next frame", s->name);
+    }
+}
+
+void tcp_held_tick(struct tcp_thread *th)
+{
+    pthread_mutex_lock(&th->mu);
+    struct tcp_sock *s = th->held_head;
+    th->held_head = NULL;
+    pthread_mutex_unlock(&th->mu);
+    int64_t now = xfer_mono_ns(), young = th->tt->hold_window_ns;
+    while (s) {
+        struct tcp_sock *next = s->held_next;
+        bool locked = pthread_mutex_trylock(&s->iomu) == 0; /* busy: next tick */
+        bool keep = !locked;
+        if (locked && s->held && s->fd >= 0) {
+            if (now - s->held_ns < young) { /* its frame may still come */
+                keep = true;
+            } else { /* nobody carried them: send, stop holding */
+                xfer_debug("tcp: %s: no frame came for %u held answers: sent, holding stops",
+                           s->name, s->held);
+                s->hold_on = false;
+                s->hold_streak = 0;
+                tcp_sock_writable(s);
+            }
+        }
+        pthread_mutex_lock(&th->mu); /* on_held changes under iomu and mu (see lazy_enter) */
+        if (keep) {
+            s->held_next = th->held_head;
+            th->held_head = s;
+        } else {
+            s->on_held = false;
+            __atomic_store_n(&th->held_n, th->held_n - 1, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_unlock(&th->mu);
+        if (locked)
+            pthread_mutex_unlock(&s->iomu);
+        s = next;
+    }
+}
+
 int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t)
 {
     if (__atomic_load_n(&tc->path, __ATOMIC_RELAXED) == TCP_PATH_OWN)

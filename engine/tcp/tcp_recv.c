@@ -250,7 +250,7 @@ static ssize_t back_payload(struct tcp_sock *s)
     s->rx_got += (uint64_t)n;
     if (s->rx_got == s->rh.length) {
         tcp_msg_received(s);
-        s->answers |= !(s->rh.flags & XFER_WIRE_F_NORESP);
+        s->answers += !(s->rh.flags & XFER_WIRE_F_NORESP);
     }
     return n ? n : 1;
 }
@@ -313,9 +313,9 @@ static void initiator_readable(struct tcp_sock *s)
     initiator_read(s);
     done_flush(s);
     if (s->answers) {
-        s->answers = false;
-        if (s->fd >= 0)
+        if (s->fd >= 0 && !tcp_answers_hold(s))
             tcp_sock_answer(s);
+        s->answers = 0;
     }
 }
 
@@ -567,9 +567,10 @@ static void target_readable(struct tcp_sock *s)
         if (n < 0 || (n == 0 && left))
             break;
         s->rx_got += (uint64_t)n;
-        if (s->rx_got == s->rh.length && s->rh.op == XFER_WIRE_MSG_REQ)
+        if (s->rx_got == s->rh.length && s->rh.op == XFER_WIRE_MSG_REQ) {
             tcp_msg_received(s);
-        else if (s->rx_got == s->rh.length)
+            s->answers += !(s->rh.flags & XFER_WIRE_F_NORESP);
+        } else if (s->rx_got == s->rh.length)
             target_write_done(s);
         if ((size_t)n >= budget) {
             tcp_ready_push(s);
@@ -579,8 +580,9 @@ static void target_readable(struct tcp_sock *s)
     }
     served_flush(s);
     done_flush(s);
-    if (s->fd >= 0 && s->tx_head && !(s->by_waiter && s->tgt_gpu))
+    if (s->fd >= 0 && s->tx_head && !(s->by_waiter && s->tgt_gpu) && !tcp_answers_hold(s))
         tcp_sock_writable(s);
+    s->answers = 0;
 }
 
 void tcp_sock_readable(struct tcp_sock *s)

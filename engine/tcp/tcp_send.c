@@ -202,6 +202,7 @@ static bool send_queued(struct tcp_sock *s, bool direct)
 {
     if (s->fd < 0)
         return false;
+    s->held = 0; /* held answers go with what this sends (or at EPOLLOUT) */
     /* An accepted socket's list is its owner's responses, unless messages
      * were sent back on it (tcp_back.c): then its shared queue moves too. */
     if ((!s->target || __atomic_load_n(&s->back_used, __ATOMIC_ACQUIRE)) &&
@@ -281,8 +282,13 @@ bool tcp_sock_send_direct(struct tcp_sock *s)
 {
     if (pthread_mutex_trylock(&s->iomu) != 0)
         return false; /* the owner is at it: it sees the queue when done */
-    /* Only an idle socket: a busy one has the owner waiting for EPOLLOUT. */
-    bool ok = !s->tx_head && s->fd >= 0 && send_queued(s, true) && !s->tx_head;
+    /* Only an idle socket (a busy one has the owner waiting for EPOLLOUT),
+     * or one with held answers only: this frame carries them. */
+    uint32_t had = s->held;
+    bool ok =
+        (!s->tx_head || s->tx_count == had) && s->fd >= 0 && send_queued(s, true) && !s->tx_head;
+    if (ok)
+        tcp_answers_learn(s, had);
     pthread_mutex_unlock(&s->iomu);
     return ok;
 }

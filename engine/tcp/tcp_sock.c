@@ -277,6 +277,7 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
     drop_list(s, s->inf_head, msg);
     s->tx_head = s->tx_tail = s->inf_head = s->inf_tail = NULL;
     s->tx_count = 0;
+    s->held = 0;
     if (s->rx_region)
         xfer_region_release(s->rx_region);
     s->rx_region = NULL;
@@ -289,6 +290,7 @@ void tcp_sock_fail_as(struct tcp_sock *s, enum xfer_log_level lvl, const char *w
     s->rx_lazy = false;
     pthread_mutex_lock(&th->mu);
     tcp_lazy_unlink(s);
+    tcp_held_unlink(s);
     if (s->linked) {
         if (s->th_prev)
             s->th_prev->th_next = s->th_next;

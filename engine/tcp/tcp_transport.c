@@ -249,10 +249,12 @@ static void *thread_main(void *arg)
         if (!ticking)
             ticking = __atomic_load_n(&th->lazy_head, __ATOMIC_SEQ_CST) != NULL;
         /* The same for the fine tick, with lazy_tgt (tcp_wait.c). */
-        bool fine = __atomic_load_n(&th->lazy_tgt, __ATOMIC_SEQ_CST) > 0;
+        bool fine = __atomic_load_n(&th->lazy_tgt, __ATOMIC_SEQ_CST) > 0 ||
+                    __atomic_load_n(&th->held_n, __ATOMIC_SEQ_CST) > 0;
         __atomic_store_n(&th->tick_fine, fine, __ATOMIC_SEQ_CST);
-        if (!fine)
-            fine = __atomic_load_n(&th->lazy_tgt, __ATOMIC_SEQ_CST) > 0;
+        if (!fine) /* (and tcp_back.c's held answers) */
+            fine = __atomic_load_n(&th->lazy_tgt, __ATOMIC_SEQ_CST) > 0 ||
+                   __atomic_load_n(&th->held_n, __ATOMIC_SEQ_CST) > 0;
         ticking |= fine;
         int64_t tick_ns = fine ? TCP_LAZY_TICK_TGT_US * 1000 : TCP_LAZY_TICK_MS * 1000000;
         int64_t sleep_ns = th->ready_head || th->gpu_head ? 0 : ticking ? tick_ns : 100 * 1000000;
@@ -299,6 +301,8 @@ static void *thread_main(void *arg)
         if (next_tick - now_ns > tick_ns)
             next_tick = now_ns + tick_ns; /* the tick turned fine */
         if (ticking && now_ns >= next_tick) {
+            if (__atomic_load_n(&th->held_n, __ATOMIC_RELAXED))
+                tcp_held_tick(th);
             tcp_lazy_tick(th);
             next_tick = now_ns + tick_ns;
         }
@@ -556,6 +560,10 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->notif_ack = !ack || strcmp(ack, "0") != 0;
     const char *back = getenv("XFER_TCP_BACK"); /* 0: messages on own connections only */
     tt->back = !back || strcmp(back, "0") != 0;
+    const char *hold = getenv("XFER_TCP_HOLD"); /* 0: answers go out at once */
+    tt->hold = !hold || strcmp(hold, "0") != 0;
+    const char *win = getenv("XFER_TCP_HOLD_WINDOW_US");
+    tt->hold_window_ns = (int64_t)(win && atoi(win) > 0 ? atoi(win) : TCP_HOLD_WINDOW_US) * 1000;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     tt->n_threads = cfg->progress_threads > 0 ? cfg->progress_threads : 1;
     tt->threads = calloc((size_t)tt->n_threads, sizeof(*tt->threads));

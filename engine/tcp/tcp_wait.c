@@ -383,8 +383,8 @@ static bool target_may_lazy(struct tcp_sock *s)
  * requests may come on unasked, as an accepted socket. */
 static bool may_leave_lazy(struct tcp_sock *s)
 {
-    if (!s->target && (s->tx_head || s->inf_head))
-        return false;
+    if (!s->target && (s->tx_count > s->held || s->inf_head))
+        return false; /* (answers held for the next frame are not on the way) */
     return !tcp_sock_serves(s) || target_may_lazy(s);
 }
 

@@ -15,6 +15,12 @@
  *    changes when A reconnects;
  *  - A killed while B's default SEND waits on A's connection for A's
  *    RECV: the SEND ends -XFER_ECONN well before its deadline;
+ *  - answers ride along (tcp_back.c): after a notification ping-pong of
+ *    ROUNDS (where each answer is followed by the next notification, so
+ *    answers get held), each side in turn sends ONEWAY blocking
+ *    notifications the other only receives: every acknowledgement comes
+ *    (the one held is sent by the owner's tick, and holding stops), in
+ *    order, well within the deadline;
  *  - B removes A while such SENDs (and a notification) wait there: they
  *    end -XFER_ECONN at once, nothing is left to end after the peer is
  *    gone (AddressSanitizer: a use after free was the failure), and after
@@ -44,7 +50,9 @@
 #define ROUNDS 600
 #endif
 
-static int n_back, n_own; /* B's log lines: messages back, own connection from now on */
+/* B's log lines: messages back, own connection from now on; answers held
+ * from now on, held ones sent by the tick */
+static int n_back, n_own, n_hold_on, n_hold_off;
 
 static void count_lines(enum xfer_log_level lvl, const char *msg, void *arg)
 {
@@ -54,6 +62,10 @@ static void count_lines(enum xfer_log_level lvl, const char *msg, void *arg)
         __atomic_add_fetch(&n_back, 1, __ATOMIC_RELAXED);
     else if (strstr(msg, "go on our own connection from now on"))
         __atomic_add_fetch(&n_own, 1, __ATOMIC_RELAXED);
+    else if (strstr(msg, "answers wait for the next frame"))
+        __atomic_add_fetch(&n_hold_on, 1, __ATOMIC_RELAXED);
+    else if (strstr(msg, "held answers: sent, holding stops"))
+        __atomic_add_fetch(&n_hold_off, 1, __ATOMIC_RELAXED);
 }
 
 static void log_to_counters(void)
@@ -206,6 +218,100 @@ static void test_back_off(void **state)
     run_a(false);
 }
 
+#define ONEWAY 100
+
+/* Takes the next notification from `from`: NULL, or why it is not text. */
+static const char *note_check(xfer_engine *e, const char *from, const char *text)
+{
+    struct xfer_notif *n = NULL;
+    while (!n && xfer_notif_wait(e, from, DEADLINE) > 0)
+        xfer_notif_poll(e, &n, 1);
+    bool ok = n && n->len == strlen(text) && !memcmp(n->data, text, n->len);
+    xfer_notif_free(n);
+    return ok ? NULL : "wrong or no notification";
+}
+
+/* One side of the hold test: `first` sends first in the ping-pong, and its
+ * one-way notifications go first too. NULL or why. */
+static const char *hold_side(xfer_engine *e, xfer_peer *p, const char *peer, bool first)
+{
+    const char *why = NULL;
+    char text[32];
+    for (int k = 0; k < ROUNDS && !why; k++) {
+        snprintf(text, sizeof(text), "pp %d", k);
+        if (first && xfer_notify(e, p, text, strlen(text), DEADLINE) != 0)
+            why = "ping-pong notify failed";
+        if (!why)
+            why = note_check(e, peer, text);
+        if (!why && !first && xfer_notify(e, p, text, strlen(text), DEADLINE) != 0)
+            why = "ping-pong notify failed";
+    }
+    for (int turn = 0; turn < 2 && !why; turn++) { /* first sends, then the other */
+        bool sending = (turn == 0) == first;
+        for (int j = 0; j < ONEWAY && !why; j++) {
+            snprintf(text, sizeof(text), "one-way %d %d", turn, j);
+            if (sending && xfer_notify(e, p, text, strlen(text), DEADLINE / 2) != 0)
+                why = "one-way notify not acknowledged";
+            else if (!sending)
+                why = note_check(e, peer, text);
+        }
+    }
+    return why;
+}
+
+static int side_b_hold(int rfd, int wfd, void *arg)
+{
+    (void)arg;
+    log_to_counters();
+    xfer_engine *e;
+    xfer_peer *p;
+    if (fp_side_up(&e, &p, "back-b", rfd, wfd) < 0)
+        return 1;
+    const char *why = hold_side(e, p, "back-a", false);
+    int counts[2] = {n_hold_on, n_hold_off}; /* A adds them to its own */
+    if (!why && write(wfd, counts, sizeof(counts)) != (ssize_t)sizeof(counts))
+        why = "pipe";
+    if (why)
+        fprintf(stderr, "b: %s\n", why);
+    while (pipe_wait(rfd))
+        ;
+    xfer_engine_free(e);
+    return why ? 1 : 0;
+}
+
+static void test_back_hold(void **state)
+{
+    (void)state;
+    /* A frame 2 ms after its answer still counts as following it: holding
+     * starts on a loaded machine too (both read it at engine creation). */
+    setenv("XFER_TCP_HOLD_WINDOW_US", "2000", 1);
+    int rfd = -1, wfd = -1;
+    pid_t pid = fp_fork(side_b_hold, NULL, &rfd, &wfd);
+    assert_true(pid > 0);
+    n_hold_on = n_hold_off = 0;
+    log_to_counters();
+    xfer_engine *e;
+    xfer_peer *p;
+    assert_int_equal(fp_side_up(&e, &p, "back-a", rfd, wfd), 0);
+    unsetenv("XFER_TCP_HOLD_WINDOW_US");
+    const char *why = hold_side(e, p, "back-b", true);
+    if (why)
+        fprintf(stderr, "a: %s\n", why);
+    assert_null(why);
+    int b_counts[2] = {0, 0};
+    assert_int_equal(read(rfd, b_counts, sizeof(b_counts)), (ssize_t)sizeof(b_counts));
+    fprintf(stderr, "hold: a on %d off %d, b on %d off %d\n", n_hold_on, n_hold_off, b_counts[0],
+            b_counts[1]);
+    /* one side at least held answers in the ping-pong, and had to have the
+     * tick send some in the one-way part */
+    assert_true(n_hold_on + b_counts[0] >= 1);
+    assert_true(n_hold_off + b_counts[1] >= 1);
+    int st = fp_join(pid, rfd, wfd);
+    xfer_engine_free(e);
+    xfer_log_set_handler(NULL, NULL); /* (its threads log until it is freed) */
+    assert_int_equal(st, 0);
+}
+
 /* The killed peer: here B (this process), A the child, which connects,
  * says it is up and then only waits. */
 static int side_a_idle(int rfd, int wfd, void *arg)
@@ -324,6 +430,7 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_back), cmocka_unit_test(test_back_off),
+                                       cmocka_unit_test(test_back_hold),
                                        cmocka_unit_test(test_back_peer_killed),
                                        cmocka_unit_test(test_back_peer_removed)};
     return cmocka_run_group_tests(tests, NULL, NULL);
