@@ -80,6 +80,9 @@
  * item's (docs/perf.md, "Runs of small items"). */
 #define TCP_RUN_ITEM_MAX (64u << 10)
 #define TCP_RUN_MAX      (256u << 10)
+/* Payloads of at least this many bytes of memfd-backed host regions go
+ * out with sendfile (tcp_send.c); smaller ones are gathered into sendmsg. */
+#define TCP_FILE_MIN (64u << 10)
 
 struct tcp_transport;
 struct tcp_thread;
@@ -94,7 +97,13 @@ struct tcp_tx {
     uint32_t hdr_sent;
     uint8_t *payload; /* WRITE_REQ: local memory; READ_RESP: region memory */
     uint64_t payload_len, payload_sent;
-    bool pad;      /* item ended mid-frame: the rest goes out as zeros */
+    bool pad; /* item ended mid-frame: the rest goes out as zeros */
+    /* The payload is memfd-backed region memory, sent with sendfile from
+     * file_fd at file_off (tcp_send.c, "Payload from the file"): the
+     * kernel takes the pages instead of copying them. */
+    bool file;
+    int file_fd;
+    uint64_t file_off;
     bool detached; /* fenced mid-frame: the rest goes out of own (or a GPU slot) */
     uint8_t *own;  /* detached copy of a WRITE payload (tcp_fence.c) */
     /* initiator chunk */
@@ -403,6 +412,7 @@ struct tcp_transport {
     bool back;              /* XFER_TCP_BACK=0: every message goes on its sender's own connection */
     bool hold;              /* XFER_TCP_HOLD=0: a waiter sends its answers at once (tcp_back.c) */
     int64_t hold_window_ns; /* TCP_HOLD_WINDOW_US, or XFER_TCP_HOLD_WINDOW_US */
+    bool sendfile;          /* XFER_TCP_SENDFILE=0: payloads always copied by sendmsg */
     pthread_mutex_t sent_mu; /* initiator: recent fences */
     uint32_t sent[TCP_FENCES_RESEND];
     unsigned sent_n;
@@ -478,6 +488,13 @@ void tcp_response_done(struct tcp_tx *t);
 void tcp_ready_push(struct tcp_sock *s);
 
 /* tcp_send.c: sending */
+/* May t's payload at p (in region r, host memory), len bytes, go out with
+ * sendfile? Then marks t so. */
+void tcp_tx_file(struct tcp_transport *tt, struct tcp_tx *t, const xfer_region *r, const uint8_t *p,
+                 uint64_t len);
+/* A progress thread, at its start: blocks SIGPIPE (sendfile has no
+ * MSG_NOSIGNAL); only such threads send payloads from the file. */
+void tcp_send_thread_init(void);
 void tcp_sock_writable(struct tcp_sock *s);
 /* Submitting thread, after queueing on s: sends the queue itself if s is
  * idle and its I/O lock free. False = the owner must be kicked. */

@@ -292,8 +292,8 @@ bool tcp_enqueue(struct tcp_conn *tc, struct tcp_tx *t, bool *kick, bool first_l
 
 /* Fills chunk t of item i (all of it: slab memory is reused unzeroed):
  * [off, off+len) of it, request id req. */
-static inline void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const struct xfer_item *it,
-                              uint64_t off, uint64_t len, uint64_t req)
+static inline void fill_chunk(struct tcp_transport *tt, struct tcp_tx *t, xfer_batch *b, size_t i,
+                              const struct xfer_item *it, uint64_t off, uint64_t len, uint64_t req)
 {
     uint8_t *local = (uint8_t *)xfer_region_ptr(it->local) + it->local_off + off;
     *t = (struct tcp_tx){0};
@@ -310,6 +310,7 @@ static inline void fill_chunk(struct tcp_tx *t, xfer_batch *b, size_t i, const s
     if (it->op == XFER_OP_WRITE) {
         t->payload = local;
         t->payload_len = len;
+        tcp_tx_file(tt, t, it->local, local, len);
     } else {
         t->local = local;
     }
@@ -494,7 +495,7 @@ void tcp_run_split(struct tcp_sock *s, struct tcp_tx *t)
         struct xfer_item it;
         xfer_batch_item_seg(t->b, t->idx + k, 0, &it);
         struct tcp_tx *c = &slab->tx[k];
-        fill_chunk(c, t->b, t->idx + k, &it, 0, it.len, req++);
+        fill_chunk(s->tt, c, t->b, t->idx + k, &it, 0, it.len, req++);
         c->seg = UINT32_MAX;
         c->slab = slab;
         c->next = k + 1 < n ? &slab->tx[k + 1] : NULL;
@@ -612,7 +613,7 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
             do {
                 uint64_t len = m > 1 ? m * it->len : it->len - off < ch ? it->len - off : ch;
                 struct tcp_tx *t = &slab->tx[used++];
-                fill_chunk(t, b, idx[k], it, off, len, req++);
+                fill_chunk(tc->tt, t, b, idx[k], it, off, len, req++);
                 t->nitems = m;
                 t->seg = vec ? (uint32_t)sg : UINT32_MAX;
                 t->slab = slab;

@@ -163,6 +163,7 @@ static void detach_begun(struct tcp_sock *s, xfer_batch *b)
                t->payload_len - t->payload_sent);
         t->own = copy;
         t->payload = copy;
+        t->file = false; /* the rest from the copy */
         t->detached = true;
     }
 }

@@ -374,6 +374,8 @@ struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr
     t->payload = payload;
     t->payload_len = h.payload;
     t->gslot = -1;
+    if (r && t->payload_len)
+        tcp_tx_file(s->tt, t, r, payload, t->payload_len);
     if (r && t->payload_len && xfer_region_kind(r) == XFER_MEM_CUDA) {
         t->gpu = true; /* sent from a staging slot after its D2H */
         t->gdev = xfer_region_device(r);

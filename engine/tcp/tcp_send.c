@@ -11,10 +11,13 @@
 #include "xfer_io.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -195,6 +198,102 @@ static int gpu_head_ready(struct tcp_sock *s)
     return -1;
 }
 
+/* ---- payload from the file ---------------------------------------------------------
+ *
+ * Region memory the engine allocated is a memfd (region_mem.c): a large
+ * payload of it goes out with sendfile, which hands the socket the memfd's
+ * pages instead of copying them into socket buffers (over loopback the
+ * receiver's recv is then the only copy; on a NIC the send side copies
+ * nothing). The header goes first with MSG_MORE. An initiator's payload is
+ * pinned for the call (io_begin/io_end) as sendmsg's is: the pages stay
+ * referenced by the kernel until sent, and an item answered by its target
+ * was read there whole. A blocking descriptor (solo waiters,
+ * tcp_solo_setup) turns non-blocking around the call (a waiter that enters
+ * recv meanwhile returns at once and polls). A file that cannot be spliced
+ * (hugetlbfs) falls back to sendmsg for that frame. */
+
+void tcp_tx_file(struct tcp_transport *tt, struct tcp_tx *t, const xfer_region *r, const uint8_t *p,
+                 uint64_t len)
+{
+    int fd = xfer_region_memfd(r);
+    if (!tt->sendfile || fd < 0 || len < TCP_FILE_MIN || xfer_region_kind(r) != XFER_MEM_HOST)
+        return;
+    t->file = true;
+    t->file_fd = fd;
+    t->file_off = (uint64_t)(p - (const uint8_t *)xfer_region_ptr(r));
+}
+
+/* A socket's file status flags are O_NONBLOCK or none (tcp_solo_setup
+ * took it out): no F_GETFL needed. */
+/* sendfile has no MSG_NOSIGNAL: a peer gone raises SIGPIPE in the calling
+ * thread. So only progress threads, which block SIGPIPE for good
+ * (tcp_send_thread_init), send file frames; a submitting thread or a
+ * waiter stops before one and leaves it to the owner (a hand-off per
+ * large frame at most). */
+static __thread bool sigpipe_blocked;
+
+void tcp_send_thread_init(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    sigpipe_blocked = pthread_sigmask(SIG_BLOCK, &set, NULL) == 0;
+}
+
+static int nonblock(int fd, bool on)
+{
+    return fcntl(fd, F_SETFL, on ? O_NONBLOCK : 0);
+}
+
+/* One step of the head frame, a file frame: its header (MSG_MORE), or a
+ * sendfile of its payload. 1 = went on (or the frame fell back to memory),
+ * 0 = the socket is full (EPOLLOUT armed), -1 = failed (*err). */
+static int file_step(struct tcp_sock *s, int *err)
+{
+    struct tcp_tx *t = s->tx_head;
+    ssize_t n;
+    if (t->hdr_sent < XFER_WIRE_HDR_LEN) {
+        struct iovec iov = {t->hdr + t->hdr_sent, XFER_WIRE_HDR_LEN - t->hdr_sent};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+        n = sendmsg(s->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
+        *err = errno;
+    } else {
+        bool pinned = t->b && !t->pad && !t->detached;
+        if (pinned && !xfer_batch_io_begin(t->b, t->idx)) {
+            t->file = false;
+            t->pad = true; /* the item ended mid-frame: zeros, as sendmsg's path */
+            return 1;
+        }
+        off_t off = (off_t)(t->file_off + t->payload_sent);
+        uint64_t left = t->payload_len - t->payload_sent;
+        bool flip = s->solo_ok && nonblock(s->fd, true) == 0;
+        n = sendfile(s->fd, t->file_fd, &off, left < (1u << 30) ? (size_t)left : (1u << 30));
+        *err = errno;
+        if (flip)
+            nonblock(s->fd, false);
+        if (pinned)
+            xfer_batch_io_end(t->b, t->idx);
+        if (n == 0 || (n < 0 && (*err == EINVAL || *err == ENOSYS || *err == EOPNOTSUPP))) {
+            t->file = false; /* not a file sendfile takes: from memory */
+            return 1;
+        }
+    }
+    if (n < 0) {
+        if (*err == EINTR)
+            return 1;
+        if (*err != EAGAIN && *err != EWOULDBLOCK)
+            return -1;
+        if (!s->out_armed) { /* the owner goes on at EPOLLOUT */
+            s->out_armed = true;
+            tcp_sock_interest(s);
+        }
+        return 0;
+    }
+    s->io_count++;
+    tx_advance(s, (size_t)n);
+    return 1;
+}
+
 /* direct: called by a submitting thread; a failing send is left to the
  * owner (kicked by the caller), which alone closes sockets. Returns false if
  * frames are left unsent. */
@@ -218,13 +317,27 @@ static bool send_queued(struct tcp_sock *s, bool direct)
             continue;
         if (ready == 0)
             break;
+        if (s->tx_head->file && !sigpipe_blocked) { /* the owner sends it (see above) */
+            if (s->by_waiter)
+                s->rx_defer = true; /* kicked when the waiter leaves */
+            return false;           /* a direct sender's caller kicks it */
+        }
+        if (s->tx_head->file) {
+            int err = 0, rc = file_step(s, &err);
+            if (rc > 0)
+                continue;
+            if (rc < 0 && !direct)
+                tcp_sock_fail(s, -XFER_ECONN, strerror(err));
+            return false;
+        }
         struct gather g;
         g.niov = g.npinned = 0;
         g.last = false;
         int n_ent = 0;
         for (struct tcp_tx *t = s->tx_head; t && n_ent < TCP_IOV_MAX && !g.last;
              t = t->next, n_ent++)
-            if ((t != s->tx_head && t->gpu && tcp_gpu_tx_check(s, t, NULL, 0) != 1) ||
+            if ((t != s->tx_head &&
+                 (t->file || (t->gpu && tcp_gpu_tx_check(s, t, NULL, 0) != 1))) ||
                 !gather_add(&g, t))
                 break;
         if (n_ent == 0)

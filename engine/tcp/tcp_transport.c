@@ -236,6 +236,7 @@ static int64_t mono_coarse_ns(void)
 
 static void *thread_main(void *arg)
 {
+    tcp_send_thread_init();
     struct tcp_thread *th = arg;
     struct tcp_transport *tt = th->tt;
     struct epoll_event ev[64];
@@ -560,6 +561,8 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->notif_ack = !ack || strcmp(ack, "0") != 0;
     const char *back = getenv("XFER_TCP_BACK"); /* 0: messages on own connections only */
     tt->back = !back || strcmp(back, "0") != 0;
+    const char *sf = getenv("XFER_TCP_SENDFILE"); /* 0: payloads always copied */
+    tt->sendfile = !sf || strcmp(sf, "0") != 0;
     const char *hold = getenv("XFER_TCP_HOLD"); /* 0: answers go out at once */
     tt->hold = !hold || strcmp(hold, "0") != 0;
     const char *win = getenv("XFER_TCP_HOLD_WINDOW_US");
