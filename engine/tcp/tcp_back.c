@@ -134,6 +134,9 @@ static void held_enter(struct tcp_sock *s)
         tcp_thread_wake(th);
 }
 
+/* (s may be on tcp_held_tick's detached list instead, when its send there
+ * failed: not found here, counted out all the same; the tick checks
+ * on_held.) */
 void tcp_held_unlink(struct tcp_sock *s)
 {
     if (!s->on_held)
@@ -201,11 +204,14 @@ void tcp_held_tick(struct tcp_thread *th)
                 tcp_sock_writable(s);
             }
         }
-        pthread_mutex_lock(&th->mu); /* on_held changes under iomu and mu (see lazy_enter) */
-        if (keep) {
+        /* on_held changes under iomu and mu (see lazy_enter). A send above
+         * that failed closed s, and its close took s off (tcp_held_unlink:
+         * on_held false, counted out): not twice. */
+        pthread_mutex_lock(&th->mu);
+        if (keep && s->on_held) {
             s->held_next = th->held_head;
             th->held_head = s;
-        } else {
+        } else if (s->on_held) {
             s->on_held = false;
             __atomic_store_n(&th->held_n, th->held_n - 1, __ATOMIC_RELAXED);
         }
