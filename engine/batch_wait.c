@@ -95,9 +95,8 @@ static int rx_off = -1, rx_in_on = -1;
 static void rx_env(void)
 {
     if (__atomic_load_n(&rx_off, __ATOMIC_RELAXED) < 0) {
-        const char *env = getenv("XFER_WAIT_RX"), *in_env = getenv("XFER_WAIT_RX_IN");
-        __atomic_store_n(&rx_in_on, !(in_env && !strcmp(in_env, "0")), __ATOMIC_RELAXED);
-        __atomic_store_n(&rx_off, env && !strcmp(env, "0"), __ATOMIC_RELAXED);
+        __atomic_store_n(&rx_in_on, !xfer_env_off("XFER_WAIT_RX_IN"), __ATOMIC_RELAXED);
+        __atomic_store_n(&rx_off, xfer_env_off("XFER_WAIT_RX"), __ATOMIC_RELAXED);
     }
 }
 

@@ -310,8 +310,7 @@ int msg_thread_start(xfer_engine *e)
     pthread_cond_init(&t->done_cv, NULL);
     xfer_cond_init_mono(&t->idle_cv);
     msg_match_init(e);
-    const char *v = getenv("XFER_NOTIFY_BEHIND"); /* 0: measuring, or a peer without it */
-    t->behind = !(v && !strcmp(v, "0"));
+    t->behind = !xfer_env_off("XFER_NOTIFY_BEHIND"); /* off: measuring, or a peer without it */
     if (pthread_create(&t->thread, NULL, msg_main, e) != 0) {
         xfer_engine_set_error(e, "cannot start the message thread");
         return -XFER_ENOMEM;

@@ -103,12 +103,10 @@ void msg_match_init(xfer_engine *e)
     pthread_cond_init(&e->match.idle_cv, NULL);
     /* XFER_MSG_EAGER=0: every SEND goes rendezvous (measuring the eager
      * path; talking to a peer that predates the eager RTS) */
-    const char *v = getenv("XFER_MSG_EAGER");
-    e->match.eager = !(v && !strcmp(v, "0"));
+    e->match.eager = !xfer_env_off("XFER_MSG_EAGER");
     /* XFER_MSG_SHORT=0: XFER_SEND_LOCAL sends the long RTS (a receiver
      * built before the short one refuses XFER_MSG_F_SHORT) */
-    v = getenv("XFER_MSG_SHORT");
-    e->match.short_rts = !(v && !strcmp(v, "0"));
+    e->match.short_rts = !xfer_env_off("XFER_MSG_SHORT");
 }
 
 /* ---- registration (b->mu held) ------------------------------------------------- */

@@ -136,8 +136,7 @@ static void notif_wait_slice(xfer_engine *e, const char *node, int ms)
 {
     static int rx_on = -1;
     if (rx_on < 0) {
-        const char *env = getenv("XFER_NOTIF_WAIT_RX");
-        __atomic_store_n(&rx_on, !(env && !strcmp(env, "0")), __ATOMIC_RELAXED);
+        __atomic_store_n(&rx_on, !xfer_env_off("XFER_NOTIF_WAIT_RX"), __ATOMIC_RELAXED);
     }
     for (size_t k = 0; __atomic_load_n(&rx_on, __ATOMIC_RELAXED) && k < e->n_transports; k++) {
         struct xfer_transport *t = e->transports[k];

@@ -32,12 +32,6 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-static bool env_off(const char *name)
-{
-    const char *v = getenv(name);
-    return v && strcmp(v, "0") == 0;
-}
-
 static size_t huge_page_size(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -129,7 +123,7 @@ static int map_fd(int fd, size_t len, void **out)
 static int try_hugetlb(const char *name, size_t len, void **out, char *why, size_t why_len)
 {
     size_t hp = huge_page_size();
-    if (env_off("XFER_HUGETLB")) {
+    if (xfer_env_off("XFER_HUGETLB")) {
         snprintf(why, why_len, "XFER_HUGETLB=0");
         return -1;
     }
@@ -161,7 +155,8 @@ int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, 
     bool huge = fd >= 0;
     if (!huge) {
         static int said; /* one line per process, not per region */
-        if (why[0] && !env_off("XFER_HUGETLB") && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        if (why[0] && !xfer_env_off("XFER_HUGETLB") &&
+            !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             xfer_info("region %s: no huge pages (%s): using 4 KiB pages (reserve some with "
                       "vm.nr_hugepages)",
                       name, why);
@@ -181,7 +176,7 @@ int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, 
         }
         madvise(p, len, MADV_HUGEPAGE); /* shmem THP where set to "advise" */
     }
-    if (!env_off("XFER_REGION_PREFAULT"))
+    if (!xfer_env_off("XFER_REGION_PREFAULT"))
         prefault(p, len, huge ? huge_page_size() : (2u << 20));
     *fd_out = fd;
     *ptr_out = p;

@@ -14,7 +14,10 @@
 #include "mono_clock.h"
 #include "xfer.h"
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifndef container_of
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
@@ -378,5 +381,13 @@ void xfer_msg_done(struct xfer_msg *m, int status, const char *why);
 struct xfer_msg *xfer_batch_note_behind(xfer_batch *b, xfer_peer *p, const size_t *idx, size_t n);
 int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnation,
                          const uint8_t *frame, size_t len);
+
+/* An engine switch from the environment (docs/tuning.md): "0" turns it
+ * off, anything else or unset leaves it on. */
+static inline bool xfer_env_off(const char *name)
+{
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
 
 #endif /* XFER_TRANSPORT_H */

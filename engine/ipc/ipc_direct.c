@@ -36,16 +36,14 @@ _Static_assert(sizeof(struct ipc_ctl_slot) == 64, "one cache line per control sl
 
 bool ipc_direct_allowed(xfer_region *r)
 {
-    const char *env = getenv("XFER_IPC_DIRECT");
-    if (env && !strcmp(env, "0"))
+    if (xfer_env_off("XFER_IPC_DIRECT"))
         return false;
     struct xfer_region_desc d;
     xfer_region_describe(r, &d);
     if (xfer_region_guard_count(r) != 0)
         return false;
     if (xfer_region_kind(r) == XFER_MEM_CUDA) { /* GPU loans: XFER_IPC_DIRECT_GPU=0 turns off */
-        env = getenv("XFER_IPC_DIRECT_GPU");
-        return !env || strcmp(env, "0");
+        return !xfer_env_off("XFER_IPC_DIRECT_GPU");
     }
     return xfer_region_kind(r) == XFER_MEM_HOST && xfer_region_memfd(r) >= 0 &&
            (d.access & XFER_ACCESS_R);
@@ -183,8 +181,7 @@ void ipc_direct_init(struct ipc_direct_table *t, int fd, uint32_t nslots)
     const char *env = getenv("XFER_IPC_DIRECT_MAX");
     long long max = env ? atoll(env) : -1; /* default: no limit */
     t->max_item = max >= 0 ? (uint64_t)max : UINT64_MAX;
-    env = getenv("XFER_IPC_DIRECT");
-    bool off = env && !strcmp(env, "0");
+    bool off = xfer_env_off("XFER_IPC_DIRECT");
     if (fd >= 0 && !off && t->max_item > 0 && nslots == IPC_CTL_SLOTS) {
         void *p = mmap(NULL, CTL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (p != MAP_FAILED) {

@@ -43,8 +43,7 @@ size_t ipc_ring_size(void)
 
 bool ipc_ring_enabled(void)
 {
-    const char *env = getenv("XFER_IPC_RING");
-    return !env || strcmp(env, "0") != 0;
+    return !xfer_env_off("XFER_IPC_RING");
 }
 
 static int map(struct ipc_ring *r, int fd)

@@ -512,6 +512,13 @@ void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err);
 struct tcp_tx *tcp_queue_response(struct tcp_sock *s, const struct xfer_wire_hdr *req, uint8_t op,
                                   int status, xfer_region *r, uint8_t *payload);
 
+/* Does s have a shared send queue to move (tcp_sock_append)? An initiator
+ * socket, or an accepted one that messages were sent back on. */
+static inline bool tcp_sock_queues(const struct tcp_sock *s)
+{
+    return !s->target || __atomic_load_n(&s->back_used, __ATOMIC_ACQUIRE);
+}
+
 /* A socket that requests may arrive on unasked: accepted, or an initiator
  * socket whose target sends messages back on it. */
 static inline bool tcp_sock_serves(const struct tcp_sock *s)

@@ -167,6 +167,8 @@ void tcp_msg_received(struct tcp_sock *s)
     s->rx_msg = NULL;
     s->rx_dst = NULL;
     s->rx_state = RX_HDR;
-    if (!(s->rh.flags & XFER_WIRE_F_NORESP)) /* (else its sender completed it: no answer) */
-        tcp_queue_response(s, &s->rh, XFER_WIRE_MSG_RESP, status, NULL, NULL);
+    if (s->rh.flags & XFER_WIRE_F_NORESP)
+        return; /* its sender completed it: no answer */
+    tcp_queue_response(s, &s->rh, XFER_WIRE_MSG_RESP, status, NULL, NULL);
+    s->answers++; /* sent when the read ends, or held (tcp_back.c) */
 }

@@ -248,10 +248,8 @@ static ssize_t back_payload(struct tcp_sock *s)
     if (n < 0 || (n == 0 && left))
         return n;
     s->rx_got += (uint64_t)n;
-    if (s->rx_got == s->rh.length) {
+    if (s->rx_got == s->rh.length)
         tcp_msg_received(s);
-        s->answers += !(s->rh.flags & XFER_WIRE_F_NORESP);
-    }
     return n ? n : 1;
 }
 
@@ -569,10 +567,9 @@ static void target_readable(struct tcp_sock *s)
         if (n < 0 || (n == 0 && left))
             break;
         s->rx_got += (uint64_t)n;
-        if (s->rx_got == s->rh.length && s->rh.op == XFER_WIRE_MSG_REQ) {
+        if (s->rx_got == s->rh.length && s->rh.op == XFER_WIRE_MSG_REQ)
             tcp_msg_received(s);
-            s->answers += !(s->rh.flags & XFER_WIRE_F_NORESP);
-        } else if (s->rx_got == s->rh.length)
+        else if (s->rx_got == s->rh.length)
             target_write_done(s);
         if ((size_t)n >= budget) {
             tcp_ready_push(s);
@@ -587,6 +584,16 @@ static void target_readable(struct tcp_sock *s)
     s->answers = 0;
 }
 
+/* Reads on, by the socket's kind (both kinds read the other's frames of a
+ * message sent back: tcp_back.c). */
+static void sock_read(struct tcp_sock *s)
+{
+    if (s->target)
+        target_readable(s);
+    else
+        initiator_readable(s);
+}
+
 void tcp_sock_readable(struct tcp_sock *s)
 {
     if (s->rx_solo) { /* a solo waiter sleeps in recv on it: it reads (tcp_wait.c) */
@@ -594,10 +601,7 @@ void tcp_sock_readable(struct tcp_sock *s)
         return;
     }
     s->rx_short = false;
-    if (s->target)
-        target_readable(s);
-    else
-        initiator_readable(s);
+    sock_read(s);
 }
 
 /* A solo waiter's blocking recv (tcp_wait.c) brought n bytes into rxbuf,
@@ -616,8 +620,5 @@ void tcp_sock_solo_in(struct tcp_sock *s, ssize_t n, size_t asked, int err)
     s->rx_hi = (size_t)n;
     s->rx_short = (size_t)n < asked && !s->skipped;
     s->skipped = false;
-    if (s->target)
-        target_readable(s);
-    else
-        initiator_readable(s);
+    sock_read(s);
 }

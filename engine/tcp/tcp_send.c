@@ -304,8 +304,7 @@ static bool send_queued(struct tcp_sock *s, bool direct)
     s->held = 0; /* held answers go with what this sends (or at EPOLLOUT) */
     /* An accepted socket's list is its owner's responses, unless messages
      * were sent back on it (tcp_back.c): then its shared queue moves too. */
-    if ((!s->target || __atomic_load_n(&s->back_used, __ATOMIC_ACQUIRE)) &&
-        !splice_queue(s, direct))
+    if (tcp_sock_queues(s) && !splice_queue(s, direct))
         return false;
     for (;;) {
         drop_dead_heads(s);

@@ -320,7 +320,7 @@ static bool has_work(struct tcp_sock *s)
 void tcp_sock_check_timeout(struct tcp_sock *s, int64_t now_ms)
 {
     int limit = xfer_engine_config_get(s->tt->engine)->io_timeout_ms;
-    if ((!s->target || __atomic_load_n(&s->back_used, __ATOMIC_ACQUIRE)) && s->fd >= 0) {
+    if (tcp_sock_queues(s) && s->fd >= 0) {
         /* belt and braces: queued work is never left behind */
         pthread_mutex_lock(&s->qmu);
         bool queued = s->q_head != NULL;

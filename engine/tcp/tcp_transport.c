@@ -234,6 +234,14 @@ static int64_t mono_coarse_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Should th tick fine: lazy accepted sockets (tcp_wait.c), or answers
+ * held for a next frame (tcp_back.c)? */
+static bool wants_fine(struct tcp_thread *th)
+{
+    return __atomic_load_n(&th->lazy_tgt, __ATOMIC_SEQ_CST) > 0 ||
+           __atomic_load_n(&th->held_n, __ATOMIC_SEQ_CST) > 0;
+}
+
 static void *thread_main(void *arg)
 {
     tcp_send_thread_init();
@@ -250,12 +258,10 @@ static void *thread_main(void *arg)
         if (!ticking)
             ticking = __atomic_load_n(&th->lazy_head, __ATOMIC_SEQ_CST) != NULL;
         /* The same for the fine tick, with lazy_tgt (tcp_wait.c). */
-        bool fine = __atomic_load_n(&th->lazy_tgt, __ATOMIC_SEQ_CST) > 0 ||
-                    __atomic_load_n(&th->held_n, __ATOMIC_SEQ_CST) > 0;
+        bool fine = wants_fine(th);
         __atomic_store_n(&th->tick_fine, fine, __ATOMIC_SEQ_CST);
-        if (!fine) /* (and tcp_back.c's held answers) */
-            fine = __atomic_load_n(&th->lazy_tgt, __ATOMIC_SEQ_CST) > 0 ||
-                   __atomic_load_n(&th->held_n, __ATOMIC_SEQ_CST) > 0;
+        if (!fine)
+            fine = wants_fine(th);
         ticking |= fine;
         int64_t tick_ns = fine ? TCP_LAZY_TICK_TGT_US * 1000 : TCP_LAZY_TICK_MS * 1000000;
         int64_t sleep_ns = th->ready_head || th->gpu_head ? 0 : ticking ? tick_ns : 100 * 1000000;
@@ -549,22 +555,14 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tcp_fence_init(tt);
     const char *sb = getenv("XFER_TCP_SOCKBUF");
     tt->sockbuf = sb ? atoi(sb) : 0;
-    const char *direct = getenv("XFER_TCP_DIRECT"); /* 0: always hand off (measuring) */
-    tt->direct = !direct || strcmp(direct, "0") != 0;
-    const char *solo = getenv("XFER_TCP_SOLO"); /* 0: waiters always poll (measuring) */
-    tt->solo = !solo || strcmp(solo, "0") != 0;
-    const char *lazy = getenv("XFER_TCP_LAZY_TARGET");
-    tt->lazy_target = !lazy || strcmp(lazy, "0") != 0;
-    const char *clean = getenv("XFER_TCP_LAZY_CLEAN"); /* 0: off (measuring) */
-    tt->lazy_clean = clean && strcmp(clean, "0") == 0 ? 0 : TCP_LAZY_CLEAN;
-    const char *ack = getenv("XFER_NOTIF_WAIT_ACK"); /* 0: off (measuring) */
-    tt->notif_ack = !ack || strcmp(ack, "0") != 0;
-    const char *back = getenv("XFER_TCP_BACK"); /* 0: messages on own connections only */
-    tt->back = !back || strcmp(back, "0") != 0;
-    const char *sf = getenv("XFER_TCP_SENDFILE"); /* 0: payloads always copied */
-    tt->sendfile = !sf || strcmp(sf, "0") != 0;
-    const char *hold = getenv("XFER_TCP_HOLD"); /* 0: answers go out at once */
-    tt->hold = !hold || strcmp(hold, "0") != 0;
+    tt->direct = !xfer_env_off("XFER_TCP_DIRECT"); /* off: always hand off (measuring) */
+    tt->solo = !xfer_env_off("XFER_TCP_SOLO");     /* off: waiters always poll (measuring) */
+    tt->lazy_target = !xfer_env_off("XFER_TCP_LAZY_TARGET");
+    tt->lazy_clean = xfer_env_off("XFER_TCP_LAZY_CLEAN") ? 0 : TCP_LAZY_CLEAN;
+    tt->notif_ack = !xfer_env_off("XFER_NOTIF_WAIT_ACK");
+    tt->back = !xfer_env_off("XFER_TCP_BACK");         /* off: own connections only */
+    tt->sendfile = !xfer_env_off("XFER_TCP_SENDFILE"); /* off: payloads always copied */
+    tt->hold = !xfer_env_off("XFER_TCP_HOLD");         /* off: answers go out at once */
     const char *win = getenv("XFER_TCP_HOLD_WINDOW_US");
     tt->hold_window_ns = (int64_t)(win && atoi(win) > 0 ? atoi(win) : TCP_HOLD_WINDOW_US) * 1000;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
