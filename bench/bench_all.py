@@ -87,9 +87,9 @@ def xb_ops(label, env=None, **kw):
     return r["gbps"]
 
 
-def pingpong(size, unix=False):
+def pingpong(size, unix=False, spin=False):
     out = run([B + "/bench/pingpong", "--size", str(size), "--seconds", str(SECS), "--json"] +
-              (["--unix"] if unix else []))
+              (["--unix"] if unix else []) + (["--spin"] if spin else []))
     return json.loads(out)["lat_us"]["p50"]
 
 
@@ -335,6 +335,13 @@ def rows():
                          "sendrecv-local")):
         add(name, "p50 us", lambda probe=probe: msg_rt("tcp", probe), "TCP ping-pong 56 B",
             lambda: pingpong(56), "lower", "<= 1.3")
+    # The opt-in busy-poll (XFER_BUSY_POLL_US) against a ping-pong whose two
+    # sides busy-poll too (pingpong --spin): like against like.
+    spin = {"XFER_BUSY_POLL_US": "50"}
+    for name, probe in (("notification round trip, tcp, busy-poll 50 us", "notify-pp"),
+                        ("8 B send/recv round trip, tcp, blocking, busy-poll 50 us", "sendrecv")):
+        add(name, "p50 us", lambda probe=probe: msg_rt("tcp", probe, spin),
+            "TCP ping-pong 56 B, busy-polling", lambda: pingpong(56, spin=True), "lower", "")
     return [r for r in R if ONLY.search(r[0])]
 
 

@@ -11,7 +11,9 @@
 # per run ("R<round> label probe p50 segments") and, at the end, the
 # medians with their ratio to the ping-pong. The segment counts are the
 # network namespace's: only meaningful on an otherwise quiet host (the lent
-# GPU machine; not the shared dev VM).
+# GPU machine; not the shared dev VM). SPIN_FLOOR=1 adds, per round, the
+# ping-pong with both sides busy-polling (pingpong --spin: the floor for
+# variants run with XFER_BUSY_POLL_US), reported beside the blocking one.
 #   [TRANSPORT=tcp|ipc] bench/msg_ab.sh ROUNDS ITERS PINGPONG LABEL=BENCH_NOTIFY[,VAR=VALUE...]:PROBE[+PROBE...] ...
 # e.g. bench/msg_ab.sh 7 3000 build/bench/pingpong \
 #        main=/tmp/main/bench_notify:notify-pp+sendrecv \
@@ -49,20 +51,28 @@ n=${#runs[@]}
 for r in $(seq 1 "$rounds"); do
     pp=$("$pingpong" --size 56 --seconds 1 --json | sed 's/.*"p50":\([0-9.]*\).*/\1/')
     echo "R$r pingpong - $pp -" | tee -a "$tmp"
+    if [ "${SPIN_FLOOR:-0}" = 1 ]; then
+        pp=$("$pingpong" --size 56 --seconds 1 --spin --json | sed 's/.*"p50":\([0-9.]*\).*/\1/')
+        echo "R$r pingpong-spin - $pp -" | tee -a "$tmp"
+    fi
     for k in $(seq 0 $((n - 1))); do # every run takes every place once in n rounds
         one ${runs[$(((k + r) % n))]} | sed "s/^/R$r /" | tee -a "$tmp"
     done
 done
 python3 - "$tmp" <<'PY'
 import collections, statistics as st, sys
-pp, v, s = [], collections.defaultdict(list), collections.defaultdict(list)
+pp, spin, v, s = [], [], collections.defaultdict(list), collections.defaultdict(list)
 for f in (l.split() for l in open(sys.argv[1])):
     if f[1] == "pingpong":
         pp.append(float(f[3]))
+    elif f[1] == "pingpong-spin":
+        spin.append(float(f[3]))
     elif f[3] != "":
         v[f[1], f[2]].append(float(f[3])); s[f[1], f[2]].append(float(f[4]))
 m = st.median(pp)
 print("medians of %d rounds: raw ping-pong %.1f us" % (len(pp), m))
+if spin:
+    print("  raw ping-pong, both sides busy-polling: %.1f us" % st.median(spin))
 for k in sorted(v, key=lambda k: (k[1], k[0])):
     print("  %-12s %-15s %6.1f us (%.2fx)  %5.1f-%5.1f  segments %.2f" %
           (k[0], k[1], st.median(v[k]), st.median(v[k]) / m, min(v[k]), max(v[k]), st.median(s[k])))

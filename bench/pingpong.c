@@ -4,10 +4,12 @@
  * them back, and repeats for `seconds`. Blocking sockets, TCP_NODELAY, one
  * round trip in flight: what a hand-written RPC over TCP costs. --unix: the
  * same over a unix stream socket pair (the floor under a same-host message
- * that crosses a socket, as ipc messages did before their ring).
+ * that crosses a socket, as ipc messages did before their ring). --spin:
+ * both sides busy-poll their reads (non-blocking recv in a loop), the
+ * floor under a transport that busy-polls (XFER_BUSY_POLL_US).
  *
  *   pingpong [--size BYTES (56 = xfer's 48-byte header + 8 bytes)]
- *            [--seconds S] [--unix] [--json]
+ *            [--seconds S] [--unix] [--spin] [--json]
  * Prints round-trip p50/p99/p99.9 in microseconds and round trips per second.
  */
 #include "bench_util.h"
@@ -37,6 +39,25 @@ static int write_full(int fd, const void *buf, size_t len)
     return 0;
 }
 
+static bool spin;
+
+/* Reads len bytes: blocking, or with --spin polling without sleeping. */
+static int read_full(int fd, uint8_t *p, size_t len)
+{
+    if (!spin)
+        return bench_read_full(fd, p, len);
+    while (len) {
+        ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 static void nodelay(int fd)
 {
     int one = 1;
@@ -51,18 +72,16 @@ static int echo(int lfd, size_t size, bool unix_pair)
     if (!unix_pair)
         nodelay(fd);
     uint8_t *buf = malloc(size);
-    while (buf && bench_read_full(fd, buf, size) == 0 && write_full(fd, buf, size) == 0)
+    while (buf && read_full(fd, buf, size) == 0 && write_full(fd, buf, size) == 0)
         ;
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"size", 1, 0, 's'},
-                                       {"seconds", 1, 0, 't'},
-                                       {"json", 0, 0, 'j'},
-                                       {"unix", 0, 0, 'u'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {{"size", 1, 0, 's'}, {"seconds", 1, 0, 't'},
+                                       {"json", 0, 0, 'j'}, {"unix", 0, 0, 'u'},
+                                       {"spin", 0, 0, 'p'}, {0, 0, 0, 0}};
     size_t size = 56;
     double seconds = 1;
     bool json = false, unix_pair = false;
@@ -75,11 +94,14 @@ int main(int argc, char **argv)
             json = true;
         else if (c == 'u')
             unix_pair = true;
+        else if (c == 'p')
+            spin = true;
         else
             return 2;
     }
     if (size == 0 || size > (64u << 20) || !(seconds > 0) || optind != argc) {
-        fprintf(stderr, "usage: pingpong [--size BYTES] [--seconds S] [--unix] [--json]\n");
+        fprintf(stderr,
+                "usage: pingpong [--size BYTES] [--seconds S] [--unix] [--spin] [--json]\n");
         return 2;
     }
     int fd = -1;
@@ -129,8 +151,7 @@ int main(int argc, char **argv)
     while (t - t0 < seconds + 0.1) {
         double s = bench_now();
         buf[0] = (uint8_t)n;
-        if (write_full(fd, buf, size) < 0 || bench_read_full(fd, buf, size) < 0 ||
-            buf[0] != (uint8_t)n) {
+        if (write_full(fd, buf, size) < 0 || read_full(fd, buf, size) < 0 || buf[0] != (uint8_t)n) {
             fprintf(stderr, "pingpong: echo lost or wrong\n");
             rc = 1;
             break;
@@ -156,9 +177,10 @@ int main(int argc, char **argv)
                "\"p99\":%.2f,\"p999\":%.2f}}\n",
                size, (unsigned long long)n, (double)n / secs, p50, p99, p999);
     else
-        printf("%s ping-pong size=%zu: round trip p50 %.1f us p99 %.1f us p99.9 %.1f us, "
+        printf("%s%s ping-pong size=%zu: round trip p50 %.1f us p99 %.1f us p99.9 %.1f us, "
                "%.0f round trips/s\n",
-               unix_pair ? "unix" : "tcp", size, p50, p99, p999, (double)n / secs);
+               unix_pair ? "unix" : "tcp", spin ? " (spin)" : "", size, p50, p99, p999,
+               (double)n / secs);
     free(lat.v);
     return 0;
 }

@@ -77,7 +77,8 @@ def variants(n):
             ("chunk 4 MiB", {}, ["--chunk", "4194304"]),
             ("SO_SNDBUF/RCVBUF 4 MiB", {"XFER_TCP_SOCKBUF": "4194304"}, []),
             ("SO_SNDBUF/RCVBUF 1 MiB", {"XFER_TCP_SOCKBUF": "1048576"}, []),
-            ("no direct send", {"XFER_TCP_DIRECT": "0"}, [])]
+            ("no direct send", {"XFER_TCP_DIRECT": "0"}, []),
+            ("copying (XFER_TCP_SENDFILE=0)", {"XFER_TCP_SENDFILE": "0"}, [])]
 
 
 def main():

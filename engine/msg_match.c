@@ -325,6 +325,7 @@ void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, ui
     o->peer = to;
     o->done = fin_done;
     o->m.lazy = true;
+    o->m.ride = true;
     if (msg_send(e, o) < 0)
         msg_out_free(o);
 }

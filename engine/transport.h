@@ -47,6 +47,10 @@ struct xfer_msg {
      * written and the target answers nothing; others carry the answer as
      * usual. */
     bool noresp;
+    /* Its peer waits for it, but no sooner than for this side's next
+     * message (a FIN, whose SEND's sender usually receives next): tcp may
+     * hold it for that message to carry (tcp_back.c, "frames ride along"). */
+    bool ride;
     /* The transport's while it holds m (from send_msg until it calls
      * xfer_msg_done): room for its queue node, so that a message costs no
      * allocation there (ipc: struct ipc_msgq, ~300 instructions a message

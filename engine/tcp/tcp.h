@@ -191,6 +191,13 @@ struct tcp_sock {
     bool hold_on, on_held;
     uint8_t hold_streak;
     int64_t ans_ns, held_ns;
+    /* iomu: the same for frames that may ride (a FIN, xfer_msg.ride):
+     * ride_on once TCP_HOLD_AFTER of them in a row were followed by this
+     * side's next frame within the window (ride_ns: when the last went out
+     * alone); a held one counts in held */
+    bool ride_on;
+    uint8_t ride_streak;
+    int64_t ride_ns;
     struct tcp_sock *held_next;
     bool in_gone;                       /* in_mu: tcp_in_forget ran: no table takes it again */
     bool dead;                          /* qmu: no new frames */
@@ -497,8 +504,12 @@ void tcp_tx_file(struct tcp_transport *tt, struct tcp_tx *t, const xfer_region *
 void tcp_send_thread_init(void);
 void tcp_sock_writable(struct tcp_sock *s);
 /* Submitting thread, after queueing on s: sends the queue itself if s is
- * idle and its I/O lock free. False = the owner must be kicked. */
-bool tcp_sock_send_direct(struct tcp_sock *s);
+ * idle and its I/O lock free (ride: the frame queued may ride with the
+ * next one instead, tcp_ride_hold). False = the owner must be kicked. */
+bool tcp_sock_send_direct(struct tcp_sock *s, bool ride);
+/* iomu held: moves s's shared send queue onto its send list (false: a
+ * direct sender must leave it to the owner). */
+bool tcp_sock_take_queue(struct tcp_sock *s);
 
 /* iomu held, after a read of initiator socket s queued answers to messages
  * its target sent back: sends them (a waiter: as a direct sender). */
@@ -546,9 +557,14 @@ void tcp_back_detach(struct tcp_conn *tc);
  * the next frame on s (at most until the owner's next tick), false = the
  * caller sends them now. */
 bool tcp_answers_hold(struct tcp_sock *s);
-/* iomu held, a direct send of this side's frame went out (had: answers it
- * carried): learns whether answers are worth holding on s. */
-void tcp_answers_learn(struct tcp_sock *s, uint32_t had);
+/* iomu held, a direct send of this side's frame went out (had: held
+ * frames it carried; ride: it was a frame that may ride): learns whether
+ * answers and riding frames are worth holding on s. */
+void tcp_answers_learn(struct tcp_sock *s, uint32_t had, bool ride);
+/* iomu held, a frame that may ride (xfer_msg.ride) was queued on idle s:
+ * true = it is held for this side's next frame (at most until the owner's
+ * tick sends it), false = the caller sends it now. */
+bool tcp_ride_hold(struct tcp_sock *s);
 /* Owner thread, each tick while th->held_n: sends answers nobody carried. */
 void tcp_held_tick(struct tcp_thread *th);
 /* th->mu held: s leaves th's held list (it closes). */

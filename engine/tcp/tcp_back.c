@@ -169,17 +169,49 @@ bool tcp_answers_hold(struct tcp_sock *s)
     return true;
 }
 
-void tcp_answers_learn(struct tcp_sock *s, uint32_t had)
+/* One more sample of "the frame sent alone at *since was followed by this
+ * side's next frame within the window": true once TCP_HOLD_AFTER in a row. */
+static bool followed_soon(struct tcp_sock *s, int64_t *since, uint8_t *streak, int64_t now)
 {
+    bool soon = now - *since <= s->tt->hold_window_ns;
+    *since = 0;
+    *streak = soon ? *streak + 1 : 0;
+    return *streak >= TCP_HOLD_AFTER;
+}
+
+void tcp_answers_learn(struct tcp_sock *s, uint32_t had, bool ride)
+{
+    int64_t now = xfer_mono_ns();
+    if (ride) {
+        s->ride_ns = s->tt->hold ? now : 0; /* sent alone: does our next frame follow soon? */
+    } else if (s->ride_ns && followed_soon(s, &s->ride_ns, &s->ride_streak, now) && !s->ride_on) {
+        s->ride_on = true;
+        xfer_debug("tcp: %s: FINs wait for the next frame", s->name);
+    }
     if (had || !s->ans_ns)
         return; /* carried held answers (holding pays), or no answer before */
-    bool soon = xfer_mono_ns() - s->ans_ns <= s->tt->hold_window_ns;
-    s->ans_ns = 0;
-    s->hold_streak = soon ? s->hold_streak + 1 : 0;
-    if (s->hold_streak >= TCP_HOLD_AFTER && !s->hold_on) {
+    if (followed_soon(s, &s->ans_ns, &s->hold_streak, now) && !s->hold_on) {
         s->hold_on = true;
         xfer_debug("tcp: %s: answers wait for the next frame", s->name);
     }
+}
+
+/* A FIN ends the peer's SEND, but in a blocking ping-pong (xfer_send then
+ * xfer_recv on both sides) its peer's next step is a RECV that waits for
+ * this side's next message anyway, and this side's RECV that sent the FIN
+ * is followed by that message within microseconds: sent apart they are two
+ * segments and two wake-ups of the peer. Learned and undone as answers
+ * are (ride_on, above; the tick sends one nobody carried and stops). */
+bool tcp_ride_hold(struct tcp_sock *s)
+{
+    if (!s->tt->hold || !s->ride_on || s->out_armed || !tcp_sock_take_queue(s) ||
+        s->tx_count != s->held + 1)
+        return false;
+    if (!s->held)
+        s->held_ns = xfer_mono_ns();
+    s->held++;
+    held_enter(s);
+    return true;
 }
 
 void tcp_held_tick(struct tcp_thread *th)
@@ -197,10 +229,10 @@ void tcp_held_tick(struct tcp_thread *th)
             if (now - s->held_ns < young) { /* its frame may still come */
                 keep = true;
             } else { /* nobody carried them: send, stop holding */
-                xfer_debug("tcp: %s: no frame came for %u held answers: sent, holding stops",
+                xfer_debug("tcp: %s: no frame came for %u held frames: sent, holding stops",
                            s->name, s->held);
-                s->hold_on = false;
-                s->hold_streak = 0;
+                s->hold_on = s->ride_on = false;
+                s->hold_streak = s->ride_streak = 0;
                 tcp_sock_writable(s);
             }
         }
@@ -229,6 +261,7 @@ int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t)
     struct tcp_sock *s = back_path(tc);
     if (!s)
         return 1;
+    bool ride = t->msg && t->msg->ride; /* (t is not ours once queued) */
     /* Before the frame is queued: its owner (or a direct sender) moves the
      * shared queue of an accepted socket only once this is set. */
     __atomic_store_n(&s->back_used, true, __ATOMIC_RELEASE);
@@ -236,7 +269,7 @@ int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t)
     bool queued = tcp_sock_append(s, t);
     if (queued) {
         tcp_out_note(s); /* its answer comes there: a notification waiter reads it */
-        if (!(tc->tt->direct && tcp_sock_send_direct(s)))
+        if (!(tc->tt->direct && tcp_sock_send_direct(s, ride)))
             tcp_thread_kick(s);
     }
     __atomic_sub_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
@@ -301,6 +334,8 @@ void tcp_back_detach(struct tcp_conn *tc)
     take_mine(&s->q_head, &s->q_tail, NULL, tc, &gone, why);
     pthread_mutex_unlock(&s->qmu);
     take_mine(&s->tx_head, &s->tx_tail, &s->tx_count, tc, &gone, why);
+    if (s->held > s->tx_count) /* a held FIN of tc's was taken */
+        s->held = (uint32_t)s->tx_count;
     for (struct tcp_tx *t = s->inf_head; t; t = t->next) {
         if (t->back_tc == tc && !t->orphan) { /* written: its answer is still read */
             xfer_msg_done(t->msg, -XFER_ECONN, why);

@@ -651,7 +651,7 @@ int tcp_post(struct xfer_conn *c, xfer_batch *b, const size_t *idx, size_t n)
     for (int k = 0; k < tc->n; k++) {
         if (!kick[k])
             continue;
-        if (!(direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
+        if (!(direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k], false)))
             tcp_thread_kick(tc->socks[k]);
     }
     /* All of it on one socket: the waiter may read the answer itself. */

@@ -61,6 +61,7 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
     if (m->len > XFER_MSG_FRAME_MAX)
         return -XFER_EINVAL;
     xfer_batch *wait_b = m->wait_b; /* m may be gone once the frame is out */
+    bool ride = m->ride;
     struct tcp_tx *t = msg_tx(tc, m, 0, 0);
     if (!t)
         return -XFER_ENOMEM;
@@ -77,7 +78,7 @@ int tcp_send_msg(struct xfer_conn *c, struct xfer_msg *m)
         if (!kick[k])
             continue;
         tcp_out_note(tc->socks[k]); /* before the frame goes: its answer comes there */
-        if (!(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k])))
+        if (!(tc->tt->direct && !tc->socks[k]->target && tcp_sock_send_direct(tc->socks[k], ride)))
             tcp_thread_kick(tc->socks[k]);
         if (wait_b) /* its answer ends the SEND: the waiter may read it itself */
             xfer_batch_wait_hint(wait_b, c, tc->socks[k]);

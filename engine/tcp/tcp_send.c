@@ -390,17 +390,26 @@ void tcp_sock_answer(struct tcp_sock *s)
         s->rx_defer = true;
 }
 
-bool tcp_sock_send_direct(struct tcp_sock *s)
+bool tcp_sock_take_queue(struct tcp_sock *s)
+{
+    return !tcp_sock_queues(s) || splice_queue(s, true);
+}
+
+bool tcp_sock_send_direct(struct tcp_sock *s, bool ride)
 {
     if (pthread_mutex_trylock(&s->iomu) != 0)
         return false; /* the owner is at it: it sees the queue when done */
     /* Only an idle socket (a busy one has the owner waiting for EPOLLOUT),
-     * or one with held answers only: this frame carries them. */
+     * or one with held frames only: this frame carries them. */
     uint32_t had = s->held;
-    bool ok =
-        (!s->tx_head || s->tx_count == had) && s->fd >= 0 && send_queued(s, true) && !s->tx_head;
+    bool ok = (!s->tx_head || s->tx_count == had) && s->fd >= 0;
+    if (ok && ride && tcp_ride_hold(s)) {
+        pthread_mutex_unlock(&s->iomu);
+        return true; /* held: the next frame or the owner's tick sends it */
+    }
+    ok = ok && send_queued(s, true) && !s->tx_head;
     if (ok)
-        tcp_answers_learn(s, had);
+        tcp_answers_learn(s, had, ride);
     pthread_mutex_unlock(&s->iomu);
     return ok;
 }

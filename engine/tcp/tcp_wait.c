@@ -60,8 +60,9 @@
  * first (XFER_CAP_RX_SPIN): the owner's EPOLLIN is out, so no thread but
  * the waiter wakes for the answer.
  *
- * Solo: a waiter alone on one initiator socket with nothing buffered
- * sleeps in a blocking recv on it (at most TCP_SOLO_MS, SO_RCVTIMEO) instead
+ * Solo: a waiter alone on one socket (initiator, or accepted since
+ * messages go both ways on one connection: tcp_back.c) with nothing
+ * buffered sleeps in a blocking recv on it (at most TCP_SOLO_MS, SO_RCVTIMEO) instead
  * of poll on it and its wake fd then recv: one system call less per round
  * trip, and the poll's setup on two files. Its descriptor is blocking for
  * that (solo_ok; every other call passes MSG_DONTWAIT). Meanwhile

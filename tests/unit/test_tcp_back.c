@@ -21,6 +21,12 @@
  *    notifications the other only receives: every acknowledgement comes
  *    (the one held is sent by the owner's tick, and holding stops), in
  *    order, well within the deadline;
+ *  - FINs ride along (tcp_back.c): the same with blocking default SENDs
+ *    (xfer_send then xfer_recv on both sides, so each RTS comes before its
+ *    RECV and a FIN follows, held for the next SEND once learned), then
+ *    ONEWAY SENDs each way to a side that only receives: every SEND ends
+ *    well within its deadline (a FIN held there is sent by the tick),
+ *    every byte checked, and FINs were held on one side at least;
  *  - B removes A while such SENDs (and a notification) wait there: they
  *    end -XFER_ECONN at once, nothing is left to end after the peer is
  *    gone (AddressSanitizer: a use after free was the failure), and after
@@ -52,7 +58,7 @@
 
 /* B's log lines: messages back, own connection from now on; answers held
  * from now on, held ones sent by the tick */
-static int n_back, n_own, n_hold_on, n_hold_off;
+static int n_back, n_own, n_hold_on, n_hold_off, n_ride_on;
 
 static void count_lines(enum xfer_log_level lvl, const char *msg, void *arg)
 {
@@ -64,8 +70,10 @@ static void count_lines(enum xfer_log_level lvl, const char *msg, void *arg)
         __atomic_add_fetch(&n_own, 1, __ATOMIC_RELAXED);
     else if (strstr(msg, "answers wait for the next frame"))
         __atomic_add_fetch(&n_hold_on, 1, __ATOMIC_RELAXED);
-    else if (strstr(msg, "held answers: sent, holding stops"))
+    else if (strstr(msg, "held frames: sent, holding stops"))
         __atomic_add_fetch(&n_hold_off, 1, __ATOMIC_RELAXED);
+    else if (strstr(msg, "FINs wait for the next frame"))
+        __atomic_add_fetch(&n_ride_on, 1, __ATOMIC_RELAXED);
 }
 
 static void log_to_counters(void)
@@ -231,29 +239,46 @@ static const char *note_check(xfer_engine *e, const char *from, const char *text
     return ok ? NULL : "wrong or no notification";
 }
 
+/* The hold test's messages: notifications, or blocking default SENDs of
+ * r (k: the message's number, its text or its bytes' pattern). */
+static const char *hold_put(xfer_engine *e, xfer_peer *p, xfer_region *r, int k, int deadline)
+{
+    if (r)
+        return send_msg(e, r, p, 3, 8 + (uint32_t)k % 100, (uint32_t)k, 0) == 0 ? NULL
+                                                                                : "send failed";
+    char text[32];
+    snprintf(text, sizeof(text), "note %d", k);
+    return xfer_notify(e, p, text, strlen(text), deadline) ? "notify not acknowledged" : NULL;
+}
+
+static const char *hold_take(xfer_engine *e, xfer_peer *p, xfer_region *r, const char *peer, int k)
+{
+    if (r)
+        return recv_check(e, r, p, 3, 8 + (uint32_t)k % 100, (uint32_t)k);
+    char text[32];
+    snprintf(text, sizeof(text), "note %d", k);
+    return note_check(e, peer, text);
+}
+
 /* One side of the hold test: `first` sends first in the ping-pong, and its
- * one-way notifications go first too. NULL or why. */
-static const char *hold_side(xfer_engine *e, xfer_peer *p, const char *peer, bool first)
+ * one-way messages go first too. NULL or why. */
+static const char *hold_side(xfer_engine *e, xfer_peer *p, xfer_region *r, const char *peer,
+                             bool first)
 {
     const char *why = NULL;
-    char text[32];
     for (int k = 0; k < ROUNDS && !why; k++) {
-        snprintf(text, sizeof(text), "pp %d", k);
-        if (first && xfer_notify(e, p, text, strlen(text), DEADLINE) != 0)
-            why = "ping-pong notify failed";
+        if (first)
+            why = hold_put(e, p, r, k, DEADLINE);
         if (!why)
-            why = note_check(e, peer, text);
-        if (!why && !first && xfer_notify(e, p, text, strlen(text), DEADLINE) != 0)
-            why = "ping-pong notify failed";
+            why = hold_take(e, p, r, peer, k);
+        if (!why && !first)
+            why = hold_put(e, p, r, k, DEADLINE);
     }
     for (int turn = 0; turn < 2 && !why; turn++) { /* first sends, then the other */
         bool sending = (turn == 0) == first;
         for (int j = 0; j < ONEWAY && !why; j++) {
-            snprintf(text, sizeof(text), "one-way %d %d", turn, j);
-            if (sending && xfer_notify(e, p, text, strlen(text), DEADLINE / 2) != 0)
-                why = "one-way notify not acknowledged";
-            else if (!sending)
-                why = note_check(e, peer, text);
+            int k = 1000 * (turn + 1) + j;
+            why = sending ? hold_put(e, p, r, k, DEADLINE / 2) : hold_take(e, p, r, peer, k);
         }
     }
     return why;
@@ -261,14 +286,16 @@ static const char *hold_side(xfer_engine *e, xfer_peer *p, const char *peer, boo
 
 static int side_b_hold(int rfd, int wfd, void *arg)
 {
-    (void)arg;
+    bool sends = *(bool *)arg;
     log_to_counters();
     xfer_engine *e;
     xfer_peer *p;
-    if (fp_side_up(&e, &p, "back-b", rfd, wfd) < 0)
+    xfer_region *r = NULL;
+    if (fp_side_up(&e, &p, "back-b", rfd, wfd) < 0 ||
+        (sends && xfer_region_alloc(e, "b", 1 << 17, XFER_ACCESS_RW, &r) != 0))
         return 1;
-    const char *why = hold_side(e, p, "back-a", false);
-    int counts[2] = {n_hold_on, n_hold_off}; /* A adds them to its own */
+    const char *why = hold_side(e, p, r, "back-a", false);
+    int counts[3] = {n_hold_on, n_hold_off, n_ride_on}; /* A adds them to its own */
     if (!why && write(wfd, counts, sizeof(counts)) != (ssize_t)sizeof(counts))
         why = "pipe";
     if (why)
@@ -279,37 +306,54 @@ static int side_b_hold(int rfd, int wfd, void *arg)
     return why ? 1 : 0;
 }
 
-static void test_back_hold(void **state)
+static void run_hold(bool sends)
 {
-    (void)state;
     /* A frame 2 ms after its answer still counts as following it: holding
      * starts on a loaded machine too (both read it at engine creation). */
     setenv("XFER_TCP_HOLD_WINDOW_US", "2000", 1);
     int rfd = -1, wfd = -1;
-    pid_t pid = fp_fork(side_b_hold, NULL, &rfd, &wfd);
+    pid_t pid = fp_fork(side_b_hold, &sends, &rfd, &wfd);
     assert_true(pid > 0);
-    n_hold_on = n_hold_off = 0;
+    n_hold_on = n_hold_off = n_ride_on = 0;
     log_to_counters();
     xfer_engine *e;
     xfer_peer *p;
+    xfer_region *r = NULL;
     assert_int_equal(fp_side_up(&e, &p, "back-a", rfd, wfd), 0);
     unsetenv("XFER_TCP_HOLD_WINDOW_US");
-    const char *why = hold_side(e, p, "back-b", true);
+    if (sends)
+        assert_int_equal(xfer_region_alloc(e, "a", 1 << 17, XFER_ACCESS_RW, &r), 0);
+    const char *why = hold_side(e, p, r, "back-b", true);
     if (why)
         fprintf(stderr, "a: %s\n", why);
     assert_null(why);
-    int b_counts[2] = {0, 0};
+    int b_counts[3] = {0, 0, 0};
     assert_int_equal(read(rfd, b_counts, sizeof(b_counts)), (ssize_t)sizeof(b_counts));
-    fprintf(stderr, "hold: a on %d off %d, b on %d off %d\n", n_hold_on, n_hold_off, b_counts[0],
-            b_counts[1]);
-    /* one side at least held answers in the ping-pong, and had to have the
-     * tick send some in the one-way part */
+    fprintf(stderr, "hold (%s): a on %d off %d fin %d, b on %d off %d fin %d\n",
+            sends ? "sends" : "notifications", n_hold_on, n_hold_off, n_ride_on, b_counts[0],
+            b_counts[1], b_counts[2]);
+    /* one side at least held answers (or FINs) in the ping-pong, and had
+     * to have the tick send some in the one-way part */
     assert_true(n_hold_on + b_counts[0] >= 1);
     assert_true(n_hold_off + b_counts[1] >= 1);
+    if (sends)
+        assert_true(n_ride_on + b_counts[2] >= 1);
     int st = fp_join(pid, rfd, wfd);
     xfer_engine_free(e);
     xfer_log_set_handler(NULL, NULL); /* (its threads log until it is freed) */
     assert_int_equal(st, 0);
+}
+
+static void test_back_hold(void **state)
+{
+    (void)state;
+    run_hold(false);
+}
+
+static void test_fin_ride(void **state)
+{
+    (void)state;
+    run_hold(true);
 }
 
 /* The killed peer: here B (this process), A the child, which connects,
@@ -429,8 +473,10 @@ static void test_back_peer_removed(void **state)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_back), cmocka_unit_test(test_back_off),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_back),
+                                       cmocka_unit_test(test_back_off),
                                        cmocka_unit_test(test_back_hold),
+                                       cmocka_unit_test(test_fin_ride),
                                        cmocka_unit_test(test_back_peer_killed),
                                        cmocka_unit_test(test_back_peer_removed)};
     return cmocka_run_group_tests(tests, NULL, NULL);
