@@ -181,6 +181,9 @@ static bool followed_soon(struct tcp_sock *s, int64_t *since, uint8_t *streak, i
 
 void tcp_answers_learn(struct tcp_sock *s, uint32_t had, bool ride)
 {
+    bool answers = !had && s->ans_ns; /* (else nothing to learn there) */
+    if (!ride && !s->ride_ns && !answers)
+        return; /* the usual frame: no clock read */
     int64_t now = xfer_mono_ns();
     if (ride) {
         s->ride_ns = s->tt->hold ? now : 0; /* sent alone: does our next frame follow soon? */
@@ -188,7 +191,7 @@ void tcp_answers_learn(struct tcp_sock *s, uint32_t had, bool ride)
         s->ride_on = true;
         xfer_debug("tcp: %s: FINs wait for the next frame", s->name);
     }
-    if (had || !s->ans_ns)
+    if (!answers)
         return; /* carried held answers (holding pays), or no answer before */
     if (followed_soon(s, &s->ans_ns, &s->hold_streak, now) && !s->hold_on) {
         s->hold_on = true;
