@@ -24,31 +24,16 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
-static int write_full(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static bool spin;
 
-/* Reads len bytes: blocking, or with --spin polling without sleeping. */
-static int read_full(int fd, uint8_t *p, size_t len)
+/* Moves all len bytes through fd: writes them (out), or reads them,
+ * sleeping in recv or, with --spin, polling without sleeping. */
+static int io_full(int fd, uint8_t *p, size_t len, bool out)
 {
-    if (!spin)
-        return bench_read_full(fd, p, len);
     while (len) {
-        ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        ssize_t n = out ? write(fd, p, len) : recv(fd, p, len, spin ? MSG_DONTWAIT : 0);
+        bool again = errno == EAGAIN || errno == EWOULDBLOCK;
+        if (n < 0 && (errno == EINTR || (spin && !out && again)))
             continue;
         if (n <= 0)
             return -1;
@@ -72,7 +57,7 @@ static int echo(int lfd, size_t size, bool unix_pair)
     if (!unix_pair)
         nodelay(fd);
     uint8_t *buf = malloc(size);
-    while (buf && read_full(fd, buf, size) == 0 && write_full(fd, buf, size) == 0)
+    while (buf && io_full(fd, buf, size, false) == 0 && io_full(fd, buf, size, true) == 0)
         ;
     return 0;
 }
@@ -151,7 +136,8 @@ int main(int argc, char **argv)
     while (t - t0 < seconds + 0.1) {
         double s = bench_now();
         buf[0] = (uint8_t)n;
-        if (write_full(fd, buf, size) < 0 || read_full(fd, buf, size) < 0 || buf[0] != (uint8_t)n) {
+        if (io_full(fd, buf, size, true) < 0 || io_full(fd, buf, size, false) < 0 ||
+            buf[0] != (uint8_t)n) {
             fprintf(stderr, "pingpong: echo lost or wrong\n");
             rc = 1;
             break;

@@ -61,6 +61,8 @@ out=$(timeout 30 "$bin/pingpong" --seconds 0.2 --json) || fail pingpong
 echo "$out"
 positive "$out" 'r["rtt_per_s"]' || fail "pingpong: no round trips"
 positive "$out" 'r["lat_us"]["p50"]' || fail "pingpong: no latency"
+out=$(timeout 30 "$bin/pingpong" --seconds 0.2 --spin --json) || fail "pingpong --spin"
+positive "$out" 'r["rtt_per_s"]' || fail "pingpong --spin: no round trips"
 out=$(timeout 30 "$bin/memcpy_bw" --sizes 4K,1M --seconds 0.1 --json) || fail memcpy_bw
 echo "$out"
 while read -r line; do
