@@ -182,11 +182,11 @@ static bool followed_soon(struct tcp_sock *s, int64_t *since, uint8_t *streak, i
 void tcp_answers_learn(struct tcp_sock *s, uint32_t had, bool ride)
 {
     bool answers = !had && s->ans_ns; /* (else nothing to learn there) */
-    if (!ride && !s->ride_ns && !answers)
-        return; /* the usual frame: no clock read */
+    if (!s->tt->hold || (!ride && !s->ride_ns && !answers))
+        return; /* holding off, or the usual frame: no clock read */
     int64_t now = xfer_mono_ns();
     if (ride) {
-        s->ride_ns = s->tt->hold ? now : 0; /* sent alone: does our next frame follow soon? */
+        s->ride_ns = now; /* sent alone: does this side's next frame follow soon? */
     } else if (s->ride_ns && followed_soon(s, &s->ride_ns, &s->ride_streak, now) && !s->ride_on) {
         s->ride_on = true;
         xfer_debug("tcp: %s: FINs wait for the next frame", s->name);
@@ -207,8 +207,8 @@ void tcp_answers_learn(struct tcp_sock *s, uint32_t had, bool ride)
  * are (ride_on, above; the tick sends one nobody carried and stops). */
 bool tcp_ride_hold(struct tcp_sock *s)
 {
-    if (!s->tt->hold || !s->ride_on || s->out_armed || !tcp_sock_take_queue(s) ||
-        s->tx_count != s->held + 1)
+    /* (ride_on is only ever learned with holding on: tcp_answers_learn) */
+    if (!s->ride_on || s->out_armed || !tcp_sock_take_queue(s) || s->tx_count != s->held + 1)
         return false;
     if (!s->held)
         s->held_ns = xfer_mono_ns();
