@@ -231,8 +231,8 @@ void batch_msg_submit(xfer_batch *b)
         if (!go)
             continue;
         struct msg_match *mt = &b->engine->match;
-        if (mt->short_rts && (local || (mt->eager && len <= XFER_MSG_EAGER_MAX &&
-                                        local_r->kind == XFER_MEM_HOST))) {
+        if (mt->short_rts &&
+            (local || (mt->eager && len <= XFER_MSG_EAGER_MAX && local_r->kind == XFER_MEM_HOST))) {
             /* (local: checked at add) The short RTS (XFER_MSG_F_SHORT):
              * the receiver copies the bytes (into device memory too) or
              * fails the RECV; it never reads the region, so its description

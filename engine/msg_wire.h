@@ -56,9 +56,9 @@ struct xfer_msg_hdr {
 
 /* Two-sided bodies, carried as the message bytes of their frame (fixed
  * lengths, little-endian; layout in msg_wire.c). */
-#define XFER_MSG_RTS_BODY       (32u + 32u + 8u + XFER_NAME_MAX + 2u * XFER_BLOB_MAX)
-#define XFER_MSG_FIN_BODY       24u
-#define XFER_MSG_RTS_SHORT_BODY 16u /* tag 8, len 8 (XFER_MSG_F_SHORT with LOCAL) */
+#define XFER_MSG_RTS_BODY           (32u + 32u + 8u + XFER_NAME_MAX + 2u * XFER_BLOB_MAX)
+#define XFER_MSG_FIN_BODY           24u
+#define XFER_MSG_RTS_SHORT_BODY     16u /* tag 8, len 8 (XFER_MSG_F_SHORT with LOCAL) */
 #define XFER_MSG_RTS_SHORT_FIN_BODY 24u /* send id 8, tag 8, len 8 (SHORT without LOCAL) */
 
 struct xfer_msg_rts {

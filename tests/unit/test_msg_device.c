@@ -98,7 +98,9 @@ static int side_b(int rfd, int wfd, void *arg)
     xfer_peer *p;
     xfer_region *dr, *hr;
     void *dev = NULL;
-    if (fp_side_up(&e, &p, "dev-b", rfd, wfd) < 0 || device_region(e, gpu, &dev, &dr) != 0 ||
+    char g = gpu;
+    if (fp_side_up(&e, &p, "dev-b", rfd, wfd) < 0 || write(wfd, &g, 1) != 1 ||
+        device_region(e, gpu, &dev, &dr) != 0 ||
         xfer_region_alloc(e, "host", 1 << 17, XFER_ACCESS_RW, &hr) != 0)
         return 1;
     const char *why = NULL;
@@ -136,7 +138,6 @@ static void run_a(bool long_form)
     int rfd = -1, wfd = -1;
     pid_t pid = fp_fork(side_b, NULL, &rfd, &wfd);
     assert_true(pid > 0);
-    bool gpu = have_gpu(); /* (after the fork: B initializes CUDA itself) */
     xfer_engine *e;
     xfer_peer *p;
     xfer_region *r;
@@ -144,6 +145,12 @@ static void run_a(bool long_form)
         setenv("XFER_MSG_SHORT", "0", 1);
     assert_int_equal(fp_side_up(&e, &p, "dev-a", rfd, wfd), 0);
     unsetenv("XFER_MSG_SHORT");
+    /* B says whether it has a device: this process must not initialize
+     * CUDA, the next run forks again (a child of a CUDA process cannot
+     * use CUDA) */
+    char g = 0;
+    assert_int_equal(read(rfd, &g, 1), 1);
+    bool gpu = g;
     assert_int_equal(xfer_region_alloc(e, "a", 1 << 17, XFER_ACCESS_RW, &r), 0);
     for (size_t k = 0; k < NCASES; k++) {
         fp_fill(xfer_region_ptr(r), cases[k].n, (uint32_t)k);
