@@ -136,15 +136,11 @@ static int side_b(int rfd, int wfd, void *arg)
 static void run_a(bool long_form)
 {
     int rfd = -1, wfd = -1;
-    pid_t pid = fp_fork(side_b, NULL, &rfd, &wfd);
-    assert_true(pid > 0);
     xfer_engine *e;
     xfer_peer *p;
     xfer_region *r;
-    if (long_form) /* read at engine creation */
-        setenv("XFER_MSG_SHORT", "0", 1);
-    assert_int_equal(fp_side_up(&e, &p, "dev-a", rfd, wfd), 0);
-    unsetenv("XFER_MSG_SHORT");
+    pid_t pid = fp_fork_up(side_b, NULL, "dev-a", long_form, &e, &p, &rfd, &wfd);
+    assert_true(pid > 0);
     /* B says whether it has a device: this process must not initialize
      * CUDA, the next run forks again (a child of a CUDA process cannot
      * use CUDA) */
@@ -170,22 +166,19 @@ static void run_a(bool long_form)
         print_message("skip-case: no CUDA device: the error paths only\n");
 }
 
+/* state: the form A sends (false: short, as built; true: long). */
 static void test_msg_device(void **state)
 {
-    (void)state;
-    run_a(false);
-}
-
-static void test_msg_device_long_form(void **state)
-{
-    (void)state;
-    run_a(true);
+    run_a(*(const bool *)*state);
 }
 
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_msg_device),
-                                       cmocka_unit_test(test_msg_device_long_form)};
+    static bool short_form = false, long_form = true;
+    const struct CMUnitTest tests[] = {
+        {"messages into device memory, short RTS", test_msg_device, NULL, NULL, &short_form},
+        {"messages into device memory, long RTS", test_msg_device, NULL, NULL, &long_form},
+    };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

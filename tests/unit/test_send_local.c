@@ -109,15 +109,11 @@ static int side_b(int rfd, int wfd, void *arg)
 static void run_a(bool long_form)
 {
     int rfd = -1, wfd = -1;
-    pid_t pid = fp_fork(side_b, NULL, &rfd, &wfd);
-    assert_true(pid > 0);
     xfer_engine *e;
     xfer_peer *p;
     xfer_region *r;
-    if (long_form) /* read at engine creation (B, forked already, sends short) */
-        setenv("XFER_MSG_SHORT", "0", 1);
-    assert_int_equal(fp_side_up(&e, &p, "local-a", rfd, wfd), 0);
-    unsetenv("XFER_MSG_SHORT");
+    pid_t pid = fp_fork_up(side_b, NULL, "local-a", long_form, &e, &p, &rfd, &wfd);
+    assert_true(pid > 0);
     assert_int_equal(xfer_region_alloc(e, "a", 1 << 17, XFER_ACCESS_RW, &r), 0);
     for (int k = 0; k < ROUNDS; k++) {
         assert_int_equal(send_local(e, r, p, 1, 8 + k % 200, (uint32_t)k), 0);
