@@ -230,17 +230,25 @@ void batch_msg_submit(xfer_batch *b)
         xfer_region *local_r = bi->it.local;
         if (!go)
             continue;
-        if (local && b->engine->match.short_rts) { /* checked at add: eager */
-            /* The short RTS (XFER_MSG_F_SHORT): the receiver copies the
-             * bytes or fails the RECV; it never reads the region, so its
-             * description (~650 bytes: built, sent, parsed) stays here. */
+        struct msg_match *mt = &b->engine->match;
+        if (mt->short_rts &&
+            (local || (mt->eager && len <= XFER_MSG_EAGER_MAX && local_r->kind == XFER_MEM_HOST))) {
+            /* (local: checked at add) The short RTS (XFER_MSG_F_SHORT):
+             * the receiver copies the bytes (into device memory too) or
+             * fails the RECV; it never reads the region, so its description
+             * (~650 bytes: built, sent, parsed) stays here. */
             struct xfer_msg_rts sr;
             memset(&sr, 0, XFER_MSG_RTS_SHORT_SIZE); /* src is not used */
+            sr.send_id = local ? 0 : id;
             sr.tag = tag;
             sr.len = len;
             sr.eager = local_r->ptr + off;
-            sr.local = sr.short_form = true;
-            mm_send_local(b->engine, b, i, p, &sr);
+            sr.local = local;
+            sr.short_form = true;
+            if (local)
+                mm_send_local(b->engine, b, i, p, &sr);
+            else
+                mm_send_rts(b->engine, b, p, &sr);
             continue;
         }
         /* (built here, not for every item: zeroing it is ~100 instructions) */
@@ -289,23 +297,24 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
         return 0;
     }
     xfer_region *dst = bi->it.local;
-    if (r->eager && dst->kind == XFER_MEM_HOST) { /* pinned by the run */
-        memcpy(dst->ptr + bi->it.local_off, r->eager, r->len);
-        bi->it.len = r->len;
-        batch_item_end(b, i, 0, NULL); /* sends the FIN */
+    /* The bytes came with the RTS: copied here (pinned by the run). Into
+     * device memory when there is nothing to READ instead (short form:
+     * no region description; local: the sender's buffer may be reused);
+     * this is never a transport's reader (needs_no_post), and a copy of
+     * at most XFER_MSG_EAGER_MAX bytes. */
+    if (r->eager && (dst->kind == XFER_MEM_HOST || r->short_form || r->local)) {
+        int rc = 0;
+        if (dst->kind == XFER_MEM_HOST)
+            memcpy(dst->ptr + bi->it.local_off, r->eager, r->len);
+        else
+            rc = region_cuda_copy_in(dst, bi->it.local_off, r->eager, r->len, why, sizeof(why));
+        bi->it.len = rc == 0 ? r->len : 0;
+        batch_item_end(b, i, rc, rc == 0 ? NULL : why); /* sends the FIN */
         batch_maybe_finish(b);
         batch_put_unlock(b); /* the matcher's hold */
         return 0;
     }
-    if (r->local) { /* its sender's buffer may be reused: nothing to READ */
-        snprintf(why, sizeof(why), "locally completed message from %s into device memory",
-                 p->desc.node_id);
-        batch_item_end(b, i, -XFER_EINVAL, why);
-        batch_maybe_finish(b);
-        batch_put_unlock(b); /* the matcher's hold */
-        return 0;
-    }
-    /* rendezvous (or eager bytes for device memory: READ them instead) */
+    /* rendezvous (or the long form's eager bytes for device memory: READ them) */
     xfer_peer_region_add(p, &r->src); /* transports check remote items against it */
     bi->it.op = XFER_OP_READ;
     bi->it.peer = p;

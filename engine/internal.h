@@ -81,6 +81,8 @@ void region_withdraw_direct(xfer_engine *e, xfer_region *r);
 
 /* Closes an adopted CUDA IPC mapping (region_cuda.c). */
 void region_cuda_close(xfer_region *r);
+int region_cuda_copy_in(xfer_region *r, uint64_t off, const void *src, size_t len, char *why,
+                        size_t why_len);
 /* Initiator-side pin of a local region for a running batch. */
 bool region_pin(xfer_region *r);
 /* n pins at once (one count for a run of items on the same region); no lock. */

@@ -50,7 +50,9 @@ static bool two_sided_len_ok(const struct xfer_msg_hdr *h)
 {
     if (h->kind == XFER_MSG_FIN)
         return h->msg_len == XFER_MSG_FIN_BODY;
-    uint32_t body = h->flags & XFER_MSG_F_SHORT ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_BODY;
+    uint32_t body = !(h->flags & XFER_MSG_F_SHORT) ? XFER_MSG_RTS_BODY
+                    : h->flags & XFER_MSG_F_LOCAL  ? XFER_MSG_RTS_SHORT_BODY
+                                                   : XFER_MSG_RTS_SHORT_FIN_BODY;
     if (h->flags & XFER_MSG_F_EAGER)
         return h->msg_len >= body && h->msg_len - body <= XFER_MSG_EAGER_MAX;
     return h->msg_len == XFER_MSG_RTS_BODY;
@@ -80,7 +82,7 @@ int xfer_msg_decode(const uint8_t *in, size_t len, struct xfer_msg_hdr *h, char 
            : h->kind == XFER_MSG_RTS  ? XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT
                                       : 0u)) ||
         ((h->flags & XFER_MSG_F_LOCAL) && !(h->flags & XFER_MSG_F_EAGER)) ||
-        ((h->flags & XFER_MSG_F_SHORT) && !(h->flags & XFER_MSG_F_LOCAL)))
+        ((h->flags & XFER_MSG_F_SHORT) && !(h->flags & XFER_MSG_F_EAGER)))
         return bad(why, why_len, "message frame: unknown flags");
     if (h->kind != XFER_MSG_NOTIFY && (h->status || h->n_items || !two_sided_len_ok(h)))
         return bad(why, why_len, "message frame: malformed two-sided frame");
@@ -118,9 +120,9 @@ const uint8_t *xfer_msg_payload(const uint8_t *in, const struct xfer_msg_hdr *h)
 /*  RTS: send_id 8, tag 8, len 8, off 8 | id 4, gen 4, kind 4, device 4, addr 8,
  *       rlen 8 | access 4, pad 4 | name 64 | ipc 256 | rkeys 256
  *       [flag EAGER: the len message bytes]
- *  RTS with flag SHORT (EAGER and LOCAL too): tag 8, len 8 | the len message
- *       bytes (an eager, locally completed SEND: the receiver copies the
- *       bytes or fails the RECV; the region is never read, no FIN goes back)
+ *  RTS with flags SHORT and EAGER: [without LOCAL: send_id 8] tag 8, len 8 |
+ *       the len message bytes (the receiver copies the bytes or fails the
+ *       RECV; the region is never read; a FIN goes back unless LOCAL)
  *  FIN: send_id 8, status 4, pad 4, got 8 */
 
 static size_t put_hdr(uint8_t kind, uint64_t seq, uint32_t body, uint8_t *out)
@@ -131,30 +133,36 @@ static size_t put_hdr(uint8_t kind, uint64_t seq, uint32_t body, uint8_t *out)
     return XFER_MSG_HDR_LEN;
 }
 
-static bool rts_short(const struct xfer_msg_rts *r)
+static uint32_t rts_body(const struct xfer_msg_rts *r)
 {
-    return r->short_form && r->local && r->eager;
+    if (!r->short_form || !r->eager)
+        return XFER_MSG_RTS_BODY;
+    return r->local ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_SHORT_FIN_BODY;
 }
 
 size_t xfer_msg_rts_frame_len(const struct xfer_msg_rts *r)
 {
-    return XFER_MSG_HDR_LEN + (rts_short(r) ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_BODY) +
-           (r->eager ? r->len : 0);
+    return XFER_MSG_HDR_LEN + rts_body(r) + (r->eager ? r->len : 0);
 }
 
 static size_t encode_rts_short(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out)
 {
-    uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, XFER_MSG_RTS_SHORT_BODY + (uint32_t)r->len, out);
-    xfer_put16(out + 6, XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT);
+    uint32_t body = rts_body(r);
+    uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, body + (uint32_t)r->len, out);
+    xfer_put16(out + 6, XFER_MSG_F_EAGER | XFER_MSG_F_SHORT | (r->local ? XFER_MSG_F_LOCAL : 0));
+    if (!r->local) { /* its FIN names it */
+        xfer_put64(p, r->send_id);
+        p += 8;
+    }
     xfer_put64(p, r->tag);
     xfer_put64(p + 8, r->len);
-    memcpy(p + XFER_MSG_RTS_SHORT_BODY, r->eager, r->len);
+    memcpy(p + 16, r->eager, r->len);
     return xfer_msg_rts_frame_len(r);
 }
 
 size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out)
 {
-    if (rts_short(r))
+    if (rts_body(r) != XFER_MSG_RTS_BODY)
         return encode_rts_short(seq, r, out);
     uint32_t eager = r->eager ? (uint32_t)r->len : 0;
     uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, XFER_MSG_RTS_BODY + eager, out);
@@ -199,19 +207,24 @@ static bool terminated(const uint8_t *p, size_t n)
 static int decode_rts_short(const struct xfer_msg_hdr *h, const uint8_t *p, struct xfer_msg_rts *r)
 {
     memset(r, 0, XFER_MSG_RTS_SHORT_SIZE);
+    r->local = h->flags & XFER_MSG_F_LOCAL;
+    uint32_t body = r->local ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_SHORT_FIN_BODY;
+    if (!r->local) {
+        r->send_id = xfer_get64(p);
+        p += 8;
+    }
     r->tag = xfer_get64(p);
     r->len = xfer_get64(p + 8);
-    if (h->msg_len - XFER_MSG_RTS_SHORT_BODY != r->len) /* (the header bounded the bytes) */
+    if (h->msg_len - body != r->len) /* (the header bounded the bytes) */
         return -XFER_EPROTO;
-    r->eager = p + XFER_MSG_RTS_SHORT_BODY;
-    r->local = true;
+    r->eager = p + 16;
     r->short_form = true;
     return 0;
 }
 
 int xfer_msg_decode_rts(const struct xfer_msg_hdr *h, const uint8_t *p, struct xfer_msg_rts *r)
 {
-    if (h->flags & XFER_MSG_F_SHORT) /* (xfer_msg_decode: only with EAGER and LOCAL) */
+    if (h->flags & XFER_MSG_F_SHORT) /* (xfer_msg_decode: only with EAGER) */
         return decode_rts_short(h, p, r);
     memset(r, 0, sizeof(*r));
     r->send_id = xfer_get64(p);

@@ -39,9 +39,11 @@ enum xfer_msg_kind {
 #define XFER_MSG_F_EAGER 2u /* RTS: the message's len bytes follow the body */
 #define XFER_MSG_F_LOCAL                                                                           \
     4u /* RTS, with EAGER: the sender completed it (no FIN, no answer wanted) */
-/* RTS, with EAGER and LOCAL: the short body (tag, len; no send id, offset
- * or region description: nobody READs, nobody FINs it). Since 2026-11-29
- * (docs/notify.md "Engine message frame"). */
+/* RTS, with EAGER: the short body, no offset nor region description (the
+ * receiver copies the bytes, into device memory too, and never READs):
+ * with LOCAL tag and len (nobody FINs it; since 2026-11-29), without it
+ * send id, tag and len (a default SEND, FINned; since 2026-11-30).
+ * docs/notify.md "Engine message frame". */
 #define XFER_MSG_F_SHORT 8u
 
 struct xfer_msg_hdr {
@@ -54,9 +56,10 @@ struct xfer_msg_hdr {
 
 /* Two-sided bodies, carried as the message bytes of their frame (fixed
  * lengths, little-endian; layout in msg_wire.c). */
-#define XFER_MSG_RTS_BODY       (32u + 32u + 8u + XFER_NAME_MAX + 2u * XFER_BLOB_MAX)
-#define XFER_MSG_FIN_BODY       24u
-#define XFER_MSG_RTS_SHORT_BODY 16u /* tag 8, len 8 (XFER_MSG_F_SHORT) */
+#define XFER_MSG_RTS_BODY           (32u + 32u + 8u + XFER_NAME_MAX + 2u * XFER_BLOB_MAX)
+#define XFER_MSG_FIN_BODY           24u
+#define XFER_MSG_RTS_SHORT_BODY     16u /* tag 8, len 8 (XFER_MSG_F_SHORT with LOCAL) */
+#define XFER_MSG_RTS_SHORT_FIN_BODY 24u /* send id 8, tag 8, len 8 (SHORT without LOCAL) */
 
 struct xfer_msg_rts {
     uint64_t send_id; /* sender's id of the SEND, echoed in the FIN */
@@ -64,9 +67,10 @@ struct xfer_msg_rts {
     uint64_t off;         /* of the message in src */
     const uint8_t *eager; /* NULL, or the len message bytes (XFER_MSG_F_EAGER) */
     bool local;           /* XFER_MSG_F_LOCAL (eager only) */
-    /* XFER_MSG_F_SHORT (local only): send_id, off and src are not sent,
-     * and src is not filled in by the decoder nor by the sender (it is
-     * last so that the ~650 bytes need not be zeroed or copied either). */
+    /* XFER_MSG_F_SHORT (eager only): off and src are not sent (nor
+     * send_id when local), and src is not filled in by the decoder nor by
+     * the sender (it is last so that the ~650 bytes need not be zeroed or
+     * copied either). */
     bool short_form;
     struct xfer_region_desc src; /* sender's region (id, gen, addr, len, access, blobs) */
 };

@@ -89,6 +89,29 @@ int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
     return 0;
 }
 
+/* The eager bytes of a message received into device memory, copied on the
+ * calling thread (the message thread or the RECV's submitter: never a
+ * transport's reader, docs/notify.md), which keeps its current device. */
+int region_cuda_copy_in(xfer_region *r, uint64_t off, const void *src, size_t len, char *why,
+                        size_t why_len)
+{
+    int prev = -1;
+    cudaError_t err = cudaGetDevice(&prev);
+    if (err == cudaSuccess && prev != r->device)
+        err = cudaSetDevice(r->device);
+    if (err == cudaSuccess)
+        err = cudaMemcpy(r->ptr + off, src, len, cudaMemcpyDefault);
+    if (prev >= 0 && prev != r->device)
+        cudaSetDevice(prev);
+    if (err == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    snprintf(why, why_len, "copying %zu message bytes into device memory of region %s: %s", len,
+             r->name, cudaGetErrorString(err));
+    return err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ? -XFER_ENODEV
+                                                                          : -XFER_EIO;
+}
+
 void region_cuda_close(xfer_region *r)
 {
     if (!r->cuda_ipc_base)
@@ -111,6 +134,15 @@ int xfer_region_adopt_cuda(xfer_engine *e, const char *name, const void *handle,
     if (e)
         xfer_engine_set_error(e, "adopting CUDA memory %s: no CUDA device (built without CUDA)",
                               name);
+    return -XFER_ENODEV;
+}
+
+int region_cuda_copy_in(xfer_region *r, uint64_t off, const void *src, size_t len, char *why,
+                        size_t why_len)
+{
+    (void)off, (void)src;
+    snprintf(why, why_len, "%zu message bytes for device memory of region %s: built without CUDA",
+             len, r->name);
     return -XFER_ENODEV;
 }
 

@@ -539,7 +539,8 @@ uint64_t xfer_notif_refused(xfer_engine *e);
  * buffer fails with -XFER_ETRUNC on both sides (nothing is written).
  * Data moves receiver-driven (rendezvous: the receiver READs the sender's
  * region, which must allow R) or, up to XFER_MSG_EAGER_MAX bytes of host
- * memory, inside the message itself (eager); either way both engines must know each other as peers
+ * memory, inside the message itself (eager: the receiver copies the bytes,
+ * into device memory with cudaMemcpy); either way both engines must know each other as peers
  * (xfer_peer_add; else the SEND fails -XFER_ENOENT); a SEND completes once
  * its bytes are in the receiver's buffer. At most 4096 messages wait
  * unmatched per receiver (more: -XFER_ENOSPC for the SEND). Peer death
@@ -562,9 +563,9 @@ int xfer_batch_add_recv(xfer_batch *b, xfer_region *local, uint64_t off, uint64_
  * receive queue or an unknown sender (the receiver drops the message and
  * logs it), nor of a peer that dies after the frame left (-XFER_ECONN only
  * if the connection failed first). At most once and in order with the
- * peer's other messages, as any SEND; a RECV into device memory that
- * matches one ends -XFER_EINVAL (the sender's buffer may be reused). Both
- * engines must have this code (an older receiver refuses the frame). */
+ * peer's other messages, as any SEND; a RECV into device memory gets its
+ * bytes copied in (before 2026-11-29 evening: -XFER_EINVAL). Both engines
+ * must have this code (an older receiver refuses the frame). */
 #define XFER_SEND_LOCAL 1u
 int xfer_batch_add_send_flags(xfer_batch *b, xfer_region *local, uint64_t off, uint64_t len,
                               xfer_peer *p, uint64_t tag, unsigned flags);

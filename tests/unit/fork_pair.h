@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -69,6 +70,22 @@ static inline pid_t fp_fork(int (*child)(int rfd, int wfd, void *arg), void *arg
     *rfd = ba[0];
     *wfd = ab[1];
     return pid;
+}
+
+/* fp_fork, then this side's engine `me` up (fp_side_up); with long_form
+ * it is created with XFER_MSG_SHORT=0 (the long RTS forms; the child,
+ * forked already, sends the short ones). The pid, or -1. */
+static inline pid_t fp_fork_up(int (*child)(int rfd, int wfd, void *arg), void *arg, const char *me,
+                               bool long_form, xfer_engine **e, xfer_peer **p, int *rfd, int *wfd)
+{
+    pid_t pid = fp_fork(child, arg, rfd, wfd);
+    if (pid <= 0)
+        return -1;
+    if (long_form) /* read at engine creation */
+        setenv("XFER_MSG_SHORT", "0", 1);
+    int rc = fp_side_up(e, p, me, *rfd, *wfd);
+    unsetenv("XFER_MSG_SHORT");
+    return rc == 0 ? pid : -1;
 }
 
 /* Message bytes of pattern seed (test_send_local, test_tcp_back). */

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -41,7 +42,7 @@
 #include "xfer.h"
 
 #define DEADLINE 5000
-#define FAST_US  80 /* per round trip: the on-run was not held up by load */
+#define PAIRS    8 /* of runs, on and off, at most (two run ~0.1 s on the VM) */
 
 #if defined(__SANITIZE_ADDRESS__)
 #define ROUNDS 300
@@ -164,7 +165,7 @@ static int side_b(int rfd, int wfd, void *arg)
 
 /* One ping-pong with XFER_NOTIF_WAIT_ACK=ack on both sides: this
  * process's other threads' voluntary context switches per round trip. */
-static double ping_pong(const char *ack, double *us_per_rt)
+static double ping_pong(const char *ack)
 {
     int rfd = -1, wfd = -1;
     pid_t pid = fp_fork(side_b, (void *)ack, &rfd, &wfd);
@@ -192,7 +193,6 @@ static double ping_pong(const char *ack, double *us_per_rt)
     assert_null(why);
     assert_int_equal(st, 0);
     double per = (double)sw / ROUNDS;
-    *us_per_rt = 1000.0 * (double)ms / ROUNDS;
     print_message("XFER_NOTIF_WAIT_ACK=%s: %.2f voluntary switches of other threads per round "
                   "trip (%d in %lld ms)\n",
                   ack, per, ROUNDS, (long long)ms);
@@ -203,25 +203,24 @@ static void test_ack_by_waiter(void **state)
 {
     (void)state;
     /* Off, the owner of the initiator socket wakes for each acknowledgement
-     * (>= 1); on, only for the 1 ms lazy tick and races. On a loaded
-     * machine (the 2-core dev VM running other tests) the main threads lag
-     * behind the sockets: what they wait for is there before they poll, and
-     * the owners read it, as designed, in both runs. So the counts are
-     * compared only for a pair whose on-run went at full speed (below
-     * FAST_US per round trip); up to five pairs are tried, and every such
-     * pair must show the difference. Each run checks every notification and
-     * acknowledgement either way. */
-    int compared = 0;
-    for (int tries = 0; tries < 5 && compared < 2; tries++) {
-        double us_on, us_off;
-        double on = ping_pong("1", &us_on), off = ping_pong("0", &us_off);
-        if (us_on > FAST_US || off < 0.5)
-            continue;
-        compared++;
-        assert_true(on < 0.6 * off);
+     * (about 1 switch per round trip in every run); on, only for the 1 ms lazy
+     * tick and races. On a loaded machine (the 2-core dev VM running other
+     * tests, a CI container beside a build) any run can be preempted so
+     * that its main thread lags behind the socket: what it waits for is
+     * there before it polls, the owner reads it, as designed, and that run
+     * counts like an off-run (seen: 1.34 on against 1.16 off at full
+     * speed). So the quietest run of each setting is compared: up to
+     * PAIRS pairs, until the quietest on-run is below 0.6 x the quietest
+     * off-run. With the waiter not reading acknowledgements every on-run
+     * counts like an off-run and no pair gets there. Each run checks every
+     * notification and acknowledgement either way. */
+    double min_on = 1e9, min_off = 1e9;
+    for (int k = 0; k < PAIRS && !(min_on < 0.6 * min_off); k++) {
+        min_on = fmin(min_on, ping_pong("1"));
+        min_off = fmin(min_off, ping_pong("0"));
     }
-    if (!compared)
-        print_message("no run at full speed (machine loaded): counts not compared\n");
+    print_message("quietest runs: %.2f on, %.2f off\n", min_on, min_off);
+    assert_true(min_on < 0.6 * min_off);
 }
 
 int main(void)

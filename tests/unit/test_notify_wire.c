@@ -259,11 +259,12 @@ static void test_eager(void **state)
     free(data);
 }
 
-/* The short RTS of XFER_SEND_LOCAL (XFER_MSG_F_SHORT): tag and length,
- * then the bytes; no send id, offset or region description. Only with
- * EAGER and LOCAL, bytes up to XFER_MSG_EAGER_MAX and exactly the
- * message's length; the long local form (a sender before the short one,
- * or XFER_MSG_SHORT=0) still decodes. */
+/* The short RTS (XFER_MSG_F_SHORT): of XFER_SEND_LOCAL tag and length,
+ * of a default eager SEND send id, tag and length, then the bytes; no
+ * offset or region description. Only with EAGER, bytes up to
+ * XFER_MSG_EAGER_MAX and exactly the message's length; the long local
+ * form (a sender before the short one, or XFER_MSG_SHORT=0) still
+ * decodes. */
 static void test_short(void **state)
 {
     (void)state;
@@ -307,23 +308,45 @@ static void test_short(void **state)
     assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
     assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
     xfer_put64(buf + XFER_MSG_HDR_LEN + 8, 13);
-    /* SHORT without LOCAL or EAGER, or on other kinds */
-    uint16_t bad[] = {XFER_MSG_F_SHORT, XFER_MSG_F_EAGER | XFER_MSG_F_SHORT,
-                      XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT, 16};
-    for (size_t k = 0; k < 4; k++) {
+    /* SHORT without EAGER, or on other kinds */
+    uint16_t bad[] = {XFER_MSG_F_SHORT, XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT, 16};
+    for (size_t k = 0; k < 3; k++) {
         xfer_put16(buf + 6, bad[k]);
         assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), -XFER_EPROTO);
     }
     struct xfer_msg_hdr n = {.kind = XFER_MSG_NOTIFY, .flags = XFER_MSG_F_SHORT, .msg_len = 1};
     xfer_msg_encode(&n, NULL, "x", buf);
     assert_int_equal(xfer_msg_decode(buf, xfer_msg_frame_len(&n), &h, NULL, 0), -XFER_EPROTO);
-    /* short_form asks for nothing on a default or rendezvous RTS: long */
+    /* a default eager SEND's short form: its send id too (the FIN names it) */
     r.local = false;
+    r.send_id = 99;
+    len = xfer_msg_encode_rts(8, &r, buf);
+    assert_int_equal(len, XFER_MSG_HDR_LEN + XFER_MSG_RTS_SHORT_FIN_BODY + 13);
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_int_equal(h.flags, XFER_MSG_F_EAGER | XFER_MSG_F_SHORT);
+    memset(&d, 0xa5, sizeof(d));
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), 0);
+    assert_true(!d.local && d.short_form);
+    assert_int_equal(d.send_id, 99);
+    assert_int_equal(d.tag, 77);
+    assert_int_equal(d.len, 13);
+    assert_ptr_equal(d.eager, buf + XFER_MSG_HDR_LEN + XFER_MSG_RTS_SHORT_FIN_BODY);
+    assert_memory_equal(d.eager, data, 13);
+    assert_int_equal(xfer_msg_decode(buf, len - 1, &h, NULL, 0), -XFER_EPROTO);
+    xfer_put64(buf + XFER_MSG_HDR_LEN + 16, 12); /* a length other than the bytes */
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
+    r.len = 8; /* 80 bytes on the wire for 8 B, against 704 */
+    assert_int_equal(xfer_msg_rts_frame_len(&r), 80);
+    r.len = 13;
+    /* short_form asks for nothing on a rendezvous RTS (no bytes ride): long */
+    r.eager = NULL;
     r.src = (struct xfer_region_desc){.id = 1, .gen = 1, .len = 1 << 20, .access = XFER_ACCESS_R};
     len = xfer_msg_encode_rts(8, &r, buf);
-    assert_int_equal(len, XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + 13);
+    assert_int_equal(len, XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY);
     assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
-    assert_int_equal(h.flags, XFER_MSG_F_EAGER);
+    assert_int_equal(h.flags, 0);
+    r.eager = data;
     /* the long local form (an older sender) decodes as before */
     r.local = true;
     r.short_form = false;
