@@ -299,9 +299,10 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
     xfer_region *dst = bi->it.local;
     /* The bytes came with the RTS: copied here (pinned by the run). Into
      * device memory when there is nothing to READ instead (short form:
-     * no region description; local: the sender's buffer may be reused);
-     * this is never a transport's reader (needs_no_post), and a copy of
-     * at most XFER_MSG_EAGER_MAX bytes. */
+     * no region description; local: the sender's buffer may be reused):
+     * at most XFER_MSG_EAGER_MAX bytes, and never on a transport's reader
+     * (needs_no_post: such a pair is matched by the message thread or the
+     * RECV's submitter). */
     if (r->eager && (dst->kind == XFER_MEM_HOST || r->short_form || r->local)) {
         int rc = 0;
         if (dst->kind == XFER_MEM_HOST)

@@ -42,7 +42,7 @@ enum xfer_msg_kind {
 /* RTS, with EAGER: the short body, no offset nor region description (the
  * receiver copies the bytes, into device memory too, and never READs):
  * with LOCAL tag and len (nobody FINs it; since 2026-11-29), without it
- * send id, tag and len (a default SEND, FINned; since 2026-11-30).
+ * send id, tag and len (a default SEND, FINned; since 2026-11-29 evening).
  * docs/notify.md "Engine message frame". */
 #define XFER_MSG_F_SHORT 8u
 
