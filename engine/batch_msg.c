@@ -231,38 +231,30 @@ void batch_msg_submit(xfer_batch *b)
         if (!go)
             continue;
         struct msg_match *mt = &b->engine->match;
-        if (mt->short_rts &&
-            (local || (mt->eager && len <= XFER_MSG_EAGER_MAX && local_r->kind == XFER_MEM_HOST))) {
-            /* (local: checked at add) The short RTS (XFER_MSG_F_SHORT):
-             * the receiver copies the bytes (into device memory too) or
-             * fails the RECV; it never reads the region, so its description
-             * (~650 bytes: built, sent, parsed) stays here. */
-            struct xfer_msg_rts sr;
-            memset(&sr, 0, XFER_MSG_RTS_SHORT_SIZE); /* src is not used */
-            sr.send_id = local ? 0 : id;
-            sr.tag = tag;
-            sr.len = len;
-            sr.eager = local_r->ptr + off;
-            sr.local = local;
-            sr.short_form = true;
-            if (local)
-                mm_send_local(b->engine, b, i, p, &sr);
-            else
-                mm_send_rts(b->engine, b, p, &sr);
-            continue;
-        }
-        /* (built here, not for every item: zeroing it is ~100 instructions) */
-        struct xfer_msg_rts r = {.send_id = id, .tag = tag, .len = len, .off = off};
-        xfer_region_describe(local_r, &r.src); /* pinned by the run */
-        if ((b->engine->match.eager || local) && r.len <= XFER_MSG_EAGER_MAX &&
-            local_r->kind == XFER_MEM_HOST)
-            r.eager = local_r->ptr + r.off; /* copied into the frame by mm_send_rts */
-        if (local) { /* the long form (XFER_MSG_SHORT=0: a receiver before the short RTS) */
-            r.local = true;
+        /* Eager: the bytes ride in the frame (copied by mm_send_*); a
+         * local SEND always is (checked at add). */
+        bool eager =
+            (mt->eager || local) && len <= XFER_MSG_EAGER_MAX && local_r->kind == XFER_MEM_HOST;
+        struct xfer_msg_rts r;
+        memset(&r, 0, XFER_MSG_RTS_SHORT_SIZE); /* (zeroing src too is ~100 instructions) */
+        r.send_id = id;
+        r.tag = tag;
+        r.len = len;
+        r.off = off;
+        r.eager = eager ? local_r->ptr + off : NULL;
+        r.local = local;
+        /* The short RTS (XFER_MSG_F_SHORT) for eager bytes: the receiver
+         * copies them (into device memory too) or fails the RECV; it never
+         * reads the region, so its description (~650 bytes: built, sent,
+         * parsed) stays here. The long form (XFER_MSG_SHORT=0: a receiver
+         * before the short RTS) describes it; rendezvous always does. */
+        r.short_form = mt->short_rts && eager;
+        if (!r.short_form)
+            xfer_region_describe(local_r, &r.src); /* pinned by the run */
+        if (local)
             mm_send_local(b->engine, b, i, p, &r);
-        } else {
+        else
             mm_send_rts(b->engine, b, p, &r);
-        }
     }
     /* Messages that arrived before these RECVs: matched here, not by a
      * hand-off to the message thread. None (the RTS queue was empty when

@@ -45,14 +45,19 @@ static int bad(char *why, size_t why_len, const char *what)
     return -XFER_EPROTO;
 }
 
+/* The short RTS's body: without a send id when local (nobody FINs it). */
+static uint32_t rts_short_body(bool local)
+{
+    return local ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_SHORT_FIN_BODY;
+}
+
 /* RTS and FIN bodies have fixed lengths; an eager RTS adds its message. */
 static bool two_sided_len_ok(const struct xfer_msg_hdr *h)
 {
     if (h->kind == XFER_MSG_FIN)
         return h->msg_len == XFER_MSG_FIN_BODY;
-    uint32_t body = !(h->flags & XFER_MSG_F_SHORT) ? XFER_MSG_RTS_BODY
-                    : h->flags & XFER_MSG_F_LOCAL  ? XFER_MSG_RTS_SHORT_BODY
-                                                   : XFER_MSG_RTS_SHORT_FIN_BODY;
+    uint32_t body = h->flags & XFER_MSG_F_SHORT ? rts_short_body(h->flags & XFER_MSG_F_LOCAL)
+                                                : XFER_MSG_RTS_BODY;
     if (h->flags & XFER_MSG_F_EAGER)
         return h->msg_len >= body && h->msg_len - body <= XFER_MSG_EAGER_MAX;
     return h->msg_len == XFER_MSG_RTS_BODY;
@@ -135,9 +140,7 @@ static size_t put_hdr(uint8_t kind, uint64_t seq, uint32_t body, uint8_t *out)
 
 static uint32_t rts_body(const struct xfer_msg_rts *r)
 {
-    if (!r->short_form || !r->eager)
-        return XFER_MSG_RTS_BODY;
-    return r->local ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_SHORT_FIN_BODY;
+    return r->short_form && r->eager ? rts_short_body(r->local) : XFER_MSG_RTS_BODY;
 }
 
 size_t xfer_msg_rts_frame_len(const struct xfer_msg_rts *r)
@@ -145,9 +148,9 @@ size_t xfer_msg_rts_frame_len(const struct xfer_msg_rts *r)
     return XFER_MSG_HDR_LEN + rts_body(r) + (r->eager ? r->len : 0);
 }
 
-static size_t encode_rts_short(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out)
+static size_t encode_rts_short(uint64_t seq, const struct xfer_msg_rts *r, uint32_t body,
+                               uint8_t *out)
 {
-    uint32_t body = rts_body(r);
     uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, body + (uint32_t)r->len, out);
     xfer_put16(out + 6, XFER_MSG_F_EAGER | XFER_MSG_F_SHORT | (r->local ? XFER_MSG_F_LOCAL : 0));
     if (!r->local) { /* its FIN names it */
@@ -162,8 +165,9 @@ static size_t encode_rts_short(uint64_t seq, const struct xfer_msg_rts *r, uint8
 
 size_t xfer_msg_encode_rts(uint64_t seq, const struct xfer_msg_rts *r, uint8_t *out)
 {
-    if (rts_body(r) != XFER_MSG_RTS_BODY)
-        return encode_rts_short(seq, r, out);
+    uint32_t body = rts_body(r);
+    if (body != XFER_MSG_RTS_BODY)
+        return encode_rts_short(seq, r, body, out);
     uint32_t eager = r->eager ? (uint32_t)r->len : 0;
     uint8_t *p = out + put_hdr(XFER_MSG_RTS, seq, XFER_MSG_RTS_BODY + eager, out);
     if (r->eager)
@@ -208,7 +212,7 @@ static int decode_rts_short(const struct xfer_msg_hdr *h, const uint8_t *p, stru
 {
     memset(r, 0, XFER_MSG_RTS_SHORT_SIZE);
     r->local = h->flags & XFER_MSG_F_LOCAL;
-    uint32_t body = r->local ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_SHORT_FIN_BODY;
+    uint32_t body = rts_short_body(r->local);
     if (!r->local) {
         r->send_id = xfer_get64(p);
         p += 8;
