@@ -67,8 +67,8 @@ union mm_entry {
     struct mm_recv v;
     struct mm_send s;
 };
-static struct xfer_blk_cache ent_cache = {.size = sizeof(union mm_entry)};
-static struct xfer_blk_cache rts_cache = {.size = RTS_BLK};
+static struct xfer_blk_cache ent_cache = {.size = sizeof(union mm_entry), .tl = BLK_TL_ENT};
+static struct xfer_blk_cache rts_cache = {.size = RTS_BLK, .tl = BLK_TL_RTS};
 
 static size_t rts_size(size_t eager)
 {
