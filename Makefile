@@ -32,7 +32,7 @@ CPPFLAGS += -D_GNU_SOURCE -I. -Iengine -Iproto -Iregistry -Ikernels -Iservice -I
 # (XFER_API, or a header-wide visibility pragma); the in-tree programs link
 # the static archive and see everything.
 # -fno-plt: calls into libc (a message takes ~70 mutex calls) go straight
-# through the GOT, without the PLT stub's jump (docs/perf.md, "Step 9").
+# through the GOT, without the PLT stub's jump (docs/perf.md, "Step 14").
 CFLAGS += -std=c11 -Wall -Wextra -Werror $(OPT) -fPIC -fvisibility=hidden -fno-plt -pthread -MMD -MP $(SANFLAGS)
 LDFLAGS += -pthread $(SANFLAGS)
 VERBS_LIBS ?= -libverbs -lrdmacm
@@ -80,7 +80,7 @@ SO_OBJS := $(filter $(foreach l,$(SO_LAYERS),$(B)/obj/$(l)/%) $(B)/gen/%,$(LIB_O
 # optimized as one unit (its sources compiled to GCC's intermediate form,
 # then one `ld -r` with link-time optimization into $(ENGINE_LTO), a plain
 # object). Only that step re-optimizes: the programs and tests link the
-# archive as before. docs/perf.md, "Step 9".
+# archive as before. docs/perf.md, "Step 14".
 LTO ?= 1
 ifeq ($(SAN)$(LTO),01)
 ENGINE_OBJS := $(filter $(B)/obj/engine/%,$(LIB_OBJS))

@@ -23,7 +23,7 @@
  * thread, and the shared slots (and their counters) were then one more set
  * of cache lines passed between the cores of every thread that sends
  * messages: two engines in one process, or several senders (docs/perf.md,
- * "Step 9"). A thread's blocks are freed when it exits (blk_cache.c).
+ * "Step 14"). A thread's blocks are freed when it exits (blk_cache.c).
  */
 #ifndef XFER_BLK_CACHE_H
 #define XFER_BLK_CACHE_H
