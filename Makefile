@@ -31,7 +31,9 @@ CPPFLAGS += -D_GNU_SOURCE -I. -Iengine -Iproto -Iregistry -Ikernels -Iservice -I
 # -fvisibility=hidden: libxfer.so exports only what the public headers mark
 # (XFER_API, or a header-wide visibility pragma); the in-tree programs link
 # the static archive and see everything.
-CFLAGS += -std=c11 -Wall -Wextra -Werror $(OPT) -fPIC -fvisibility=hidden -pthread -MMD -MP $(SANFLAGS)
+# -fno-plt: calls into libc (a message takes ~70 mutex calls) go straight
+# through the GOT, without the PLT stub's jump (docs/perf.md, "Step 14").
+CFLAGS += -std=c11 -Wall -Wextra -Werror $(OPT) -fPIC -fvisibility=hidden -fno-plt -pthread -MMD -MP $(SANFLAGS)
 LDFLAGS += -pthread $(SANFLAGS)
 VERBS_LIBS ?= -libverbs -lrdmacm
 EXT_LIBS := -lhiredis -levent -levent_pthreads -lprotobuf-c -lcrypto -lm -ldl -lrt
@@ -73,6 +75,20 @@ LIBXFER := $(B)/lib/libxfer.a
 # (engine, registry, proto, kernels, node), never xferd's or xferctl's code.
 SO_LAYERS := engine registry proto kernels node
 SO_OBJS := $(filter $(foreach l,$(SO_LAYERS),$(B)/obj/$(l)/%) $(B)/gen/%,$(LIB_OBJS))
+# LTO=1 (the default; never with SAN=1): the engine layer, where a
+# message's path runs through batch, matcher and transport files, is
+# optimized as one unit (its sources compiled to GCC's intermediate form,
+# then one `ld -r` with link-time optimization into $(ENGINE_LTO), a plain
+# object). Only that step re-optimizes: the programs and tests link the
+# archive as before. docs/perf.md, "Step 14".
+LTO ?= 1
+ifeq ($(SAN)$(LTO),01)
+ENGINE_OBJS := $(filter $(B)/obj/engine/%,$(LIB_OBJS))
+ENGINE_LTO := $(B)/obj/engine.lto.o
+$(ENGINE_OBJS): CFLAGS += -flto
+LIB_OBJS := $(filter-out $(ENGINE_OBJS),$(LIB_OBJS)) $(ENGINE_LTO)
+SO_OBJS := $(filter-out $(ENGINE_OBJS),$(SO_OBJS)) $(ENGINE_LTO)
+endif
 XFER_SOVERSION := 0
 LIBXFER_SO := $(B)/lib/libxfer.so
 # Headers installed under include/xfer/ (they include each other by bare name).
@@ -102,6 +118,11 @@ $(B)/obj/%.o: %.c | $(GEN_SRCS)
 $(B)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(filter -D%,$(CPPFLAGS)) -c $< -o $@
+
+ifdef ENGINE_LTO
+$(ENGINE_LTO): $(ENGINE_OBJS)
+	$(CC) -r $(filter-out -MMD -MP,$(CFLAGS)) -flto-partition=one -flinker-output=nolto-rel $^ -o $@
+endif
 
 $(LIBXFER): $(LIB_OBJS)
 	@mkdir -p $(dir $@)

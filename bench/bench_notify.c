@@ -31,6 +31,7 @@
  * --only sendrecv-local: the blocking 8 B ping-pong with XFER_SEND_LOCAL
  * SENDs (eager, locally completed: the opt-in of docs/notify.md).
  */
+#include "bench_util.h"
 #include "xfer.h"
 
 #include <getopt.h>
@@ -305,6 +306,11 @@ struct echo {
  * (eager, locally completed: docs/notify.md). */
 static unsigned send_flags;
 
+/* BENCH_PIN (bench_util.h) takes effect after this many round trips: the
+ * engines' threads made on the way (inheriting the caller's CPU set) are
+ * there by then. */
+#define PIN_AFTER 100
+
 /* A RECV batch submitted now, waited for later. */
 static xfer_batch *recv_post(struct side *s, uint64_t off, uint64_t tag)
 {
@@ -333,6 +339,8 @@ static void echo_pre(struct echo *x)
     xfer_batch *rb = recv_post(x->T, 0, 1);
     for (int k = 0; k < x->iters; k++) {
         uint64_t got;
+        if (k == PIN_AFTER)
+            bench_pin(1);
         int rc = recv_end(rb, &got);
         rb = k + 1 < x->iters ? recv_post(x->T, 0, 1) : NULL;
         if (rc != 0 || xfer_send(x->T->e, x->T->r, 128, got, x->T->p, 2, 10000) != 0) {
@@ -352,6 +360,8 @@ static void *echo_main(void *arg)
     }
     for (int k = 0; k < x->iters; k++) {
         uint64_t got;
+        if (k == PIN_AFTER)
+            bench_pin(1);
         if (xfer_recv(x->T->e, x->T->r, 0, 64, x->T->p, 1, &got, 10000) != 0 ||
             xfer_send_flags(x->T->e, x->T->r, 0, got, x->T->p, 2, send_flags, 10000) != 0) {
             fprintf(stderr, "bench: echo failed at %d\n", k);
@@ -372,6 +382,8 @@ static int bench_latency(struct side *I, struct side *T, int iters, bool with_wr
     pthread_create(&th, NULL, echo_main, &x);
     for (int k = 0; k < iters; k++) {
         uint64_t got;
+        if (k == PIN_AFTER)
+            bench_pin(0);
         double t0 = now_us();
         xfer_batch *rb = pre ? recv_post(I, 64, 2) : NULL;
         if (xfer_send_flags(I->e, I->r, 0, 8, I->p, 1, send_flags, 10000) != 0 ||

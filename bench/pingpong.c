@@ -118,8 +118,11 @@ int main(int argc, char **argv)
             return 1;
         }
         pid = fork();
-        if (pid == 0)
+        if (pid == 0) {
+            bench_pin(1);
             _exit(echo(lfd, size, false));
+        }
+        bench_pin(0);
         close(lfd);
         fd = socket(AF_INET, SOCK_STREAM, 0);
         if (pid < 0 || fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {

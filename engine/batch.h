@@ -48,6 +48,7 @@ struct batch_item {
     uint32_t name;    /* SEND/RECV: 1 + its entry in b->names, 0 none */
     uint64_t send_id; /* SEND: the RTS id; matched RECV: the sender's (0: no FIN, a local SEND) */
     bool local;       /* SEND: XFER_SEND_LOCAL (completes when its frame is written) */
+    bool unlisted;    /* SEND: its matcher entry was taken (FIN, answer): nothing to forget */
 };
 
 struct xfer_batch {

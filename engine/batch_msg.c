@@ -155,17 +155,28 @@ void batch_msg_item_end(xfer_batch *b, size_t i, int status)
     struct batch_item *bi = &b->items[i];
     if (bi->kind == BK_RECV && bi->matched && bi->send_id) /* the sender waits for this */
         mm_send_fin(b->engine, bi->from, bi->send_id, status, status == 0 ? bi->it.len : 0);
-    else if (bi->kind != BK_RMA && !bi->matched && !(bi->kind == BK_SEND && bi->local))
+    else if (bi->kind != BK_RMA && !bi->matched &&
+             !(bi->kind == BK_SEND && (bi->local || __atomic_load_n(&bi->unlisted, __ATOMIC_RELAXED))))
         /* Nothing to forget (and no lock and list walk per message) for a
          * matched RECV, whose entry the matcher took off before it could
          * call batch_recv_matched, nor for a locally completed SEND, which
-         * batch_msg_start never registered. */
+         * batch_msg_start never registered, nor for a SEND whose entry its
+         * FIN took (take_send). */
         mm_forget(b->engine, b, i);
     if (b->notes.n && bi->kind == BK_RMA) { /* the fence: a peer's last item sends */
         long k = notes_item_end(&b->notes, bi->it.peer, i, status);
         if (k >= 0)
             note_send(b, (size_t)k, false);
     }
+}
+
+void batch_send_unlisted(xfer_batch *b, size_t i)
+{
+    /* Its item's end then skips mm_forget (a lock and a walk of the RECV
+     * list per default SEND). Called under the matcher's mu, so the item
+     * has not ended (its end forgets under that mu): b runs and its items
+     * stay where they are. Atomic: the end reads it under b->mu only. */
+    __atomic_store_n(&b->items[i].unlisted, true, __ATOMIC_RELAXED);
 }
 
 void batch_msg_start(xfer_batch *b)
@@ -199,6 +210,7 @@ void batch_msg_start(xfer_batch *b)
             bi->send_id = 0;
             rc = 0;
         } else {
+            bi->unlisted = false; /* before the entry is seen (under the matcher's mu) */
             rc = mm_send_add(b->engine, b, i, b->notes.run, bi->it.peer, bi->it.len, &bi->send_id);
         }
         if (rc < 0)

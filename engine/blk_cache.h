@@ -15,6 +15,15 @@
  * exchanged atomically and never followed as a list, so there is no ABA.
  * Under AddressSanitizer a cached block is poisoned: a use after its put
  * is still reported.
+ *
+ * Thread-local first (a cache made with a .tl id, enum xfer_blk_tl): each
+ * thread keeps up to XFER_BLK_TL blocks of each such cache for itself, and
+ * only what does not fit there goes through the shared slots. A waiter that
+ * reads its own socket allocates and frees a message's blocks on one
+ * thread, and the shared slots (and their counters) were then one more set
+ * of cache lines passed between the cores of every thread that sends
+ * messages: two engines in one process, or several senders (docs/perf.md,
+ * "Step 14"). A thread's blocks are freed when it exits (blk_cache.c).
  */
 #ifndef XFER_BLK_CACHE_H
 #define XFER_BLK_CACHE_H
@@ -33,9 +42,35 @@
 #endif
 
 #define XFER_BLK_SLOTS 16
+#define XFER_BLK_TL    4 /* blocks per thread and cache */
+
+/* The caches with a thread-local part: 1 + their row in xfer_blk_tl. */
+enum xfer_blk_tl {
+    XFER_BLK_TL_NONE,
+    BLK_TL_TX,
+    BLK_TL_RX,
+    BLK_TL_ENT,
+    BLK_TL_RTS,
+    BLK_TL_OUT,
+    BLK_TL_NOTIF,
+    BLK_TL_TEST, /* tests/unit/test_msg_cache.c */
+    XFER_BLK_TL_N
+};
+/* A thread's blocks of one cache: a stack (the block put last is taken
+ * first, while its lines are still in this core's cache). */
+struct xfer_blk_tl_row {
+    unsigned n;
+    size_t size; /* the cache's block size, for the release at thread exit */
+    void *blk[XFER_BLK_TL];
+};
+extern __thread struct xfer_blk_tl_row xfer_blk_tl[XFER_BLK_TL_N - 1];
+extern __thread bool xfer_blk_tl_kept;
+/* Called when a thread keeps its first block: frees them at its exit. */
+void xfer_blk_tl_keep(void);
 
 struct xfer_blk_cache {
     size_t size; /* every block is this large */
+    unsigned tl; /* enum xfer_blk_tl: its thread-local row, or none */
     void *slot[XFER_BLK_SLOTS];
     unsigned long hits, misses; /* relaxed counters: tests and measuring */
 };
@@ -77,6 +112,12 @@ static inline bool xfer_slots_offer(void **slot, size_t n, void *p, size_t size)
  * the system is out of memory. */
 static inline void *xfer_blk_get(struct xfer_blk_cache *c)
 {
+    struct xfer_blk_tl_row *own = c->tl ? &xfer_blk_tl[c->tl - 1] : NULL;
+    if (own && own->n > 0) {
+        void *p = own->blk[--own->n];
+        BLK_UNPOISON(p, c->size);
+        return p;
+    }
     void *p = xfer_slots_take(c->slot, XFER_BLK_SLOTS, c->size);
     __atomic_add_fetch(p ? &c->hits : &c->misses, 1, __ATOMIC_RELAXED);
     return p ? p : malloc(c->size);
@@ -85,6 +126,15 @@ static inline void *xfer_blk_get(struct xfer_blk_cache *c)
 /* Gives back p (a block of c->size bytes from xfer_blk_get, or NULL). */
 static inline void xfer_blk_put(struct xfer_blk_cache *c, void *p)
 {
+    struct xfer_blk_tl_row *own = p && c->tl ? &xfer_blk_tl[c->tl - 1] : NULL;
+    /* (no thread key: the shared slots, xfer_blk_tl_keep) */
+    if (own && own->n < XFER_BLK_TL &&
+        (xfer_blk_tl_kept || (xfer_blk_tl_keep(), xfer_blk_tl_kept))) {
+        BLK_POISON(p, c->size);
+        own->size = c->size;
+        own->blk[own->n++] = p;
+        return;
+    }
     if (p && !xfer_slots_offer(c->slot, XFER_BLK_SLOTS, p, c->size))
         free(p);
 }

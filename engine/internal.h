@@ -321,6 +321,11 @@ struct msg_match { /* leaf lock: never held while calling out */
     bool eager;             /* small SENDs carry their bytes (XFER_MSG_EAGER=0: never) */
     bool short_rts;         /* XFER_SEND_LOCAL sends the short RTS (XFER_MSG_SHORT=0: not) */
     unsigned matching;      /* pairs taken, being handed to their batch */
+    /* The peer the last RTS came from (rts_queue): most come from the same
+     * one as the last, and the look-up by name took the peer table's lock
+     * and a walk of it. Cleared by the sweep of that peer's removal, under
+     * mu, so it never outlives the peer. */
+    xfer_peer *last_from;
     pthread_cond_t idle_cv; /* matching reached 0 (mm_peer_gone waits) */
 };
 void msg_match_init(xfer_engine *e);
@@ -360,6 +365,9 @@ int batch_recv_matched(xfer_batch *b, size_t i, uint64_t run, xfer_peer *p,
 /* b->mu held and another reference alive: drops one hold without the lock
  * xfer_batch_put takes. */
 void batch_unhold_locked(xfer_batch *b);
+/* The matcher's entry of SEND item i was taken (its FIN, or the answer
+ * standing for it, came): its end has nothing to forget. Matcher mu held. */
+void batch_send_unlisted(xfer_batch *b, size_t i);
 /* b->mu held: drops one hold, lets go of b->mu, frees b if it was the last. */
 void batch_put_unlock(xfer_batch *b);
 /* Kicks the message thread to run the matcher. */

@@ -27,7 +27,7 @@
  * built by a submitter and freed by whichever thread reads the answer
  * (blk_cache.h). Larger ones are malloc'd. */
 #define MSG_OUT_BLK 1024
-static struct xfer_blk_cache out_cache = {.size = MSG_OUT_BLK};
+static struct xfer_blk_cache out_cache = {.size = MSG_OUT_BLK, .tl = BLK_TL_OUT};
 
 struct msg_out *msg_out_new(size_t len)
 {
@@ -357,7 +357,7 @@ void msg_thread_stop(xfer_engine *e)
  * message) come from a block cache too. Every notification block is at
  * least NOTIF_BLK bytes, so either way of freeing one is safe. */
 #define NOTIF_BLK 256
-static struct xfer_blk_cache notif_cache = {.size = NOTIF_BLK};
+static struct xfer_blk_cache notif_cache = {.size = NOTIF_BLK, .tl = BLK_TL_NOTIF};
 
 void msg_notif_free(struct xfer_notif *n)
 {

@@ -67,8 +67,8 @@ union mm_entry {
     struct mm_recv v;
     struct mm_send s;
 };
-static struct xfer_blk_cache ent_cache = {.size = sizeof(union mm_entry)};
-static struct xfer_blk_cache rts_cache = {.size = RTS_BLK};
+static struct xfer_blk_cache ent_cache = {.size = sizeof(union mm_entry), .tl = BLK_TL_ENT};
+static struct xfer_blk_cache rts_cache = {.size = RTS_BLK, .tl = BLK_TL_RTS};
 
 static size_t rts_size(size_t eager)
 {
@@ -192,6 +192,7 @@ static struct mm_send *take_send(struct msg_match *m, uint64_t id, const char *n
         if ((*pp)->id == id && (!node || !strcmp((*pp)->to->desc.node_id, node))) {
             s = *pp;
             *pp = s->next;
+            batch_send_unlisted(s->b, s->i);
             break;
         }
     }
@@ -334,6 +335,25 @@ void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, ui
 
 static bool match_pairs_locked(xfer_engine *e, bool inline_only);
 
+/* mu held: the peer named node (the last sender, m->last_from, if it is
+ * that one; else the peer table's) and its incarnation, or NULL. */
+static xfer_peer *rts_sender(xfer_engine *e, const char *node, uint64_t *known)
+{
+    struct msg_match *m = &e->match;
+    xfer_peer *p = m->last_from;
+    for (bool cached = p != NULL;; cached = false) {
+        if (!cached && !(p = xfer_peer_find(e, node)))
+            return NULL;
+        /* (not xfer_peer_describe: a copy of the whole ~1 KiB description per RTS) */
+        pthread_mutex_lock(&p->mu);
+        bool same = !cached || !strcmp(p->desc.node_id, node);
+        *known = p->desc.incarnation;
+        pthread_mutex_unlock(&p->mu);
+        if (same)
+            return m->last_from = p;
+    }
+}
+
 /* Queues x from the peer named node; the peer is looked up under mu, so its
  * removal (which sweeps under mu after unlinking it) cannot free it before
  * x is queued, nor miss x. On success mu stays held (the caller matches
@@ -343,13 +363,8 @@ static int rts_queue(xfer_engine *e, const char *node, uint64_t inc, struct mm_r
 {
     struct msg_match *m = &e->match;
     pthread_mutex_lock(&m->mu);
-    xfer_peer *p = xfer_peer_find(e, node);
     uint64_t known = 0;
-    if (p) { /* (not xfer_peer_describe: a copy of the whole ~1 KiB description per RTS) */
-        pthread_mutex_lock(&p->mu);
-        known = p->desc.incarnation;
-        pthread_mutex_unlock(&p->mu);
-    }
+    xfer_peer *p = rts_sender(e, node, &known);
     int rc = 0;
     if (!p)
         rc = -XFER_ENOENT;
@@ -542,6 +557,8 @@ static void sweep_where(xfer_engine *e, bool (*peer_gone)(const xfer_peer *, con
     /* Pairs being handed over may name the peer (p removed): let them end. */
     while (peer_gone == peer_is && m->matching)
         pthread_cond_wait(&m->idle_cv, &m->mu);
+    if (peer_gone == peer_is && m->last_from == arg)
+        m->last_from = NULL;
     struct mm_recv **vp = &m->recv_head, *vlast = NULL;
     while (*vp) {
         struct mm_recv *v = *vp;

@@ -4,6 +4,9 @@
 #define XFER_BENCH_UTIL_H
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -91,6 +94,23 @@ static inline int bench_read_full(int fd, void *buf, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+/* BENCH_PIN="A,B": the calling thread runs on CPU A (which 0: the pinging
+ * side) or B (which 1: the echoing side) from now on; unset: nothing. For
+ * measuring what a thread's move to another core costs a round trip
+ * (docs/notify.md, "Where a round trip's user time goes"). */
+static inline void bench_pin(int which)
+{
+    const char *v = getenv("BENCH_PIN");
+    int cpu[2];
+    if (!v || sscanf(v, "%d,%d", &cpu[0], &cpu[1]) != 2)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu[which != 0], &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0)
+        fprintf(stderr, "bench: cannot pin to CPU %d\n", cpu[which != 0]);
 }
 
 #endif

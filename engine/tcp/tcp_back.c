@@ -62,9 +62,10 @@ void tcp_back_drop(struct tcp_sock *s)
 /* in_mu held: the accepted socket d's node offered, if it is live, has an
  * owner already (it is noted before), and is of d's incarnation (0: not
  * known yet, any), pinned; else NULL. */
-static struct tcp_sock *back_pin(struct tcp_transport *tt, const struct xfer_peer_desc *d)
+static struct tcp_sock *back_pin(struct tcp_transport *tt, const struct xfer_peer_desc *d,
+                                 unsigned hash)
 {
-    struct tcp_sock *s = tt->back_sock[tcp_peer_hash(d->node_id)];
+    struct tcp_sock *s = tt->back_sock[hash];
     if (!s || !__atomic_load_n(&s->th, __ATOMIC_ACQUIRE) || strcmp(s->peer_node, d->node_id) != 0 ||
         (d->incarnation && s->peer_inc != d->incarnation) ||
         __atomic_load_n(&s->dead, __ATOMIC_RELAXED))
@@ -83,7 +84,7 @@ static struct tcp_sock *back_path(struct tcp_conn *tc)
     struct tcp_sock *s = NULL;
     if (tc->path != TCP_PATH_OWN) {
         pthread_mutex_lock(&tt->in_mu);
-        s = back_pin(tt, d);
+        s = back_pin(tt, d, tc->peer_hash);
         pthread_mutex_unlock(&tt->in_mu);
     }
     if (s && tc->path == TCP_PATH_UNDECIDED) {

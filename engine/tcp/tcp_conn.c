@@ -137,6 +137,7 @@ int tcp_connect(struct xfer_transport *t, xfer_peer *peer, int timeout_ms, struc
     tc->base.transport = t;
     tc->base.peer = peer;
     tc->tt = tt;
+    tc->peer_hash = tcp_peer_hash(d->node_id);
     tc->n = n;
     tc->socks = socks;
     *out = &tc->base;

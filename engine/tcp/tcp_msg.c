@@ -17,8 +17,8 @@
  * of up to RX_BLK bytes is read into a cached block too (blk_cache.h:
  * no malloc per message in steady state). */
 #define RX_BLK 1024
-static struct xfer_blk_cache tx_cache = {.size = sizeof(struct tcp_tx)};
-static struct xfer_blk_cache rx_cache = {.size = RX_BLK};
+static struct xfer_blk_cache tx_cache = {.size = sizeof(struct tcp_tx), .tl = BLK_TL_TX};
+static struct xfer_blk_cache rx_cache = {.size = RX_BLK, .tl = BLK_TL_RX};
 
 void tcp_msg_tx_put(struct tcp_tx *t)
 {

@@ -174,8 +174,8 @@ void tcp_in_forget(struct tcp_sock *s)
  * came back on), pinned, into out[TCP_IN_SOCKS]; how many.
  * Sockets that carried GPU memory are left out. With init: also the
  * initiator socket our last message to that node went out on, pinned, or
- * NULL. */
-static int in_pin(struct tcp_transport *tt, const char *node, struct tcp_sock **out,
+ * NULL. hash: tcp_peer_hash(node), made once by the caller. */
+static int in_pin(struct tcp_transport *tt, const char *node, unsigned hash, struct tcp_sock **out,
                   struct tcp_sock **init)
 {
     int n = 0;
@@ -183,8 +183,9 @@ static int in_pin(struct tcp_transport *tt, const char *node, struct tcp_sock **
     if (!node) { /* in_last is live while in_mu is held (forget clears it under it) */
         struct tcp_sock *last = __atomic_load_n(&tt->in_last, __ATOMIC_ACQUIRE);
         node = last ? last->peer_node : NULL;
+        hash = node ? tcp_peer_hash(node) : 0;
     }
-    struct tcp_sock **v = node ? tt->in_sock[tcp_peer_hash(node)] : NULL;
+    struct tcp_sock **v = node ? tt->in_sock[hash] : NULL;
     for (int j = 0; v && j < TCP_IN_SOCKS; j++) {
         struct tcp_sock *s = v[j];
         if (!s || strcmp(s->peer_node, node) != 0 ||
@@ -194,7 +195,7 @@ static int in_pin(struct tcp_transport *tt, const char *node, struct tcp_sock **
         out[n++] = s;
     }
     if (init) {
-        struct tcp_sock *s = node ? tt->out_sock[tcp_peer_hash(node)] : NULL;
+        struct tcp_sock *s = node ? tt->out_sock[hash] : NULL;
         *init = s && !strcmp(s->peer_node, node) ? s : NULL;
         if (*init)
             __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
@@ -714,7 +715,9 @@ int tcp_wait_rx(struct xfer_conn *c, void *chan, bool inbound, xfer_batch *b, in
     struct tcp_sock *s = chan;
     if (s && !s->target && waiter_may(s))
         v[n++] = s;
-    int n_in = inbound ? in_pin(tc->tt, xfer_peer_desc_get(c->peer)->node_id, v + n, NULL) : 0;
+    int n_in = inbound ? in_pin(tc->tt, xfer_peer_desc_get(c->peer)->node_id, tc->peer_hash, v + n,
+                                NULL)
+                       : 0;
     for (int k = n; n == 1 && k < n + n_in; k++) {
         if (v[k] == v[0]) { /* pinned once more: let go of that pin */
             __atomic_sub_fetch(&v[k]->pins, 1, __ATOMIC_ACQ_REL);
@@ -741,7 +744,7 @@ int tcp_notif_wait_rx(struct xfer_transport *t, const char *node, int timeout_ms
 {
     struct tcp_transport *tt = container_of(t, struct tcp_transport, base);
     struct tcp_sock *v[1 + TCP_IN_SOCKS], *init = NULL;
-    int n = in_pin(tt, node, v, tt->notif_ack ? &init : NULL);
+    int n = in_pin(tt, node, node ? tcp_peer_hash(node) : 0, v, tt->notif_ack ? &init : NULL);
     /* The answer to this side's last message to node comes back on init:
      * a notification ping-pong's waiter reads its acknowledgement there
      * (else the owner of init wakes for each), unless GPU memory went

@@ -92,6 +92,63 @@ static void test_threads(void **state)
     }
 }
 
+/* A cache with a thread-local part: each thread's last XFER_BLK_TL blocks
+ * stay with it (taken back last-in first-out, not counted, never in the
+ * shared slots); more go to the shared slots; another thread's blocks are
+ * not handed out here; a thread's own blocks are freed when it exits (a
+ * leak there fails the SAN run). */
+static struct xfer_blk_cache tl_cache = {.size = 96, .tl = BLK_TL_TEST};
+
+static int shared_count(const struct xfer_blk_cache *c)
+{
+    int n = 0;
+    for (int k = 0; k < XFER_BLK_SLOTS; k++)
+        n += c->slot[k] != NULL;
+    return n;
+}
+
+static void *keep_and_exit(void *arg)
+{
+    void **mine = arg;
+    for (int k = 0; k < XFER_BLK_TL; k++)
+        mine[k] = xfer_blk_get(&tl_cache);
+    for (int k = 0; k < XFER_BLK_TL; k++)
+        xfer_blk_put(&tl_cache, mine[k]); /* this thread's: freed at its exit */
+    return NULL;
+}
+
+static void test_thread_local(void **state)
+{
+    (void)state;
+    void *p[XFER_BLK_TL + 3];
+    for (int k = 0; k < XFER_BLK_TL + 3; k++)
+        assert_non_null(p[k] = xfer_blk_get(&tl_cache));
+    for (int k = 0; k < XFER_BLK_TL + 3; k++)
+        xfer_blk_put(&tl_cache, p[k]);
+    assert_int_equal(shared_count(&tl_cache), 3); /* the first XFER_BLK_TL stayed here */
+    unsigned long hits = tl_cache.hits;
+    for (int k = XFER_BLK_TL - 1; k >= 0; k--) /* last in, first out */
+        assert_ptr_equal(xfer_blk_get(&tl_cache), p[k]);
+    assert_int_equal(tl_cache.hits, hits);
+    for (int k = XFER_BLK_TL; k < XFER_BLK_TL + 3; k++)
+        assert_non_null(xfer_blk_get(&tl_cache)); /* from the shared slots */
+    assert_int_equal(shared_count(&tl_cache), 0);
+    assert_int_equal(tl_cache.hits, hits + 3);
+    for (int k = 0; k < XFER_BLK_TL + 3; k++)
+        free(p[k]); /* a cached block is a malloc block */
+
+    void *theirs[XFER_BLK_TL];
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, keep_and_exit, theirs), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(shared_count(&tl_cache), 0); /* kept by that thread, not shared */
+    void *mine = xfer_blk_get(&tl_cache);         /* here: a new block (theirs are freed) */
+    assert_non_null(mine);
+    xfer_blk_put(&tl_cache, mine);
+    assert_ptr_equal(xfer_blk_get(&tl_cache), mine);
+    free(mine);
+}
+
 /* ---- two engines ---------------------------------------------------------------- */
 
 struct side {
@@ -329,6 +386,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_thread_local),
         cmocka_unit_test_setup_teardown(test_notifications, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rebind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sendrecv, setup, teardown),

@@ -1,0 +1,45 @@
+/*
+ * The thread-local part of the block caches (blk_cache.h): each thread's
+ * blocks, and their release when the thread exits (an application's
+ * short-lived threads would otherwise leave up to XFER_BLK_TL blocks of
+ * each cache behind).
+ */
+#include "blk_cache.h"
+
+#include <pthread.h>
+
+__thread struct xfer_blk_tl_row xfer_blk_tl[XFER_BLK_TL_N - 1];
+__thread bool xfer_blk_tl_kept;
+
+static pthread_key_t tl_key;
+static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+static bool tl_key_ok;
+
+/* At the thread's exit (the key's value is only a marker): its blocks go
+ * back to the system (poisoned while cached: made addressable first). */
+static void tl_release(void *marker)
+{
+    (void)marker;
+    for (int c = 0; c < XFER_BLK_TL_N - 1; c++) {
+        struct xfer_blk_tl_row *own = &xfer_blk_tl[c];
+        while (own->n > 0) {
+            void *p = own->blk[--own->n];
+            BLK_UNPOISON(p, own->size);
+            free(p);
+        }
+    }
+}
+
+static void tl_init(void)
+{
+    tl_key_ok = pthread_key_create(&tl_key, tl_release) == 0;
+}
+
+void xfer_blk_tl_keep(void)
+{
+    pthread_once(&tl_once, tl_init);
+    /* Without a key the blocks would outlive the thread: keep none (the
+     * caller's put then goes to the shared slots; this runs again). */
+    if (tl_key_ok && pthread_setspecific(tl_key, (void *)1) == 0)
+        xfer_blk_tl_kept = true;
+}
