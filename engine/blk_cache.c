@@ -35,11 +35,12 @@ static void tl_init(void)
     tl_key_ok = pthread_key_create(&tl_key, tl_release) == 0;
 }
 
-void xfer_blk_tl_keep(void)
+bool xfer_blk_tl_keep(void)
 {
     pthread_once(&tl_once, tl_init);
     /* Without a key the blocks would outlive the thread: keep none (the
      * caller's put then goes to the shared slots; this runs again). */
     if (tl_key_ok && pthread_setspecific(tl_key, (void *)1) == 0)
         xfer_blk_tl_kept = true;
+    return xfer_blk_tl_kept;
 }

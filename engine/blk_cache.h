@@ -65,8 +65,9 @@ struct xfer_blk_tl_row {
 };
 extern __thread struct xfer_blk_tl_row xfer_blk_tl[XFER_BLK_TL_N - 1];
 extern __thread bool xfer_blk_tl_kept;
-/* Called when a thread keeps its first block: frees them at its exit. */
-void xfer_blk_tl_keep(void);
+/* Called when a thread keeps its first block: its blocks are freed at its
+ * exit. False (keep none) if the system has no thread key to give. */
+bool xfer_blk_tl_keep(void);
 
 struct xfer_blk_cache {
     size_t size; /* every block is this large */
@@ -127,9 +128,7 @@ static inline void *xfer_blk_get(struct xfer_blk_cache *c)
 static inline void xfer_blk_put(struct xfer_blk_cache *c, void *p)
 {
     struct xfer_blk_tl_row *own = p && c->tl ? &xfer_blk_tl[c->tl - 1] : NULL;
-    /* (no thread key: the shared slots, xfer_blk_tl_keep) */
-    if (own && own->n < XFER_BLK_TL &&
-        (xfer_blk_tl_kept || (xfer_blk_tl_keep(), xfer_blk_tl_kept))) {
+    if (own && own->n < XFER_BLK_TL && (xfer_blk_tl_kept || xfer_blk_tl_keep())) {
         BLK_POISON(p, c->size);
         own->size = c->size;
         own->blk[own->n++] = p;

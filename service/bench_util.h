@@ -99,7 +99,7 @@ static inline int bench_read_full(int fd, void *buf, size_t len)
 /* BENCH_PIN="A,B": the calling thread runs on CPU A (which 0: the pinging
  * side) or B (which 1: the echoing side) from now on; unset: nothing. For
  * measuring what a thread's move to another core costs a round trip
- * (docs/notify.md, "Where a round trip's user time goes"). */
+ * (docs/perf.md, Step 14, "Where the rest of the user time goes"). */
 static inline void bench_pin(int which)
 {
     const char *v = getenv("BENCH_PIN");
