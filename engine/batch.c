@@ -690,9 +690,7 @@ static int one_item(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_
     struct xfer_item it = {op, local, local_off, p, remote_id, remote_gen, remote_off, len};
     rc = xfer_batch_add(b, &it);
     if (rc >= 0)
-        rc = xfer_batch_submit(b, deadline_ms);
-    if (rc >= 0)
-        rc = xfer_batch_wait(b, -1);
+        rc = batch_submit_wait(b, deadline_ms);
     if (rc < 0 && b->n > 0 && batch_item_why(b, 0)[0])
         xfer_engine_set_error(e, "%s", batch_item_why(b, 0));
     xfer_batch_free(b);

@@ -71,6 +71,11 @@ struct xfer_batch {
     int deadline_ms;
     xfer_batch *mon_prev, *mon_next;
     bool on_monitor;
+    /* This run's submitter waits for it at once, on its own thread, and
+     * then frees it (the one-call functions: batch_submit_wait): it is
+     * not on the deadline monitor's list, the waiter ends it at its
+     * deadline, and the submit takes no hold of its own. */
+    bool waited;
     struct batch_notes notes; /* bound notifications (notify_bind.c) */
     struct xfer_seg *segs;    /* segments of the vectored items, in item order */
     size_t nsegs, capsegs;
@@ -131,6 +136,13 @@ int batch_wait_unheld(xfer_batch *b);
 /* batch_deadline.c: b enters / leaves the deadline monitor's list. */
 void batch_monitor_link(xfer_engine *e, xfer_batch *b);
 void batch_monitor_unlink(xfer_engine *e, xfer_batch *b);
+/* batch_deadline.c, no lock held: ends b's run at its deadline (fence, open
+ * items and bindings fail with -XFER_ETIMEDOUT), as the monitor does. */
+void batch_expire(xfer_batch *b);
+/* batch_submit.c: submits b, which the caller filled and nobody else has
+ * seen, and waits for it on this thread (xfer_read/write/send/recv,
+ * xfer_notify): 0 or the run's result. */
+int batch_submit_wait(xfer_batch *b, int deadline_ms);
 /* batch_wait.c: the batch this thread waits for in a transport's wait_rx
  * (waiter-driven receive), else NULL: finishing it from this thread needs
  * no wake-up. */

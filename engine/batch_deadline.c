@@ -59,7 +59,7 @@ void batch_monitor_unlink(xfer_engine *e, xfer_batch *b)
 
 static void batch_fence(xfer_batch *b);
 
-static void batch_expire(xfer_batch *b)
+void batch_expire(xfer_batch *b)
 {
     batch_fence(b);
     pthread_mutex_lock(&b->mu);

@@ -139,9 +139,7 @@ int xfer_notify(xfer_engine *e, xfer_peer *p, const void *msg, size_t len, int d
         return rc;
     rc = xfer_batch_notify(b, p, msg, len);
     if (rc == 0)
-        rc = xfer_batch_submit(b, deadline_ms);
-    if (rc == 0)
-        rc = xfer_batch_wait(b, -1);
+        rc = batch_submit_wait(b, deadline_ms);
     if (rc < 0 && b->notes.n && b->notes.v[0].why[0])
         xfer_engine_set_error(e, "notify %s: %s", p->desc.node_id, b->notes.v[0].why);
     xfer_batch_free(b);
@@ -428,9 +426,7 @@ static int one_msg(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_t
     rc = op == XFER_OP_SEND ? xfer_batch_add_send_flags(b, local, off, len, p, tag, flags)
                             : add_msg_item(b, op, local, off, len, p, tag, false);
     if (rc >= 0)
-        rc = xfer_batch_submit(b, deadline_ms);
-    if (rc >= 0)
-        rc = xfer_batch_wait(b, -1);
+        rc = batch_submit_wait(b, deadline_ms);
     /* rc 0: b is DONE, read by the wait (locked, or acquired unlocked) and
      * nobody writes its items any more: no lock (xfer_batch_item_bytes) */
     if (got)

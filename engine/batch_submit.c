@@ -161,12 +161,18 @@ static bool only_local_sends(const xfer_batch *b, size_t n)
     return all;
 }
 
-static int submit_run(xfer_batch *b, int deadline_ms, bool *link_late)
+/* waited: the caller waits for the run at once on this thread and holds
+ * b meanwhile (batch_submit_wait): no hold of the submit's own and no
+ * deadline monitor (the waiter is it), so no lock round after the posts
+ * (three lock rounds per one-item call saved: link, unlink, that one). */
+static int submit_run(xfer_batch *b, int deadline_ms, bool waited, bool *link_late)
 {
     pthread_mutex_lock(&b->mu);
     int rc = b->state == B_RUNNING ? -XFER_EBUSY : b->n == 0 && b->notes.n == 0 ? -XFER_EINVAL : 0;
     if (rc == 0)
         rc = start_run(b, deadline_ms);
+    if (rc == 0)
+        b->waited = waited;
     size_t n = b->n;
     pthread_mutex_unlock(&b->mu);
     if (rc < 0)
@@ -180,9 +186,10 @@ static int submit_run(xfer_batch *b, int deadline_ms, bool *link_late)
         pthread_mutex_unlock(&b->mu);
         return 0;
     }
-    xfer_batch_hold(b); /* the batch may finish while we still post */
-    *link_late = only_local_sends(b, n);
-    if (!*link_late)
+    if (!waited)
+        xfer_batch_hold(b); /* the batch may finish (and be freed) while we still post */
+    *link_late = !waited && only_local_sends(b, n);
+    if (!waited && !*link_late)
         batch_monitor_link(b->engine, b);
     size_t n_rma = 0; /* READ/WRITE items; SEND/RECV go through batch_msg.c */
     bool one_peer = true;
@@ -204,6 +211,8 @@ static int submit_run(xfer_batch *b, int deadline_ms, bool *link_late)
         free(idx);
     if (!b->all_rma)
         batch_msg_submit(b);
+    if (waited)
+        return 0;
     pthread_mutex_lock(&b->mu);
     if (b->state != B_RUNNING) /* finished already: make sure it is unlinked */
         batch_monitor_unlink(b->engine, b);
@@ -211,7 +220,7 @@ static int submit_run(xfer_batch *b, int deadline_ms, bool *link_late)
     return 0;
 }
 
-int xfer_batch_submit(xfer_batch *b, int deadline_ms)
+static int submit(xfer_batch *b, int deadline_ms, bool waited)
 {
     if (!b)
         return -XFER_EINVAL;
@@ -219,7 +228,7 @@ int xfer_batch_submit(xfer_batch *b, int deadline_ms)
      * after the batch lock is let go (msg.c). */
     msg_direct_begin();
     bool link_late = false;
-    int rc = submit_run(b, deadline_ms, &link_late);
+    int rc = submit_run(b, deadline_ms, waited, &link_late);
     msg_direct_end();
     /* (b is the caller's: alive. Linked under b->mu, so an end of the run
      * on another thread either comes before, and it is not linked, or
@@ -231,4 +240,15 @@ int xfer_batch_submit(xfer_batch *b, int deadline_ms)
         pthread_mutex_unlock(&b->mu);
     }
     return rc;
+}
+
+int xfer_batch_submit(xfer_batch *b, int deadline_ms)
+{
+    return submit(b, deadline_ms, false);
+}
+
+int batch_submit_wait(xfer_batch *b, int deadline_ms)
+{
+    int rc = submit(b, deadline_ms, true);
+    return rc < 0 ? rc : xfer_batch_wait(b, -1);
 }

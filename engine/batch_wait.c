@@ -201,6 +201,38 @@ static bool rx_spins(xfer_batch *b)
     return spins;
 }
 
+/* The CLOCK_MONOTONIC time ns (xfer_mono_ns) as a condition's deadline. */
+static struct timespec mono_at(int64_t ns)
+{
+    return (struct timespec){.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+}
+
+/* io_timeout_ms bounds what a transport still does after a deadline. */
+static int64_t after_deadline_ns(const xfer_batch *b)
+{
+    return ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
+}
+
+/* b->mu held: sleeps on cv while b runs, until ts. A waited run (not on the
+ * monitor's list: batch_submit_wait) with no timeout of its own is ended
+ * here at its deadline, as the monitor would, and then waited for as the
+ * monitor's runs are. */
+static void sleep_while_running(xfer_batch *b, struct timespec ts, bool expire)
+{
+    for (;;) {
+        while (b->state == B_RUNNING)
+            if (batch_cv_wait(b, &ts) == ETIMEDOUT)
+                break;
+        if (b->state != B_RUNNING || !expire)
+            return;
+        expire = false;
+        pthread_mutex_unlock(&b->mu);
+        batch_expire(b);
+        pthread_mutex_lock(&b->mu);
+        ts = xfer_mono_after_ns(after_deadline_ns(b));
+    }
+}
+
 int xfer_batch_wait(xfer_batch *b, int timeout_ms)
 {
     if (!b)
@@ -217,27 +249,26 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
      * (there were four per wait of a one-item WRITE), none for the sleep
      * unless it is needed. */
     int64_t limit_ns, now = xfer_mono_ns();
+    bool expire = b->waited && timeout_ms < 0; /* this thread is its deadline monitor */
     if (timeout_ms >= 0)
         limit_ns = (int64_t)timeout_ms * 1000000;
+    else if (expire)
+        limit_ns = b->deadline_ns - now;
     else /* the monitor ends it at the deadline; io_timeout bounds the rest */
-        limit_ns = b->deadline_ns - now + ((int64_t)b->engine->cfg.io_timeout_ms + 2000) * 1000000;
+        limit_ns = b->deadline_ns - now + after_deadline_ns(b);
     if (limit_ns < 0)
         limit_ns = 0;
     bool rx = (b->wait_conn && !b->wait_many) || (b->msg_peer && !b->msg_many);
     if (b->state == B_RUNNING && rx && timeout_ms != 0) {
-        /* The deadline monitor ends the run at its deadline: stop receiving
-         * there, the sleep below then sees the end. */
+        /* The run ends at its deadline: stop receiving there, the sleep
+         * below then sees the end (or makes it, for a waited run). */
         int64_t end = now + limit_ns;
         if (end > b->deadline_ns)
             end = b->deadline_ns;
         wait_rx(b, end, now);
     }
-    struct timespec ts = {0, 0};
-    if (b->state == B_RUNNING)
-        ts = xfer_mono_after_ns(limit_ns);
-    while (b->state == B_RUNNING)
-        if (batch_cv_wait(b, &ts) == ETIMEDOUT)
-            break;
+    if (b->state == B_RUNNING) /* until the same end: the receive's time counts */
+        sleep_while_running(b, mono_at(now + limit_ns), expire);
     int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS
              : b->state == B_DONE  ? b->result
                                    : -XFER_EINVAL;

@@ -168,7 +168,10 @@ void xfer_engine_config_init(struct xfer_engine_config *cfg);
 /* Starts the node: opens every allowed transport that probes usable and
  * starts its listener and progress threads. The config's strings are copied. */
 xfer_engine *xfer_engine_new(const struct xfer_engine_config *cfg, int *err);
-/* Cancels in-flight batches, closes connections, joins threads. */
+/* Cancels in-flight batches, closes connections, joins threads. Calls of
+ * the one-call functions (xfer_read, xfer_write, xfer_send, xfer_recv,
+ * xfer_notify) must have returned: each waits for its own run and ends it
+ * at its deadline itself (docs/perf.md, "Step 15"). */
 void xfer_engine_free(xfer_engine *e);
 /* The engine's last error message, copied under the engine's lock into a
  * buffer of the calling thread: safe while other threads set errors, valid

@@ -8,7 +8,9 @@
  *    large ones read their header alone), every byte checked: a waiter in
  *    its recv takes the other threads' answers too, and they must end;
  *  - with B stopped (SIGSTOP) no answer comes: a WRITE with a 300 ms
- *    deadline ends -XFER_ETIMEDOUT within DEADLINE_SLACK_MS of it, and one
+ *    deadline ends -XFER_ETIMEDOUT within DEADLINE_SLACK_MS of it (as a
+ *    batch and through xfer_write, whose waiter ends it at the deadline
+ *    itself, not the deadline monitor), and one
  *    cancelled by another thread after 100 ms ends within that slack too
  *    (the waiter leaves its recv and sees its batch ended); after SIGCONT
  *    round trips work again;
@@ -38,6 +40,7 @@
 #define REGION            (THREADS * LANE)
 #define DEADLINE          10000
 #define DEADLINE_SLACK_MS 1500 /* generous for a loaded machine; TCP_SOLO_MS is 2 */
+#define ONE_CALL_DEADLINE 1600 /* over the slack: a wait twice as long fails */
 
 #if defined(__SANITIZE_ADDRESS__)
 #define ROUNDS 300
@@ -181,7 +184,15 @@ static void stopped_peer(pid_t pid)
     printf("deadline 300 ms: wait ended after %lld ms\n", (long long)took);
     if (took > 300 + DEADLINE_SLACK_MS)
         fail_msg("the deadline's wait took %lld ms", (long long)took);
-
+    /* The one-call form: its run is on no deadline monitor, its waiter
+     * ends it at the deadline (batch_submit_wait), not before and not a
+     * deadline later (longer than the slack: a wait that counted its
+     * time from after its receive took 2 x 1600 ms). */
+    t0 = fp_now_ms();
+    int one_rc = xfer_write(ea, ra, 0, pa, rdb.id, rdb.gen, 0, 8, ONE_CALL_DEADLINE);
+    int64_t one_took = fp_now_ms() - t0; /* checked once B runs again (below) */
+    printf("xfer_write, deadline %d ms: ended after %lld ms\n", ONE_CALL_DEADLINE,
+           (long long)one_took);
     xfer_batch *b = one(XFER_OP_WRITE, 0, 8);
     assert_int_equal(xfer_batch_submit(b, DEADLINE), 0);
     struct canceller c = {b, 100};
@@ -192,6 +203,10 @@ static void stopped_peer(pid_t pid)
     took = fp_now_ms() - t0;
     assert_int_equal(kill(pid, SIGCONT), 0); /* the cancel may wait for B's fence answer */
     pthread_join(th, NULL);
+    assert_int_equal(one_rc, -XFER_ETIMEDOUT);
+    if (one_took < ONE_CALL_DEADLINE - 10 || one_took > ONE_CALL_DEADLINE + DEADLINE_SLACK_MS)
+        fail_msg("xfer_write's deadline of %d ms ended after %lld ms", ONE_CALL_DEADLINE,
+                 (long long)one_took);
     assert_int_equal(rc, -XFER_ECANCELED);
     printf("cancel after 100 ms: wait ended after %lld ms\n", (long long)took);
     if (took > 100 + DEADLINE_SLACK_MS)
