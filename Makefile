@@ -82,13 +82,20 @@ SO_OBJS := $(filter $(foreach l,$(SO_LAYERS),$(B)/obj/$(l)/%) $(B)/gen/%,$(LIB_O
 # object). Only that step re-optimizes: the programs and tests link the
 # archive as before. docs/perf.md, "Step 14".
 LTO ?= 1
-ifeq ($(SAN)$(LTO),01)
 ENGINE_OBJS := $(filter $(B)/obj/engine/%,$(LIB_OBJS))
+ifeq ($(SAN)$(LTO),01)
 ENGINE_LTO := $(B)/obj/engine.lto.o
-$(ENGINE_OBJS): CFLAGS += -flto
+$(ENGINE_OBJS): private CFLAGS += -flto
 LIB_OBJS := $(filter-out $(ENGINE_OBJS),$(LIB_OBJS)) $(ENGINE_LTO)
 SO_OBJS := $(filter-out $(ENGINE_OBJS),$(SO_OBJS)) $(ENGINE_LTO)
 endif
+# The engine's objects are GCC's intermediate form with LTO and machine
+# code without: switching LTO in a built tree rebuilds them (the stamp of
+# the other mode is removed, this one's is new).
+ENGINE_MODE := $(B)/obj/engine/.lto-$(if $(ENGINE_LTO),on,off)
+$(ENGINE_MODE):
+	@mkdir -p $(dir $@) && rm -f $(B)/obj/engine/.lto-* && touch $@
+$(ENGINE_OBJS): $(ENGINE_MODE)
 XFER_SOVERSION := 0
 LIBXFER_SO := $(B)/lib/libxfer.so
 # Headers installed under include/xfer/ (they include each other by bare name).

@@ -56,10 +56,22 @@ static void waker_close(void *p)
     close((int)(intptr_t)p - 1);
 }
 
+static bool waker_key_ok;
+
 static void waker_init(void)
 {
-    if (pthread_key_create(&waker_key, waker_close) != 0)
+    waker_key_ok = pthread_key_create(&waker_key, waker_close) == 0;
+    if (!waker_key_ok)
         xfer_warn("batch: no thread key for waiter eventfds (one leaks per thread)");
+}
+
+/* Unloaded (dlclose) while waiting threads still run: their exit must not
+ * call waker_close in unmapped code (their eventfds stay open). */
+__attribute__((destructor)) static void waker_unload(void)
+{
+    if (waker_key_ok)
+        pthread_key_delete(waker_key);
+    waker_key_ok = false;
 }
 
 static int waker_fd(void)
@@ -67,7 +79,7 @@ static int waker_fd(void)
     if (waker < 0) {
         pthread_once(&waker_once, waker_init);
         waker = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (waker >= 0)
+        if (waker >= 0 && waker_key_ok)
             pthread_setspecific(waker_key, (void *)(intptr_t)(waker + 1));
     }
     return waker;

@@ -35,6 +35,17 @@ static void tl_init(void)
     tl_key_ok = pthread_key_create(&tl_key, tl_release) == 0;
 }
 
+/* libxfer.so unloaded (dlclose) while threads that kept blocks still run:
+ * the key goes with it, so no such thread's exit calls tl_release in
+ * unmapped code (their blocks are left behind, as anything an unloaded
+ * library allocated is). Also at a normal exit, where it changes nothing. */
+__attribute__((destructor)) static void tl_unload(void)
+{
+    if (tl_key_ok)
+        pthread_key_delete(tl_key);
+    tl_key_ok = false;
+}
+
 bool xfer_blk_tl_keep(void)
 {
     pthread_once(&tl_once, tl_init);
