@@ -26,9 +26,10 @@
 
 /* The blocks of threads alive at the unload are left behind by design
  * (and the shared caches' blocks live in the unloaded library's data,
- * where the leak checker cannot see them): no leak check here. */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
+ * where the leak checker cannot see them): no leak check here. Exported,
+ * so that the sanitizer runtime finds it (this tree builds hidden). */
+__attribute__((visibility("default"))) const char *__asan_default_options(void);
+__attribute__((visibility("default"))) const char *__asan_default_options(void)
 {
     return "detect_leaks=0";
 }
