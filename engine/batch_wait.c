@@ -213,12 +213,6 @@ static bool rx_spins(xfer_batch *b)
     return spins;
 }
 
-/* The CLOCK_MONOTONIC time ns (xfer_mono_ns) as a condition's deadline. */
-static struct timespec mono_at(int64_t ns)
-{
-    return (struct timespec){.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
-}
-
 /* io_timeout_ms bounds what a transport still does after a deadline. */
 static int64_t after_deadline_ns(const xfer_batch *b)
 {
@@ -280,7 +274,7 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
         wait_rx(b, end, now);
     }
     if (b->state == B_RUNNING) /* until the same end: the receive's time counts */
-        sleep_while_running(b, mono_at(now + limit_ns), expire);
+        sleep_while_running(b, xfer_mono_at_ns(now + limit_ns), expire);
     int rc = b->state == B_RUNNING ? -XFER_EINPROGRESS
              : b->state == B_DONE  ? b->result
                                    : -XFER_EINVAL;

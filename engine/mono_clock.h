@@ -36,5 +36,12 @@ static inline struct timespec xfer_mono_after_ms(int64_t ms)
 {
     return xfer_mono_after_ns(ms * 1000000);
 }
+/* The CLOCK_MONOTONIC time ns (an xfer_mono_ns value, >= 0) as such an
+ * absolute timespec: a wait that ends at an instant already computed, with
+ * no clock read. */
+static inline struct timespec xfer_mono_at_ns(int64_t ns)
+{
+    return (struct timespec){(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+}
 
 #endif

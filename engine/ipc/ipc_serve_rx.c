@@ -156,7 +156,7 @@ static bool linger(struct serve_conn *c, uint64_t served)
                                                               : -1;
     if (kind != XFER_MSG_RTS)
         return false;
-    struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
+    struct timespec ts = xfer_mono_at_ns(until);
     while (c->waiters == 0 && c->served == served && !c->failed && xfer_mono_ns() < until)
         if (pthread_cond_timedwait(&c->rx_cv, &c->rx_mu, &ts) == ETIMEDOUT)
             break;
