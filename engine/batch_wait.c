@@ -56,12 +56,15 @@ static void waker_close(void *p)
     close((int)(intptr_t)p - 1);
 }
 
+/* Atomic: the unload destructor clears it while another thread may read it
+ * (process exit); pthread_setspecific on the deleted key then fails (EINVAL). */
 static bool waker_key_ok;
 
 static void waker_init(void)
 {
-    waker_key_ok = pthread_key_create(&waker_key, waker_close) == 0;
-    if (!waker_key_ok)
+    bool ok = pthread_key_create(&waker_key, waker_close) == 0;
+    __atomic_store_n(&waker_key_ok, ok, __ATOMIC_RELAXED);
+    if (!ok)
         xfer_warn("batch: no thread key for waiter eventfds (one leaks per thread)");
 }
 
@@ -69,9 +72,8 @@ static void waker_init(void)
  * call waker_close in unmapped code (their eventfds stay open). */
 __attribute__((destructor)) static void waker_unload(void)
 {
-    if (waker_key_ok)
+    if (__atomic_exchange_n(&waker_key_ok, false, __ATOMIC_RELAXED))
         pthread_key_delete(waker_key);
-    waker_key_ok = false;
 }
 
 static int waker_fd(void)
@@ -79,7 +81,7 @@ static int waker_fd(void)
     if (waker < 0) {
         pthread_once(&waker_once, waker_init);
         waker = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (waker >= 0 && waker_key_ok)
+        if (waker >= 0 && __atomic_load_n(&waker_key_ok, __ATOMIC_RELAXED))
             pthread_setspecific(waker_key, (void *)(intptr_t)(waker + 1));
     }
     return waker;

@@ -13,6 +13,8 @@ __thread bool xfer_blk_tl_kept;
 
 static pthread_key_t tl_key;
 static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+/* Atomic: the unload destructor clears it while another thread may read it
+ * (process exit); pthread_setspecific on the deleted key then fails (EINVAL). */
 static bool tl_key_ok;
 
 /* At the thread's exit (the key's value is only a marker): its blocks go
@@ -32,7 +34,8 @@ static void tl_release(void *marker)
 
 static void tl_init(void)
 {
-    tl_key_ok = pthread_key_create(&tl_key, tl_release) == 0;
+    bool ok = pthread_key_create(&tl_key, tl_release) == 0;
+    __atomic_store_n(&tl_key_ok, ok, __ATOMIC_RELAXED);
 }
 
 /* libxfer.so unloaded (dlclose) while threads that kept blocks still run:
@@ -41,9 +44,8 @@ static void tl_init(void)
  * library allocated is). Also at a normal exit, where it changes nothing. */
 __attribute__((destructor)) static void tl_unload(void)
 {
-    if (tl_key_ok)
+    if (__atomic_exchange_n(&tl_key_ok, false, __ATOMIC_RELAXED))
         pthread_key_delete(tl_key);
-    tl_key_ok = false;
 }
 
 bool xfer_blk_tl_keep(void)
@@ -51,7 +53,8 @@ bool xfer_blk_tl_keep(void)
     pthread_once(&tl_once, tl_init);
     /* Without a key the blocks would outlive the thread: keep none (the
      * caller's put then goes to the shared slots; this runs again). */
-    if (tl_key_ok && pthread_setspecific(tl_key, (void *)1) == 0)
+    if (__atomic_load_n(&tl_key_ok, __ATOMIC_RELAXED) &&
+        pthread_setspecific(tl_key, (void *)1) == 0)
         xfer_blk_tl_kept = true;
     return xfer_blk_tl_kept;
 }

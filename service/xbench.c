@@ -12,8 +12,8 @@
  *   xfer_bench [--op write|read] [--size BYTES] [--batch N] [--depth N]
  *              [--sockets N] [--threads N] [--transport tcp|ipc]
  *              [--chunk BYTES] [--seconds S] [--warmup S] [--count N]
- *              [--slots N] [--gap BYTES] [--verify] [--fresh] [--warm-scratch]
- *              [--json]
+ *              [--slots N] [--gap BYTES] [--callers N] [--verify] [--fresh]
+ *              [--warm-scratch] [--json]
  *
  * --fresh measures the first pass over freshly allocated regions: neither
  * side touches its memory before, and the run is one pass (each of the
@@ -40,6 +40,12 @@
  * instruction totals divided by the difference of the counts is the cost
  * of one batch, repeatable on a noisy machine (bench/callgrind.sh).
  *
+ * --callers N runs N application threads on the initiator's one engine,
+ * each calling the one-call function (xfer_write or xfer_read, blocking)
+ * on a slot of its own in a loop: what the request threads of a server that
+ * share an engine do. Latency is per call, ops/s the sum over the callers;
+ * --count is per caller. Not with --batch or --depth above 1 or --fresh.
+ *
  * --verify writes a pattern to the peer and reads it back (both ops over the
  * transport under test) before and after the timed run; a mismatch exits 1.
  * Exit: 0 ok, 1 transfer error or data mismatch, 2 bad arguments.
@@ -64,7 +70,7 @@ static const char *prog = "xfer_bench"; /* prefix of messages */
 struct opts {
     enum xfer_op op;
     uint64_t size;
-    int batch, depth, sockets, threads;
+    int batch, depth, sockets, threads, callers;
     unsigned transport;
     uint64_t chunk;
     double seconds, warmup;
@@ -75,6 +81,8 @@ struct opts {
 static uint64_t region_bytes(const struct opts *o)
 {
     uint64_t n = o->slots ? o->slots : (uint64_t)o->batch * (uint64_t)o->depth;
+    if (!o->slots && (uint64_t)o->callers > n)
+        n = (uint64_t)o->callers;
     uint64_t stride = o->size + o->gap, want = stride * n;
     if (want / stride != n || want > REGION_MAX)
         want = REGION_MAX;
@@ -195,10 +203,82 @@ struct result {
     struct bench_lat lat;
 };
 
+/* One --callers thread: the one-call function on its own slot until
+ * `seconds` after the common start t0 (or --count calls). */
+struct caller {
+    const struct opts *o;
+    xfer_engine *e;
+    xfer_region *l;
+    xfer_peer *p;
+    const struct xfer_region_desc *rd;
+    uint64_t off, calls;
+    double t0, seconds;
+    struct bench_lat lat;
+    int rc;
+};
+
+static void *caller_main(void *arg)
+{
+    struct caller *c = arg;
+    const struct opts *o = c->o;
+    for (double t = bench_now(); t - c->t0 < c->seconds && (!o->count || c->calls < o->count);) {
+        int rc = o->op == XFER_OP_WRITE ? xfer_write(c->e, c->l, c->off, c->p, c->rd->id,
+                                                     c->rd->gen, c->off, o->size, 60000)
+                                        : xfer_read(c->e, c->l, c->off, c->p, c->rd->id, c->rd->gen,
+                                                    c->off, o->size, 60000);
+        double done = bench_now();
+        if (rc < 0) {
+            c->rc = rc;
+            break;
+        }
+        bench_lat_add(&c->lat, done - t);
+        c->calls++;
+        t = done;
+    }
+    return NULL;
+}
+
+/* --callers: the threads' calls and latencies summed into res. */
+static int run_callers(const struct opts *o, xfer_engine *e, xfer_region *l, xfer_peer *p,
+                       const struct xfer_region_desc *rd, double seconds, struct result *res)
+{
+    struct caller *c = calloc((size_t)o->callers, sizeof(*c));
+    pthread_t *th = calloc((size_t)o->callers, sizeof(*th));
+    uint64_t stride = o->size + o->gap, slots = rd->len / stride;
+    int started = 0;
+    double t0 = bench_now();
+    for (; c && th && started < o->callers; started++) {
+        c[started] =
+            (struct caller){.o = o, .e = e, .l = l, .p = p, .rd = rd, .t0 = t0, .seconds = seconds};
+        c[started].off = slots ? (uint64_t)started % slots * stride : 0;
+        if (pthread_create(&th[started], NULL, caller_main, &c[started]) != 0)
+            break;
+    }
+    int err = !c || !th || started < o->callers;
+    for (int k = 0; k < started; k++) {
+        pthread_join(th[k], NULL);
+        if (c[k].rc < 0 && !err) {
+            fprintf(stderr, "%s: caller %d: %s\n", prog, k, xfer_strerror(c[k].rc));
+            err = 1;
+        }
+        res->batches += c[k].calls;
+        res->items += c[k].calls;
+        for (size_t i = 0; i < c[k].lat.n; i++)
+            bench_lat_add(&res->lat, c[k].lat.v[i]);
+        free(c[k].lat.v);
+    }
+    res->secs = bench_now() - t0;
+    free(c);
+    free(th);
+    return err;
+}
+
 /* depth batches in flight, resubmitted as each completes, for `seconds`. */
 static int run(const struct opts *o, xfer_engine *e, xfer_region *l, xfer_peer *p,
                const struct xfer_region_desc *rd, double seconds, struct result *res)
 {
+    if (o->callers)
+        return run_callers(o, e, l, p, rd, seconds, res);
     xfer_batch **b = calloc((size_t)o->depth, sizeof(*b));
     double *t_sub = calloc((size_t)o->depth, sizeof(*t_sub));
     int err = 0;
@@ -250,12 +330,21 @@ static void print(const struct opts *o, const struct result *r)
     const char *tr = o->transport == XFER_TRANSPORT_IPC ? "ipc" : "tcp";
     if (o->json) {
         printf("{\"op\":\"%s\",\"transport\":\"%s\",\"size\":%llu,\"batch\":%d,\"depth\":%d,"
-               "\"sockets\":%d,\"threads\":%d,\"gap\":%llu,\"seconds\":%.3f,\"batches\":%llu,"
+               "\"sockets\":%d,\"threads\":%d,\"callers\":%d,\"gap\":%llu,\"seconds\":%.3f,"
+               "\"batches\":%llu,"
                "\"gbps\":%.6g,\"ops\":%.1f,\"lat_us\":{\"p50\":%.2f,\"p99\":%.2f,"
                "\"p999\":%.2f},\"verified\":%s}\n",
                op, tr, (unsigned long long)o->size, o->batch, o->depth, o->sockets, o->threads,
-               (unsigned long long)o->gap, r->secs, (unsigned long long)r->batches, gbps, ops,
-               p50 * 1e6, p99 * 1e6, p999 * 1e6, o->verify ? "true" : "false");
+               o->callers, (unsigned long long)o->gap, r->secs, (unsigned long long)r->batches,
+               gbps, ops, p50 * 1e6, p99 * 1e6, p999 * 1e6, o->verify ? "true" : "false");
+        return;
+    }
+    if (o->callers) {
+        printf("%s %s size=%llu callers=%d sockets=%d threads=%d: %.3f GB/s, %.0f ops/s, "
+               "call latency p50 %.1f us p99 %.1f us p99.9 %.1f us (%llu calls)%s\n",
+               tr, op, (unsigned long long)o->size, o->callers, o->sockets, o->threads, gbps, ops,
+               p50 * 1e6, p99 * 1e6, p999 * 1e6, (unsigned long long)r->batches,
+               o->verify ? ", data verified" : "");
         return;
     }
     printf("%s %s size=%llu batch=%d depth=%d sockets=%d threads=%d: %.3f GB/s, %.0f ops/s, "
@@ -324,21 +413,33 @@ static int usage(void)
     fprintf(stderr,
             "usage: %s [--op write|read] [--size BYTES] [--batch N] [--depth N]\n"
             "  [--sockets N] [--threads N] [--transport tcp|ipc] [--chunk BYTES]\n"
-            "  [--seconds S] [--warmup S] [--count N] [--slots N] [--gap BYTES] [--verify]\n"
-            "  [--fresh] [--warm-scratch] [--json]\n",
+            "  [--seconds S] [--warmup S] [--count N] [--slots N] [--gap BYTES]\n"
+            "  [--callers N] [--verify] [--fresh] [--warm-scratch] [--json]\n",
             prog);
     return 2;
 }
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-    static const struct option lo[] = {
-        {"op", 1, 0, 'o'},           {"size", 1, 0, 's'},    {"batch", 1, 0, 'b'},
-        {"depth", 1, 0, 'd'},        {"sockets", 1, 0, 'k'}, {"threads", 1, 0, 'n'},
-        {"transport", 1, 0, 'T'},    {"chunk", 1, 0, 'c'},   {"seconds", 1, 0, 't'},
-        {"warmup", 1, 0, 'w'},       {"verify", 0, 0, 'v'},  {"json", 0, 0, 'j'},
-        {"count", 1, 0, 'N'},        {"fresh", 0, 0, 'F'},   {"slots", 1, 0, 'S'},
-        {"warm-scratch", 0, 0, 'W'}, {"gap", 1, 0, 'G'},     {0, 0, 0, 0}};
+    static const struct option lo[] = {{"op", 1, 0, 'o'},
+                                       {"size", 1, 0, 's'},
+                                       {"batch", 1, 0, 'b'},
+                                       {"depth", 1, 0, 'd'},
+                                       {"sockets", 1, 0, 'k'},
+                                       {"threads", 1, 0, 'n'},
+                                       {"transport", 1, 0, 'T'},
+                                       {"chunk", 1, 0, 'c'},
+                                       {"seconds", 1, 0, 't'},
+                                       {"warmup", 1, 0, 'w'},
+                                       {"verify", 0, 0, 'v'},
+                                       {"json", 0, 0, 'j'},
+                                       {"count", 1, 0, 'N'},
+                                       {"fresh", 0, 0, 'F'},
+                                       {"slots", 1, 0, 'S'},
+                                       {"warm-scratch", 0, 0, 'W'},
+                                       {"gap", 1, 0, 'G'},
+                                       {"callers", 1, 0, 'C'},
+                                       {0, 0, 0, 0}};
     *o = (struct opts){.op = XFER_OP_WRITE,
                        .size = 8,
                        .batch = 1,
@@ -395,6 +496,11 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'G':
             o->gap = bench_size(optarg);
             break;
+        case 'C':
+            o->callers = atoi(optarg);
+            if (o->callers < 1 || o->callers > 64)
+                return usage();
+            break;
         case 'v':
             o->verify = true;
             break;
@@ -414,7 +520,7 @@ static int parse(int argc, char **argv, struct opts *o)
         o->batch > 4096 || o->depth < 1 || o->depth > 1024 || o->sockets < 1 || o->sockets > 64 ||
         o->threads < 1 || o->threads > 64 || !(o->seconds > 0) || o->warmup < 0 ||
         (o->fresh && o->verify) || o->slots > (1u << 20) || (o->slots && o->fresh) ||
-        o->gap > (256ull << 20))
+        o->gap > (256ull << 20) || (o->callers && (o->batch > 1 || o->depth > 1 || o->fresh)))
         return usage();
     if (o->fresh) { /* one pass, nothing of it touched before */
         o->warm_scratch = true;

@@ -233,7 +233,7 @@ void ipc_direct_note(struct ipc_direct_table *t, const struct ipc_map *m)
                              .dev = gpu ? ipc_cuda_import_device(m->cuda) : -1,
                              .listed = true,
                              .next = t->head};
-    t->head = d;
+    __atomic_store_n(&t->head, d, __ATOMIC_RELAXED);
 }
 
 struct ipc_direct *ipc_direct_unlist(struct ipc_direct_table *t, const struct ipc_map_cache *mc)
@@ -248,7 +248,10 @@ struct ipc_direct *ipc_direct_unlist(struct ipc_direct_table *t, const struct ip
             pp = &d->next;
             continue;
         }
-        *pp = d->next;
+        if (pp == &t->head) /* read unlocked: post_window */
+            __atomic_store_n(&t->head, d->next, __ATOMIC_RELAXED);
+        else
+            *pp = d->next;
         d->listed = false;
         d->next = gone;
         gone = d;
@@ -278,7 +281,7 @@ static struct ipc_direct *direct_find(struct ipc_direct_table *t, const struct x
         if (pp != &t->head) { /* to the front: a post's items come region by region */
             *pp = d->next;
             d->next = t->head;
-            t->head = d;
+            __atomic_store_n(&t->head, d, __ATOMIC_RELAXED); /* read unlocked: post_window */
         }
         /* The owner's answer decides, not the published descriptor. */
         if (!(d->access & need))

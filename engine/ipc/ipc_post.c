@@ -121,6 +121,14 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     if (ps->gcap - ps->ng < n) /* no room for another window's GPU items */
         post_gpu_flush(c, b, ps);
     size_t ng0 = ps->ng;
+    /* A dead owner's memory stays mapped here: copying into it would be a
+     * silent loss. One poll per window that copies directly (the worker
+     * learns it otherwise only from its next round trip), made before the
+     * lock when the connection has loans: under it, every thread posting
+     * on the connection waited for this one's system call (8 B reads of
+     * several callers went slower in sum than one caller's). */
+    bool polled = __atomic_load_n(&c->direct.head, __ATOMIC_RELAXED) != NULL;
+    bool hung = polled && ipc_sock_hung_up(c->fd);
     pthread_mutex_lock(&c->mu);
     int rc = c->broken || c->stop ? -XFER_ECONN : 0;
     for (size_t k = 0; rc == 0 && k < n; k++) {
@@ -147,10 +155,8 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
             slow[ns++] = idx[k];
         }
     }
-    /* A dead owner's memory stays mapped here: copying into it would be a
-     * silent loss. One poll per window that copies directly (the worker
-     * learns it otherwise only from its next round trip). */
-    if (rc == 0 && (nf || np || ps->ng > ng0) && ipc_sock_hung_up(c->fd))
+    /* (a loan listed since the look before the lock: polled now) */
+    if (rc == 0 && (nf || np || ps->ng > ng0) && (polled ? hung : ipc_sock_hung_up(c->fd)))
         rc = -XFER_ECONN;
     if (rc == 0 && ns)
         rc = queue_locked(c, b, slow, ns);

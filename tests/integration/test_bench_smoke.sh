@@ -38,6 +38,12 @@ run --op write --size 1M --batch 16 --depth 2 --transport ipc --slots 1
 # the progress threads (tcp_post); the warm-up over a scratch pair
 run --op write --size 4K --batch 8 --depth 2 --sockets 2 --threads 2
 run --op write --size 1M --batch 8 --depth 2 --sockets 2 --warmup 0.1 --warm-scratch
+# --callers: threads of one engine calling xfer_write / xfer_read each
+run --op write --size 4K --callers 4 --sockets 2
+run --op read --size 8 --callers 3 --transport ipc
+out=$(timeout 60 "$bin/xfer_bench" --callers 3 --count 40 --seconds 30 --json) || fail "--callers --count"
+python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["batches"] == 120 else 1)' "$out" ||
+    fail "--callers 3 --count 40: not 120 calls: $out"
 out=$(timeout 60 "$bin/xfer_bench" --fresh --size 1M --batch 4 --depth 4 --sockets 2 --json) ||
     fail "--fresh"
 echo "$out"
@@ -49,6 +55,8 @@ python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["batches"] ==
 "$bin/xfer_bench" --op copy 2>/dev/null; [[ $? == 2 ]] || fail "--op copy not refused"
 "$bin/xfer_bench" --batch 5000 2>/dev/null; [[ $? == 2 ]] || fail "--batch 5000 not refused"
 "$bin/xfer_bench" --slots 1 --fresh 2>/dev/null; [[ $? == 2 ]] || fail "--slots with --fresh not refused"
+"$bin/xfer_bench" --callers 2 --batch 4 2>/dev/null; [[ $? == 2 ]] || fail "--callers with --batch not refused"
+"$bin/xfer_bench" --callers 65 2>/dev/null; [[ $? == 2 ]] || fail "--callers 65 not refused"
 
 # xferctl bench runs the same code (bench/xbench.c), no xferd needed.
 prog=("$XFER_ROOT/$B/bin/xferctl" bench)
