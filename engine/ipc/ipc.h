@@ -386,13 +386,18 @@ struct ipc_direct_table {
     struct ipc_ctl_slot *ctl; /* NULL: no direct copies on this connection */
     uint32_t nslots;
     uint64_t max_item; /* larger items go through the owner (XFER_IPC_DIRECT_MAX, default none) */
+    /* The list: read by posting threads under lock (read side) alone, so
+     * that threads posting on one connection do not queue on its mutex;
+     * changed (note, unlist) under the connection's mutex and lock
+     * (write side), so the worker reads it under its mutex alone. */
+    pthread_rwlock_t lock;
     struct ipc_direct *head;
 };
 /* Maps the owner's control page (takes fd; -1 = none). */
 void ipc_direct_init(struct ipc_direct_table *t, int fd, uint32_t nslots);
 void ipc_direct_fini(struct ipc_direct_table *t);
-/* With the lock: the entry for item it if it may be copied directly (a
- * user is counted: ipc_direct_copy drops it), else NULL. */
+/* Under t->lock (read side): the entry for item it if it may be copied
+ * directly (a user is counted: ipc_direct_copy drops it), else NULL. */
 struct ipc_direct *ipc_direct_get(struct ipc_direct_table *t, const struct xfer_item *it);
 /* The same for a GPU loan (GPU memory on both sides, ipc_dgpu.c): the
  * entry if the owner lent the item's remote region and allows its op. */

@@ -178,6 +178,13 @@ void ipc_loans_fini(struct ipc_loans *l)
 void ipc_direct_init(struct ipc_direct_table *t, int fd, uint32_t nslots)
 {
     memset(t, 0, sizeof(*t));
+    /* Writers first: posting threads hold the read side back to back, and a
+     * withdrawal (unlist) must not wait for a gap between them. */
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&t->lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
     const char *env = getenv("XFER_IPC_DIRECT_MAX");
     long long max = env ? atoll(env) : -1; /* default: no limit */
     t->max_item = max >= 0 ? (uint64_t)max : UINT64_MAX;
@@ -203,6 +210,7 @@ void ipc_direct_fini(struct ipc_direct_table *t)
     if (t->ctl)
         munmap(t->ctl, CTL_BYTES);
     t->ctl = NULL;
+    pthread_rwlock_destroy(&t->lock);
 }
 
 /* The owner's memory as this side reaches it: the memfd mapping, or the
@@ -224,6 +232,7 @@ void ipc_direct_note(struct ipc_direct_table *t, const struct ipc_map *m)
     struct ipc_direct *d = calloc(1, sizeof(*d));
     if (!d)
         return; /* the slow path still works */
+    pthread_rwlock_wrlock(&t->lock);
     *d = (struct ipc_direct){.id = m->id,
                              .gen = m->gen,
                              .slot = m->ctl_slot,
@@ -233,12 +242,14 @@ void ipc_direct_note(struct ipc_direct_table *t, const struct ipc_map *m)
                              .dev = gpu ? ipc_cuda_import_device(m->cuda) : -1,
                              .listed = true,
                              .next = t->head};
-    __atomic_store_n(&t->head, d, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->head, d, __ATOMIC_RELAXED); /* read unlocked: post_window */
+    pthread_rwlock_unlock(&t->lock);
 }
 
 struct ipc_direct *ipc_direct_unlist(struct ipc_direct_table *t, const struct ipc_map_cache *mc)
 {
     struct ipc_direct *gone = NULL, **pp = &t->head;
+    pthread_rwlock_wrlock(&t->lock);
     while (*pp) {
         struct ipc_direct *d = *pp;
         bool live = false;
@@ -256,6 +267,7 @@ struct ipc_direct *ipc_direct_unlist(struct ipc_direct_table *t, const struct ip
         d->next = gone;
         gone = d;
     }
+    pthread_rwlock_unlock(&t->lock);
     return gone;
 }
 
@@ -270,19 +282,15 @@ void ipc_direct_free(struct ipc_direct *list)
     }
 }
 
-/* The listed entry for it's remote region (moved to the front), if the
- * owner's answer allows it's op; a user is counted. */
+/* The listed entry for it's remote region, if the owner's answer allows
+ * it's op; a user is counted. Not moved to the front (readers share the
+ * lock): a connection lists the regions its owner lent, a few. */
 static struct ipc_direct *direct_find(struct ipc_direct_table *t, const struct xfer_item *it)
 {
     unsigned need = it->op == XFER_OP_READ ? XFER_ACCESS_R : XFER_ACCESS_W;
-    for (struct ipc_direct *d, **pp = &t->head; (d = *pp); pp = &d->next) {
+    for (struct ipc_direct *d = t->head; d; d = d->next) {
         if (d->id != it->remote_id || d->gen != it->remote_gen)
             continue;
-        if (pp != &t->head) { /* to the front: a post's items come region by region */
-            *pp = d->next;
-            d->next = t->head;
-            __atomic_store_n(&t->head, d, __ATOMIC_RELAXED); /* read unlocked: post_window */
-        }
         /* The owner's answer decides, not the published descriptor. */
         if (!(d->access & need))
             return NULL;

@@ -123,14 +123,22 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     size_t ng0 = ps->ng;
     /* A dead owner's memory stays mapped here: copying into it would be a
      * silent loss. One poll per window that copies directly (the worker
-     * learns it otherwise only from its next round trip), made before the
-     * lock when the connection has loans: under it, every thread posting
-     * on the connection waited for this one's system call (8 B reads of
-     * several callers went slower in sum than one caller's). */
+     * learns it otherwise only from its next round trip), made before any
+     * lock when the connection has loans: under the connection's mutex,
+     * every thread posting on it waited for this one's system call (8 B
+     * reads of several callers went slower in sum than one caller's). */
     bool polled = __atomic_load_n(&c->direct.head, __ATOMIC_RELAXED) != NULL;
     bool hung = polled && ipc_sock_hung_up(c->fd);
-    pthread_mutex_lock(&c->mu);
-    int rc = c->broken || c->stop ? -XFER_ECONN : 0;
+    /* The loans are looked up under their list's read lock, not the mutex
+     * (threads posting at once went through it one by one, and slept on
+     * it); the mutex is for the worker's queue. A close cannot run
+     * meanwhile (the peer's connection lock); broken or stopped a moment
+     * later is as if it came after the copy. */
+    int rc =
+        __atomic_load_n(&c->broken, __ATOMIC_RELAXED) || __atomic_load_n(&c->stop, __ATOMIC_RELAXED)
+            ? -XFER_ECONN
+            : 0;
+    pthread_rwlock_rdlock(&c->direct.lock);
     for (size_t k = 0; rc == 0 && k < n; k++) {
         const struct xfer_item *it = xfer_batch_item(b, idx[k]);
         size_t nseg;               /* vectored items go to the worker: one owner check each */
@@ -155,12 +163,15 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
             slow[ns++] = idx[k];
         }
     }
+    pthread_rwlock_unlock(&c->direct.lock);
     /* (a loan listed since the look before the lock: polled now) */
     if (rc == 0 && (nf || np || ps->ng > ng0) && (polled ? hung : ipc_sock_hung_up(c->fd)))
         rc = -XFER_ECONN;
-    if (rc == 0 && ns)
+    if (rc == 0 && ns) {
+        pthread_mutex_lock(&c->mu);
         rc = queue_locked(c, b, slow, ns);
-    pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&c->mu);
+    }
     if (rc < 0) { /* none started: the direct ones are let go unstarted */
         direct_unget(d, nf);
         direct_unget(pd, np);

@@ -283,19 +283,20 @@ static int test_direct_guard(struct ctx *c)
 struct racer {
     struct ctx *c;
     struct xfer_region_desc d;
-    uint64_t len; /* bytes per write */
-    long n;       /* writes done (atomic) */
-    int rc;       /* the first failure */
+    uint64_t len;  /* bytes per write */
+    uint64_t loff; /* this writer's part of the local region */
+    long n;        /* writes done (atomic) */
+    int rc;        /* the first failure */
 };
 
 static void *race_main(void *arg)
 {
     struct racer *r = arg;
-    uint64_t *lp = xfer_region_ptr(r->c->local[0]);
+    uint64_t *lp = (uint64_t *)((char *)xfer_region_ptr(r->c->local[0]) + r->loff);
     for (uint64_t i = 1;; i++) {
         for (uint64_t k = 0; k < r->len / 8; k += 512)
             lp[k] = i; /* every piece changes: a late one would show */
-        int rc = xfer_write(r->c->e, r->c->local[0], 0, r->c->p, r->d.id, r->d.gen,
+        int rc = xfer_write(r->c->e, r->c->local[0], r->loff, r->c->p, r->d.id, r->d.gen,
                             (i % (r->d.len / r->len)) * r->len, r->len, DEADLINE);
         if (rc) {
             r->rc = rc;
@@ -305,37 +306,64 @@ static void *race_main(void *arg)
     }
 }
 
-/* Deregistration while a thread writes directly into the region, 8 bytes
- * after 8 bytes (in the posting thread) or 4 MiB after 4 MiB (16 pieces on
- * the copy threads): it returns within the bound (one piece in progress,
- * not io_timeout), nothing lands in the memory after it returned (the
- * owner watches the client's memfd), and the writer then gets the owner's
- * refusal. */
-static int test_direct_race(struct ctx *c, const char *rname, uint64_t len, long warm)
+#define RACERS_MAX 4
+
+/* Writes done by all of them so far. */
+static long racers_done(struct racer *r, int n)
 {
-    struct racer r = {.c = c, .d = *owner_region(&c->o, rname), .len = len};
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, race_main, &r) == 0, "thread");
+    long sum = 0;
+    for (int k = 0; k < n; k++)
+        sum += __atomic_load_n(&r[k].n, __ATOMIC_RELAXED);
+    return sum;
+}
+
+/* Deregistration while threads write directly into the region, 8 bytes
+ * after 8 bytes (in the posting threads; several at once share the
+ * connection's loan list, read side, while its worker must take the write
+ * side to retire the loan) or 4 MiB after 4 MiB (16 pieces on the copy
+ * threads): it returns within the bound (one piece in progress, not
+ * io_timeout), nothing lands in the memory after it returned (the owner
+ * watches the client's memfd), and every writer then gets the owner's
+ * refusal. */
+static int test_direct_race(struct ctx *c, const char *rname, uint64_t len, long warm, int n)
+{
+    struct racer r[RACERS_MAX];
+    pthread_t t[RACERS_MAX];
+    int started = 0;
+    for (; started < n && started < RACERS_MAX; started++) {
+        r[started] = (struct racer){.c = c, .d = *owner_region(&c->o, rname), .len = len};
+        r[started].loff = (uint64_t)started * 4096; /* 8 B writers: apart; one 4 MiB writer */
+        if (pthread_create(&t[started], NULL, race_main, &r[started]) != 0)
+            break;
+    }
     struct timespec nap = {0, 1000000}, t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    do { /* poll with a deadline until the writer is going */
+    bool failed = false;
+    do { /* poll with a deadline until the writers are going */
         nanosleep(&nap, NULL);
         clock_gettime(CLOCK_MONOTONIC, &now);
-    } while (__atomic_load_n(&r.n, __ATOMIC_RELAXED) < warm && !r.rc &&
-             now.tv_sec - t0.tv_sec < 20);
+        for (int k = 0; k < started; k++)
+            failed |= r[k].rc != 0;
+    } while (racers_done(r, started) < warm && !failed && now.tv_sec - t0.tv_sec < 20);
     char ans[128] = "";
-    long before = __atomic_load_n(&r.n, __ATOMIC_RELAXED);
-    int rc = before >= warm ? owner_cmd(&c->o, ans, sizeof(ans), "DEREGWATCH %s 300", rname) : -1;
-    pthread_join(t, NULL);
-    CHECK(before >= warm, "writer did only %ld writes in 20 s (%s)", before, xfer_strerror(r.rc));
+    long before = racers_done(r, started);
+    int rc = before >= warm && started == n
+                 ? owner_cmd(&c->o, ans, sizeof(ans), "DEREGWATCH %s 300", rname)
+                 : -1;
+    for (int k = 0; k < started; k++)
+        pthread_join(t[k], NULL);
+    CHECK(started == n, "started %d of %d writers", started, n);
+    CHECK(before >= warm, "writers did only %ld writes in 20 s (%s)", before,
+          xfer_strerror(r[0].rc));
     CHECK(rc == 0 && !strncmp(ans, "OK ", 3), "deregistration under direct writes: %s", ans);
     double took = atof(ans + 3);
     CHECK(took < 1000, "deregistration took %.1f ms under direct writes", took);
-    CHECK(r.rc == -XFER_ENOENT || r.rc == -XFER_ESTALE, "writer ended with %s",
-          xfer_strerror(r.rc));
-    printf("ok deregistration under %ld direct writes of %llu B: %.1f ms, memory untouched after, "
-           "writer then got %s\n",
-           r.n, (unsigned long long)len, took, xfer_strerror(r.rc));
+    for (int k = 0; k < n; k++)
+        CHECK(r[k].rc == -XFER_ENOENT || r[k].rc == -XFER_ESTALE, "writer %d ended with %s", k,
+              xfer_strerror(r[k].rc));
+    printf("ok deregistration under %ld direct writes of %llu B by %d thread(s): %.1f ms, memory "
+           "untouched after, writers then got %s\n",
+           racers_done(r, n), (unsigned long long)len, n, took, xfer_strerror(r[0].rc));
     return 0;
 }
 
@@ -412,8 +440,9 @@ int run_host_tests(int argc, char **argv)
           test_bad_owner_checks(&c) || test_generation(&c, "mgen") || test_generation(&c, "cgen") ||
           (want == XFER_TRANSPORT_IPC && test_revocation(&c)) ||
           (want == XFER_TRANSPORT_IPC && direct && test_direct_readonly(&c)) ||
-          (want == XFER_TRANSPORT_IPC && direct && test_direct_race(&c, "arace", 8, 2000)) ||
-          (want == XFER_TRANSPORT_IPC && direct && test_direct_race(&c, "abig", RLEN, 20)) ||
+          (want == XFER_TRANSPORT_IPC && direct &&
+           test_direct_race(&c, "arace", 8, 2000, RACERS_MAX)) ||
+          (want == XFER_TRANSPORT_IPC && direct && test_direct_race(&c, "abig", RLEN, 20, 1)) ||
           (want == XFER_TRANSPORT_IPC && test_direct_guard(&c));
     if (!bad && want == XFER_TRANSPORT_IPC) {
         struct xfer_stats st;
