@@ -283,10 +283,11 @@ static int test_direct_guard(struct ctx *c)
 struct racer {
     struct ctx *c;
     struct xfer_region_desc d;
-    uint64_t len;  /* bytes per write */
-    uint64_t loff; /* this writer's part of the local region */
-    long n;        /* writes done (atomic) */
-    int rc;        /* the first failure */
+    uint64_t len;        /* bytes per write */
+    uint64_t loff;       /* this writer's part of the local region */
+    uint64_t roff, rlen; /* its part of the remote one (no two write the same bytes) */
+    long n;              /* writes done (atomic) */
+    int rc;              /* the first failure (atomic) */
 };
 
 static void *race_main(void *arg)
@@ -297,9 +298,9 @@ static void *race_main(void *arg)
         for (uint64_t k = 0; k < r->len / 8; k += 512)
             lp[k] = i; /* every piece changes: a late one would show */
         int rc = xfer_write(r->c->e, r->c->local[0], r->loff, r->c->p, r->d.id, r->d.gen,
-                            (i % (r->d.len / r->len)) * r->len, r->len, DEADLINE);
+                            r->roff + (i % (r->rlen / r->len)) * r->len, r->len, DEADLINE);
         if (rc) {
-            r->rc = rc;
+            __atomic_store_n(&r->rc, rc, __ATOMIC_RELAXED);
             return NULL;
         }
         __atomic_add_fetch(&r->n, 1, __ATOMIC_RELAXED);
@@ -333,6 +334,8 @@ static int test_direct_race(struct ctx *c, const char *rname, uint64_t len, long
     for (; started < n && started < RACERS_MAX; started++) {
         r[started] = (struct racer){.c = c, .d = *owner_region(&c->o, rname), .len = len};
         r[started].loff = (uint64_t)started * 4096; /* 8 B writers: apart; one 4 MiB writer */
+        r[started].rlen = r[started].d.len / (uint64_t)n;
+        r[started].roff = (uint64_t)started * r[started].rlen;
         if (pthread_create(&t[started], NULL, race_main, &r[started]) != 0)
             break;
     }
@@ -343,7 +346,7 @@ static int test_direct_race(struct ctx *c, const char *rname, uint64_t len, long
         nanosleep(&nap, NULL);
         clock_gettime(CLOCK_MONOTONIC, &now);
         for (int k = 0; k < started; k++)
-            failed |= r[k].rc != 0;
+            failed |= __atomic_load_n(&r[k].rc, __ATOMIC_RELAXED) != 0;
     } while (racers_done(r, started) < warm && !failed && now.tv_sec - t0.tv_sec < 20);
     char ans[128] = "";
     long before = racers_done(r, started);
