@@ -255,6 +255,9 @@ static int run_callers(const struct opts *o, xfer_engine *e, xfer_region *l, xfe
             break;
     }
     int err = !c || !th || started < o->callers;
+    if (err)
+        fprintf(stderr, "%s: could start only %d of %d caller threads\n", prog, started,
+                o->callers);
     for (int k = 0; k < started; k++) {
         pthread_join(th[k], NULL);
         if (c[k].rc < 0 && !err) {

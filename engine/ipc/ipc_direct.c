@@ -242,7 +242,7 @@ void ipc_direct_note(struct ipc_direct_table *t, const struct ipc_map *m)
                              .dev = gpu ? ipc_cuda_import_device(m->cuda) : -1,
                              .listed = true,
                              .next = t->head};
-    __atomic_store_n(&t->head, d, __ATOMIC_RELAXED); /* read unlocked: post_window */
+    t->head = d;
     pthread_rwlock_unlock(&t->lock);
 }
 
@@ -259,10 +259,7 @@ struct ipc_direct *ipc_direct_unlist(struct ipc_direct_table *t, const struct ip
             pp = &d->next;
             continue;
         }
-        if (pp == &t->head) /* read unlocked: post_window */
-            __atomic_store_n(&t->head, d->next, __ATOMIC_RELAXED);
-        else
-            *pp = d->next;
+        *pp = d->next;
         d->listed = false;
         d->next = gone;
         gone = d;

@@ -121,14 +121,6 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
     if (ps->gcap - ps->ng < n) /* no room for another window's GPU items */
         post_gpu_flush(c, b, ps);
     size_t ng0 = ps->ng;
-    /* A dead owner's memory stays mapped here: copying into it would be a
-     * silent loss. One poll per window that copies directly (the worker
-     * learns it otherwise only from its next round trip), made before any
-     * lock when the connection has loans: under the connection's mutex,
-     * every thread posting on it waited for this one's system call (8 B
-     * reads of several callers went slower in sum than one caller's). */
-    bool polled = __atomic_load_n(&c->direct.head, __ATOMIC_RELAXED) != NULL;
-    bool hung = polled && ipc_sock_hung_up(c->fd);
     /* The loans are looked up under their list's read lock, not the mutex
      * (threads posting at once went through it one by one, and slept on
      * it); the mutex is for the worker's queue. A close cannot run
@@ -164,8 +156,13 @@ static int post_window(struct ipc_conn *c, xfer_batch *b, const size_t *idx, siz
         }
     }
     pthread_rwlock_unlock(&c->direct.lock);
-    /* (a loan listed since the look before the lock: polled now) */
-    if (rc == 0 && (nf || np || ps->ng > ng0) && (polled ? hung : ipc_sock_hung_up(c->fd)))
+    /* A dead owner's memory stays mapped here: copying into it would be a
+     * silent loss. One poll per window that copies directly (the worker
+     * learns it otherwise only from its next round trip), holding no lock:
+     * under the connection's mutex, every thread posting on it waited for
+     * this one's system call (8 B reads of several callers went slower in
+     * sum than one caller's). */
+    if (rc == 0 && (nf || np || ps->ng > ng0) && ipc_sock_hung_up(c->fd))
         rc = -XFER_ECONN;
     if (rc == 0 && ns) {
         pthread_mutex_lock(&c->mu);
