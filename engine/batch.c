@@ -54,6 +54,7 @@ static bool idle_keep(xfer_batch *b)
                 !b->capbwords && b->notes.cap <= 1;
     if (keep) { /* as xfer_batch_new leaves it, but for the arrays */
         b->n = b->nnames = 0;
+        b->unshared = false;
         b->state = B_IDLE;
         b->result = 0;
         notes_free(&b->notes);
@@ -280,7 +281,9 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
                         uint64_t tag, const struct xfer_seg *segs, size_t nseg,
                         const struct xfer_block_list *bl, bool local)
 {
-    pthread_mutex_lock(&b->mu);
+    bool shared = !b->unshared;
+    if (shared)
+        pthread_mutex_lock(&b->mu);
     int rc = 0;
     if (b->state == B_RUNNING)
         rc = -XFER_EBUSY;
@@ -323,7 +326,8 @@ static int append_items(xfer_batch *b, const struct xfer_item *items, size_t n, 
         rc = (int)b->n;
         b->n += n;
     }
-    pthread_mutex_unlock(&b->mu);
+    if (shared)
+        pthread_mutex_unlock(&b->mu);
     return rc;
 }
 
@@ -687,6 +691,7 @@ static int one_item(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_
     xfer_batch *b = xfer_batch_new(e, &rc);
     if (!b)
         return rc;
+    b->unshared = true; /* until the submit */
     struct xfer_item it = {op, local, local_off, p, remote_id, remote_gen, remote_off, len};
     rc = xfer_batch_add(b, &it);
     if (rc >= 0)

@@ -76,6 +76,10 @@ struct xfer_batch {
      * not on the deadline monitor's list, the waiter ends it at its
      * deadline, and the submit takes no hold of its own. */
     bool waited;
+    /* Only its creator can see it yet (a one-call function between
+     * xfer_batch_new and the submit, which clears it): items are added
+     * without a lock round. */
+    bool unshared;
     struct batch_notes notes; /* bound notifications (notify_bind.c) */
     struct xfer_seg *segs;    /* segments of the vectored items, in item order */
     size_t nsegs, capsegs;
@@ -143,6 +147,9 @@ void batch_expire(xfer_batch *b);
  * seen, and waits for it on this thread (xfer_read/write/send/recv,
  * xfer_notify): 0 or the run's result. */
 int batch_submit_wait(xfer_batch *b, int deadline_ms);
+/* The wait of batch_submit_wait: xfer_batch_wait(b, -1) counting from the
+ * submit's clock reading. */
+int batch_wait_submitted(xfer_batch *b);
 /* batch_wait.c: the batch this thread waits for in a transport's wait_rx
  * (waiter-driven receive), else NULL: finishing it from this thread needs
  * no wake-up. */

@@ -423,6 +423,7 @@ static int one_msg(xfer_engine *e, enum xfer_op op, xfer_region *local, uint64_t
     xfer_batch *b = xfer_batch_new(e, &rc);
     if (!b)
         return rc;
+    b->unshared = true; /* until the submit */
     rc = op == XFER_OP_SEND ? xfer_batch_add_send_flags(b, local, off, len, p, tag, flags)
                             : add_msg_item(b, op, local, off, len, p, tag, false);
     if (rc >= 0)

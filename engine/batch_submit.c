@@ -173,6 +173,7 @@ static int submit_run(xfer_batch *b, int deadline_ms, bool waited, bool *link_la
         rc = start_run(b, deadline_ms);
     if (rc == 0)
         b->waited = waited;
+    b->unshared = false; /* transports see it from here on */
     size_t n = b->n;
     pthread_mutex_unlock(&b->mu);
     if (rc < 0)
@@ -250,5 +251,5 @@ int xfer_batch_submit(xfer_batch *b, int deadline_ms)
 int batch_submit_wait(xfer_batch *b, int deadline_ms)
 {
     int rc = submit(b, deadline_ms, true);
-    return rc < 0 ? rc : xfer_batch_wait(b, -1);
+    return rc < 0 ? rc : batch_wait_submitted(b);
 }

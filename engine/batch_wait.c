@@ -241,10 +241,9 @@ static void sleep_while_running(xfer_batch *b, struct timespec ts, bool expire)
     }
 }
 
-int xfer_batch_wait(xfer_batch *b, int timeout_ms)
+/* xfer_batch_wait with the clock already read (now_ns, or 0: read here). */
+static int wait_at(xfer_batch *b, int timeout_ms, int64_t now_ns)
 {
-    if (!b)
-        return -XFER_EINVAL;
     /* Ended already (a locally completed SEND, a RECV matched at submit):
      * finish_quiet stores DONE after the result, nothing writes the result
      * while DONE but the owner's next submit: no lock (two per message). */
@@ -256,7 +255,7 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
     /* One clock read for the limit, the receive's end and its first slice
      * (there were four per wait of a one-item WRITE), none for the sleep
      * unless it is needed. */
-    int64_t limit_ns, now = xfer_mono_ns();
+    int64_t limit_ns, now = now_ns ? now_ns : xfer_mono_ns();
     bool expire = b->waited && timeout_ms < 0; /* this thread is its deadline monitor */
     if (timeout_ms >= 0)
         limit_ns = (int64_t)timeout_ms * 1000000;
@@ -282,4 +281,16 @@ int xfer_batch_wait(xfer_batch *b, int timeout_ms)
                                    : -XFER_EINVAL;
     pthread_mutex_unlock(&b->mu);
     return rc;
+}
+
+int xfer_batch_wait(xfer_batch *b, int timeout_ms)
+{
+    return b ? wait_at(b, timeout_ms, 0) : -XFER_EINVAL;
+}
+
+int batch_wait_submitted(xfer_batch *b)
+{
+    /* The submit read the clock microseconds ago (t_submit_ns, set before
+     * the posts): the limit counts from there, a clock read less per call. */
+    return wait_at(b, -1, b->t_submit_ns);
 }

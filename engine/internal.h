@@ -96,11 +96,12 @@ int region_mem_alloc(xfer_engine *e, const char *name, size_t len, int *fd_out, 
 void region_table_destroy(xfer_engine *e);
 
 /* ---- peers -------------------------------------------------------------- */
-/* Counters that many threads add to (issue 15, docs/perf.md "shared
- * counters"): each thread adds to its own shard, chosen once per thread,
- * so progress threads completing items at once do not pass one cache line
- * around; readers sum the shards (stats.c). */
-#define STATS_SHARDS 8
+/* Counters that many threads add to (issue 15, docs/perf.md "Shared state on
+ * the tcp data path" and "Step 17"): each thread adds to a shard chosen once per thread, so
+ * threads completing items at once do not pass one cache line around; the
+ * first STATS_SHARDS / 2 own theirs (plain stores), the rest share the
+ * others (atomic adds); readers sum the shards (stats.c). */
+#define STATS_SHARDS 16
 struct stats_shard {
     struct xfer_stats s;
 } __attribute__((aligned(64)));

@@ -1,12 +1,103 @@
 /* Counters of the node, per peer and per transport. Each thread adds to its
- * own shard of a set (relaxed atomics: two threads may share a shard), and
- * readers sum the shards, so the progress threads do not bounce one cache
- * line per completed item between them. */
+ * own shard of a set, and readers sum the shards, so the progress threads
+ * and application threads completing items do not bounce one cache line
+ * per item between them. The first STATS_OWNED threads to count each own a
+ * shard (claimed at the first count, given back at the thread's exit) and
+ * add to it with a plain load and store: no locked instruction (an item
+ * made 12 locked adds: node, peer and transport sets; docs/perf.md "Step
+ * 17"). Threads beyond them share the other shards with atomic adds. */
 #include "internal.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
-#define ADD(field, v) __atomic_add_fetch(&(field), (v), __ATOMIC_RELAXED)
+#define STATS_OWNED (STATS_SHARDS / 2)
+
+static unsigned owned_mask; /* atomic: bit k set while a thread owns shard k */
+static pthread_key_t owner_key;
+static pthread_once_t owner_once = PTHREAD_ONCE_INIT;
+static bool owner_key_ok; /* atomic, as blk_cache.c's tl_key_ok */
+
+/* The thread's shard, and whether it is the thread's own. */
+static _Thread_local struct {
+    unsigned k;
+    bool set, own;
+} my;
+
+/* At the thread's exit: its shard goes back (its counts stay in it). The
+ * release orders the last plain stores before the next owner's loads. */
+static void owner_release(void *k1)
+{
+    unsigned k = (unsigned)((uintptr_t)k1 - 1);
+    __atomic_fetch_and(&owned_mask, ~(1u << k), __ATOMIC_RELEASE);
+}
+
+static void owner_init(void)
+{
+    __atomic_store_n(&owner_key_ok, pthread_key_create(&owner_key, owner_release) == 0,
+                     __ATOMIC_RELAXED);
+}
+
+/* libxfer.so unloaded: no thread's exit may call owner_release (unmapped);
+ * the shards they own stay claimed, and later threads share. */
+__attribute__((destructor)) static void owner_unload(void)
+{
+    if (__atomic_exchange_n(&owner_key_ok, false, __ATOMIC_RELAXED))
+        pthread_key_delete(owner_key);
+}
+
+/* A free shard of the first STATS_OWNED claimed for this thread, if one is
+ * free and its exit can give it back; else -1. */
+static int claim_shard(void)
+{
+    pthread_once(&owner_once, owner_init);
+    if (!__atomic_load_n(&owner_key_ok, __ATOMIC_RELAXED))
+        return -1;
+    unsigned m = __atomic_load_n(&owned_mask, __ATOMIC_RELAXED);
+    for (;;) {
+        unsigned free_bits = ~m & ((1u << STATS_OWNED) - 1);
+        if (!free_bits)
+            return -1;
+        unsigned k = (unsigned)__builtin_ctz(free_bits);
+        if (!__atomic_compare_exchange_n(&owned_mask, &m, m | 1u << k, false, __ATOMIC_ACQUIRE,
+                                         __ATOMIC_RELAXED))
+            continue;
+        if (pthread_setspecific(owner_key, (void *)(uintptr_t)(k + 1)) == 0)
+            return (int)k;
+        __atomic_fetch_and(&owned_mask, ~(1u << k), __ATOMIC_RELEASE);
+        return -1;
+    }
+}
+
+/* This thread's shard, chosen at its first count: its own, or one of the
+ * shared ones round robin. (Not initial-exec TLS: libxfer.so is dlopened by
+ * Python, and its static TLS reserve is spent.) */
+static unsigned my_shard(bool *own)
+{
+    static unsigned next;
+    if (!my.set) {
+        int k = claim_shard();
+        my.own = k >= 0;
+        my.k = k >= 0 ? (unsigned)k
+                      : STATS_OWNED + __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) %
+                                          (STATS_SHARDS - STATS_OWNED);
+        my.set = true;
+    }
+    *own = my.own;
+    return my.k;
+}
+
+/* Adds v to a counter of this thread's shard: a plain load and store in its
+ * own (readers load it atomically: never torn), an atomic add in a shared one. */
+static inline void add(uint64_t *field, uint64_t v, bool own)
+{
+    if (own)
+        __atomic_store_n(field, __atomic_load_n(field, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+    else
+        __atomic_add_fetch(field, v, __ATOMIC_RELAXED);
+}
+#define ADD(field, v) add(&(field), (v), own)
 
 int transport_index(unsigned bit)
 {
@@ -23,22 +114,11 @@ static int lat_bucket(uint64_t us)
     return i < XFER_LAT_BUCKETS - 1 ? i : XFER_LAT_BUCKETS - 1;
 }
 
-/* This thread's shard, chosen round robin at its first count. */
-static unsigned my_shard(void)
-{
-    static unsigned next;
-    /* (not initial-exec: libxfer.so is dlopened by Python, and its static
-     * TLS reserve is spent) */
-    static _Thread_local unsigned mine = UINT32_MAX;
-    if (mine == UINT32_MAX)
-        mine = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % STATS_SHARDS;
-    return mine;
-}
-
 void stats_count_items(struct stats_set *const *sets, size_t n, enum xfer_op op, uint64_t items,
                        uint64_t bytes, uint64_t lat_us)
 {
-    unsigned k = my_shard();
+    bool own;
+    unsigned k = my_shard(&own);
     int bucket = lat_bucket(lat_us);
     for (size_t j = 0; j < n; j++) {
         struct xfer_stats *s = &sets[j]->sh[k].s;
@@ -61,14 +141,16 @@ void stats_count_item(struct stats_set *const *sets, size_t n, enum xfer_op op, 
         stats_count_items(sets, n, op, 1, bytes, lat_us);
         return;
     }
-    unsigned k = my_shard();
+    bool own;
+    unsigned k = my_shard(&own);
     for (size_t j = 0; j < n; j++)
         ADD(sets[j]->sh[k].s.errors, 1);
 }
 
 void stats_count_served(struct stats_set *set, uint64_t bytes, int status)
 {
-    struct xfer_stats *s = &set->sh[my_shard()].s;
+    bool own;
+    struct xfer_stats *s = &set->sh[my_shard(&own)].s;
     if (status < 0) {
         ADD(s->served_errors, 1);
         return;
@@ -101,7 +183,8 @@ void stats_read(const struct stats_set *set, struct xfer_stats *out)
 void xfer_engine_count_served_n(xfer_engine *e, unsigned transport_bit, uint64_t ops,
                                 uint64_t bytes)
 {
-    unsigned k = my_shard();
+    bool own;
+    unsigned k = my_shard(&own);
     struct xfer_stats *s = &e->stats.sh[k].s;
     ADD(s->served_ops, ops);
     ADD(s->served_bytes, bytes);

@@ -387,6 +387,9 @@ struct tcp_transport {
      * TCP_LAZY_TICK_TGT_US), and such a socket is then not left lazy for
      * TCP_LAZY_OFF_MS (docs/perf.md step 10). */
     bool lazy_target;
+    /* XFER_TCP_ONE_READER (tcp_wait.c "One reader"): a waiter does not
+     * join a socket another waiter reads already. */
+    bool one_reader;
     /* Waiters in a row after which an accepted socket whose request waited
      * for the tick is left lazy again (TCP_LAZY_CLEAN; XFER_TCP_LAZY_CLEAN=0:
      * never, the whole TCP_LAZY_OFF_MS as before). */

@@ -558,6 +558,7 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->direct = !xfer_env_off("XFER_TCP_DIRECT"); /* off: always hand off (measuring) */
     tt->solo = !xfer_env_off("XFER_TCP_SOLO");     /* off: waiters always poll (measuring) */
     tt->lazy_target = !xfer_env_off("XFER_TCP_LAZY_TARGET");
+    tt->one_reader = !xfer_env_off("XFER_TCP_ONE_READER");
     tt->lazy_clean = xfer_env_off("XFER_TCP_LAZY_CLEAN") ? 0 : TCP_LAZY_CLEAN;
     tt->notif_ack = !xfer_env_off("XFER_NOTIF_WAIT_ACK");
     tt->back = !xfer_env_off("XFER_TCP_BACK");         /* off: own connections only */

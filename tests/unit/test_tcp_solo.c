@@ -17,7 +17,8 @@
  *  - B killed while A's waiter sleeps in recv: the WRITE fails (the end of
  *    the stream wakes the recv) well before its deadline.
  * The same again with XFER_TCP_SOLO=0 (waiters poll), which must behave
- * alike. */
+ * alike, and with XFER_TCP_ONE_READER=0 (every waiter of the socket reads
+ * it, not only the first: tcp_wait.c "One reader"). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -279,12 +280,21 @@ static void test_polling(void **state)
     unsetenv("XFER_TCP_SOLO");
 }
 
+static void test_every_waiter_reads(void **state)
+{
+    (void)state;
+    setenv("XFER_TCP_ONE_READER", "0", 1);
+    run_all();
+    unsetenv("XFER_TCP_ONE_READER");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_solo),
         cmocka_unit_test(test_polling),
+        cmocka_unit_test(test_every_waiter_reads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
