@@ -62,7 +62,8 @@
  * went with no request arriving between them). TCP_LAZY_CLEAN was 64: on
  * the H200 host a ping-pong stalls for a tick (no waiter for 100 us) every
  * ~300 round trips, and 64 waits of epoll_ctl pairs after each came to
- * ~0.4 epoll_ctl per round trip; with 8, ~0.05 (docs/perf.md step 18). */
+ * ~0.4 epoll_ctl per round trip; with 4, 0.02-0.04 (8 takes about twice
+ * that; docs/perf.md step 18). */
 #define TCP_LAZY_TICK_MS     1
 #define TCP_LAZY_TICK_TGT_US 100
 #define TCP_LAZY_KEEP_MS     100
