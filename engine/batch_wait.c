@@ -4,6 +4,7 @@
  * woken through a per-thread eventfd when another thread finishes the run).
  */
 #include "batch.h"
+#include "thread_exit.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -47,42 +48,23 @@ int xfer_batch_wake_fd(const xfer_batch *b)
  * "your batch ended" (made on its first such wait, closed when the thread
  * exits): an eventfd per batch cost eventfd2 + close per one-item batch,
  * i.e. per xfer_send/xfer_recv. */
-static pthread_key_t waker_key;
-static pthread_once_t waker_once = PTHREAD_ONCE_INIT;
 static __thread int waker = -1;
 
-static void waker_close(void *p)
+/* At the thread's exit (thread_exit.h; not after the library was unloaded:
+ * then its eventfd stays open). */
+static void waker_close(void)
 {
-    close((int)(intptr_t)p - 1);
-}
-
-/* Atomic: the unload destructor clears it while another thread may read it
- * (process exit); pthread_setspecific on the deleted key then fails (EINVAL). */
-static bool waker_key_ok;
-
-static void waker_init(void)
-{
-    bool ok = pthread_key_create(&waker_key, waker_close) == 0;
-    __atomic_store_n(&waker_key_ok, ok, __ATOMIC_RELAXED);
-    if (!ok)
-        xfer_warn("batch: no thread key for waiter eventfds (one leaks per thread)");
-}
-
-/* Unloaded (dlclose) while waiting threads still run: their exit must not
- * call waker_close in unmapped code (their eventfds stay open). */
-__attribute__((destructor)) static void waker_unload(void)
-{
-    if (__atomic_exchange_n(&waker_key_ok, false, __ATOMIC_RELAXED))
-        pthread_key_delete(waker_key);
+    if (waker >= 0)
+        close(waker);
+    waker = -1;
 }
 
 static int waker_fd(void)
 {
     if (waker < 0) {
-        pthread_once(&waker_once, waker_init);
         waker = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (waker >= 0 && __atomic_load_n(&waker_key_ok, __ATOMIC_RELAXED))
-            pthread_setspecific(waker_key, (void *)(intptr_t)(waker + 1));
+        if (waker >= 0 && !xfer_thread_exit_arm(XFER_EXIT_WAKER, waker_close))
+            xfer_debug("batch: no thread-exit hook for a waiter eventfd (it stays open)");
     }
     return waker;
 }

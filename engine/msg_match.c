@@ -302,7 +302,8 @@ void mm_send_local(xfer_engine *e, xfer_batch *b, size_t i, xfer_peer *p,
 static void fin_done(struct msg_out *o, int status, const char *why)
 {
     /* Lost: the sender's SEND ends by its deadline or the sweep. Unknown
-     * there (-XFER_ENOENT): that SEND ended already (cancel, deadline). */
+     * there (-XFER_ENOENT, a transport that answers FINs): that SEND ended
+     * already (cancel, deadline); the sender logs it too. */
     if (status < 0)
         xfer_log(status == -XFER_ENOENT ? XFER_LOG_DEBUG : XFER_LOG_WARN,
                  "FIN of a message to %s: %s", o->peer->desc.node_id,
@@ -327,6 +328,13 @@ void mm_send_fin(xfer_engine *e, xfer_peer *to, uint64_t send_id, int status, ui
     o->done = fin_done;
     o->m.lazy = true;
     o->m.ride = true;
+    /* No answer wanted (tcp; the others answer anyway): the answer only
+     * told this side what the sender logs itself (a FIN for a SEND that
+     * ended), and cost a frame each way, its decode and its completion
+     * per blocking round trip. A FIN lost with its connection is the
+     * sender's deadline's, as before; one that cannot be written still
+     * ends here with the error (fin_done). */
+    o->m.noresp = true;
     if (msg_send(e, o) < 0)
         msg_out_free(o);
 }

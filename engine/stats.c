@@ -7,17 +7,14 @@
  * made 12 locked adds: node, peer and transport sets; docs/perf.md "Step
  * 17"). Threads beyond them share the other shards with atomic adds. */
 #include "internal.h"
+#include "thread_exit.h"
 
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
 #define STATS_OWNED (STATS_SHARDS / 2)
 
 static unsigned owned_mask; /* atomic: bit k set while a thread owns shard k */
-static pthread_key_t owner_key;
-static pthread_once_t owner_once = PTHREAD_ONCE_INIT;
-static bool owner_key_ok; /* atomic, as blk_cache.c's tl_key_ok */
 
 /* The thread's shard, and whether it is the thread's own. */
 static _Thread_local struct {
@@ -25,35 +22,22 @@ static _Thread_local struct {
     bool set, own;
 } my;
 
-/* At the thread's exit: its shard goes back (its counts stay in it). The
- * release orders the last plain stores before the next owner's loads. */
-static void owner_release(void *k1)
+/* At the thread's exit: its shard goes back (its counts stay in it), and a
+ * count after this (another exit hook's) chooses again. The release orders
+ * the last plain stores before the next owner's loads. If the library is
+ * unloaded first, this does not run: the shards such threads own stay
+ * claimed, and later threads share. */
+static void owner_release(void)
 {
-    unsigned k = (unsigned)((uintptr_t)k1 - 1);
-    __atomic_fetch_and(&owned_mask, ~(1u << k), __ATOMIC_RELEASE);
-}
-
-static void owner_init(void)
-{
-    __atomic_store_n(&owner_key_ok, pthread_key_create(&owner_key, owner_release) == 0,
-                     __ATOMIC_RELAXED);
-}
-
-/* libxfer.so unloaded: no thread's exit may call owner_release (unmapped);
- * the shards they own stay claimed, and later threads share. */
-__attribute__((destructor)) static void owner_unload(void)
-{
-    if (__atomic_exchange_n(&owner_key_ok, false, __ATOMIC_RELAXED))
-        pthread_key_delete(owner_key);
+    if (my.set && my.own)
+        __atomic_fetch_and(&owned_mask, ~(1u << my.k), __ATOMIC_RELEASE);
+    my.set = false;
 }
 
 /* A free shard of the first STATS_OWNED claimed for this thread, if one is
  * free and its exit can give it back; else -1. */
 static int claim_shard(void)
 {
-    pthread_once(&owner_once, owner_init);
-    if (!__atomic_load_n(&owner_key_ok, __ATOMIC_RELAXED))
-        return -1;
     unsigned m = __atomic_load_n(&owned_mask, __ATOMIC_RELAXED);
     for (;;) {
         unsigned free_bits = ~m & ((1u << STATS_OWNED) - 1);
@@ -63,7 +47,7 @@ static int claim_shard(void)
         if (!__atomic_compare_exchange_n(&owned_mask, &m, m | 1u << k, false, __ATOMIC_ACQUIRE,
                                          __ATOMIC_RELAXED))
             continue;
-        if (pthread_setspecific(owner_key, (void *)(uintptr_t)(k + 1)) == 0)
+        if (xfer_thread_exit_arm(XFER_EXIT_STATS, owner_release))
             return (int)k;
         __atomic_fetch_and(&owned_mask, ~(1u << k), __ATOMIC_RELEASE);
         return -1;

@@ -59,12 +59,16 @@
  * of those ticks), how long one whose waiters stopped coming stays lazy,
  * and for how long an accepted socket whose request waited for a tick is
  * not left lazy again (unless TCP_LAZY_CLEAN waiters in a row came and
- * went with no request arriving between them). */
+ * went with no request arriving between them). TCP_LAZY_CLEAN was 64: on
+ * the H200 host a ping-pong stalls for a tick (no waiter for 100 us) every
+ * ~300 round trips, and 64 waits of epoll_ctl pairs after each came to
+ * ~0.4 epoll_ctl per round trip; with 4, 0.02-0.04 (8 takes about twice
+ * that; docs/perf.md step 18). */
 #define TCP_LAZY_TICK_MS     1
 #define TCP_LAZY_TICK_TGT_US 100
 #define TCP_LAZY_KEEP_MS     100
 #define TCP_LAZY_OFF_MS      1000
-#define TCP_LAZY_CLEAN       64
+#define TCP_LAZY_CLEAN       8
 /* Answers ride along (tcp_back.c): held once TCP_HOLD_AFTER answers in a
  * row were followed by this side's next frame within TCP_HOLD_WINDOW_US
  * (XFER_TCP_HOLD_WINDOW_US); held ones nobody carried go at the owner's
@@ -312,6 +316,7 @@ struct tcp_sock {
     uint64_t srv_ops, srv_bytes;
     /* target: the initiator, as its handshake proved; initiator: the target */
     char peer_node[XFER_NAME_MAX];
+    unsigned peer_hash; /* tcp_peer_hash(peer_node), made once: the tables' slot */
     uint64_t peer_inc;
     /* payload into GPU memory: received into a staging slot first */
     bool rx_gpu;

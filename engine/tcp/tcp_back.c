@@ -47,14 +47,14 @@ void tcp_back_note(struct tcp_sock *s)
     struct tcp_transport *tt = s->tt;
     pthread_mutex_lock(&tt->in_mu);
     if (!s->in_gone) /* else it closed already: tcp_back_drop ran */
-        tt->back_sock[tcp_peer_hash(s->peer_node)] = s; /* a newer one replaces the older */
+        tt->back_sock[s->peer_hash] = s; /* a newer one replaces the older */
     pthread_mutex_unlock(&tt->in_mu);
 }
 
 void tcp_back_drop(struct tcp_sock *s)
 {
     s->in_gone = true;
-    struct tcp_sock **slot = &s->tt->back_sock[tcp_peer_hash(s->peer_node)];
+    struct tcp_sock **slot = &s->tt->back_sock[s->peer_hash];
     if (*slot == s)
         *slot = NULL;
 }

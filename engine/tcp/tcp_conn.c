@@ -97,6 +97,7 @@ static int open_socket(struct tcp_transport *tt, const struct xfer_peer_desc *d,
         return -XFER_ENOMEM;
     }
     snprintf((*out)->peer_node, sizeof((*out)->peer_node), "%s", d->node_id);
+    (*out)->peer_hash = tcp_peer_hash((*out)->peer_node);
     (*out)->peer_inc = hp.incarnation;
     (*out)->back_in = back;
     (*out)->solo_ok = tt->solo && tcp_solo_setup(fd);

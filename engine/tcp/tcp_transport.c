@@ -394,6 +394,7 @@ static void accept_one(struct tcp_transport *tt, int fd, const char *from)
         return;
     }
     snprintf(s->peer_node, sizeof(s->peer_node), "%s", hp.node_id);
+    s->peer_hash = tcp_peer_hash(s->peer_node);
     s->peer_inc = hp.incarnation;
     s->back_out = tt->back && (hp.purpose & TCP_PURPOSE_BACK); /* (tcp_back.c) */
     s->solo_ok = tt->solo && tcp_solo_setup(fd);

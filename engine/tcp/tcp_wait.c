@@ -140,7 +140,7 @@ void tcp_in_note(struct tcp_sock *s)
         __atomic_store_n(&tt->in_last, s, __ATOMIC_RELEASE);
     if (__atomic_load_n(&s->in_slot, __ATOMIC_RELAXED))
         return; /* already remembered (cleared only under in_mu: racy is fine) */
-    unsigned k = tcp_peer_hash(s->peer_node);
+    unsigned k = s->peer_hash;
     struct tcp_sock **v = tt->in_sock[k];
     pthread_mutex_lock(&tt->in_mu);
     int free_at = -1;
@@ -166,7 +166,7 @@ void tcp_in_note(struct tcp_sock *s)
 void tcp_in_forget(struct tcp_sock *s)
 {
     struct tcp_transport *tt = s->tt;
-    struct tcp_sock **out = &tt->out_sock[tcp_peer_hash(s->peer_node)];
+    struct tcp_sock **out = &tt->out_sock[s->peer_hash];
     if (!__atomic_load_n(&s->in_slot, __ATOMIC_RELAXED) &&
         __atomic_load_n(&tt->in_last, __ATOMIC_ACQUIRE) != s && !s->back_out &&
         __atomic_load_n(out, __ATOMIC_RELAXED) != s)
@@ -195,7 +195,7 @@ static int in_pin(struct tcp_transport *tt, const char *node, unsigned hash, str
     if (!node) { /* in_last is live while in_mu is held (forget clears it under it) */
         struct tcp_sock *last = __atomic_load_n(&tt->in_last, __ATOMIC_ACQUIRE);
         node = last ? last->peer_node : NULL;
-        hash = node ? tcp_peer_hash(node) : 0;
+        hash = last ? last->peer_hash : 0;
     }
     struct tcp_sock **v = node ? tt->in_sock[hash] : NULL;
     for (int j = 0; v && j < TCP_IN_SOCKS; j++) {
@@ -221,7 +221,7 @@ static int in_pin(struct tcp_transport *tt, const char *node, unsigned hash, str
 void tcp_out_note(struct tcp_sock *s)
 {
     struct tcp_transport *tt = s->tt;
-    struct tcp_sock **slot = &tt->out_sock[tcp_peer_hash(s->peer_node)];
+    struct tcp_sock **slot = &tt->out_sock[s->peer_hash];
     if (__atomic_load_n(slot, __ATOMIC_RELAXED) == s)
         return; /* the usual case: messages to a peer keep to its first live socket */
     pthread_mutex_lock(&tt->in_mu);
@@ -232,7 +232,7 @@ void tcp_out_note(struct tcp_sock *s)
 void tcp_out_forget(struct tcp_sock *s)
 {
     struct tcp_transport *tt = s->tt;
-    struct tcp_sock **slot = &tt->out_sock[tcp_peer_hash(s->peer_node)];
+    struct tcp_sock **slot = &tt->out_sock[s->peer_hash];
     pthread_mutex_lock(&tt->in_mu);
     if (*slot == s)
         __atomic_store_n(slot, NULL, __ATOMIC_RELAXED);

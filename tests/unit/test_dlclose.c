@@ -1,9 +1,11 @@
 /* libxfer.so unloaded (dlclose) while application threads that used it
  * still run, as a plugin host or an embedding runtime may do: their exit
  * must not call into the unloaded library. Each thread that sends or
- * receives keeps message blocks in thread-local rows released by a pthread
- * key's destructor (engine/blk_cache.c), and a waiter's eventfd likewise
- * (engine/batch_wait.c); the library deletes both keys when it is unloaded.
+ * receives keeps message blocks in thread-local rows (engine/blk_cache.c),
+ * a counter shard (engine/stats.c) and a waiter's eventfd
+ * (engine/batch_wait.c), released at its exit by one pthread key's
+ * destructor (engine/thread_exit.c); the library deletes the key when it
+ * is unloaded.
  * Here: the library loaded with dlopen (this program's own static copy is
  * not used), two engines over tcp, a sender and a receiver thread that
  * exchange messages and then wait; the engines are freed, the library
