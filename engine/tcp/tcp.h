@@ -569,10 +569,10 @@ void tcp_back_detach(struct tcp_conn *tc);
  * the next frame on s (at most until the owner's next tick), false = the
  * caller sends them now. */
 bool tcp_answers_hold(struct tcp_sock *s);
-/* iomu held, a direct send of this side's frame went out (had: held
- * frames it carried; ride: it was a frame that may ride): learns whether
- * answers and riding frames are worth holding on s. */
-void tcp_answers_learn(struct tcp_sock *s, uint32_t had, bool ride);
+/* iomu held, a direct send of this side's frame went out (ride: it was a
+ * frame that may ride): learns whether answers and riding frames are worth
+ * holding on s. */
+void tcp_answers_learn(struct tcp_sock *s, bool ride);
 /* iomu held, a frame that may ride (xfer_msg.ride) was queued on idle s:
  * true = it is held for this side's next frame (at most until the owner's
  * tick sends it), false = the caller sends it now. */

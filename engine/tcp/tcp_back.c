@@ -180,9 +180,14 @@ static bool followed_soon(struct tcp_sock *s, int64_t *since, uint8_t *streak, i
     return *streak >= TCP_HOLD_AFTER;
 }
 
-void tcp_answers_learn(struct tcp_sock *s, uint32_t had, bool ride)
+void tcp_answers_learn(struct tcp_sock *s, bool ride)
 {
-    bool answers = !had && s->ans_ns; /* (else nothing to learn there) */
+    /* An answer went alone (holding off) and this is this side's next
+     * frame, whether or not it carries held FINs: with FINs riding already,
+     * every next frame of a blocking ping-pong carries one, and answers were
+     * learned only by chance, 50-100 ms into a run (H200: a fifth of the
+     * runs at 2.3-4 segments per round trip; docs/perf.md step 18). */
+    bool answers = s->ans_ns != 0;
     if (!s->tt->hold || (!ride && !s->ride_ns && !answers))
         return; /* holding off, or the usual frame: no clock read */
     int64_t now = xfer_mono_ns();
@@ -193,7 +198,7 @@ void tcp_answers_learn(struct tcp_sock *s, uint32_t had, bool ride)
         xfer_debug("tcp: %s: FINs wait for the next frame", s->name);
     }
     if (!answers)
-        return; /* carried held answers (holding pays), or no answer before */
+        return; /* no answer sent alone before (none, or held: holding is on) */
     if (followed_soon(s, &s->ans_ns, &s->hold_streak, now) && !s->hold_on) {
         s->hold_on = true;
         xfer_debug("tcp: %s: answers wait for the next frame", s->name);

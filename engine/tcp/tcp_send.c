@@ -409,7 +409,7 @@ bool tcp_sock_send_direct(struct tcp_sock *s, bool ride)
     }
     ok = ok && send_queued(s, true) && !s->tx_head;
     if (ok)
-        tcp_answers_learn(s, had, ride);
+        tcp_answers_learn(s, ride);
     pthread_mutex_unlock(&s->iomu);
     return ok;
 }
