@@ -2,7 +2,6 @@
 #include "thread_exit.h"
 
 #include <pthread.h>
-#include <stdint.h>
 
 static pthread_key_t key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
