@@ -8,12 +8,17 @@
 # process; N = --iters): per notified 4 KiB batch or per 8 B send/recv round
 # trip (docs/perf.md, "Messages and notifications"):
 #   XFER_CG_PROG=bench_notify bench/callgrind.sh --only sendrecv --transport tcp
+# For bench_notify the tcp hold window is raised to 5 ms (unless set): under
+# valgrind the next frame never follows an answer within the default 20 us,
+# so answers and FINs would never ride along and the profile would not be
+# the path a real run takes (docs/perf.md, step 18).
 set -eu
 cd "$(dirname "$0")/.."
 B=${B:-build}
 lo=${XFER_CG_LO:-500}
 hi=${XFER_CG_HI:-1500}
 prog=${XFER_CG_PROG:-xfer_bench}
+[ "$prog" = bench_notify ] && export XFER_TCP_HOLD_WINDOW_US=${XFER_TCP_HOLD_WINDOW_US:-5000}
 run_args() { # the program and its arguments for a run of $1 round trips
     if [ "$prog" = bench_notify ]; then
         echo "$B/bench/bench_notify --iters $1"

@@ -89,6 +89,17 @@ void xfer_msg_done(struct xfer_msg *m, int status, const char *why)
     msg_finish(container_of(m, struct msg_out, m), status, why);
 }
 
+bool xfer_msg_fold(struct xfer_msg *into, const struct xfer_msg *fin)
+{
+    struct msg_out *o = container_of(into, struct msg_out, m);
+    size_t cap = o->cached ? MSG_OUT_BLK - sizeof(*o) : into->len; /* (malloc'd: no room) */
+    size_t len = xfer_msg_fold_fin((uint8_t *)into->frame, into->len, cap, fin->frame, fin->len);
+    if (!len)
+        return false;
+    into->len = len;
+    return true;
+}
+
 /* Hands o to its peer's transport; no lock held on entry. */
 static void msg_deliver(struct msg_out *o)
 {
@@ -409,10 +420,21 @@ int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnati
         const uint8_t *body = xfer_msg_payload(frame, &h);
         struct xfer_msg_rts r;
         struct xfer_msg_fin f;
-        if (h.kind == XFER_MSG_RTS && xfer_msg_decode_rts(&h, body, &r) == 0)
-            return mm_rts_arrived(e, node_id, incarnation, &r);
         if (h.kind == XFER_MSG_FIN && xfer_msg_decode_fin(body, &f) == 0)
             return mm_fin_arrived(e, node_id, &f);
+        bool fin = h.flags & XFER_MSG_F_FIN; /* a FIN rides in front (length checked) */
+        if (fin && xfer_msg_decode_fin(body, &f) < 0)
+            h.kind = XFER_MSG_FIN; /* (for the warning) */
+        else if (fin) {
+            body += XFER_MSG_FIN_BODY;
+            h.msg_len -= XFER_MSG_FIN_BODY;
+            h.flags &= (uint16_t)~XFER_MSG_F_FIN;
+        }
+        if (h.kind == XFER_MSG_RTS && xfer_msg_decode_rts(&h, body, &r) == 0) {
+            if (fin) /* sent before the RTS: taken first */
+                mm_fin_arrived(e, node_id, &f);
+            return mm_rts_arrived(e, node_id, incarnation, &r);
+        }
         xfer_warn("refused a message from %s: malformed %s", node_id,
                   h.kind == XFER_MSG_RTS ? "RTS" : "FIN");
         return -XFER_EPROTO;

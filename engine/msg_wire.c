@@ -51,16 +51,21 @@ static uint32_t rts_short_body(bool local)
     return local ? XFER_MSG_RTS_SHORT_BODY : XFER_MSG_RTS_SHORT_FIN_BODY;
 }
 
-/* RTS and FIN bodies have fixed lengths; an eager RTS adds its message. */
+/* RTS and FIN bodies have fixed lengths; an eager RTS adds its message, a
+ * FIN riding in an RTS its body in front. */
 static bool two_sided_len_ok(const struct xfer_msg_hdr *h)
 {
     if (h->kind == XFER_MSG_FIN)
         return h->msg_len == XFER_MSG_FIN_BODY;
+    uint32_t fin = h->flags & XFER_MSG_F_FIN ? XFER_MSG_FIN_BODY : 0;
+    if (h->msg_len < fin)
+        return false;
+    uint32_t len = h->msg_len - fin;
     uint32_t body = h->flags & XFER_MSG_F_SHORT ? rts_short_body(h->flags & XFER_MSG_F_LOCAL)
                                                 : XFER_MSG_RTS_BODY;
     if (h->flags & XFER_MSG_F_EAGER)
-        return h->msg_len >= body && h->msg_len - body <= XFER_MSG_EAGER_MAX;
-    return h->msg_len == XFER_MSG_RTS_BODY;
+        return len >= body && len - body <= XFER_MSG_EAGER_MAX;
+    return len == XFER_MSG_RTS_BODY;
 }
 
 int xfer_msg_decode(const uint8_t *in, size_t len, struct xfer_msg_hdr *h, char *why,
@@ -81,11 +86,12 @@ int xfer_msg_decode(const uint8_t *in, size_t len, struct xfer_msg_hdr *h, char 
     h->msg_len = xfer_get32(in + 32);
     if (h->kind == 0 || h->kind >= XFER_MSG_KIND_MAX)
         return bad(why, why_len, "message frame: unknown kind");
-    if (h->flags & ~(XFER_MSG_F_BOUND | XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT) ||
-        (h->flags &
-         ~(h->kind == XFER_MSG_NOTIFY ? XFER_MSG_F_BOUND
-           : h->kind == XFER_MSG_RTS  ? XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT
-                                      : 0u)) ||
+    const uint16_t rts_flags =
+        XFER_MSG_F_EAGER | XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT | XFER_MSG_F_FIN;
+    if (h->flags & ~(XFER_MSG_F_BOUND | rts_flags) ||
+        (h->flags & ~(h->kind == XFER_MSG_NOTIFY ? XFER_MSG_F_BOUND
+                      : h->kind == XFER_MSG_RTS  ? rts_flags
+                                                 : 0u)) ||
         ((h->flags & XFER_MSG_F_LOCAL) && !(h->flags & XFER_MSG_F_EAGER)) ||
         ((h->flags & XFER_MSG_F_SHORT) && !(h->flags & XFER_MSG_F_EAGER)))
         return bad(why, why_len, "message frame: unknown flags");
@@ -200,6 +206,22 @@ size_t xfer_msg_encode_fin(uint64_t seq, const struct xfer_msg_fin *f, uint8_t *
     xfer_put32(p + 8, (uint32_t)f->status);
     xfer_put64(p + 16, f->got);
     return XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY;
+}
+
+size_t xfer_msg_fold_fin(uint8_t *rts, size_t len, size_t cap, const uint8_t *fin, size_t fin_len)
+{
+    size_t grown = len + XFER_MSG_FIN_BODY;
+    if (fin_len != XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY || fin[5] != XFER_MSG_FIN ||
+        len < XFER_MSG_HDR_LEN || rts[5] != XFER_MSG_RTS ||
+        (xfer_get16(rts + 6) & XFER_MSG_F_FIN) || grown > cap ||
+        xfer_get32(rts + 32) + XFER_MSG_FIN_BODY > XFER_NOTIFY_MAX)
+        return 0;
+    uint8_t *body = rts + XFER_MSG_HDR_LEN;
+    memmove(body + XFER_MSG_FIN_BODY, body, len - XFER_MSG_HDR_LEN);
+    memcpy(body, fin + XFER_MSG_HDR_LEN, XFER_MSG_FIN_BODY);
+    xfer_put16(rts + 6, (uint16_t)(xfer_get16(rts + 6) | XFER_MSG_F_FIN));
+    xfer_put32(rts + 32, xfer_get32(rts + 32) + XFER_MSG_FIN_BODY);
+    return grown;
 }
 
 static bool terminated(const uint8_t *p, size_t n)

@@ -45,6 +45,10 @@ enum xfer_msg_kind {
  * send id, tag and len (a default SEND, FINned; since 2026-11-29 evening).
  * docs/notify.md "Engine message frame". */
 #define XFER_MSG_F_SHORT 8u
+/* RTS: a FIN rides in it (since 2026-11-30): the XFER_MSG_FIN_BODY bytes of
+ * a FIN to this side come first, then the RTS's own body. The FIN was sent
+ * before the RTS; the receiver takes it first (xfer_msg_fold_fin). */
+#define XFER_MSG_F_FIN 16u
 
 struct xfer_msg_hdr {
     uint8_t kind;
@@ -94,6 +98,11 @@ size_t xfer_msg_encode_fin(uint64_t seq, const struct xfer_msg_fin *f, uint8_t *
  * message's length, non-error status). r->eager points into h's frame. */
 int xfer_msg_decode_rts(const struct xfer_msg_hdr *h, const uint8_t *body, struct xfer_msg_rts *r);
 int xfer_msg_decode_fin(const uint8_t *body, struct xfer_msg_fin *f);
+/* Folds the FIN frame fin (fin_len bytes) into the RTS frame at rts (len
+ * bytes, room for cap): the FIN's body goes in front of the RTS's body and
+ * the RTS gets XFER_MSG_F_FIN. Returns the RTS frame's new length, or 0
+ * (not a FIN and an RTS without one, or no room): nothing changed. */
+size_t xfer_msg_fold_fin(uint8_t *rts, size_t len, size_t cap, const uint8_t *fin, size_t fin_len);
 
 /* Bytes of the frame this header announces. */
 size_t xfer_msg_frame_len(const struct xfer_msg_hdr *h);

@@ -362,6 +362,12 @@ void xfer_batch_chunks_done_put(const struct xfer_chunk_end *v, size_t n);
  * -XFER_EPROTO, ...) or the transport's failure (-XFER_ECONN: may or may not
  * have arrived). why may be NULL. Safe from any thread; m is gone after. */
 void xfer_msg_done(struct xfer_msg *m, int status, const char *why);
+/* Two of a transport's messages to one peer, fin (a FIN, queued first)
+ * and into (the next one, an RTS), neither started: the FIN's body goes
+ * into into's frame (XFER_MSG_F_FIN; into->len grows), and the transport
+ * then ends fin with xfer_msg_done(fin, 0) and sends into alone, in fin's
+ * place. False: not such a pair, or no room; nothing changed. */
+bool xfer_msg_fold(struct xfer_msg *into, const struct xfer_msg *fin);
 /* Target side: an engine message arrived from node_id/incarnation (as the
  * transport's handshake proved them). Returns the status to answer: 0
  * (accepted), XFER_MSG_DELIVERED (accepted and consumed at once: an eager

@@ -63,6 +63,7 @@ struct ipc_server {
     int listen_fd, stop_fd;
     pthread_t accept_thread;
     pthread_mutex_t mu;
+    pthread_cond_t done_cv; /* mu: a connection's thread finished (done) */
     struct serve_conn *conns;
     bool stopping;
     unsigned any_next; /* mu: where the next wait for any peer starts */

@@ -193,6 +193,7 @@ struct tcp_sock {
      * again once the owner's tick had to send held answers; held_ns: when
      * the oldest held answer was held. on_held, held_next: th->mu. */
     bool hold_on, on_held;
+    bool folded; /* iomu: a FIN went into an RTS here (logged once: tcp_msg_fold) */
     uint8_t hold_streak;
     int64_t ans_ns, held_ns;
     /* iomu: the same for frames that may ride (a FIN, xfer_msg.ride):
@@ -426,6 +427,7 @@ struct tcp_transport {
     struct tcp_sock *back_sock[TCP_IN_SLOTS];
     bool back;              /* XFER_TCP_BACK=0: every message goes on its sender's own connection */
     bool hold;              /* XFER_TCP_HOLD=0: a waiter sends its answers at once (tcp_back.c) */
+    bool fold;              /* XFER_TCP_FOLD=0: a held FIN goes as its own frame (tcp_msg.c) */
     int64_t hold_window_ns; /* TCP_HOLD_WINDOW_US, or XFER_TCP_HOLD_WINDOW_US */
     bool sendfile;          /* XFER_TCP_SENDFILE=0: payloads always copied by sendmsg */
     pthread_mutex_t sent_mu; /* initiator: recent fences */
@@ -650,6 +652,9 @@ void tcp_msg_tx_put(struct tcp_tx *t);
  * on s: a notification bound to them goes right behind (docs/notify.md). */
 void tcp_msg_behind(struct tcp_conn *tc, xfer_batch *b, struct tcp_sock *s, const size_t *idx,
                     size_t n, uint32_t frames);
+/* iomu held, the shared queue spliced: a held FIN among the first held
+ * frames goes into the RTS right behind it (xfer_msg_fold). */
+void tcp_msg_fold(struct tcp_sock *s, uint32_t held);
 /* Target: a WRITE frame of batch seq ended here; landed: its bytes are in
  * host memory. */
 void tcp_msg_landed(struct tcp_sock *s, uint32_t seq, bool landed);

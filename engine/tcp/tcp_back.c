@@ -46,8 +46,10 @@ void tcp_back_note(struct tcp_sock *s)
         return;
     struct tcp_transport *tt = s->tt;
     pthread_mutex_lock(&tt->in_mu);
-    if (!s->in_gone) /* else it closed already: tcp_back_drop ran */
-        tt->back_sock[s->peer_hash] = s; /* a newer one replaces the older */
+    /* Else it closed already (tcp_back_drop ran). A newer one replaces the
+     * older; atomic: back_known reads the slot without in_mu. */
+    if (!s->in_gone)
+        __atomic_store_n(&tt->back_sock[s->peer_hash], s, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&tt->in_mu);
 }
 
@@ -56,7 +58,7 @@ void tcp_back_drop(struct tcp_sock *s)
     s->in_gone = true;
     struct tcp_sock **slot = &s->tt->back_sock[s->peer_hash];
     if (*slot == s)
-        *slot = NULL;
+        __atomic_store_n(slot, NULL, __ATOMIC_RELAXED);
 }
 
 /* in_mu held: the accepted socket d's node offered, if it is live, has an
@@ -88,9 +90,10 @@ static struct tcp_sock *back_path(struct tcp_conn *tc)
         pthread_mutex_unlock(&tt->in_mu);
     }
     if (s && tc->path == TCP_PATH_UNDECIDED) {
-        tc->path = TCP_PATH_BACK;
         tc->back_sock = s; /* pinned once more: until tcp_disconnect */
         __atomic_add_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+        /* after back_sock: back_known reads them without back_mu */
+        __atomic_store_n(&tc->path, TCP_PATH_BACK, __ATOMIC_RELEASE);
         xfer_debug("tcp: messages to %s go back on its connection %s", d->node_id, s->name);
     } else if (s && s != tc->back_sock) { /* another connection of the peer: not that one */
         __atomic_sub_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
@@ -263,12 +266,32 @@ void tcp_held_tick(struct tcp_thread *th)
     }
 }
 
+/* The path decided BACK and its socket still the peer's live one: that
+ * socket, without back_mu, in_mu nor a pin of the message's own (two lock
+ * rounds and two atomic adds per message sent back). tc->back_sock holds a
+ * pin until tcp_disconnect, which cannot run while the caller holds the
+ * peer's conn_lock. A replacement (the table names another socket) or a
+ * close racing with this look is the same race back_path has right after
+ * it unlocks: the frame goes on s, or its append fails and the path turns
+ * to our own sockets. NULL: ask back_path. */
+static struct tcp_sock *back_known(struct tcp_conn *tc)
+{
+    if (__atomic_load_n(&tc->path, __ATOMIC_ACQUIRE) != TCP_PATH_BACK)
+        return NULL;
+    struct tcp_sock *s = tc->back_sock;
+    if (!s || __atomic_load_n(&tc->tt->back_sock[tc->peer_hash], __ATOMIC_RELAXED) != s ||
+        __atomic_load_n(&s->dead, __ATOMIC_RELAXED))
+        return NULL;
+    return s;
+}
+
 int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t)
 {
     if (__atomic_load_n(&tc->path, __ATOMIC_RELAXED) == TCP_PATH_OWN)
         return 1; /* the usual look once decided: no lock */
-    struct tcp_sock *s = back_path(tc);
-    if (!s)
+    struct tcp_sock *s = back_known(tc);
+    bool pinned = !s;
+    if (!s && !(s = back_path(tc)))
         return 1;
     bool ride = t->msg && t->msg->ride; /* (t is not ours once queued) */
     /* Before the frame is queued: its owner (or a direct sender) moves the
@@ -281,7 +304,8 @@ int tcp_back_send(struct tcp_conn *tc, struct tcp_tx *t)
         if (!(tc->tt->direct && tcp_sock_send_direct(s, ride)))
             tcp_thread_kick(s);
     }
-    __atomic_sub_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
+    if (pinned)
+        __atomic_sub_fetch(&s->pins, 1, __ATOMIC_ACQ_REL);
     if (queued)
         return 0;
     pthread_mutex_lock(&tc->back_mu); /* it closed meanwhile: own sockets from now on */

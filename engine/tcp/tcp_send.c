@@ -301,11 +301,14 @@ static bool send_queued(struct tcp_sock *s, bool direct)
 {
     if (s->fd < 0)
         return false;
+    uint32_t held = s->held;
     s->held = 0; /* held answers go with what this sends (or at EPOLLOUT) */
     /* An accepted socket's list is its owner's responses, unless messages
      * were sent back on it (tcp_back.c): then its shared queue moves too. */
     if (tcp_sock_queues(s) && !splice_queue(s, direct))
         return false;
+    if (held && s->tt->fold)
+        tcp_msg_fold(s, held);
     for (;;) {
         drop_dead_heads(s);
         if (!s->tx_head)

@@ -565,6 +565,7 @@ static int tcp_open(xfer_engine *e, struct xfer_transport **out)
     tt->back = !xfer_env_off("XFER_TCP_BACK");         /* off: own connections only */
     tt->sendfile = !xfer_env_off("XFER_TCP_SENDFILE"); /* off: payloads always copied */
     tt->hold = !xfer_env_off("XFER_TCP_HOLD");         /* off: answers go out at once */
+    tt->fold = !xfer_env_off("XFER_TCP_FOLD");         /* off: FINs ride as frames */
     const char *win = getenv("XFER_TCP_HOLD_WINDOW_US");
     tt->hold_window_ns = (int64_t)(win && atoi(win) > 0 ? atoi(win) : TCP_HOLD_WINDOW_US) * 1000;
     tt->accept_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -309,7 +309,7 @@ static void test_short(void **state)
     assert_int_equal(xfer_msg_decode_rts(&h, xfer_msg_payload(buf, &h), &d), -XFER_EPROTO);
     xfer_put64(buf + XFER_MSG_HDR_LEN + 8, 13);
     /* SHORT without EAGER, or on other kinds */
-    uint16_t bad[] = {XFER_MSG_F_SHORT, XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT, 16};
+    uint16_t bad[] = {XFER_MSG_F_SHORT, XFER_MSG_F_LOCAL | XFER_MSG_F_SHORT, 32};
     for (size_t k = 0; k < 3; k++) {
         xfer_put16(buf + 6, bad[k]);
         assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), -XFER_EPROTO);
@@ -361,13 +361,89 @@ static void test_short(void **state)
     free(data);
 }
 
+/* Decodes the RTS frame buf (len bytes) with a FIN inside, as msg.c takes
+ * it apart: the FIN's body first, then the RTS's with the flag off. */
+static void split_fin(const uint8_t *buf, size_t len, struct xfer_msg_fin *f,
+                      struct xfer_msg_rts *r)
+{
+    struct xfer_msg_hdr h;
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
+    assert_true(h.flags & XFER_MSG_F_FIN);
+    const uint8_t *body = xfer_msg_payload(buf, &h);
+    assert_int_equal(xfer_msg_decode_fin(body, f), 0);
+    h.msg_len -= XFER_MSG_FIN_BODY;
+    h.flags &= (uint16_t)~XFER_MSG_F_FIN;
+    assert_int_equal(xfer_msg_decode_rts(&h, body + XFER_MSG_FIN_BODY, r), 0);
+}
+
+/* A FIN folded into the next RTS (XFER_MSG_F_FIN, tcp_msg_fold): both come
+ * back out whole, for the short, the local and the long form; no fold
+ * without room, of anything but a FIN, into anything but an RTS, or twice;
+ * the flag on other kinds, or an RTS too short for the FIN, is refused. */
+static void test_fin_inside(void **state)
+{
+    (void)state;
+    uint8_t *buf, *data, fin[XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY];
+    eager_bufs(&buf, &data, 3, 1);
+    size_t cap = XFER_MSG_HDR_LEN + XFER_MSG_RTS_BODY + XFER_MSG_EAGER_MAX + 1;
+    struct xfer_msg_fin f = {.send_id = 41, .status = -XFER_ETRUNC, .got = 5}, df;
+    assert_int_equal(xfer_msg_encode_fin(3, &f, fin), sizeof(fin));
+    struct xfer_msg_rts r = {.send_id = 9, .tag = 4, .len = 13, .eager = data, .short_form = true};
+    r.src = (struct xfer_region_desc){.id = 1, .gen = 2, .len = 64, .access = XFER_ACCESS_R};
+    struct xfer_msg_rts d;
+    for (int form = 0; form < 3; form++) { /* short default, short local, long */
+        r.local = form == 1;
+        r.short_form = form < 2;
+        size_t len = xfer_msg_encode_rts(8, &r, buf);
+        assert_int_equal(xfer_msg_fold_fin(buf, len, len + XFER_MSG_FIN_BODY - 1, fin, sizeof(fin)),
+                         0); /* no room */
+        size_t grown = xfer_msg_fold_fin(buf, len, cap, fin, sizeof(fin));
+        assert_int_equal(grown, len + XFER_MSG_FIN_BODY);
+        assert_int_equal(xfer_msg_fold_fin(buf, grown, cap, fin, sizeof(fin)), 0); /* one FIN */
+        memset(&d, 0xa5, sizeof(d));
+        split_fin(buf, grown, &df, &d);
+        assert_int_equal(df.send_id, 41);
+        assert_int_equal(df.status, -XFER_ETRUNC);
+        assert_int_equal(df.got, 5);
+        assert_int_equal(d.tag, 4);
+        assert_int_equal(d.len, 13);
+        assert_int_equal(d.local, form == 1);
+        assert_int_equal(d.send_id, form == 1 ? 0 : 9);
+        assert_memory_equal(d.eager, data, 13);
+        if (form == 2)
+            assert_int_equal(d.src.gen, 2);
+        struct xfer_msg_hdr h;
+        assert_int_equal(xfer_msg_decode(buf, grown - 1, &h, NULL, 0), -XFER_EPROTO);
+    }
+    /* not a FIN into an RTS: nothing changes */
+    size_t len = xfer_msg_encode_rts(8, &r, buf);
+    uint8_t other[XFER_MSG_HDR_LEN + XFER_MSG_FIN_BODY];
+    memcpy(other, buf, sizeof(other));
+    assert_int_equal(xfer_msg_fold_fin(buf, len, cap, other, sizeof(other)), 0);
+    assert_int_equal(xfer_msg_fold_fin(fin, sizeof(fin), sizeof(fin) + 100, fin, sizeof(fin)), 0);
+    struct xfer_msg_hdr h;
+    /* the flag on a FIN or a notification, or an RTS whose length cannot hold the FIN */
+    xfer_put16(fin + 6, XFER_MSG_F_FIN);
+    assert_int_equal(xfer_msg_decode(fin, sizeof(fin), &h, NULL, 0), -XFER_EPROTO);
+    struct xfer_msg_hdr n = {.kind = XFER_MSG_NOTIFY, .flags = XFER_MSG_F_FIN, .msg_len = 1};
+    xfer_msg_encode(&n, NULL, "x", buf);
+    assert_int_equal(xfer_msg_decode(buf, xfer_msg_frame_len(&n), &h, NULL, 0), -XFER_EPROTO);
+    r.local = false;
+    r.short_form = true;
+    len = xfer_msg_encode_rts(8, &r, buf);
+    xfer_put16(buf + 6, (uint16_t)(xfer_get16(buf + 6) | XFER_MSG_F_FIN)); /* no FIN bytes */
+    assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), -XFER_EPROTO);
+    free(buf);
+    free(data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),  cmocka_unit_test(test_truncated_and_extended),
         cmocka_unit_test(test_bad_fields), cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_two_sided),  cmocka_unit_test(test_eager),
-        cmocka_unit_test(test_short),
+        cmocka_unit_test(test_short),      cmocka_unit_test(test_fin_inside),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
