@@ -68,11 +68,12 @@ static struct tcp_tx *msg_tx(struct tcp_conn *tc, struct xfer_msg *m, uint32_t s
  * two frames in one sendmsg, each read, decoded and dispatched on its own
  * at the peer. Folded, the RTS carries the FIN's 24 bytes (XFER_MSG_F_FIN)
  * and the FIN's frame is not sent: ~500 instructions less per FIN at the
- * receiver, and 104 bytes less on the wire (docs/perf.md, step 19). */
+ * receiver, and 96 bytes less on the wire (its 72-byte frame and 48-byte
+ * wire header, less the 24 the RTS grows; docs/perf.md, step 19). */
 
 /* May a's message go into b's? Both engine messages of one connection,
- * neither started nor orphaned, a a held FIN (the engine decides the rest:
- * xfer_msg_fold). */
+ * neither started nor orphaned, a being a held FIN that wants no answer (the
+ * engine decides the rest: xfer_msg_fold). */
 static bool foldable(const struct tcp_tx *a, const struct tcp_tx *b)
 {
     return a->msg && b->msg && a->op == XFER_WIRE_MSG_REQ && b->op == XFER_WIRE_MSG_REQ &&
