@@ -422,14 +422,9 @@ int xfer_engine_msg_recv(xfer_engine *e, const char *node_id, uint64_t incarnati
         struct xfer_msg_fin f;
         if (h.kind == XFER_MSG_FIN && xfer_msg_decode_fin(body, &f) == 0)
             return mm_fin_arrived(e, node_id, &f);
-        bool fin = h.flags & XFER_MSG_F_FIN; /* a FIN rides in front (length checked) */
-        if (fin && xfer_msg_decode_fin(body, &f) < 0)
+        bool fin = h.flags & XFER_MSG_F_FIN; /* a FIN rides in front */
+        if (fin && xfer_msg_split_fin(&h, &body, &f) < 0)
             h.kind = XFER_MSG_FIN; /* (for the warning) */
-        else if (fin) {
-            body += XFER_MSG_FIN_BODY;
-            h.msg_len -= XFER_MSG_FIN_BODY;
-            h.flags &= (uint16_t)~XFER_MSG_F_FIN;
-        }
         if (h.kind == XFER_MSG_RTS && xfer_msg_decode_rts(&h, body, &r) == 0) {
             if (fin) /* sent before the RTS: taken first */
                 mm_fin_arrived(e, node_id, &f);

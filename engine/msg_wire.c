@@ -224,6 +224,16 @@ size_t xfer_msg_fold_fin(uint8_t *rts, size_t len, size_t cap, const uint8_t *fi
     return grown;
 }
 
+int xfer_msg_split_fin(struct xfer_msg_hdr *h, const uint8_t **body, struct xfer_msg_fin *f)
+{
+    if (xfer_msg_decode_fin(*body, f) < 0)
+        return -XFER_EPROTO;
+    *body += XFER_MSG_FIN_BODY;
+    h->msg_len -= XFER_MSG_FIN_BODY;
+    h->flags &= (uint16_t)~XFER_MSG_F_FIN;
+    return 0;
+}
+
 static bool terminated(const uint8_t *p, size_t n)
 {
     return memchr(p, 0, n) != NULL;

@@ -98,6 +98,11 @@ size_t xfer_msg_encode_fin(uint64_t seq, const struct xfer_msg_fin *f, uint8_t *
  * message's length, non-error status). r->eager points into h's frame. */
 int xfer_msg_decode_rts(const struct xfer_msg_hdr *h, const uint8_t *body, struct xfer_msg_rts *r);
 int xfer_msg_decode_fin(const uint8_t *body, struct xfer_msg_fin *f);
+/* An RTS decoded with XFER_MSG_F_FIN (its length checked): the FIN in
+ * front into f, and *h and *body left describing the RTS alone (its body,
+ * msg_len and flags without the FIN), for xfer_msg_decode_rts. 0, or
+ * -XFER_EPROTO (the FIN's status): nothing changed. */
+int xfer_msg_split_fin(struct xfer_msg_hdr *h, const uint8_t **body, struct xfer_msg_fin *f);
 /* Folds the FIN frame fin (fin_len bytes) into the RTS frame at rts (len
  * bytes, room for cap): the FIN's body goes in front of the RTS's body and
  * the RTS gets XFER_MSG_F_FIN. Returns the RTS frame's new length, or 0

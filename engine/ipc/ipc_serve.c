@@ -498,14 +498,16 @@ static void conn_join(struct serve_conn *c, const struct timespec *until)
     /* A timed wait for done, then a plain join (the thread is at its end):
      * not pthread_clockjoin_np, which ThreadSanitizer does not know as a
      * join (every free after it was reported as a race). */
-    struct ipc_server *s = c->srv;
-    pthread_mutex_lock(&s->mu);
-    while (until && !c->done && pthread_cond_timedwait(&s->done_cv, &s->mu, until) == 0)
-        ;
-    bool done = c->done;
-    pthread_mutex_unlock(&s->mu);
-    if (until && !done)
-        shutdown(c->fd, SHUT_RDWR);
+    if (until) {
+        struct ipc_server *s = c->srv;
+        pthread_mutex_lock(&s->mu);
+        while (!c->done && pthread_cond_timedwait(&s->done_cv, &s->mu, until) == 0)
+            ;
+        bool done = c->done;
+        pthread_mutex_unlock(&s->mu);
+        if (!done)
+            shutdown(c->fd, SHUT_RDWR);
+    }
     pthread_join(c->thread, NULL);
 }
 

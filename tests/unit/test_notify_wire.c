@@ -362,7 +362,7 @@ static void test_short(void **state)
 }
 
 /* Decodes the RTS frame buf (len bytes) with a FIN inside, as msg.c takes
- * it apart: the FIN's body first, then the RTS's with the flag off. */
+ * it apart (xfer_msg_split_fin): the FIN first, then the RTS alone. */
 static void split_fin(const uint8_t *buf, size_t len, struct xfer_msg_fin *f,
                       struct xfer_msg_rts *r)
 {
@@ -370,10 +370,10 @@ static void split_fin(const uint8_t *buf, size_t len, struct xfer_msg_fin *f,
     assert_int_equal(xfer_msg_decode(buf, len, &h, NULL, 0), 0);
     assert_true(h.flags & XFER_MSG_F_FIN);
     const uint8_t *body = xfer_msg_payload(buf, &h);
-    assert_int_equal(xfer_msg_decode_fin(body, f), 0);
-    h.msg_len -= XFER_MSG_FIN_BODY;
-    h.flags &= (uint16_t)~XFER_MSG_F_FIN;
-    assert_int_equal(xfer_msg_decode_rts(&h, body + XFER_MSG_FIN_BODY, r), 0);
+    assert_int_equal(xfer_msg_split_fin(&h, &body, f), 0);
+    assert_ptr_equal(body, xfer_msg_payload(buf, &h) + XFER_MSG_FIN_BODY);
+    assert_false(h.flags & XFER_MSG_F_FIN);
+    assert_int_equal(xfer_msg_decode_rts(&h, body, r), 0);
 }
 
 /* A FIN folded into the next RTS (XFER_MSG_F_FIN, tcp_msg_fold): both come
@@ -414,6 +414,14 @@ static void test_fin_inside(void **state)
             assert_int_equal(d.src.gen, 2);
         struct xfer_msg_hdr h;
         assert_int_equal(xfer_msg_decode(buf, grown - 1, &h, NULL, 0), -XFER_EPROTO);
+        /* a FIN inside with a status that is no error code: refused, h untouched */
+        xfer_put32(buf + XFER_MSG_HDR_LEN + 8, 5);
+        assert_int_equal(xfer_msg_decode(buf, grown, &h, NULL, 0), 0);
+        const uint8_t *body = xfer_msg_payload(buf, &h);
+        struct xfer_msg_hdr was = h;
+        assert_int_equal(xfer_msg_split_fin(&h, &body, &df), -XFER_EPROTO);
+        assert_ptr_equal(body, xfer_msg_payload(buf, &h));
+        assert_memory_equal(&h, &was, sizeof(h));
     }
     /* not a FIN into an RTS: nothing changes */
     size_t len = xfer_msg_encode_rts(8, &r, buf);
