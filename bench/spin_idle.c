@@ -97,6 +97,7 @@ int main(int argc, char **argv)
         failed += WIFEXITED(st) && WEXITSTATUS(st) != 0; /* could not pin or lower itself */
     }
     if (failed)
-        fprintf(stderr, "spin_idle: %d of %d loops could not run pinned at SCHED_IDLE\n", failed, n);
+        fprintf(stderr, "spin_idle: %d of %d loops could not run pinned at SCHED_IDLE\n", failed,
+                n);
     return failed ? 1 : 0;
 }
