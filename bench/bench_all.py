@@ -22,8 +22,12 @@ XFER_BENCH_OUT (docs/BENCHMARKS.md; empty = print only), XFER_BENCH_PLOTS
 (0 = none). The scaling rows (1 MiB, N sockets vs iperf3 -P N) and the
 first-pass row move +-15 % between 1 s rounds on a many-core host: they run
 longer and more often, XFER_BENCH_SCALE_SECONDS (2) x XFER_BENCH_SCALE_ROUNDS
-(5), and the first-pass row XFER_BENCH_FRESH_ROUNDS (7) one-pass rounds; every
-row reports the spread of its per-round ratios (min-max) beside the median.
+(5), and the first-pass row XFER_BENCH_FRESH_ROUNDS (7) one-pass rounds; the
+message round-trip rows (~50 ms a measurement, +-10 %) XFER_BENCH_MSG_ROUNDS
+(9) rounds; every row reports the spread of its per-round ratios (min-max)
+beside the median. The "cores kept out of idle" rows run both sides with
+$B/bench/spin_idle (SCHED_IDLE loops on every CPU; skipped without it and on
+hosts of fewer than 8 CPUs).
 """
 import datetime
 import json
@@ -46,6 +50,8 @@ FRESH_MIB = int(os.environ.get("XFER_BENCH_FRESH_MIB", "1024"))
 SCALE_SECS = float(os.environ.get("XFER_BENCH_SCALE_SECONDS", "2"))
 SCALE_ROUNDS = int(os.environ.get("XFER_BENCH_SCALE_ROUNDS", "5"))
 FRESH_ROUNDS = int(os.environ.get("XFER_BENCH_FRESH_ROUNDS", "7"))
+MSG_ROUNDS = int(os.environ.get("XFER_BENCH_MSG_ROUNDS", "9"))
+WARM_MIN_CPUS = 8  # the "cores kept out of idle" rows (class Warm)
 OUT = os.environ.get("XFER_BENCH_OUT", "docs/BENCHMARKS.md")
 PLOTS = os.environ.get("XFER_BENCH_PLOTS", "1") != "0"
 HAVE_IPERF = shutil.which("iperf3") is not None
@@ -192,6 +198,40 @@ def msg_rt(tr, probe, env=None):
     raise RuntimeError("bench_notify --only %s: no result" % probe)
 
 
+class Warm:
+    """bench/spin_idle running (every core kept out of idle) for a block."""
+
+    def __enter__(self):
+        prog = B + "/bench/spin_idle"
+        cpus = len(os.sched_getaffinity(0))
+        if cpus < WARM_MIN_CPUS:
+            # with a loop on each of 2 vCPUs the engine's own threads (and
+            # the VM's) fight the loops for the cores: dev VM rows 4-6 x
+            raise Skip("warm-core rows need %d+ CPUs (here %d): skipped" % (WARM_MIN_CPUS, cpus))
+        if not os.path.exists(prog):
+            raise Skip("no %s: warm-core rows skipped" % prog)
+        self.p = subprocess.Popen([prog], stdout=subprocess.PIPE, text=True)
+        if not self.p.stdout.readline().startswith("spin_idle:"):
+            self.p.kill()
+            self.p.wait()
+            raise Skip("spin_idle did not start: warm-core rows skipped")
+
+    def __exit__(self, *exc):
+        self.p.terminate()  # it kills and reaps its loops before it exits
+        rc = self.p.wait(timeout=30)
+        self.p.stdout.close()
+        if rc != 0 and exc[0] is None:
+            raise RuntimeError("spin_idle: its loops could not run pinned at SCHED_IDLE")
+
+
+def warm(fn):
+    """fn measured with spin_idle running."""
+    def measured():
+        with Warm():
+            return fn()
+    return measured
+
+
 def lat_p50(r):
     return r["lat_us"]["p50"]
 
@@ -328,13 +368,28 @@ def rows():
     # 8 B xfer_send then xfer_recv each way, blocking or with the receive
     # posted before the send, and blocking with the opt-in XFER_SEND_LOCAL
     # (eager, locally completed; docs/notify.md).
+    # A measurement of bench_notify is ~2,000 round trips (~50 ms) and
+    # moves +-10 % between rounds: these rows run MSG_ROUNDS rounds.
+    msg = {"rounds": MSG_ROUNDS}
     for name, probe in (("notification round trip, tcp", "notify-pp"),
                         ("8 B send/recv round trip, tcp, blocking", "sendrecv"),
                         ("8 B send/recv round trip, tcp, receives posted ahead", "sendrecv-pre"),
                         ("8 B send/recv round trip, tcp, XFER_SEND_LOCAL (opt-in)",
                          "sendrecv-local")):
         add(name, "p50 us", lambda probe=probe: msg_rt("tcp", probe), "TCP ping-pong 56 B",
-            lambda: pingpong(56), "lower", "<= 1.3")
+            lambda: pingpong(56), "lower", "<= 1.3", msg)
+    # The same with every core kept out of its idle state (spin_idle:
+    # SCHED_IDLE loops, a stand-in for a busy server), both sides alike:
+    # how much of the gap above is the engine's work running on a core that
+    # just woke up (docs/perf.md, step 20). Not a target row.
+    for name, probe in (("notification round trip, tcp, cores kept out of idle", "notify-pp"),
+                        ("8 B send/recv round trip, tcp, blocking, cores kept out of idle",
+                         "sendrecv"),
+                        ("8 B send/recv round trip, tcp, posted ahead, cores kept out of idle",
+                         "sendrecv-pre")):
+        add(name, "p50 us", warm(lambda probe=probe: msg_rt("tcp", probe)),
+            "TCP ping-pong 56 B, cores kept out of idle", warm(lambda: pingpong(56)), "lower", "",
+            msg)
     # The opt-in busy-poll (XFER_BUSY_POLL_US) against a ping-pong whose two
     # sides busy-poll too (pingpong --spin): like against like.
     spin = {"XFER_BUSY_POLL_US": "50"}
@@ -500,8 +555,9 @@ def main():
             sys.exit("bench: %s/bench/%s missing: build first (make)" % (B, prog))
     start = datetime.datetime.now(datetime.timezone.utc)
     mach = machine()
-    print("bench: %s; %d rounds of %.1f s per side (scaling %d x %.1f s, first pass %d), "
-          "interleaved" % (mach, ROUNDS, SECS, SCALE_ROUNDS, SCALE_SECS, FRESH_ROUNDS))
+    print("bench: %s; %d rounds of %.1f s per side (scaling %d x %.1f s, first pass %d, "
+          "message round trips %d), interleaved"
+          % (mach, ROUNDS, SECS, SCALE_ROUNDS, SCALE_SECS, FRESH_ROUNDS, MSG_ROUNDS))
     print(HEAD)
     res = table()
     made = []
@@ -525,10 +581,10 @@ def main():
                 % start.strftime("%Y-%m-%d %H:%M"))
         f.write("Machine: %s. Loopback; both sides of each row alternate, %d rounds of "
                 "%.1f s each (the 1 MiB N-socket rows %d rounds of %.1f s, the first pass %d "
-                "one-pass rounds); values are medians, the ratio is the median of the per-round "
+                "one-pass rounds, the message round trips against the ping-pong %d); values are medians, the ratio is the median of the per-round "
                 "ratios, min-max their spread (latency: lower is better, bandwidth: higher is "
                 "better). Round trips of UCX are twice its one-way `ucp_put_lat`/`tag_lat`.\n\n"
-                % (mach, ROUNDS, SECS, SCALE_ROUNDS, SCALE_SECS, FRESH_ROUNDS))
+                % (mach, ROUNDS, SECS, SCALE_ROUNDS, SCALE_SECS, FRESH_ROUNDS, MSG_ROUNDS))
         f.write(HEAD + "\n")
         for r in res:
             f.write(fmt_row(r) + "\n")
@@ -536,9 +592,9 @@ def main():
             f.write("\nNotes:\n\n" + "".join("- %s\n" % n for n in notes))
         f.write("\nReproduce: `make bench` (env `XFER_BENCH_SECONDS`, `XFER_BENCH_ROUNDS`, "
                 "`XFER_BENCH_SCALE_SECONDS`, `XFER_BENCH_SCALE_ROUNDS`, `XFER_BENCH_FRESH_ROUNDS`, "
-                "`XFER_BENCH_STREAMS`, `XFER_BENCH_ONLY`; see `bench/bench_all.py`). "
+                "`XFER_BENCH_MSG_ROUNDS`, `XFER_BENCH_STREAMS`, `XFER_BENCH_ONLY`; see `bench/bench_all.py`). "
                 "On another machine: carry the build tree (`$B/bench/xfer_bench`, "
-                "`pingpong`, `memcpy_bw`, `bench_notify`) and `bench/`, run `B=build bench/run.sh`; "
+                "`pingpong`, `memcpy_bw`, `bench_notify`, `spin_idle`) and `bench/`, run `B=build bench/run.sh`; "
                 "iperf3 and ucx_perftest are optional.\n")
         for m in made:
             f.write("\n![%s](%s)\n" % (m, m))

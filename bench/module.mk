@@ -10,3 +10,5 @@ BENCH_PROGS += bench_call:bench/bench_call.c
 BENCH_PROGS += bench_pool:bench/bench_pool.c
 BENCH_PROGS += bench_notify:bench/bench_notify.c
 BENCH_PROGS += bench_pool_gpu:bench/bench_pool_gpu.c
+# spin_idle: SCHED_IDLE loops that keep the cores out of idle (bench_all.py's warm-core rows)
+BENCH_PROGS += spin_idle:bench/spin_idle.c
