@@ -9,7 +9,8 @@
  * ping-pong again with it running (docs/perf.md, step 20).
  *
  *   spin_idle [--cpus N]   (default: every CPU this process may run on)
- * Prints "spin_idle: N" once every loop runs.
+ * Prints "spin_idle: N" once the N loops are forked (each pins and lowers
+ * itself right after; one that cannot is reported at exit, status 1).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -17,7 +18,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
